@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Generic call tracer: one entry and one return program, attached to every probed function
+ * of the call layers (cuda today; comm and torch reuse it). The probe's cookie names the
+ * operation and what to read; userspace gives the raw words their meaning. Also follows the
+ * traced process tree (fork/exec/exit) and tells userspace when a traced process maps code.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "events.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 filter_mode = EACGM_FILTER_PIDS;
+/* Wake the reader only once this much is waiting: a wakeup per event costs more than the
+ * probe itself (FACTS.md). The reader also polls on a short timer, so nothing waits long. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024); /* resized by the loader */
+} events SEC(".maps");
+
+/* tgids being traced; children of traced processes join at fork. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+struct inflight_key {
+	__u32 tid;
+	__u32 op;
+};
+
+struct inflight_call {
+	__u64 ts_ns;
+	__u64 args[6];
+	__u64 stack[EACGM_STACK_WORDS];
+	__u64 deref[EACGM_DEREF_WORDS];
+};
+
+/* LRU so that calls whose return never comes (thread killed mid-call) cannot fill it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct inflight_key);
+	__type(value, struct inflight_call);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EACGM_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Scratch for building an in-flight record without using the 512-byte stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight_call);
+} scratch SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &which);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	if (filter_mode == EACGM_FILTER_ALL)
+		return true;
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+static __always_inline __u64 wake_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									      : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline int on_entry(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!is_traced(id >> 32))
+		return 0;
+
+	__u32 zero = 0;
+	struct inflight_call *c = bpf_map_lookup_elem(&scratch, &zero);
+	if (!c)
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	c->ts_ns = bpf_ktime_get_ns();
+	c->args[0] = PT_REGS_PARM1(ctx);
+	c->args[1] = PT_REGS_PARM2(ctx);
+	c->args[2] = PT_REGS_PARM3(ctx);
+	c->args[3] = PT_REGS_PARM4(ctx);
+	c->args[4] = PT_REGS_PARM5(ctx);
+	c->args[5] = ctx->r9; /* PT_REGS_PARM6 is newer than libbpf 1.1 */
+	if (cookie & EACGM_COOKIE_READ_STACK) {
+		/* at function entry sp points at the return address; args 7.. follow it */
+		bpf_probe_read_user(c->stack, sizeof(c->stack), (void *)(PT_REGS_SP(ctx) + 8));
+	}
+	if (cookie & EACGM_COOKIE_DEREF_ARG0)
+		bpf_probe_read_user(c->deref, sizeof(c->deref), (void *)c->args[0]);
+
+	struct inflight_key key = {.tid = (__u32)id, .op = cookie & EACGM_COOKIE_OP_MASK};
+	if (bpf_map_update_elem(&inflight, &key, c, BPF_ANY) != 0)
+		count(EACGM_CNT_ENTRY_OVERFLOW);
+	return 0;
+}
+
+static __always_inline int on_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct inflight_key key = {.tid = (__u32)id, .op = cookie & EACGM_COOKIE_OP_MASK};
+	struct inflight_call *c = bpf_map_lookup_elem(&inflight, &key);
+	if (!c) {
+		if (is_traced(id >> 32))
+			count(EACGM_CNT_ENTRY_MISSING);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+
+	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		bpf_map_delete_elem(&inflight, &key);
+		return 0;
+	}
+	e->kind = EACGM_REC_CALL;
+	e->op = key.op;
+	e->ts_ns = c->ts_ns;
+	e->dur_ns = now - c->ts_ns;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->ret = PT_REGS_RC(ctx);
+	__builtin_memcpy(e->args, c->args, sizeof(e->args));
+	__builtin_memcpy(e->stack, c->stack, sizeof(e->stack));
+	__builtin_memcpy(e->deref, c->deref, sizeof(e->deref));
+	if (cookie & EACGM_COOKIE_DEREF_OUT0) {
+		__u64 out = 0;
+		bpf_probe_read_user(&out, sizeof(out), (void *)c->args[0]);
+		e->deref[0] = out;
+	}
+	bpf_map_delete_elem(&inflight, &key);
+	bpf_ringbuf_submit(e, wake_flags());
+	return 0;
+}
+
+/*
+ * Each probe point exists twice: as a classic perf-event uprobe (any kernel with uprobes), and
+ * for uprobe_multi links (kernel 6.6+; the loader sets their expected attach type). A multi
+ * link attaches all of a file's functions at once, and detaching it waits for one RCU grace
+ * period instead of one per probe (0.1 s each here), which is what makes stopping fast.
+ */
+SEC("uprobe")
+int call_entry(struct pt_regs *ctx)
+{
+	return on_entry(ctx);
+}
+
+SEC("uretprobe")
+int call_return(struct pt_regs *ctx)
+{
+	return on_return(ctx);
+}
+
+SEC("uprobe")
+int call_entry_multi(struct pt_regs *ctx)
+{
+	return on_entry(ctx);
+}
+
+SEC("uprobe")
+int call_return_multi(struct pt_regs *ctx)
+{
+	return on_return(ctx);
+}
+
+static __always_inline void emit_proc(__u32 type, __u32 pid, __u32 ppid, __s32 exit_code)
+{
+	struct eacgm_proc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return;
+	}
+	e->kind = EACGM_REC_PROC;
+	e->type = type;
+	e->ts_ns = bpf_ktime_get_ns();
+	e->pid = pid;
+	e->ppid = ppid;
+	e->exit_code = exit_code;
+	e->pad = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* lifecycle events are rare and userspace acts on them (naming, re-planning): wake now */
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 child_tgid = child->tgid;
+	if (child->pid != child_tgid)
+		return 0; /* a new thread, not a new process */
+	__u32 parent_tgid = parent->tgid;
+	if (filter_mode != EACGM_FILTER_ALL) {
+		if (!bpf_map_lookup_elem(&traced, &parent_tgid))
+			return 0;
+		__u8 one = 1;
+		bpf_map_update_elem(&traced, &child_tgid, &one, BPF_ANY);
+	}
+	emit_proc(EACGM_PROC_FORK, child_tgid, parent_tgid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(proc_exec, struct task_struct *p)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (filter_mode != EACGM_FILTER_ALL && !is_traced(tgid))
+		return 0;
+	emit_proc(EACGM_PROC_EXEC, tgid, 0, 0);
+	return 0;
+}
+
+/* Only the first argument is read: later kernels added a second one (group_dead). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(proc_exit, struct task_struct *task)
+{
+	__u32 tgid = task->tgid;
+	if (filter_mode != EACGM_FILTER_ALL && !is_traced(tgid))
+		return 0;
+	/* the whole process is gone when its last thread exits (signal->live reached zero) */
+	int live = BPF_CORE_READ(task, signal, live.counter);
+	if (live != 0)
+		return 0;
+	__s32 code = BPF_CORE_READ(task, exit_code);
+	emit_proc(EACGM_PROC_EXIT, tgid, 0, code);
+	if (filter_mode != EACGM_FILTER_ALL)
+		bpf_map_delete_elem(&traced, &tgid);
+	return 0;
+}
+
+/*
+ * The dynamic loader calls _dl_debug_state (the debugger hook of the r_debug protocol) after it
+ * maps new objects and before their code runs: userspace re-reads the maps and plans probes.
+ * A uprobe here needs no tracefs (classic tracepoints do) and fires only on dlopen.
+ */
+SEC("uprobe")
+int loader_update(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (filter_mode == EACGM_FILTER_ALL || !is_traced(tgid))
+		return 0; /* --all re-plans on a timer instead */
+	struct eacgm_mmap_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return 0;
+	}
+	e->kind = EACGM_REC_MMAP;
+	e->pid = tgid;
+	e->ts_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything eacgm needs to build and test on Debian 12 (idempotent, run as root).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
+  libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
+  bpftrace
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: must run as root to install packages (try: sudo scripts/setup.sh)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: all packages present"
+fi
+
+# CUDA is not packaged by Debian: the toolkit must already be at /usr/local/cuda.
+# It only matters for the end-to-end tests and the demo workload; eacgm itself does not link it.
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup.sh: warning: /usr/local/cuda/bin/nvcc not found; CUDA end-to-end tests and the demo will be skipped" >&2
+fi

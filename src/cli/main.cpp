@@ -1,0 +1,46 @@
+// eacgm entry point: subcommand dispatch and the one place errors become messages and exit codes.
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "util/error.h"
+#include "version.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"eacgm: full-stack tracing and anomaly detection for AI/ML workloads, without "
+               "changing their code (eBPF uprobes on CUDA; more layers to come)",
+               "eacgm"};
+  app.set_version_flag("--version", EACGM_VERSION);
+  app.require_subcommand(1);
+  std::map<CLI::App*, std::function<int()>> actions;
+  auto reg = [&](std::function<int()> (*add)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    auto action = add(app);
+    actions[app.get_subcommands({})[before]] = std::move(action);
+  };
+  reg(eacgm::cli::add_record);
+  reg(eacgm::cli::add_report);
+  reg(eacgm::cli::add_export);
+  reg(eacgm::cli::add_doctor);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fprintf(stderr, "eacgm: %s (see eacgm --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (auto& [sub, action] : actions)
+      if (sub->parsed()) return action();
+  } catch (const eacgm::Error& e) {
+    fprintf(stderr, "eacgm: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    fprintf(stderr, "eacgm: internal error: %s (please report it)\n", e.what());
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,71 @@
+// `eacgm record`: options and validation; the work is in record/recorder.cpp.
+#include <sstream>
+
+#include "cli/commands.h"
+#include "record/recorder.h"
+#include "util/error.h"
+
+namespace eacgm::cli {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+std::function<int()> add_record(CLI::App& app) {
+  auto opts = std::make_shared<RecordOptions>();
+  auto pids = std::make_shared<std::string>();
+  auto layers = std::make_shared<std::string>("cuda");
+  CLI::App* cmd = app.add_subcommand(
+      "record",
+      "Trace a program and write a recording.\n"
+      "  eacgm record -- python3 train.py      launch and trace a command and its children\n"
+      "  eacgm record -p 4242                  trace running processes (and their children)\n"
+      "  eacgm record --all --duration 60      trace every process that uses CUDA\n"
+      "CUDA durations are host-side API times (enqueue time for async calls), not GPU time.");
+  cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
+      ->capture_default_str();
+  cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
+  cmd->add_option("--layers", *layers, "comma-separated layers to trace (implemented: cuda)")
+      ->capture_default_str();
+  cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
+  cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-p,--pid", *pids, "trace these running processes: PID[,PID...]");
+  cmd->add_flag("--all", opts->all, "trace every process mapping a traced library");
+  cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_flag("-q,--quiet", opts->quiet, "print only errors and warnings");
+  cmd->add_option("command", opts->command, "the command to run and trace, after --");
+  cmd->positionals_at_end();
+
+  return [cmd, opts, pids, layers]() {
+    for (const auto& p : split_list(*pids)) {
+      try {
+        size_t used = 0;
+        unsigned long v = std::stoul(p, &used);
+        if (used != p.size() || v > UINT32_MAX) throw std::invalid_argument(p);
+        opts->pids.push_back(uint32_t(v));
+      } catch (const std::exception&) {
+        throw UsageError(fmt::format("-p {}: '{}' is not a process id (give numbers, e.g. "
+                                     "-p 4242,4243)", *pids, p));
+      }
+    }
+    if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)
+      throw UsageError(fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)",
+                                   opts->ring_mb));
+    opts->layers = split_list(*layers);
+    (void)cmd;
+    return run_record(*opts);
+  };
+}
+
+}  // namespace eacgm::cli

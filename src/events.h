@@ -1,0 +1,80 @@
+/* The one contract between the BPF programs and userspace: event structs and probe cookies. */
+#ifndef EACGM_EVENTS_H
+#define EACGM_EVENTS_H
+
+#ifdef __bpf__
+/* vmlinux.h already defines the __u* types */
+#else
+#include <linux/types.h>
+#endif
+
+/* Every ring-buffer record starts with this tag so one ring can carry several kinds. */
+enum eacgm_record_kind {
+	EACGM_REC_CALL = 1, /* a completed call of a probed function */
+	EACGM_REC_PROC = 2, /* process lifecycle: fork, exec, exit */
+	EACGM_REC_MMAP = 3, /* a traced process mapped an executable file: re-plan probes */
+};
+
+/*
+ * The BPF cookie attached to each probe says which operation it is and what the kernel side
+ * must read beyond the six register arguments. Userspace gives operations their meaning.
+ */
+#define EACGM_COOKIE_OP_MASK 0xffffULL
+#define EACGM_COOKIE_READ_STACK (1ULL << 16)   /* copy 3 stack words (args 7..9) at entry */
+#define EACGM_COOKIE_DEREF_ARG0 (1ULL << 17)   /* copy 40 bytes at *arg0 at entry (launch configs) */
+#define EACGM_COOKIE_DEREF_OUT0 (1ULL << 18)   /* at return, read the u64 arg0 points to (allocations) */
+
+#define EACGM_STACK_WORDS 3
+#define EACGM_DEREF_WORDS 5
+
+struct eacgm_call_event {
+	__u32 kind;   /* EACGM_REC_CALL */
+	__u32 op;     /* operation id from the cookie */
+	__u64 ts_ns;  /* CLOCK_MONOTONIC at entry */
+	__u64 dur_ns; /* entry to return */
+	__u32 pid;    /* tgid */
+	__u32 tid;
+	__s64 ret;    /* return register */
+	__u64 args[6];
+	__u64 stack[EACGM_STACK_WORDS];
+	__u64 deref[EACGM_DEREF_WORDS]; /* DEREF_ARG0 bytes, or deref[0] = *arg0 after DEREF_OUT0 */
+};
+
+enum eacgm_proc_type {
+	EACGM_PROC_FORK = 1,
+	EACGM_PROC_EXEC = 2,
+	EACGM_PROC_EXIT = 3,
+};
+
+struct eacgm_proc_event {
+	__u32 kind; /* EACGM_REC_PROC */
+	__u32 type; /* enum eacgm_proc_type */
+	__u64 ts_ns;
+	__u32 pid;       /* tgid of the process the event is about (child for fork) */
+	__u32 ppid;      /* parent tgid for fork */
+	__s32 exit_code; /* wait(2)-style status for exit */
+	__u32 pad;
+	char comm[16];
+};
+
+struct eacgm_mmap_event {
+	__u32 kind; /* EACGM_REC_MMAP */
+	__u32 pid;
+	__u64 ts_ns;
+};
+
+/* Per-CPU counters in the `counters` array map. */
+enum eacgm_counter {
+	EACGM_CNT_RING_DROPS = 0,     /* bpf_ringbuf_reserve failed: event lost */
+	EACGM_CNT_ENTRY_MISSING = 1,  /* a return without its entry (attached mid-call, or map full) */
+	EACGM_CNT_ENTRY_OVERFLOW = 2, /* the in-flight map was full at entry */
+	EACGM_CNT_MAX = 4,
+};
+
+/* Filter modes, set in rodata before load. */
+enum eacgm_filter_mode {
+	EACGM_FILTER_PIDS = 0, /* only tgids in the `traced` map, and their descendants */
+	EACGM_FILTER_ALL = 1,  /* every process */
+};
+
+#endif

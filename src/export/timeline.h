@@ -1,0 +1,49 @@
+// What the trace exporters consume: processes, threads and slices, streamed in any order.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace eacgm {
+
+struct TimelineProcess {
+  uint32_t pid = 0;
+  std::string name;  // command, e.g. "python3 train.py"
+};
+
+struct TimelineThread {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string name;  // comm
+};
+
+// One argument shown with a slice (Perfetto debug annotation, Chrome "args").
+struct TimelineArg {
+  std::string name;
+  std::variant<int64_t, uint64_t, double, std::string> value;
+};
+
+// One traced call: a complete slice on its thread's track.
+struct TimelineSlice {
+  uint64_t ts_ns = 0;  // wall clock (realtime) ns
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string category;  // layer: "cuda", "comm", ...
+  std::string name;      // "cudaLaunchKernel"; for launches the exporter is given the kernel
+  std::vector<TimelineArg> args;
+};
+
+// Receives a timeline. Processes and threads are announced before their first slice.
+class TimelineSink {
+ public:
+  virtual ~TimelineSink() = default;
+  virtual void add_process(const TimelineProcess& process) = 0;
+  virtual void add_thread(const TimelineThread& thread) = 0;
+  virtual void add_slice(const TimelineSlice& slice) = 0;
+  // Flushes everything to the output. Throws eacgm::Error if the output cannot be written.
+  virtual void finish() = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,202 @@
+// Loads bpf/calls.bpf.c through its skeleton, attaches uprobes, and drains its ring buffer.
+#include "probe/call_tracer.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+
+#include "calls.skel.h"
+#include "events.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+// libbpf prints its own diagnostics; keep warnings and errors, and only when asked for debug.
+int libbpf_print(enum libbpf_print_level level, const char* format, va_list args) {
+  static const bool debug = getenv("EACGM_DEBUG_BPF") != nullptr;
+  if (level == LIBBPF_DEBUG && !debug) return 0;
+  if (level == LIBBPF_INFO && !debug) return 0;
+  return vfprintf(stderr, format, args);
+}
+
+// From the kernel's uapi (6.6+); Debian 12's headers predate uprobe_multi links.
+constexpr uint32_t kTraceUprobeMulti = 48;  // BPF_TRACE_UPROBE_MULTI
+constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+
+// The BPF_LINK_CREATE member of union bpf_attr, in its uprobe_multi form.
+union UprobeMultiAttr {
+  struct {
+    uint32_t prog_fd;
+    uint32_t target_fd;
+    uint32_t attach_type;
+    uint32_t link_flags;
+    uint64_t path;
+    uint64_t offsets;
+    uint64_t ref_ctr_offsets;
+    uint64_t cookies;
+    uint32_t cnt;
+    uint32_t flags;
+    uint32_t pid;
+  } link;
+  uint8_t bytes[128];
+};
+
+std::string load_error_hint(int err) {
+  if (err == EPERM || err == EACCES)
+    return "permission denied (run as root, or grant CAP_BPF and CAP_PERFMON)";
+  if (err == ENOENT || err == EINVAL)
+    return "the kernel rejected the program (needs BTF at /sys/kernel/btf/vmlinux and "
+           "uprobes; run 'eacgm doctor')";
+  return errno_text(err);
+}
+
+}  // namespace
+
+void CallTracer::SkeletonDeleter::operator()(calls_bpf* s) const { calls_bpf__destroy(s); }
+void CallTracer::RingDeleter::operator()(ring_buffer* r) const { ring_buffer__free(r); }
+void CallTracer::LinkDeleter::operator()(bpf_link* l) const { bpf_link__destroy(l); }
+
+CallTracer::CallTracer(const CallTracerOptions& options) {
+  libbpf_set_print(libbpf_print);
+  skel_.reset(calls_bpf__open());
+  if (!skel_) fail("cannot open the BPF programs: {}", load_error_hint(errno));
+  skel_->rodata->filter_mode = options.trace_all ? EACGM_FILTER_ALL : EACGM_FILTER_PIDS;
+  skel_->rodata->wakeup_bytes = options.wakeup_bytes;
+  if (int err = bpf_map__set_max_entries(skel_->maps.events, options.ring_bytes); err)
+    fail("cannot size the ring buffer to {} bytes: {}", options.ring_bytes, errno_text(-err));
+  for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi})
+    bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+  if (int err = calls_bpf__load(skel_.get()); err)
+    fail("cannot load the BPF programs: {}", load_error_hint(-err));
+
+  // The process-tree tracepoints; the uprobes are attached per library later.
+  struct {
+    bpf_program* prog;
+    const char* what;
+  } tracepoints[] = {{skel_->progs.proc_fork, "sched_process_fork"},
+                     {skel_->progs.proc_exec, "sched_process_exec"},
+                     {skel_->progs.proc_exit, "sched_process_exit"}};
+  for (auto& tp : tracepoints) {
+    bpf_link* link = bpf_program__attach(tp.prog);
+    if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, load_error_hint(errno));
+    links_.emplace_back(link);
+  }
+
+  auto on_record = [](void* ctx, void* data, size_t size) -> int {
+    auto* self = static_cast<CallTracer*>(ctx);
+    (*self->handler_)(data, size);
+    return 0;
+  };
+  ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr));
+  if (!ring_) fail("cannot open the BPF ring buffer: {}", errno_text(errno));
+}
+
+CallTracer::~CallTracer() {
+  // Links first: no probe may fire into a ring that is going away.
+  for (int fd : multi_link_fds_) close(fd);
+  links_.clear();
+  ring_.reset();
+  skel_.reset();
+}
+
+void CallTracer::trace_pid(uint32_t pid) {
+  uint8_t one = 1;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.traced), &pid, &one, BPF_ANY) != 0)
+    fail("cannot add pid {} to the traced set: {}", pid, errno_text(errno));
+}
+
+std::vector<std::string> CallTracer::attach(const std::string& path,
+                                            const std::vector<ProbePoint>& points) {
+  if (points.empty()) return {};
+  if (multi_supported_ && attach_multi(path, points))
+    return std::vector<std::string>(points.size());
+  // One perf-event uprobe pair per point: older kernels, or to learn which point failed.
+  std::vector<std::string> errors;
+  for (const auto& p : points) errors.push_back(attach_one(path, p));
+  return errors;
+}
+
+bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePoint>& points) {
+  std::vector<uint64_t> offsets, cookies;
+  for (const auto& p : points) {
+    offsets.push_back(p.file_offset);
+    cookies.push_back(p.cookie);
+  }
+  std::vector<int> fds;
+  for (bool ret : {false, true}) {
+    UprobeMultiAttr attr{};
+    attr.link.prog_fd = uint32_t(
+        bpf_program__fd(ret ? skel_->progs.call_return_multi : skel_->progs.call_entry_multi));
+    attr.link.attach_type = kTraceUprobeMulti;
+    attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.link.offsets = reinterpret_cast<uint64_t>(offsets.data());
+    attr.link.cookies = reinterpret_cast<uint64_t>(cookies.data());
+    attr.link.cnt = uint32_t(points.size());
+    attr.link.flags = ret ? kUprobeMultiReturn : 0;
+    int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    if (fd < 0) {
+      // EINVAL/EOPNOTSUPP: a kernel without uprobe_multi; stop trying
+      if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) multi_supported_ = false;
+      for (int f : fds) close(f);
+      return false;
+    }
+    fds.push_back(fd);
+  }
+  multi_link_fds_.insert(multi_link_fds_.end(), fds.begin(), fds.end());
+  return true;
+}
+
+std::string CallTracer::attach_one(const std::string& path, const ProbePoint& point) {
+  for (bool retprobe : {false, true}) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = point.cookie, .retprobe = retprobe);
+    bpf_program* prog = retprobe ? skel_->progs.call_return : skel_->progs.call_entry;
+    bpf_link* link =
+        bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), point.file_offset, &opts);
+    if (!link) return errno_text(errno);
+    links_.emplace_back(link);
+  }
+  return {};
+}
+
+std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t file_offset) {
+  LIBBPF_OPTS(bpf_uprobe_opts, opts);
+  bpf_link* link = bpf_program__attach_uprobe_opts(skel_->progs.loader_update, -1, path.c_str(),
+                                                   file_offset, &opts);
+  if (!link) return errno_text(errno);
+  links_.emplace_back(link);
+  return {};
+}
+
+int CallTracer::poll(int timeout_ms, const RecordHandler& handler) {
+  handler_ = &handler;
+  // Producers wake us only past the fill mark, so a quiet ring is drained on the timer too.
+  int n = ring_buffer__poll(ring_.get(), timeout_ms);
+  if (n >= 0) {
+    int m = ring_buffer__consume(ring_.get());
+    n = m >= 0 ? n + m : m;
+  }
+  handler_ = nullptr;
+  if (n < 0 && n != -EINTR) fail("reading the BPF ring buffer failed: {}", errno_text(-n));
+  return n < 0 ? 0 : n;
+}
+
+TracerCounters CallTracer::counters() const {
+  int ncpu = libbpf_num_possible_cpus();
+  std::vector<uint64_t> values(ncpu > 0 ? ncpu : 1);
+  auto sum = [&](uint32_t which) {
+    uint64_t total = 0;
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.counters), &which, values.data()) == 0)
+      for (uint64_t v : values) total += v;
+    return total;
+  };
+  return {sum(EACGM_CNT_RING_DROPS), sum(EACGM_CNT_ENTRY_MISSING),
+          sum(EACGM_CNT_ENTRY_OVERFLOW)};
+}
+
+}  // namespace eacgm

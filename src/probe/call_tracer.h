@@ -1,0 +1,80 @@
+// Owns the loaded call-tracing BPF object: process filter, uprobe links, ring buffer, counters.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+struct calls_bpf;
+struct ring_buffer;
+struct bpf_link;
+
+namespace eacgm {
+
+struct CallTracerOptions {
+  bool trace_all = false;              // every process, not just the traced tree
+  uint64_t ring_bytes = 32ull << 20;   // power of two
+  uint64_t wakeup_bytes = 256 * 1024;  // reader wakeup mark
+};
+
+struct TracerCounters {
+  uint64_t ring_drops = 0;
+  uint64_t entry_missing = 0;
+  uint64_t entry_overflow = 0;
+};
+
+class CallTracer {
+ public:
+  // Loads and verifies the BPF programs and attaches the process-tree tracepoints.
+  // Throws eacgm::Error naming the cause (permissions, kernel support) and the fix.
+  explicit CallTracer(const CallTracerOptions& options);
+  ~CallTracer();
+  CallTracer(const CallTracer&) = delete;
+  CallTracer& operator=(const CallTracer&) = delete;
+
+  // Adds a process (tgid) to the traced set; its future children join automatically.
+  void trace_pid(uint32_t pid);
+
+  // A function to probe in a file: where it is, and the cookie its events carry.
+  struct ProbePoint {
+    uint64_t file_offset;
+    uint64_t cookie;
+  };
+  // Attaches the entry and return programs at each point of the ELF file `path`, for every
+  // process that maps it. Returns one error message per point ("" where it worked).
+  std::vector<std::string> attach(const std::string& path, const std::vector<ProbePoint>& points);
+
+  // Attaches the hook that reports a traced process's dlopen (see loader_update in the BPF).
+  std::string attach_loader_hook(const std::string& path, uint64_t file_offset);
+
+  // Waits up to timeout_ms for data, then hands every waiting record to the callback.
+  // Returns the number of records consumed.
+  using RecordHandler = std::function<void(const void* data, size_t size)>;
+  int poll(int timeout_ms, const RecordHandler& handler);
+
+  TracerCounters counters() const;
+
+ private:
+  struct SkeletonDeleter {
+    void operator()(calls_bpf* s) const;
+  };
+  struct RingDeleter {
+    void operator()(ring_buffer* r) const;
+  };
+  struct LinkDeleter {
+    void operator()(bpf_link* l) const;
+  };
+  std::unique_ptr<calls_bpf, SkeletonDeleter> skel_;
+  std::unique_ptr<ring_buffer, RingDeleter> ring_;
+  std::string attach_one(const std::string& path, const ProbePoint& point);
+  bool attach_multi(const std::string& path, const std::vector<ProbePoint>& points);
+
+  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
+  std::vector<int> multi_link_fds_;
+  bool multi_supported_ = true;  // until the kernel says otherwise
+  const RecordHandler* handler_ = nullptr;  // valid during poll()
+};
+
+}  // namespace eacgm

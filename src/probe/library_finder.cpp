@@ -1,0 +1,177 @@
+// Finding the CUDA libraries a target uses and attaching their probes.
+#include "probe/library_finder.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "probe/elf_symbols.h"
+#include "probe/proc_maps.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string file_key(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {};
+  return fmt::format("{}:{}", st.st_dev, st.st_ino);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Paths of libraries in the ld.so cache (`ldconfig -p` lines "name (...) => path").
+std::vector<std::string> ld_cache_paths() {
+  std::vector<std::string> out;
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen("/sbin/ldconfig -p 2>/dev/null", "r"), pclose);
+  if (!p) return out;
+  char line[4096];
+  while (fgets(line, sizeof(line), p.get())) {
+    std::string s(line);
+    auto arrow = s.find("=> ");
+    if (arrow == std::string::npos) continue;
+    std::string path = s.substr(arrow + 3);
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (looks_like_cuda_library(path)) out.push_back(path);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool looks_like_cuda_library(const std::string& path) {
+  std::string base = fs::path(path).filename().string();
+  return base.starts_with("libcudart") || base.starts_with("libcuda.so");
+}
+
+static bool looks_like_loader(const std::string& path) {
+  std::string base = fs::path(path).filename().string();
+  return base.starts_with("ld-linux") || base.starts_with("ld-musl");
+}
+
+std::string own_dynamic_loader() {
+  if (auto maps = read_proc_maps(getpid()))
+    for (const Mapping& m : *maps)
+      if (m.file_backed() && looks_like_loader(m.path)) return m.path;
+  return {};
+}
+
+std::vector<std::string> candidate_cuda_libraries(const std::string& ld_library_path) {
+  std::vector<std::string> dirs = split(ld_library_path, ':');
+  for (const char* d : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+                        "/usr/lib/x86_64-linux-gnu", "/usr/lib64"})
+    dirs.emplace_back(d);
+  std::vector<std::string> out;
+  std::set<std::string> keys;
+  auto add = [&](const std::string& path) {
+    std::string key = file_key(path);
+    if (!key.empty() && keys.insert(key).second) out.push_back(path);
+  };
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (looks_like_cuda_library(entry.path().string()) && entry.is_regular_file(ec))
+        add(entry.path().string());
+    }
+  }
+  for (const auto& path : ld_cache_paths()) add(path);
+  return out;
+}
+
+ProbePlanner::ProbePlanner(CallTracer& tracer, std::span<const CallOp> ops)
+    : tracer_(tracer), ops_(ops) {}
+
+bool ProbePlanner::plan_file(const std::string& path) {
+  std::string key = file_key(path);
+  if (key.empty() || !seen_.insert(key).second) return false;
+  std::unique_ptr<ElfSymbols> elf;
+  try {
+    elf = std::make_unique<ElfSymbols>(ElfSymbols::load(path));
+  } catch (const Error&) {
+    return false;  // not an ELF file, or unreadable: nothing to probe in it
+  }
+  ProbedFile file{path, 0, {}};
+  std::vector<CallTracer::ProbePoint> points;
+  std::vector<std::string_view> names;
+  for (size_t id = 0; id < ops_.size(); ++id) {
+    const ElfSymbol* sym = elf->find_function(ops_[id].symbol);
+    if (!sym) continue;
+    auto offset = elf->file_offset_of(sym->value);
+    if (!offset) {
+      file.errors.push_back(fmt::format("{}: address {:#x} is in no loadable segment",
+                                        ops_[id].symbol, sym->value));
+      continue;
+    }
+    points.push_back({*offset, cuda_op_cookie(static_cast<uint16_t>(id))});
+    names.push_back(ops_[id].symbol);
+  }
+  std::vector<std::string> errors = tracer_.attach(path, points);
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i].empty())
+      ++file.functions;
+    else
+      file.errors.push_back(fmt::format("{}: {}", names[i], errors[i]));
+  }
+  if (file.functions == 0 && file.errors.empty()) return false;
+  probed_keys_.insert(key);
+  probed_.push_back(std::move(file));
+  return true;
+}
+
+void ProbePlanner::plan_loader(const std::string& path) {
+  std::string key = file_key(path);
+  if (key.empty() || !loaders_.insert(key).second) return;
+  try {
+    ElfSymbols elf = ElfSymbols::load(path);
+    const ElfSymbol* hook = elf.find_function("_dl_debug_state");
+    if (!hook) return;  // another loader: new libraries are found by the periodic rescan
+    if (auto offset = elf.file_offset_of(hook->value)) tracer_.attach_loader_hook(path, *offset);
+  } catch (const Error&) {
+  }
+}
+
+bool ProbePlanner::plan_process(uint32_t pid) {
+  auto maps = read_proc_maps(static_cast<int>(pid));
+  if (!maps) return false;
+  std::error_code ec;
+  std::string exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
+  std::set<std::string> done;
+  for (const Mapping& m : *maps) {
+    if (!m.file_backed() || !m.executable || m.deleted) continue;
+    if (looks_like_loader(m.path)) {
+      plan_loader(fmt::format("/proc/{}/root{}", pid, m.path));
+      continue;
+    }
+    if (m.path != exe && !looks_like_cuda_library(m.path)) continue;
+    if (!done.insert(m.path).second) continue;
+    // through the process's root, so that libraries inside containers are found
+    std::string path = fmt::format("/proc/{}/root{}", pid, m.path);
+    if (!fs::exists(path, ec)) path = m.path;
+    plan_file(path);
+    if (probed_keys_.count(file_key(path))) found_in_target_ = true;
+  }
+  return true;
+}
+
+size_t ProbePlanner::total_probes() const {
+  size_t n = 0;
+  for (const auto& f : probed_) n += f.functions;
+  return n;
+}
+
+}  // namespace eacgm

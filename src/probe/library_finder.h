@@ -1,0 +1,66 @@
+// Probe planning for the call layers: which files of a traced process hold probed functions,
+// where each function is in its file, and attaching each file's probes once.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "probe/call_tracer.h"
+#include "probe/cuda_ops.h"
+
+namespace eacgm {
+
+// A file whose functions are probed.
+struct ProbedFile {
+  std::string path;
+  size_t functions = 0;            // probe points attached (entry+return pairs)
+  std::vector<std::string> errors;  // functions that could not be attached, with why
+};
+
+// Library files a dynamic loader could pick for libcudart / libcuda: LD_LIBRARY_PATH entries,
+// the ld.so cache and the usual CUDA install folder. Attaching to them before the target starts
+// catches the first calls after a dlopen, which a scan of the maps could only see late.
+std::vector<std::string> candidate_cuda_libraries(const std::string& ld_library_path);
+
+// The dynamic loader eacgm itself runs under (the same one its children use, usually).
+std::string own_dynamic_loader();
+
+// True when a mapped file may hold the CUDA runtime or driver API by its name.
+bool looks_like_cuda_library(const std::string& path);
+
+class ProbePlanner {
+ public:
+  ProbePlanner(CallTracer& tracer, std::span<const CallOp> ops);
+
+  // Attaches the probes of every op the file defines, once per file (by device and inode).
+  // Returns true if the file holds any op. Unreadable or non-ELF files are skipped.
+  bool plan_file(const std::string& path);
+
+  // Attaches the dlopen hook in a dynamic loader (ld-linux*.so), once per file.
+  void plan_loader(const std::string& path);
+
+  // Reads the process's maps and plans its CUDA libraries and its executable (cudart may be
+  // linked statically). Returns false if the process is gone.
+  bool plan_process(uint32_t pid);
+
+  const std::vector<ProbedFile>& probed_files() const { return probed_; }
+  // Whether a planned process was seen mapping a probed file.
+  bool found_in_target() const { return found_in_target_; }
+  // Where a function name was found, for `doctor` and the summary.
+  size_t total_probes() const;
+
+ private:
+  CallTracer& tracer_;
+  std::span<const CallOp> ops_;
+  std::set<std::string> seen_;
+  std::set<std::string> loaders_;  // "dev:inode" of loaders with the hook  // "dev:inode" of files already examined
+  std::vector<ProbedFile> probed_;
+  std::set<std::string> probed_keys_;
+  bool found_in_target_ = false;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,70 @@
+// Address to function name through /proc/PID/maps, the backing ELF file and the demangler.
+#include "probe/symbolizer.h"
+
+#include <fmt/format.h>
+
+#include "probe/demangle.h"
+#include "util/error.h"
+
+namespace eacgm {
+
+std::string_view Symbolizer::function_name(uint32_t pid, uint64_t addr) {
+  AddrKey key{pid, addr};
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  std::string_view name = resolve(pid, addr);
+  cache_.emplace(key, name);
+  return name;
+}
+
+void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
+  maps_[pid] = std::move(maps);
+}
+
+void Symbolizer::forget(uint32_t pid) {
+  maps_.erase(pid);
+  std::erase_if(cache_, [pid](const auto& kv) { return kv.first.pid == pid; });
+}
+
+const ElfSymbols* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
+  std::string key = fmt::format("{}:{}:{}", m.dev_major, m.dev_minor, m.inode);
+  auto it = elves_.find(key);
+  if (it != elves_.end()) return it->second.get();
+  std::unique_ptr<ElfSymbols> elf;
+  // Through /proc/PID/root so that files of processes in other mount namespaces (containers)
+  // are found; fall back to the plain path when the process is already gone.
+  for (const std::string& path : {fmt::format("/proc/{}/root{}", pid, m.path), m.path}) {
+    try {
+      elf = std::make_unique<ElfSymbols>(ElfSymbols::load(path));
+      break;
+    } catch (const Error&) {
+    }
+  }
+  return elves_.emplace(key, std::move(elf)).first->second.get();
+}
+
+std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
+  auto maps_it = maps_.find(pid);
+  const Mapping* m = maps_it != maps_.end() ? find_mapping(maps_it->second, addr) : nullptr;
+  if (!m) {
+    // Code mapped since we last looked: read the maps again once.
+    if (auto fresh = read_proc_maps(static_cast<int>(pid))) {
+      maps_[pid] = std::move(*fresh);
+      m = find_mapping(maps_[pid], addr);
+    }
+  }
+  if (!m || !m->file_backed()) return names_.intern(fmt::format("unknown+{:#x}", addr));
+  uint64_t file_offset = addr - m->start + m->file_offset;
+  const ElfSymbols* elf = elf_for(pid, *m);
+  if (elf) {
+    if (auto vaddr = elf->vaddr_of_file_offset(file_offset)) {
+      if (auto match = elf->symbol_at(*vaddr)) {
+        std::string name = demangle(match->symbol->name);
+        if (match->offset != 0) name += fmt::format("+{:#x}", match->offset);
+        return names_.intern(name);
+      }
+    }
+  }
+  return names_.intern(fmt::format("unknown+{:#x}", file_offset));
+}
+
+}  // namespace eacgm

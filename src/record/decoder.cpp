@@ -1,0 +1,235 @@
+// Decoding of call and process records; the hot path after the BPF side, so no allocation per
+// call beyond amortised vector growth in the writer's batch.
+#include "record/decoder.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "probe/cuda_ops.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40, "event layout");
+static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// /proc/PID/cmdline with NULs turned into spaces; empty if the process is gone.
+std::string command_line(uint32_t pid) {
+  std::string s = read_small_file(fmt::format("/proc/{}/cmdline", pid));
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  for (char& c : s)
+    if (c == '\0') c = ' ';
+  return s;
+}
+
+std::string comm_of(uint32_t pid, uint32_t tid) {
+  std::string s = read_small_file(fmt::format("/proc/{}/task/{}/comm", pid, tid));
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+uint64_t alloc_key(uint32_t pid, uint64_t addr) { return addr ^ (uint64_t(pid) << 48); }
+
+}  // namespace
+
+uint64_t call_arg(const eacgm_call_event& e, int index) {
+  if (index < 0) return 0;
+  if (index < 6) return e.args[index];
+  return e.stack[index - 6];
+}
+
+EventDecoder::EventDecoder(RecordingWriter& out, Symbolizer& symbols)
+    : out_(out), symbols_(symbols) {
+  stats_.per_op.resize(cuda_ops().size());
+}
+
+void EventDecoder::on_record(const void* data, size_t size) {
+  uint32_t kind = 0;
+  if (size < sizeof(kind)) {
+    ++stats_.malformed;
+    return;
+  }
+  std::memcpy(&kind, data, sizeof(kind));
+  if (kind == EACGM_REC_CALL && size >= sizeof(eacgm_call_event)) {
+    decode_call(*static_cast<const eacgm_call_event*>(data));
+  } else if (kind == EACGM_REC_PROC && size >= sizeof(eacgm_proc_event)) {
+    decode_proc(*static_cast<const eacgm_proc_event*>(data));
+  } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
+    if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
+  } else {
+    ++stats_.malformed;
+  }
+}
+
+void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
+  parents_[pid] = ppid;
+  ProcessRow row;
+  row.pid = pid;
+  row.ppid = ppid;
+  row.name = comm_of(pid, pid);
+  row.command = command_line(pid);
+  row.start_ns = ts_ns;
+  commands_[pid] = row.command;
+  out_.add(std::move(row));
+}
+
+void EventDecoder::note_thread(uint32_t pid, uint32_t tid) {
+  uint64_t key = (uint64_t(pid) << 32) | tid;
+  if (!known_threads_.insert(key).second) return;
+  std::string name = comm_of(pid, tid);
+  out_.add(ThreadRow{pid, tid, name.empty() ? fmt::format("thread {}", tid) : name});
+}
+
+void EventDecoder::decode_call(const eacgm_call_event& e) {
+  auto ops = cuda_ops();
+  if (e.op >= ops.size()) {
+    ++stats_.malformed;
+    return;
+  }
+  ++stats_.calls;
+  ++stats_.per_op[e.op];
+  note_thread(e.pid, e.tid);
+
+  const CallOp& op = ops[e.op];
+  CudaCallRow row;
+  row.ts_ns = e.ts_ns;
+  row.dur_ns = e.dur_ns;
+  row.pid = e.pid;
+  row.tid = e.tid;
+  row.name = op.symbol;
+  // CUDA error codes are C enums: the low 32 bits of the return register.
+  row.ret = static_cast<int32_t>(e.ret);
+  if (op.bytes_arg != kNoArg) row.bytes = static_cast<int64_t>(call_arg(e, op.bytes_arg));
+  if (op.stream_arg != kNoArg) {
+    row.has_stream = true;
+    row.stream = call_arg(e, op.stream_arg);
+  }
+  if (op.kind_arg != kNoArg) row.memcpy_kind = memcpy_kind_name(int64_t(call_arg(e, op.kind_arg)));
+  if (op.fixed_memcpy_kind != kNoArg) row.memcpy_kind = memcpy_kind_name(op.fixed_memcpy_kind);
+
+  switch (op.kind) {
+    case CallKind::Alloc:
+      row.address = e.deref[0];
+      if (row.ret == 0 && row.address) allocations_[alloc_key(e.pid, row.address)] = row.bytes;
+      break;
+    case CallKind::Free: {
+      row.address = e.args[0];
+      auto it = allocations_.find(alloc_key(e.pid, row.address));
+      if (it != allocations_.end()) {
+        row.bytes = it->second;
+        if (row.ret == 0) allocations_.erase(it);
+      }
+      break;
+    }
+    case CallKind::Launch:
+      // dim3 travels in two registers each: x | y << 32, then z
+      row.is_launch = true;
+      row.address = e.args[0];
+      row.grid[0] = uint32_t(e.args[1]), row.grid[1] = uint32_t(e.args[1] >> 32);
+      row.grid[2] = uint32_t(e.args[2]);
+      row.block[0] = uint32_t(e.args[3]), row.block[1] = uint32_t(e.args[3] >> 32);
+      row.block[2] = uint32_t(e.args[4]);
+      row.shared_mem = e.stack[0];
+      row.kernel = symbols_.function_name(e.pid, row.address);
+      break;
+    case CallKind::LaunchConfig: {
+      // cudaLaunchConfig_t: dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes, stream, ...
+      uint32_t dims[6];
+      std::memcpy(dims, e.deref, sizeof(dims));
+      row.is_launch = true;
+      row.address = e.args[1];
+      std::copy(dims, dims + 3, row.grid);
+      std::copy(dims + 3, dims + 6, row.block);
+      row.shared_mem = e.deref[3];
+      row.has_stream = true;
+      row.stream = e.deref[4];
+      row.kernel = symbols_.function_name(e.pid, row.address);
+      break;
+    }
+    case CallKind::DriverLaunch:
+      row.is_launch = true;
+      row.address = e.args[0];
+      row.grid[0] = uint32_t(e.args[1]), row.grid[1] = uint32_t(e.args[2]);
+      row.grid[2] = uint32_t(e.args[3]);
+      row.block[0] = uint32_t(e.args[4]), row.block[1] = uint32_t(e.args[5]);
+      row.block[2] = uint32_t(e.stack[0]);
+      row.shared_mem = e.stack[1];
+      // A CUfunction is a driver handle, not a code address: it has no ELF name.
+      row.kernel = "unknown CUfunction";
+      break;
+    case CallKind::DriverLaunchEx: {
+      // CUlaunchConfig: 6 unsigned dims, unsigned sharedMemBytes, (pad), CUstream hStream
+      uint32_t words[7];
+      std::memcpy(words, e.deref, sizeof(words));
+      row.is_launch = true;
+      row.address = e.args[1];
+      std::copy(words, words + 3, row.grid);
+      std::copy(words + 3, words + 6, row.block);
+      row.shared_mem = words[6];
+      row.has_stream = true;
+      row.stream = e.deref[4];
+      row.kernel = "unknown CUfunction";
+      break;
+    }
+    default:
+      break;
+  }
+  out_.add(row);
+}
+
+void EventDecoder::decode_proc(const eacgm_proc_event& e) {
+  ++stats_.proc_events;
+  switch (e.type) {
+    case EACGM_PROC_FORK: {
+      // At fork the child is a copy of its parent: name it from the event, not from /proc
+      // (by the time we read /proc it may have exec'd something else).
+      parents_[e.pid] = e.ppid;
+      ProcessRow row;
+      row.pid = e.pid;
+      row.ppid = e.ppid;
+      row.name = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+      auto it = commands_.find(e.ppid);
+      row.command = it != commands_.end() ? it->second : row.name;
+      row.start_ns = e.ts_ns;
+      commands_[e.pid] = row.command;
+      out_.add(std::move(row));
+      break;
+    }
+    case EACGM_PROC_EXEC: {
+      // exec replaces the program: a new row with the new command line
+      ProcessRow row;
+      row.pid = e.pid;
+      if (auto it = parents_.find(e.pid); it != parents_.end()) row.ppid = it->second;
+      row.name = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+      row.command = command_line(e.pid);
+      if (row.command.empty()) row.command = row.name;
+      row.start_ns = e.ts_ns;
+      commands_[e.pid] = row.command;
+      out_.add(std::move(row));
+      if (on_code_mapped) on_code_mapped(e.pid);
+      break;
+    }
+    case EACGM_PROC_EXIT:
+      // the kernel keeps a wait(2) status; store it the way a shell reports it
+      out_.add(ProcessExitRow{e.pid, e.ts_ns,
+                              (e.exit_code & 0x7f) ? 128 + (e.exit_code & 0x7f)
+                                                   : (e.exit_code >> 8) & 0xff});
+      parents_.erase(e.pid);
+      commands_.erase(e.pid);
+      if (on_process_exit) on_process_exit(e.pid, e.exit_code);
+      break;
+    default:
+      ++stats_.malformed;
+  }
+}
+
+}  // namespace eacgm

@@ -1,0 +1,60 @@
+// Turns raw ring-buffer records into recording rows: CUDA calls with their meaning (bytes,
+// kinds, geometry, kernel names), and the process tree with names.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "events.h"
+#include "probe/symbolizer.h"
+#include "store/recording.h"
+
+namespace eacgm {
+
+struct DecoderStats {
+  uint64_t calls = 0;
+  uint64_t proc_events = 0;
+  uint64_t malformed = 0;
+  std::vector<uint64_t> per_op;  // by op id
+};
+
+class EventDecoder {
+ public:
+  EventDecoder(RecordingWriter& out, Symbolizer& symbols);
+
+  void on_record(const void* data, size_t size);
+
+  // A process enters the recording (the launched command, -p targets, forks).
+  void add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns);
+
+  // The launched command: its process row is written when it execs, with this parent.
+  void expect_process(uint32_t pid, uint32_t ppid) { parents_[pid] = ppid; }
+
+  // Called when a traced process maps new code (re-plan probes) and when one exits.
+  std::function<void(uint32_t pid)> on_code_mapped;
+  std::function<void(uint32_t pid, int status)> on_process_exit;
+
+  const DecoderStats& stats() const { return stats_; }
+
+ private:
+  void decode_call(const eacgm_call_event& e);
+  void decode_proc(const eacgm_proc_event& e);
+  void note_thread(uint32_t pid, uint32_t tid);
+
+  RecordingWriter& out_;
+  Symbolizer& symbols_;
+  DecoderStats stats_;
+  std::unordered_map<uint32_t, uint32_t> parents_;
+  std::unordered_map<uint32_t, std::string> commands_;
+  std::unordered_set<uint64_t> known_threads_;  // pid << 32 | tid
+  // live allocations per process, so that frees can say how many bytes they return
+  std::unordered_map<uint64_t, int64_t> allocations_;  // key: pid ^ address hash
+};
+
+// argument `index` of a call (0..5 registers, 6..8 stack words)
+uint64_t call_arg(const eacgm_call_event& e, int index);
+
+}  // namespace eacgm

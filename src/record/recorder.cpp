@@ -1,0 +1,319 @@
+// The record loop: probes in place before the target runs, events drained on a short timer,
+// batches handed to the writer, and a complete recording however the run ends.
+#include "record/recorder.h"
+
+#include <signal.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "export/exporter.h"
+#include "probe/call_tracer.h"
+#include "probe/cuda_ops.h"
+#include "probe/library_finder.h"
+#include "probe/proc_maps.h"
+#include "probe/symbolizer.h"
+#include "probe/target.h"
+#include "record/decoder.h"
+#include "report/report.h"
+#include "store/recording.h"
+#include "util/error.h"
+#include "version.h"
+
+namespace eacgm {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// Handlers without SA_RESTART so the ring-buffer poll returns at once on Ctrl-C.
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void check_privileges() {
+  if (geteuid() != 0)
+    fail("recording needs root (eBPF uprobes): run with sudo, or grant CAP_BPF, CAP_PERFMON "
+         "and CAP_SYS_RESOURCE to the eacgm binary");
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string hostname() {
+  utsname u{};
+  uname(&u);
+  return u.nodename;
+}
+
+void check_layers(const std::vector<std::string>& layers) {
+  static const std::set<std::string> known{"cuda", "comm", "python", "torch", "gpu", "host"};
+  for (const auto& l : layers) {
+    if (!known.count(l))
+      throw UsageError(fmt::format(
+          "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
+    if (l != "cuda")
+      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (only "
+                                   "'cuda' is; see the issue tracker)", l));
+  }
+}
+
+class Session {
+ public:
+  explicit Session(const RecordOptions& o)
+      : opts_(o),
+        writer_(o.output, o.force),
+        tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
+        decoder_(writer_, symbols_),
+        planner_(tracer_, cuda_ops()) {
+    decoder_.on_code_mapped = [this](uint32_t pid) {
+      // Snapshot the maps now, while the process surely runs (exec and dlopen wake the reader
+      // at once): a short-lived process may be gone by the time its calls are decoded, and its
+      // kernels can only be named through these maps. Probe planning can wait for the batch.
+      if (auto maps = read_proc_maps(static_cast<int>(pid))) symbols_.update_maps(pid, *maps);
+      dirty_.insert(pid);
+    };
+    decoder_.on_process_exit = [this](uint32_t pid, int) {
+      live_.erase(pid);
+      symbols_.forget(pid);
+    };
+  }
+
+  int run();
+
+ private:
+  void write_start_meta(const std::string& target);
+  void plan_dirty();
+  void drain();
+  bool targets_done();
+  void finish(std::optional<int> exit_status);
+  void progress(uint64_t now_ns);
+
+  const RecordOptions& opts_;
+  RecordingWriter writer_;
+  CallTracer tracer_;
+  Symbolizer symbols_;
+  EventDecoder decoder_;
+  ProbePlanner planner_;
+  std::unique_ptr<LaunchedCommand> command_;
+  std::set<uint32_t> dirty_;  // processes that mapped new code
+  std::set<uint32_t> live_;   // -p targets still running
+  uint64_t start_mono_ = 0;
+  uint64_t last_progress_ = 0;
+};
+
+void Session::write_start_meta(const std::string& target) {
+  start_mono_ = clock_ns(CLOCK_MONOTONIC);
+  uint64_t real = clock_ns(CLOCK_REALTIME);
+  writer_.set_meta("eacgm_version", EACGM_VERSION);
+  writer_.set_meta("hostname", hostname());
+  writer_.set_meta("start_realtime_ns", std::to_string(real));
+  writer_.set_meta("start_monotonic_ns", std::to_string(start_mono_));
+  writer_.set_meta("monotonic_to_realtime_ns", std::to_string(int64_t(real - start_mono_)));
+  writer_.set_meta("command", target);
+  writer_.set_meta("layers", join(opts_.layers, ","));
+  writer_.set_meta("duration_note",
+                   "cuda durations are host-side API times (enqueue time for async calls), "
+                   "not GPU execution times");
+  writer_.flush();
+}
+
+void Session::plan_dirty() {
+  for (uint32_t pid : dirty_) planner_.plan_process(pid);
+  dirty_.clear();
+}
+
+void Session::drain() {
+  auto handler = [this](const void* d, size_t n) { decoder_.on_record(d, n); };
+  // Until the ring is empty; bounded so a target that keeps producing cannot hold us forever.
+  for (int i = 0; i < 64 && tracer_.poll(0, handler) > 0; ++i) {
+  }
+}
+
+bool Session::targets_done() {
+  if (command_) return command_->poll_exit().has_value();
+  if (opts_.all) return false;
+  std::erase_if(live_, [](uint32_t pid) { return kill(pid_t(pid), 0) != 0 && errno == ESRCH; });
+  return live_.empty();
+}
+
+void Session::progress(uint64_t now_ns) {
+  if (opts_.quiet || !isatty(STDERR_FILENO) || now_ns - last_progress_ < 2'000'000'000ull) return;
+  last_progress_ = now_ns;
+  TracerCounters c = tracer_.counters();
+  fprintf(stderr, "\reacgm: recording %.0f s, %llu calls, %llu dropped ",
+          double(now_ns - start_mono_) / 1e9, (unsigned long long)decoder_.stats().calls,
+          (unsigned long long)c.ring_drops);
+  fflush(stderr);
+}
+
+int Session::run() {
+  std::string target;
+  if (std::string loader = own_dynamic_loader(); !loader.empty()) planner_.plan_loader(loader);
+  if (!opts_.command.empty()) {
+    command_ = std::make_unique<LaunchedCommand>(opts_.command);
+    target = join(opts_.command, " ");
+    tracer_.trace_pid(uint32_t(command_->pid()));
+    const char* ldp = getenv("LD_LIBRARY_PATH");
+    for (const auto& lib : candidate_cuda_libraries(ldp ? ldp : "")) planner_.plan_file(lib);
+  } else if (opts_.all) {
+    target = "--all";
+    for (const auto& lib : candidate_cuda_libraries("")) planner_.plan_file(lib);
+  } else {
+    check_pids_exist(opts_.pids);
+    std::vector<std::string> names;
+    for (uint32_t pid : opts_.pids) {
+      names.push_back(std::to_string(pid));
+      std::vector<uint32_t> all = descendants_of(pid);
+      all.insert(all.begin(), pid);
+      for (uint32_t p : all) {
+        tracer_.trace_pid(p);
+        decoder_.add_process(p, 0, clock_ns(CLOCK_MONOTONIC));
+        dirty_.insert(p);
+        live_.insert(p);
+      }
+    }
+    target = "-p " + join(names, ",");
+  }
+  write_start_meta(target);
+  plan_dirty();
+  if (command_) {
+    decoder_.expect_process(uint32_t(command_->pid()), uint32_t(getpid()));
+    uint32_t child = uint32_t(command_->pid());
+    command_->start([&] {
+      if (auto maps = read_proc_maps(int(child))) symbols_.update_maps(child, *maps);
+    });
+  }
+  if (!opts_.quiet)
+    fprintf(stderr, "eacgm: recording %s to %s (Ctrl-C to stop)\n", target.c_str(),
+            opts_.output.c_str());
+
+  auto handler = [this](const void* d, size_t n) { decoder_.on_record(d, n); };
+  uint64_t last_flush = clock_ns(CLOCK_MONOTONIC);
+  uint64_t last_rescan = last_flush;
+  uint64_t stop_deadline = 0;  // after a stop signal: how long the command may take to exit
+  bool forwarded = false;
+  for (;;) {
+    tracer_.poll(50, handler);
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (!dirty_.empty()) plan_dirty();
+    if (opts_.all && now - last_rescan > 2'000'000'000ull) {
+      // --all has no mmap events (too many host-wide): look for new CUDA processes on a timer
+      for (uint32_t p : descendants_of(1)) planner_.plan_process(p);
+      last_rescan = now;
+    }
+    if (writer_.pending() > 50'000 || now - last_flush > 100'000'000ull) {
+      writer_.flush();
+      last_flush = now;
+    }
+    progress(now);
+    if (!writer_.error().empty()) break;  // e.g. disk full: stop and keep what was written
+    if (targets_done()) break;
+    if (opts_.duration_s > 0 && double(now - start_mono_) / 1e9 >= opts_.duration_s) break;
+    if (int sig = g_stop_signal.load()) {
+      if (!command_) break;
+      if (!forwarded) {
+        // Ctrl-C reached the command too (same process group); SIGTERM/SIGHUP did not.
+        if (sig != SIGINT) command_->send_signal(sig);
+        forwarded = true;
+        stop_deadline = now + 5'000'000'000ull;
+      } else if (now > stop_deadline) {
+        break;
+      }
+    }
+  }
+  drain();
+  std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
+  finish(status);
+  if (command_) {
+    if (status) return exit_code_of_status(*status);
+    return 128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGTERM);
+  }
+  return 0;
+}
+
+void Session::finish(std::optional<int> exit_status) {
+  if (!opts_.quiet && isatty(STDERR_FILENO) && last_progress_) fputc('\n', stderr);
+  TracerCounters c = tracer_.counters();
+  uint64_t end = clock_ns(CLOCK_MONOTONIC);
+  writer_.set_meta("end_monotonic_ns", std::to_string(end));
+  writer_.set_meta("events", std::to_string(decoder_.stats().calls));
+  writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
+  writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
+  writer_.set_meta("probes", std::to_string(planner_.total_probes()));
+  std::string files;
+  for (const auto& f : planner_.probed_files()) files += (files.empty() ? "" : ";") + f.path;
+  writer_.set_meta("probed_files", files);
+  if (exit_status) writer_.set_meta("exit_status", std::to_string(exit_code_of_status(*exit_status)));
+  if (int sig = g_stop_signal.load()) writer_.set_meta("stopped_by_signal", std::to_string(sig));
+  std::string err = writer_.close();
+
+  if (!err.empty()) fprintf(stderr, "eacgm: %s; the recording holds what was written before\n",
+                            err.c_str());
+  if (c.ring_drops)
+    fprintf(stderr, "eacgm: warning: %llu events were dropped because the ring buffer was full "
+            "(raise --ring-mb)\n", (unsigned long long)c.ring_drops);
+  for (const auto& f : planner_.probed_files())
+    for (const auto& e : f.errors)
+      fprintf(stderr, "eacgm: warning: could not probe %s in %s\n", e.c_str(), f.path.c_str());
+  if (decoder_.stats().calls == 0 && !planner_.found_in_target())
+    fprintf(stderr, "eacgm: layer cuda: no CUDA runtime or driver library (libcudart, libcuda) "
+            "was found in the traced processes; the recording holds the process tree only\n");
+  if (!opts_.perfetto.empty()) {
+    try {
+      export_recording(opts_.output, opts_.perfetto, ExportFormat::Perfetto, opts_.force);
+    } catch (const Error& e) {
+      fprintf(stderr, "eacgm: %s (the recording %s is complete; retry with eacgm export)\n",
+              e.what(), opts_.output.c_str());
+    }
+  }
+  if (!opts_.quiet) {
+    print_summary(opts_.output, stdout);
+    fprintf(stdout, "recording: %s\n", opts_.output.c_str());
+    if (!opts_.perfetto.empty())
+      fprintf(stdout, "perfetto trace: %s (open in https://ui.perfetto.dev)\n",
+              opts_.perfetto.c_str());
+  }
+}
+
+}  // namespace
+
+int run_record(const RecordOptions& options) {
+  check_layers(options.layers);
+  int targets = (!options.command.empty()) + (!options.pids.empty()) + options.all;
+  if (targets != 1)
+    throw UsageError("say what to trace: -- COMMAND [ARGS], -p PID[,PID...], or --all");
+  // Bad input first, before anything is created or loaded.
+  if (!options.command.empty()) LaunchedCommand::check_program(options.command[0]);
+  check_privileges();
+  if (!options.perfetto.empty() && std::filesystem::exists(options.perfetto) && !options.force)
+    throw UsageError(fmt::format(
+        "output {} already exists (use --force to overwrite, or choose another --perfetto)",
+        options.perfetto));
+  install_signal_handlers();
+  Session session(options);
+  return session.run();
+}
+
+}  // namespace eacgm

@@ -1,0 +1,25 @@
+// `eacgm record`: loads the probes, runs or attaches to the target, and writes the recording.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eacgm {
+
+struct RecordOptions {
+  std::string output = "run.eacgm.db";
+  bool force = false;
+  std::vector<std::string> layers{"cuda"};
+  std::string perfetto;  // also write a Perfetto trace here when set
+  double duration_s = 0;  // 0: until the target exits or Ctrl-C
+  std::vector<uint32_t> pids;
+  bool all = false;
+  std::vector<std::string> command;
+  uint64_t ring_mb = 32;
+  bool quiet = false;
+};
+
+// Records and returns the exit status for eacgm: the command's own status for `-- CMD`.
+int run_record(const RecordOptions& options);
+
+}  // namespace eacgm

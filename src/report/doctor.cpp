@@ -1,0 +1,128 @@
+// Checks privileges, kernel support for eBPF uprobes, and which traced libraries exist.
+#include "report/doctor.h"
+
+#include <dlfcn.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "probe/call_tracer.h"
+#include "probe/elf_symbols.h"
+#include "probe/library_finder.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Doctor {
+  FILE* out;
+  bool fatal = false;
+  void ok(const std::string& what, const std::string& detail) {
+    fmt::print(out, "  ok       {:<22} {}\n", what, detail);
+  }
+  void missing(const std::string& what, const std::string& why, bool blocks = false) {
+    fmt::print(out, "  {:<8} {:<22} {}\n", blocks ? "FAIL" : "missing", what, why);
+    fatal = fatal || blocks;
+  }
+};
+
+std::vector<std::string> find_files(const std::vector<std::string>& dirs,
+                                    const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+void check_kernel(Doctor& d) {
+  utsname u{};
+  uname(&u);
+  d.ok("kernel", fmt::format("{} {}", u.sysname, u.release));
+  if (geteuid() == 0)
+    d.ok("privileges", "running as root");
+  else
+    d.missing("privileges", "not root: recording needs root or CAP_BPF+CAP_PERFMON (use sudo)",
+              true);
+  if (fs::exists("/sys/kernel/btf/vmlinux"))
+    d.ok("BTF", "/sys/kernel/btf/vmlinux");
+  else
+    d.missing("BTF", "/sys/kernel/btf/vmlinux absent: kernel built without CONFIG_DEBUG_INFO_BTF",
+              true);
+  if (fs::exists("/sys/bus/event_source/devices/uprobe/type"))
+    d.ok("uprobes", "perf uprobe PMU present");
+  else
+    d.missing("uprobes", "no uprobe PMU: kernel built without CONFIG_UPROBE_EVENTS", true);
+  if (geteuid() == 0) {
+    try {
+      CallTracer tracer(CallTracerOptions{false, 1 << 20, 4096});
+      d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+    } catch (const Error& e) {
+      d.missing("BPF programs", e.what(), true);
+    }
+  }
+}
+
+void check_libraries(Doctor& d) {
+  const char* ldp = getenv("LD_LIBRARY_PATH");
+  auto cuda = candidate_cuda_libraries(ldp ? ldp : "");
+  if (cuda.empty())
+    d.missing("CUDA libraries", "no libcudart or libcuda found (targets that bundle their own "
+                                "are still found from their maps)");
+  for (const auto& lib : cuda) {
+    try {
+      auto elf = ElfSymbols::load(lib);
+      bool runtime = elf.find_function("cudaLaunchKernel") != nullptr;
+      bool driver = elf.find_function("cuLaunchKernel") != nullptr;
+      d.ok("CUDA library", fmt::format("{} ({})", lib, runtime  ? "runtime API"
+                                                       : driver ? "driver API"
+                                                                : "no probed functions"));
+    } catch (const Error& e) {
+      d.missing("CUDA library", e.what());
+    }
+  }
+  std::vector<std::string> libdirs{"/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
+  auto nccl = find_files(libdirs, "libnccl.so");
+  if (nccl.empty())
+    d.missing("NCCL", "no libnccl.so found (comm layer not implemented yet in this version)");
+  else
+    d.ok("NCCL", nccl.front() + " (comm layer not implemented yet in this version)");
+  auto pythons = find_files({"/usr/bin"}, "python3.");
+  if (pythons.empty())
+    d.missing("Python", "no /usr/bin/python3.X");
+  else
+    d.ok("Python", pythons.front() + " (python layer not implemented yet in this version)");
+  auto torch = find_files({"/usr/lib/python3/dist-packages/torch/lib"}, "libtorch_cpu");
+  if (torch.empty())
+    d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location");
+  else
+    d.ok("PyTorch", torch.front() + " (torch layer not implemented yet in this version)");
+  if (void* h = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    d.ok("NVML", "libnvidia-ml.so.1 loads (gpu layer not implemented yet in this version)");
+    dlclose(h);
+  } else {
+    d.missing("NVML", "libnvidia-ml.so.1 not found: no NVIDIA driver (gpu metrics unavailable)");
+  }
+}
+
+}  // namespace
+
+int run_doctor(FILE* out) {
+  Doctor d{out};
+  fmt::print(out, "eacgm doctor\n");
+  check_kernel(d);
+  check_libraries(d);
+  fputs(d.fatal ? "recording cannot work here: fix the FAIL lines above\n"
+                : "recording can work here\n",
+        out);
+  return d.fatal ? 1 : 0;
+}
+
+}  // namespace eacgm

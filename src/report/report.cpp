@@ -1,0 +1,151 @@
+// Per-operation statistics and top kernels from a recording, printed as tables or JSON.
+#include "report/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "store/reader.h"
+#include "store/sqlite_util.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+std::string human_ns(double ns) {
+  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.2f} us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+std::string human_bytes(int64_t b) {
+  if (b <= 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+}  // namespace
+
+uint64_t percentile(const std::vector<uint64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = size_t(std::ceil(p / 100.0 * double(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+std::vector<OperationStats> operation_stats(const RecordingReader& rec) {
+  struct Acc {
+    std::vector<uint64_t> durs;
+    int64_t bytes = 0;
+    uint64_t errors = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Acc> acc;
+  rec.query("SELECT layer, name, dur_ns, bytes, ret FROM trace", [&](Statement& s) {
+    Acc& a = acc[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
+    a.durs.push_back(uint64_t(s.int_at(2)));
+    if (!s.null_at(3)) a.bytes += s.int_at(3);
+    if (s.int_at(4) != 0) ++a.errors;
+  });
+  std::vector<OperationStats> out;
+  for (auto& [key, a] : acc) {
+    std::sort(a.durs.begin(), a.durs.end());
+    OperationStats o;
+    o.layer = key.first;
+    o.name = key.second;
+    o.count = a.durs.size();
+    for (uint64_t d : a.durs) o.total_ns += d;
+    o.mean_ns = double(o.total_ns) / double(o.count);
+    o.p50_ns = percentile(a.durs, 50);
+    o.p99_ns = percentile(a.durs, 99);
+    o.max_ns = a.durs.back();
+    o.bytes = a.bytes;
+    o.errors = a.errors;
+    out.push_back(std::move(o));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  return out;
+}
+
+std::vector<KernelStats> top_kernels(const RecordingReader& rec, size_t limit) {
+  std::vector<KernelStats> out;
+  rec.query(fmt::format("SELECT kernel, count(*), sum(dur_ns) FROM cuda_calls WHERE kernel IS "
+                        "NOT NULL GROUP BY kernel ORDER BY count(*) DESC, kernel LIMIT {}",
+                        limit),
+            [&](Statement& s) {
+              out.push_back({std::string(s.text_at(0)), uint64_t(s.int_at(1)),
+                             uint64_t(s.int_at(2))});
+            });
+  return out;
+}
+
+void print_report(const std::string& path, bool json, FILE* out) {
+  RecordingReader rec(path);
+  auto ops = operation_stats(rec);
+  auto kernels = top_kernels(rec, 20);
+  if (json) {
+    nlohmann::json j;
+    j["recording"] = path;
+    j["meta"] = rec.meta();
+    j["operations"] = nlohmann::json::array();
+    for (const auto& o : ops)
+      j["operations"].push_back({{"layer", o.layer}, {"name", o.name}, {"count", o.count},
+                                 {"total_ns", o.total_ns}, {"mean_ns", o.mean_ns},
+                                 {"p50_ns", o.p50_ns}, {"p99_ns", o.p99_ns},
+                                 {"max_ns", o.max_ns}, {"bytes", o.bytes},
+                                 {"errors", o.errors}});
+    j["top_kernels"] = nlohmann::json::array();
+    for (const auto& k : kernels)
+      j["top_kernels"].push_back(
+          {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
+    fmt::print(out, "{}\n", j.dump(2));
+    return;
+  }
+  fmt::print(out, "recording {}: {} on {}, layers {}\n", path, rec.meta_or("command", "?"),
+             rec.meta_or("hostname", "?"), rec.meta_or("layers", "?"));
+  fmt::print(out, "events {}, dropped {}\n", rec.meta_or("events", "?"),
+             rec.meta_or("dropped_events", "?"));
+  fmt::print(out, "durations are host-side API times (enqueue time for async calls), not GPU "
+                  "execution times\n\n");
+  fmt::print(out, "{:<6} {:<28} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7}\n",
+             "layer", "name", "count", "total", "mean", "p50", "p99", "max", "bytes", "errors");
+  for (const auto& o : ops)
+    fmt::print(out, "{:<6} {:<28} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7}\n",
+               o.layer, o.name, o.count, human_ns(double(o.total_ns)), human_ns(o.mean_ns),
+               human_ns(double(o.p50_ns)), human_ns(double(o.p99_ns)),
+               human_ns(double(o.max_ns)), human_bytes(o.bytes), o.errors);
+  if (ops.empty()) fmt::print(out, "(no calls recorded)\n");
+  if (!kernels.empty()) {
+    fmt::print(out, "\ntop kernels by launches:\n{:>9}  {:>11}  {}\n", "launches", "launch time",
+               "kernel");
+    for (const auto& k : kernels)
+      fmt::print(out, "{:>9}  {:>11}  {}\n", k.launches, human_ns(double(k.total_ns)), k.kernel);
+  }
+}
+
+void print_summary(const std::string& path, FILE* out) {
+  try {
+    RecordingReader rec(path);
+    auto ops = operation_stats(rec);
+    uint64_t total = 0;
+    for (const auto& o : ops) total += o.count;
+    fmt::print(out, "eacgm: {} calls recorded ({} dropped)\n", total,
+               rec.meta_or("dropped_events", "0"));
+    for (size_t i = 0; i < ops.size() && i < 10; ++i)
+      fmt::print(out, "  {:<6} {:<28} {:>8} calls  mean {:>10}  total {:>10}\n", ops[i].layer,
+                 ops[i].name, ops[i].count, human_ns(ops[i].mean_ns),
+                 human_ns(double(ops[i].total_ns)));
+    auto kernels = top_kernels(rec, 5);
+    for (const auto& k : kernels)
+      fmt::print(out, "  kernel {} launched {} times\n", k.kernel, k.launches);
+  } catch (const Error& e) {
+    fmt::print(stderr, "eacgm: cannot summarise {}: {}\n", path, e.what());
+  }
+}
+
+}  // namespace eacgm

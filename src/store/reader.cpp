@@ -1,0 +1,79 @@
+// Read-only access to a recording, with a clear error for files that are not recordings.
+#include "store/reader.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "store/sqlite_util.h"
+#include "util/error.h"
+
+namespace eacgm {
+
+RecordingReader::RecordingReader(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    fail("cannot open recording {}: no such file (record one with: eacgm record -o {} -- CMD)",
+         path, path);
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail("cannot open recording {}: {}", path, msg);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  if (!has_table("meta")) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail("{} is not an eacgm recording (no meta table; was it written by eacgm record?)", path);
+  }
+  query("SELECT key, value FROM meta", [this](Statement& s) {
+    meta_.emplace(std::string(s.text_at(0)), std::string(s.text_at(1)));
+  });
+}
+
+RecordingReader::~RecordingReader() { sqlite3_close(db_); }
+
+std::string RecordingReader::meta_or(const std::string& key, const std::string& fallback) const {
+  auto it = meta_.find(key);
+  return it == meta_.end() ? fallback : it->second;
+}
+
+int64_t RecordingReader::monotonic_to_realtime_ns() const {
+  return std::stoll(meta_or("monotonic_to_realtime_ns", "0"));
+}
+
+bool RecordingReader::has_table(const std::string& name) const {
+  sqlite3_stmt* s = nullptr;
+  bool found = false;
+  // "file is not a database" surfaces here for arbitrary files
+  int rc = sqlite3_prepare_v2(
+      db_, "SELECT 1 FROM sqlite_master WHERE name = ?1 AND type IN ('table','view')", -1, &s,
+      nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = sqlite3_errmsg(db_);
+    sqlite3_finalize(s);
+    if (msg.find("not a database") != std::string::npos)
+      fail("{} is not an eacgm recording (not an SQLite file)", path_);
+    fail("cannot read {}: {}", path_, msg);
+  }
+  sqlite3_bind_text(s, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) found = true;
+  std::string msg = sqlite3_errmsg(db_);
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    if (msg.find("not a database") != std::string::npos)
+      fail("{} is not an eacgm recording (not an SQLite file)", path_);
+    fail("cannot read {}: {}", path_, msg);
+  }
+  return found;
+}
+
+void RecordingReader::query(const std::string& sql,
+                            const std::function<void(Statement&)>& row) const {
+  Statement s(db_, sql);
+  while (s.step()) row(s);
+}
+
+}  // namespace eacgm

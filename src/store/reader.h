@@ -1,0 +1,38 @@
+// Reads a recording: metadata, processes, threads and calls, for report and export.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+struct sqlite3;
+
+namespace eacgm {
+
+class Statement;
+
+class RecordingReader {
+ public:
+  // Opens read-only. Throws eacgm::Error when the file is missing or is not an eacgm recording.
+  explicit RecordingReader(const std::string& path);
+  ~RecordingReader();
+  RecordingReader(const RecordingReader&) = delete;
+  RecordingReader& operator=(const RecordingReader&) = delete;
+
+  const std::map<std::string, std::string>& meta() const { return meta_; }
+  std::string meta_or(const std::string& key, const std::string& fallback) const;
+  // CLOCK_MONOTONIC ns + this = wall clock ns
+  int64_t monotonic_to_realtime_ns() const;
+
+  // Runs a query and calls `row` for each result row.
+  void query(const std::string& sql, const std::function<void(Statement&)>& row) const;
+  bool has_table(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::map<std::string, std::string> meta_;
+};
+
+}  // namespace eacgm

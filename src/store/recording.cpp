@@ -1,0 +1,212 @@
+// The recording writer: schema, batching, and a writer thread that commits each batch.
+#include "store/recording.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "store/sqlite_util.h"
+#include "util/error.h"
+
+namespace eacgm {
+
+const char* const kRecordingSchema = R"sql(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE processes(pid INTEGER NOT NULL, ppid INTEGER, name TEXT, command TEXT,
+                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
+CREATE TABLE threads(pid INTEGER NOT NULL, tid INTEGER NOT NULL, name TEXT);
+-- Host-side CUDA API calls: dur_ns is the time in the API call (enqueue time for async calls),
+-- not GPU execution time.
+CREATE TABLE cuda_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                        tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, bytes INTEGER,
+                        memcpy_kind TEXT, stream INTEGER, grid_x INTEGER, grid_y INTEGER,
+                        grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
+                        shared_mem INTEGER, kernel TEXT, address INTEGER);
+CREATE VIEW trace AS
+  SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
+         COALESCE(kernel, memcpy_kind) AS detail, bytes, ret
+  FROM cuda_calls;
+)sql";
+
+namespace {
+
+void check_output_path(const std::string& path, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  if (fs::is_directory(p, ec))
+    throw UsageError(fmt::format("output {} is a directory (give a file name, e.g. {}/run.eacgm.db)",
+                                 path, path));
+  if (fs::exists(p, ec)) {
+    if (!force)
+      throw UsageError(fmt::format(
+          "output {} already exists (use --force to overwrite, or choose another -o)", path));
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
+  }
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    fail("cannot create {}: directory {} does not exist (create it first)", path, dir.string());
+  if (access(dir.c_str(), W_OK) != 0)
+    fail("cannot create {}: directory {} is not writable ({})", path, dir.string(),
+         errno_text(errno));
+}
+
+}  // namespace
+
+RecordingWriter::RecordingWriter(const std::string& path, bool force)
+    : path_(path), batch_(std::make_unique<Batch>()) {
+  check_output_path(path, force);
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    fail("cannot create recording {}: {}", path, msg);
+  }
+  // WAL: readers (report, export) can open the file while it is being written, and a crash
+  // leaves every committed batch intact. NORMAL sync is durable across process crashes.
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL"}) {
+    std::string err = exec_sql(db_, pragma);
+    if (!err.empty()) {
+      sqlite3_close(db_);
+      fail("cannot set up recording {}: {}", path, err);
+    }
+  }
+  if (std::string err = exec_sql(db_, kRecordingSchema); !err.empty()) {
+    sqlite3_close(db_);
+    fail("cannot create the schema in {}: {}", path, err);
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+RecordingWriter::~RecordingWriter() { close(); }
+
+void RecordingWriter::set_meta(std::string key, std::string value) {
+  batch_->meta.emplace_back(std::move(key), std::move(value));
+}
+
+void RecordingWriter::flush() {
+  if (batch_->size() == 0) return;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(batch_));
+  }
+  cv_.notify_one();
+  batch_ = std::make_unique<Batch>();
+}
+
+std::string RecordingWriter::close() {
+  if (closed_) return error();
+  closed_ = true;
+  flush();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (writer_.joinable()) writer_.join();
+  // Fold the WAL back into the main file so the recording is one self-contained file.
+  exec_sql(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
+  exec_sql(db_, "PRAGMA journal_mode=DELETE");
+  sqlite3_close(db_);
+  db_ = nullptr;
+  return error();
+}
+
+std::string RecordingWriter::error() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+uint64_t RecordingWriter::rows_written() const {
+  std::lock_guard lock(mu_);
+  return rows_written_;
+}
+
+void RecordingWriter::writer_loop() {
+  for (;;) {
+    std::unique_ptr<Batch> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+      if (!error_.empty()) continue;  // after a write error (disk full) nothing more is kept
+    }
+    write_batch(*batch);
+  }
+}
+
+void RecordingWriter::write_batch(const Batch& b) {
+  auto failed = [this](const char* what) {
+    std::string msg = fmt::format("writing {} to {} failed: {}", what, path_, sqlite3_errmsg(db_));
+    if (sqlite3_errcode(db_) == SQLITE_FULL) msg += " (disk full: free space and record again)";
+    exec_sql(db_, "ROLLBACK");
+    std::lock_guard lock(mu_);
+    if (error_.empty()) error_ = msg;
+  };
+  if (!exec_sql(db_, "BEGIN").empty()) return failed("a batch");
+
+  Statement meta(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)");
+  for (const auto& [k, v] : b.meta) {
+    meta.bind(1, k);
+    meta.bind(2, v);
+    if (meta.run() != SQLITE_DONE) return failed("metadata");
+  }
+  Statement proc(db_, "INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
+  for (const auto& p : b.processes) {
+    proc.bind(1, p.pid);
+    proc.bind(2, p.ppid);
+    proc.bind(3, p.name);
+    proc.bind(4, p.command);
+    proc.bind(5, static_cast<int64_t>(p.start_ns));
+    if (proc.run() != SQLITE_DONE) return failed("processes");
+  }
+  Statement thread(db_, "INSERT INTO threads(pid, tid, name) VALUES(?,?,?)");
+  for (const auto& t : b.threads) {
+    thread.bind(1, t.pid);
+    thread.bind(2, t.tid);
+    thread.bind(3, t.name);
+    if (thread.run() != SQLITE_DONE) return failed("threads");
+  }
+  Statement call(db_,
+                 "INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
+                 "?16,?17,?18)");
+  for (const auto& c : b.cuda_calls) {
+    call.bind(1, static_cast<int64_t>(c.ts_ns));
+    call.bind(2, static_cast<int64_t>(c.dur_ns));
+    call.bind(3, c.pid);
+    call.bind(4, c.tid);
+    call.bind(5, c.name);
+    call.bind(6, c.ret);
+    if (c.bytes >= 0) call.bind(7, c.bytes);
+    if (!c.memcpy_kind.empty()) call.bind(8, c.memcpy_kind);
+    if (c.has_stream) call.bind(9, static_cast<int64_t>(c.stream));
+    if (c.is_launch) {
+      for (int i = 0; i < 3; ++i) {
+        call.bind(10 + i, c.grid[i]);
+        call.bind(13 + i, c.block[i]);
+      }
+      call.bind(16, static_cast<int64_t>(c.shared_mem));
+      call.bind(17, c.kernel);
+    }
+    if (c.address) call.bind(18, static_cast<int64_t>(c.address));
+    if (call.run() != SQLITE_DONE) return failed("CUDA calls");
+  }
+  Statement exit_row(db_, "UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
+                          "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
+  for (const auto& e : b.exits) {
+    exit_row.bind(1, e.pid);
+    exit_row.bind(2, static_cast<int64_t>(e.end_ns));
+    exit_row.bind(3, e.exit_code);
+    if (exit_row.run() != SQLITE_DONE) return failed("process exits");
+  }
+  if (!exec_sql(db_, "COMMIT").empty()) return failed("a batch");
+  std::lock_guard lock(mu_);
+  rows_written_ += b.size();
+}
+
+}  // namespace eacgm

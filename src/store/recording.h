@@ -1,0 +1,75 @@
+// Writes a recording: one SQLite file, rows batched into transactions on a writer thread.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "store/rows.h"
+
+struct sqlite3;
+
+namespace eacgm {
+
+// The schema every recording has (see DESIGN.md "Recording"). Exposed for tests and readers.
+extern const char* const kRecordingSchema;
+
+class RecordingWriter {
+ public:
+  // Creates `path`. An existing file is refused unless `force`; the directory must be writable.
+  // Throws eacgm::Error naming the path and the fix.
+  RecordingWriter(const std::string& path, bool force);
+  ~RecordingWriter();  // close()s
+  RecordingWriter(const RecordingWriter&) = delete;
+  RecordingWriter& operator=(const RecordingWriter&) = delete;
+
+  // Buffered on the caller's thread; flush() hands the batch to the writer thread.
+  void set_meta(std::string key, std::string value);
+  void add(const CudaCallRow& row) { batch_->cuda_calls.push_back(row); }
+  void add(ProcessRow row) { batch_->processes.push_back(std::move(row)); }
+  void add(const ProcessExitRow& row) { batch_->exits.push_back(row); }
+  void add(ThreadRow row) { batch_->threads.push_back(std::move(row)); }
+  size_t pending() const { return batch_->size(); }
+  void flush();
+
+  // Writes what is left, stops the writer thread, and closes the file. Returns the first
+  // write error ("" if none) so the caller can say what was kept.
+  std::string close();
+
+  // The first error the writer thread hit (e.g. disk full), or "".
+  std::string error() const;
+  uint64_t rows_written() const;
+
+ private:
+  struct Batch {
+    std::vector<std::pair<std::string, std::string>> meta;
+    std::vector<CudaCallRow> cuda_calls;
+    std::vector<ProcessRow> processes;
+    std::vector<ProcessExitRow> exits;
+    std::vector<ThreadRow> threads;
+    size_t size() const {
+      return meta.size() + cuda_calls.size() + processes.size() + exits.size() + threads.size();
+    }
+  };
+  void writer_loop();
+  void write_batch(const Batch& batch);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::unique_ptr<Batch> batch_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Batch>> queue_;
+  bool stopping_ = false;
+  std::string error_;
+  uint64_t rows_written_ = 0;
+  std::thread writer_;
+  bool closed_ = false;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,47 @@
+// Rows of a recording, as the decoder produces them and the writer stores them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace eacgm {
+
+// One traced CUDA API call. Durations are host-side: for async calls, the enqueue time.
+// String views point to storage that outlives the recording (op table, interned names).
+struct CudaCallRow {
+  uint64_t ts_ns = 0;  // CLOCK_MONOTONIC at entry
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  std::string_view name;  // the API function
+  int64_t ret = 0;
+  int64_t bytes = -1;            // -1: not applicable or unknown
+  std::string_view memcpy_kind;  // empty: not a copy
+  bool has_stream = false;
+  uint64_t stream = 0;
+  bool is_launch = false;
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint64_t shared_mem = 0;
+  std::string_view kernel;  // demangled kernel name for launches
+  uint64_t address = 0;     // allocation result, freed pointer, or launched function
+};
+
+struct ProcessRow {
+  uint32_t pid = 0, ppid = 0;
+  std::string name;     // comm
+  std::string command;  // full command line
+  uint64_t start_ns = 0;
+};
+
+struct ProcessExitRow {
+  uint32_t pid = 0;
+  uint64_t end_ns = 0;
+  int exit_code = 0;  // as a shell reports it: the code, or 128 + the signal
+};
+
+struct ThreadRow {
+  uint32_t pid = 0, tid = 0;
+  std::string name;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,65 @@
+// Small RAII helpers over the SQLite C API, shared by the recording writer and readers.
+#pragma once
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "util/error.h"
+
+namespace eacgm {
+
+class Statement {
+ public:
+  Statement(sqlite3* db, std::string_view sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr) !=
+        SQLITE_OK)
+      fail("recording query failed: {} (in: {})", sqlite3_errmsg(db), sql);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void bind(int i, std::string_view v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
+  // Runs an insert/update; returns the SQLite result code (SQLITE_DONE on success).
+  int run() {
+    int rc = sqlite3_step(stmt_);
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return rc;
+  }
+  bool step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) fail("reading the recording failed: {}", sqlite3_errmsg(db_));
+    return false;
+  }
+  int64_t int_at(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double double_at(int col) const { return sqlite3_column_double(stmt_, col); }
+  bool null_at(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::string_view text_at(int col) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string_view(p, sqlite3_column_bytes(stmt_, col)) : std::string_view();
+  }
+  sqlite3_stmt* get() { return stmt_; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// Runs SQL without results; returns "" or the error text.
+inline std::string exec_sql(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) == SQLITE_OK) return {};
+  std::string text = err ? err : sqlite3_errmsg(db);
+  sqlite3_free(err);
+  return text;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,182 @@
+// End to end: eacgm record traces the real libcudart.so.13 and the stub libcuda.so, and the
+// recording holds exactly the calls the workloads made.
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+const std::map<std::string, int64_t> kRuntimeCallsPerRun = {
+    {"cudaMalloc", 3},         {"cudaMallocHost", 2},        {"cudaMallocManaged", 1},
+    {"cudaMallocAsync", 1},    {"cudaFree", 4},              {"cudaFreeHost", 2},
+    {"cudaFreeAsync", 1},      {"cudaMemcpy", 3},            {"cudaMemcpyAsync", 1},
+    {"cudaMemset", 3},         {"cudaMemsetAsync", 1},       {"cudaLaunchKernel", 7},
+    {"cudaLaunchKernelExC", 1}, {"cudaGraphLaunch", 1},      {"cudaStreamSynchronize", 2},
+    {"cudaDeviceSynchronize", 1}, {"cudaEventSynchronize", 1}};
+
+std::map<std::string, int64_t> times(std::map<std::string, int64_t> m, int64_t k) {
+  for (auto& [name, v] : m) v *= k;
+  return m;
+}
+
+class RecordCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    E2E_REQUIRE_ROOT();
+    E2E_REQUIRE_CUDA();
+    dir_ = scratch_dir();
+    db_ = dir_ + "/run.eacgm.db";
+  }
+  std::string dir_, db_;
+};
+
+TEST_F(RecordCuda, RuntimeApiCountsBytesKindsAndKernels) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
+                "--repeat", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            times(kRuntimeCallsPerRun, 2));
+  // every call fails with cudaErrorInsufficientDriver (35): there is no GPU here
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE ret != 35"), 0);
+  EXPECT_EQ(db.pairs("SELECT name, sum(bytes) FROM cuda_calls WHERE bytes IS NOT NULL "
+                     "GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 2 * 3 << 20},
+                                            {"cudaMallocHost", 2 * 2 * 4096},
+                                            {"cudaMallocManaged", 2 * 8192},
+                                            {"cudaMallocAsync", 2 * 2048},
+                                            {"cudaMemcpy", 2 * 5000},
+                                            {"cudaMemcpyAsync", 2 * 5000},
+                                            {"cudaMemset", 2 * 2100},
+                                            {"cudaMemsetAsync", 2 * 900}}));
+  EXPECT_EQ(db.pairs("SELECT memcpy_kind || ':' || bytes, count(*) FROM cuda_calls "
+                     "WHERE memcpy_kind IS NOT NULL GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"HostToDevice:1000", 4},
+                                            {"DeviceToHost:3000", 2},
+                                            {"DeviceToDevice:5000", 2}}));
+  // the stream handle passed to every stream-ordered call
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls WHERE stream = 4660 GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMallocAsync", 2}, {"cudaFreeAsync", 2},
+                                            {"cudaMemcpyAsync", 2}, {"cudaMemsetAsync", 2},
+                                            {"cudaLaunchKernelExC", 2}, {"cudaGraphLaunch", 2},
+                                            {"cudaStreamSynchronize", 4}}));
+  EXPECT_EQ(db.pairs("SELECT name || '|' || kernel || '|' || grid_x || ',' || grid_y || ',' || "
+                     "grid_z || '|' || block_x || ',' || block_y || ',' || block_z || '|' || "
+                     "shared_mem || '|' || stream, count(*) FROM cuda_calls "
+                     "WHERE kernel IS NOT NULL GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"cudaLaunchKernel|vecAdd(float*, float const*, int)|4,2,1|128,1,1|0|0", 10},
+                {"cudaLaunchKernel|void demo::scale<float>(float*, float, int)|3,1,1|64,1,1|256|0",
+                 4},
+                {"cudaLaunchKernelExC|vecAdd(float*, float const*, int)|7,1,1|32,2,1|128|4660",
+                 2}}));
+  // the trace view and the metadata agree with the table
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM trace WHERE layer = 'cuda'"), 70);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'events'"), "70");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE dur_ns <= 0 OR ts_ns <= 0"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM cuda_calls"), 1);
+  EXPECT_EQ(db.text("SELECT name FROM processes ORDER BY rowid DESC LIMIT 1"), "cuda_api_calls");
+}
+
+TEST_F(RecordCuda, DriverApiThroughStubLibcuda) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_driver_calls"},
+               {"LD_LIBRARY_PATH=" + kWorkloads + "/stub"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{
+                {"cuMemAlloc_v2", 2}, {"cuMemFree_v2", 1}, {"cuMemcpyHtoD_v2", 3},
+                {"cuMemcpyDtoH_v2", 1}, {"cuMemcpyDtoD_v2", 1}, {"cuMemcpyHtoDAsync_v2", 1},
+                {"cuMemcpyDtoHAsync_v2", 1}, {"cuMemcpyDtoDAsync_v2", 1}, {"cuLaunchKernel", 4},
+                {"cuLaunchKernelEx", 1}, {"cuStreamSynchronize", 1}, {"cuCtxSynchronize", 1}}));
+  EXPECT_EQ(db.pairs("SELECT name || '|' || memcpy_kind || '|' || COALESCE(stream, '-'), "
+                     "sum(bytes) FROM cuda_calls WHERE memcpy_kind IS NOT NULL GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"cuMemcpyHtoD_v2|HostToDevice|-", 333},
+                                            {"cuMemcpyDtoH_v2|DeviceToHost|-", 222},
+                                            {"cuMemcpyDtoD_v2|DeviceToDevice|-", 333},
+                                            {"cuMemcpyHtoDAsync_v2|HostToDevice|22136", 444},
+                                            {"cuMemcpyDtoHAsync_v2|DeviceToHost|22136", 555},
+                                            {"cuMemcpyDtoDAsync_v2|DeviceToDevice|22136", 666}}));
+  EXPECT_EQ(db.scalar("SELECT sum(bytes) FROM cuda_calls WHERE name = 'cuMemAlloc_v2'"), 24690);
+  EXPECT_EQ(db.pairs("SELECT name || '|' || grid_x || ',' || grid_y || ',' || grid_z || '|' || "
+                     "block_x || ',' || block_y || ',' || block_z || '|' || shared_mem || '|' || "
+                     "stream || '|' || address, count(*) FROM cuda_calls WHERE grid_x IS NOT NULL "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"cuLaunchKernel|10,20,30|1,2,3|512|22136|39612", 4},
+                                            {"cuLaunchKernelEx|5,6,7|8,9,10|1024|22136|39612", 1}}));
+}
+
+TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
+                "--exit-code", "7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'exit_status'"), "7");
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 35);
+  EXPECT_EQ(db.scalar("SELECT exit_code FROM processes ORDER BY rowid DESC LIMIT 1"), 7);
+}
+
+TEST_F(RecordCuda, LibraryLoadedWithDlopenAfterStart) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_dlopen", "50",
+                "20"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 50}, {"cudaFree", 20}}));
+  EXPECT_EQ(db.scalar("SELECT sum(bytes) FROM cuda_calls WHERE name = 'cudaMalloc'"), 50 * 4096);
+}
+
+TEST_F(RecordCuda, ForkedAndExecedDescendantsAreTraced) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/fork_exec_parent",
+                kWorkloads + "/cuda_api_calls"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  // two children and one grandchild ran the workload: each pid made the full set of calls
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM cuda_calls"), 3);
+  db.each("SELECT pid FROM cuda_calls GROUP BY pid", [&](sqlite3_stmt* s) {
+    int64_t pid = sqlite3_column_int64(s, 0);
+    EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls WHERE pid = " +
+                       std::to_string(pid) + " GROUP BY name"),
+              kRuntimeCallsPerRun)
+        << "pid " << pid;
+  });
+  // the process tree: launcher, 3 workers after exec, the intermediate process
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'cuda_api_calls'"), 3);
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM processes"), 5);
+}
+
+TEST_F(RecordCuda, AttachToRunningProcessWithPid) {
+  std::string go = dir_ + "/go";
+  Process target({kWorkloads + "/cuda_api_calls", "--wait-for", go});
+  Process rec({kEacgm, "record", "-o", db_, "-p", std::to_string(target.pid())});
+  ASSERT_TRUE(rec.wait_for_stderr("eacgm: recording", 30)) << rec.err();
+  { std::ofstream(go).put('1'); }
+  ASSERT_EQ(target.wait(30), 0);
+  ASSERT_EQ(rec.wait(30), 0) << rec.err();  // stops by itself once the target is gone
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"), kRuntimeCallsPerRun);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE pid != " +
+                      std::to_string(target.pid())),
+            0);
+}
+
+TEST_F(RecordCuda, CtrlCLeavesACompleteRecording) {
+  Process rec({kEacgm, "record", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
+               "--loop-seconds", "60"},
+              {}, /*own_group=*/true);
+  ASSERT_TRUE(rec.wait_for_stderr("eacgm: recording", 30)) << rec.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(-rec.pid(), SIGINT);  // what a terminal's Ctrl-C does: the whole foreground group
+  int code = rec.wait(30);
+  EXPECT_EQ(code, 130) << rec.err();  // the command died of SIGINT, as a shell reports it
+  Db db(db_);
+  EXPECT_EQ(db.text("PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'stopped_by_signal'"), "2");
+  int64_t calls = db.scalar("SELECT count(*) FROM cuda_calls WHERE name = 'cudaMalloc'");
+  EXPECT_GT(calls, 100);  // ~1.5 s of a loop with a 100 us sleep
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'events'"), std::to_string(calls));
+  EXPECT_FALSE(std::filesystem::exists(db_ + "-wal"));  // folded back into one file
+}
+
+}  // namespace
+}  // namespace e2e

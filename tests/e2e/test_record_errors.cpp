@@ -1,0 +1,101 @@
+// End to end: bad input gets one clear line and the documented exit status, and a target
+// without CUDA is still recorded.
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+class RecordErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    E2E_REQUIRE_ROOT();
+    dir_ = scratch_dir();
+    db_ = dir_ + "/run.eacgm.db";
+  }
+  std::string dir_, db_;
+};
+
+TEST_F(RecordErrors, CommandThatDoesNotExist) {
+  auto r = run({kEacgm, "record", "-o", db_, "--", "no-such-command-eacgm"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot run no-such-command-eacgm: command not found"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db_));
+}
+
+TEST_F(RecordErrors, PidThatDoesNotExist) {
+  // pid_max is at most 4194304: this pid cannot exist
+  auto r = run({kEacgm, "record", "-o", db_, "-p", "4194305"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot attach to pid 4194305: no such process"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(RecordErrors, PidThatIsNotANumber) {
+  auto r = run({kEacgm, "record", "-o", db_, "-p", "12,abc"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'abc' is not a process id"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordErrors, ExistingOutputNeedsForce) {
+  { std::ofstream(db_) << "precious"; }
+  auto r = run({kEacgm, "record", "-o", db_, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already exists (use --force"), std::string::npos) << r.err;
+  std::ifstream in(db_);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "precious");  // untouched
+  auto forced = run({kEacgm, "record", "-q", "--force", "-o", db_, "--", "/bin/true"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+}
+
+TEST_F(RecordErrors, UnwritableOutputDirectory) {
+  auto r = run({kEacgm, "record", "-o", dir_ + "/missing/dir/run.db", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordErrors, NotRoot) {
+  if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv (util-linux) not installed";
+  std::filesystem::permissions(dir_, std::filesystem::perms::all);
+  auto r = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kEacgm,
+                "record", "-o", db_, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("recording needs root"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordErrors, UnknownLayer) {
+  auto r = run({kEacgm, "record", "--layers", "cuda,bogus", "-o", db_, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown layer 'bogus'"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordErrors, NoTargetGiven) {
+  auto r = run({kEacgm, "record", "-o", db_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("say what to trace"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordErrors, TargetWithoutCudaIsRecordedAnyway) {
+  auto r = run({kEacgm, "record", "-o", db_, "--", "/bin/sh", "-c", "exit 4"});
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.err.find("layer cuda: no CUDA runtime or driver library"), std::string::npos)
+      << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'sh'"), 1);
+}
+
+TEST_F(RecordErrors, ReportOnAFileThatIsNotARecording) {
+  { std::ofstream(db_) << "not a database at all, just some text that is long enough......"; }
+  auto r = run({kEacgm, "report", db_});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is not an eacgm recording"), std::string::npos) << r.err;
+  auto missing = run({kEacgm, "report", dir_ + "/nope.db"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("no such file"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace e2e
