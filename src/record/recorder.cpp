@@ -3,6 +3,7 @@
 #include "record/recorder.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -262,6 +263,11 @@ void Session::finish(std::optional<int> exit_status) {
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
   writer_.set_meta("probes", std::to_string(planner_.total_probes()));
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);  // all of eacgm's threads: reader, decoder, writer
+  double cpu = double(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+               double(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+  writer_.set_meta("recorder_cpu_seconds", fmt::format("{:.3f}", cpu));
   std::string files;
   for (const auto& f : planner_.probed_files()) files += (files.empty() ? "" : ";") + f.path;
   writer_.set_meta("probed_files", files);

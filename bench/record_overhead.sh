@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Per-call cost of `eacgm record` on a tight cudaMalloc loop, against no tracing and against
+# bpftrace with the same uprobe+uretprobe pair, measured in one run; then a paced 100k calls/s
+# run and a 2-thread maximum-rate run, checking drops and the recorder's CPU use. Run as root
+# after `cmake --build build --target benchmarks`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build
+LOOP=$B/bench/cuda_call_loop
+EACGM=$B/eacgm
+N=${N:-1000000}
+LIB=$(ldconfig -p | awk '/libcudart.so.13 / {print $NF; exit}')
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+ns_per_call() { sed -n 's/.*ns_per_call=\([0-9.]*\).*/\1/p'; }
+best_of() {  # runs "$@" 3 times, prints the lowest ns per call
+  local best=""
+  for _ in 1 2 3; do
+    v=$("$@" | ns_per_call)
+    best=$(awk -v a="$v" -v b="$best" 'BEGIN{print (b=="" || a<b) ? a : b}')
+  done
+  echo "$best"
+}
+bpftrace_run() {
+  bpftrace -q -c "$LOOP $N" -e "uprobe:$LIB:cudaMalloc { @s[tid] = nsecs; }
+    uretprobe:$LIB:cudaMalloc /@s[tid]/ { @c = count(); delete(@s[tid]); } END { clear(@s); clear(@c); }" \
+    2>/dev/null
+}
+eacgm_run() { $EACGM record -q -f -o "$out/r.db" -- $LOOP "$N"; }
+
+base=$(best_of $LOOP "$N")
+bt=$(best_of bpftrace_run)
+ea=$(best_of eacgm_run)
+awk -v b="$base" -v t="$bt" -v e="$ea" 'BEGIN {
+  printf "untraced: %.1f ns/call\n", b
+  printf "per-call added cost: ours %.0f ns, baseline bpftrace %.0f ns, ratio %.2f (target <= 1.15)\n",
+         e - b, t - b, (e - b) / (t - b) }'
+recorded=$(sqlite3 "$out/r.db" "select count(*) from cuda_calls")
+echo "last eacgm run recorded $recorded calls of $((N + 1)) made, dropped $(sqlite3 "$out/r.db" "select value from meta where key='dropped_events'")"
+
+# 100k calls/s for 10 s: drops and the recorder's CPU (user+sys seconds / wall seconds)
+$EACGM record -q -f -o "$out/p.db" -- $LOOP 1000000 1 100000 >/dev/null
+sqlite3 "$out/p.db" "select 'paced 100k/s: recorded ' || (select count(*) from cuda_calls) ||
+  ', dropped ' || (select value from meta where key='dropped_events') ||
+  ', recorder cpu ' || printf('%.1f', 100.0 * (select value from meta where key='recorder_cpu_seconds') /
+  ((select value from meta where key='end_monotonic_ns') - (select value from meta where key='start_monotonic_ns')) * 1e9) || '% of one core'"
+
+# two threads as fast as they go, 10 s worth
+$EACGM record -q -f -o "$out/m.db" -- $LOOP 1500000 2 | tee "$out/m.txt" >/dev/null
+echo "max rate, 2 threads: $(sed -n 's/.*rate=\([0-9]*\).*/\1/p' "$out/m.txt") calls/s made; $(sqlite3 "$out/m.db" "select 'recorded ' || count(*) || ', dropped ' || (select value from meta where key='dropped_events') from cuda_calls")"
