@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/file_descriptor.h"
 
 namespace eacgm {
 namespace {
@@ -24,20 +25,6 @@ namespace {
 constexpr uint16_t kVersymHidden = 0x8000;
 constexpr uint16_t kVersymIndexMask = 0x7fff;
 constexpr uint16_t kFirstNamedVersion = 2;
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 struct ElfCloser {
   void operator()(Elf* elf) const { elf_end(elf); }

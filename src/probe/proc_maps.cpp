@@ -10,6 +10,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/file_descriptor.h"
 
 namespace eacgm {
 namespace {
@@ -86,20 +87,6 @@ std::optional<Mapping> parse_line(std::string_view line) {
   parse_path(rest, m);
   return m;
 }
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // A process that exits between our open and read shows up as one of these.
 bool process_gone(int err) { return err == ENOENT || err == ESRCH; }

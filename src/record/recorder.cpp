@@ -246,7 +246,15 @@ int Session::run() {
   }
   drain();
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
+  bool write_failed = !writer_.error().empty();
   finish(status);
+  if (write_failed) {
+    // Tracing failed, the job did not: it keeps running, untraced, rather than being killed.
+    if (command_ && !status)
+      fprintf(stderr, "eacgm: recording stopped; %s (pid %d) keeps running untraced\n",
+              command_->program().c_str(), int(command_->pid()));
+    return 1;
+  }
   if (command_) {
     if (status) return exit_code_of_status(*status);
     return 128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGTERM);

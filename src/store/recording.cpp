@@ -136,7 +136,13 @@ void RecordingWriter::writer_loop() {
       queue_.pop_front();
       if (!error_.empty()) continue;  // after a write error (disk full) nothing more is kept
     }
-    write_batch(*batch);
+    try {
+      write_batch(*batch);
+    } catch (const Error& e) {  // a statement that would not prepare: keep the message
+      exec_sql(db_, "ROLLBACK");
+      std::lock_guard lock(mu_);
+      if (error_.empty()) error_ = e.what();
+    }
   }
 }
 

@@ -99,3 +99,32 @@ TEST_F(RecordErrors, ReportOnAFileThatIsNotARecording) {
 
 }  // namespace
 }  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// A full disk: recording stops with a clear message, and what was committed stays readable.
+TEST(RecordDiskFull, StopsWithAMessageAndKeepsWhatWasWritten) {
+  E2E_REQUIRE_ROOT();
+  E2E_REQUIRE_CUDA();
+  std::string dir = scratch_dir() + "/small";
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(run({"/bin/mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir}).exit_code, 0);
+  std::string db = dir + "/run.eacgm.db";
+  auto r = run({kEacgm, "record", "-q", "-o", db, "--", kWorkloads + "/cuda_api_calls",
+                "--loop-seconds", "3"});
+  // eacgm stops recording at the error (exit 1); the job itself is not killed
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("disk full"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("keeps running untraced"), std::string::npos) << r.err;
+  {
+    Db d(db);
+    EXPECT_EQ(d.text("PRAGMA integrity_check"), "ok");
+    EXPECT_GT(d.scalar("SELECT count(*) FROM cuda_calls"), 0);
+    EXPECT_EQ(d.text("SELECT value FROM meta WHERE key = 'eacgm_version'"), "0.1.0");
+  }
+  run({"/bin/umount", dir});
+}
+
+}  // namespace
+}  // namespace e2e
