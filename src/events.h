@@ -12,7 +12,7 @@
 enum eacgm_record_kind {
 	EACGM_REC_CALL = 1, /* a completed call of a probed function */
 	EACGM_REC_PROC = 2, /* process lifecycle: fork, exec, exit */
-	EACGM_REC_MMAP = 3, /* a traced process mapped an executable file: re-plan probes */
+	EACGM_REC_MMAP = 3, /* a traced process dlopened (loader hook): snapshot maps, re-plan probes */
 };
 
 /*
