@@ -48,9 +48,7 @@ uint64_t call_arg(const eacgm_call_event& e, int index) {
 }
 
 EventDecoder::EventDecoder(RecordingWriter& out, Symbolizer& symbols)
-    : out_(out), symbols_(symbols) {
-  stats_.per_op.resize(cuda_ops().size());
-}
+    : out_(out), symbols_(symbols) {}
 
 void EventDecoder::on_record(const void* data, size_t size) {
   uint32_t kind = 0;
@@ -96,7 +94,6 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
     return;
   }
   ++stats_.calls;
-  ++stats_.per_op[e.op];
   note_thread(e.pid, e.tid);
 
   const CallOp& op = ops[e.op];

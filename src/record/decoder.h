@@ -17,8 +17,7 @@ namespace eacgm {
 struct DecoderStats {
   uint64_t calls = 0;
   uint64_t proc_events = 0;
-  uint64_t malformed = 0;
-  std::vector<uint64_t> per_op;  // by op id
+  uint64_t malformed = 0;  // records of an unknown kind or size: a BPF/userspace mismatch
 };
 
 class EventDecoder {

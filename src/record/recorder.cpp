@@ -270,6 +270,7 @@ void Session::finish(std::optional<int> exit_status) {
   writer_.set_meta("events", std::to_string(decoder_.stats().calls));
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
+  writer_.set_meta("malformed_records", std::to_string(decoder_.stats().malformed));
   writer_.set_meta("probes", std::to_string(planner_.total_probes()));
   rusage self{};
   getrusage(RUSAGE_SELF, &self);  // all of eacgm's threads: reader, decoder, writer
@@ -285,6 +286,9 @@ void Session::finish(std::optional<int> exit_status) {
 
   if (!err.empty()) fprintf(stderr, "eacgm: %s; the recording holds what was written before\n",
                             err.c_str());
+  if (decoder_.stats().malformed)
+    fprintf(stderr, "eacgm: warning: %llu records could not be decoded (BPF object and eacgm "
+            "binary from different builds?)\n", (unsigned long long)decoder_.stats().malformed);
   if (c.ring_drops)
     fprintf(stderr, "eacgm: warning: %llu events were dropped because the ring buffer was full "
             "(raise --ring-mb)\n", (unsigned long long)c.ring_drops);

@@ -110,6 +110,11 @@ TEST(RecordDiskFull, StopsWithAMessageAndKeepsWhatWasWritten) {
   std::string dir = scratch_dir() + "/small";
   std::filesystem::create_directories(dir);
   ASSERT_EQ(run({"/bin/mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir}).exit_code, 0);
+  // unmounted on every path, a failed assertion included, so the next run starts clean
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { run({"/bin/umount", dir}); }
+  } unmount{dir};
   std::string db = dir + "/run.eacgm.db";
   auto r = run({kEacgm, "record", "-q", "-o", db, "--", kWorkloads + "/cuda_api_calls",
                 "--loop-seconds", "3"});
@@ -123,7 +128,6 @@ TEST(RecordDiskFull, StopsWithAMessageAndKeepsWhatWasWritten) {
     EXPECT_GT(d.scalar("SELECT count(*) FROM cuda_calls"), 0);
     EXPECT_EQ(d.text("SELECT value FROM meta WHERE key = 'eacgm_version'"), "0.1.0");
   }
-  run({"/bin/umount", dir});
 }
 
 }  // namespace
