@@ -117,6 +117,25 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Rare (kernel lookups happen once per kernel), so the reader is woken with it. */
+static __always_inline void emit_name(__u32 op, __u32 pid, const struct inflight_call *c)
+{
+	struct eacgm_name_event *n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		count(EACGM_CNT_RING_DROPS);
+		return;
+	}
+	n->kind = EACGM_REC_NAME;
+	n->op = op;
+	n->pid = pid;
+	n->pad = 0;
+	n->handle = 0;
+	bpf_probe_read_user(&n->handle, sizeof(n->handle), (void *)c->args[0]);
+	if (bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)c->args[2]) < 0)
+		n->name[0] = 0;
+	bpf_ringbuf_submit(n, 0);
+}
+
 static __always_inline int on_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -129,6 +148,9 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
+	__s64 ret = PT_REGS_RC(ctx);
+	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)
+		emit_name(key.op, id >> 32, c);
 
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -142,7 +164,7 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	e->dur_ns = now - c->ts_ns;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
-	e->ret = PT_REGS_RC(ctx);
+	e->ret = ret;
 	__builtin_memcpy(e->args, c->args, sizeof(e->args));
 	__builtin_memcpy(e->stack, c->stack, sizeof(e->stack));
 	__builtin_memcpy(e->deref, c->deref, sizeof(e->deref));

@@ -13,6 +13,7 @@ enum eacgm_record_kind {
 	EACGM_REC_CALL = 1, /* a completed call of a probed function */
 	EACGM_REC_PROC = 2, /* process lifecycle: fork, exec, exit */
 	EACGM_REC_MMAP = 3, /* a traced process dlopened (loader hook): snapshot maps, re-plan probes */
+	EACGM_REC_NAME = 4, /* a handle got a name (driver kernel lookups): precedes its call record */
 };
 
 /*
@@ -23,6 +24,8 @@ enum eacgm_record_kind {
 #define EACGM_COOKIE_READ_STACK (1ULL << 16)   /* copy 3 stack words (args 7..9) at entry */
 #define EACGM_COOKIE_DEREF_ARG0 (1ULL << 17)   /* copy 40 bytes at *arg0 at entry (launch configs) */
 #define EACGM_COOKIE_DEREF_OUT0 (1ULL << 18)   /* at return, read the u64 arg0 points to (allocations) */
+#define EACGM_COOKIE_NAME_ARG2 (1ULL << 19)    /* on success, emit a NAME record: *arg0 is named by
+						  the string at arg2 (cuModuleGetFunction) */
 
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5
@@ -38,6 +41,19 @@ struct eacgm_call_event {
 	__u64 args[6];
 	__u64 stack[EACGM_STACK_WORDS];
 	__u64 deref[EACGM_DEREF_WORDS]; /* DEREF_ARG0 bytes, or deref[0] = *arg0 after DEREF_OUT0 */
+};
+
+#define EACGM_NAME_BYTES 128
+
+/* A driver handle (CUfunction, CUkernel) and the name it was looked up by. Written just before
+ * the call record of the lookup, so the decoder knows the name when the launches come. */
+struct eacgm_name_event {
+	__u32 kind; /* EACGM_REC_NAME */
+	__u32 op;
+	__u32 pid;
+	__u32 pad;
+	__u64 handle;
+	char name[EACGM_NAME_BYTES]; /* NUL-terminated, truncated to fit */
 };
 
 enum eacgm_proc_type {

@@ -76,6 +76,10 @@ constexpr std::array kOps = {
     drv("cuStreamSynchronize", K::Sync, kNoArg, 0),
     drv("cuStreamSynchronize_ptsz", K::Sync, kNoArg, 0),
     drv("cuCtxSynchronize", K::Sync),
+    // driver API: how launch handles get their names (a CUfunction has no ELF symbol)
+    drv("cuModuleGetFunction", K::KernelLookup),
+    drv("cuLibraryGetKernel", K::KernelLookup),
+    drv("cuKernelGetFunction", K::KernelToFunction),
 };
 
 }  // namespace
@@ -95,7 +99,11 @@ uint64_t cuda_op_cookie(uint16_t id) {
       flags |= EACGM_COOKIE_DEREF_ARG0;
       break;
     case K::Alloc:
+    case K::KernelToFunction:
       flags |= EACGM_COOKIE_DEREF_OUT0;
+      break;
+    case K::KernelLookup:
+      flags |= EACGM_COOKIE_DEREF_OUT0 | EACGM_COOKIE_NAME_ARG2;
       break;
     default:
       break;

@@ -18,6 +18,8 @@ enum class CallKind : uint8_t {
   DriverLaunchEx,  // cuLaunchKernelEx: CUlaunchConfig* in arg0, CUfunction in arg1
   GraphLaunch,
   Sync,
+  KernelLookup,      // cuModuleGetFunction/cuLibraryGetKernel: handle out in arg0, name in arg2
+  KernelToFunction,  // cuKernelGetFunction: CUfunction out in arg0 for the CUkernel in arg1
 };
 
 // Where an argument lives: 0..5 are the register arguments, 6..8 the stack words after the

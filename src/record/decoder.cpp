@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "probe/cuda_ops.h"
+#include "probe/demangle.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -14,6 +15,7 @@ namespace {
 
 static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40, "event layout");
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
+static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -61,6 +63,8 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_call(*static_cast<const eacgm_call_event*>(data));
   } else if (kind == EACGM_REC_PROC && size >= sizeof(eacgm_proc_event)) {
     decode_proc(*static_cast<const eacgm_proc_event*>(data));
+  } else if (kind == EACGM_REC_NAME && size >= sizeof(eacgm_name_event)) {
+    decode_name(*static_cast<const eacgm_name_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
   } else {
@@ -160,8 +164,8 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.block[0] = uint32_t(e.args[4]), row.block[1] = uint32_t(e.args[5]);
       row.block[2] = uint32_t(e.stack[0]);
       row.shared_mem = e.stack[1];
-      // A CUfunction is a driver handle, not a code address: it has no ELF name.
-      row.kernel = "unknown CUfunction";
+      // A CUfunction is a driver handle, not a code address: its name comes from the lookup.
+      row.kernel = driver_kernel_name(e.pid, row.address);
       break;
     case CallKind::DriverLaunchEx: {
       // CUlaunchConfig: 6 unsigned dims, unsigned sharedMemBytes, (pad), CUstream hStream
@@ -174,13 +178,39 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.shared_mem = words[6];
       row.has_stream = true;
       row.stream = e.deref[4];
-      row.kernel = "unknown CUfunction";
+      row.kernel = driver_kernel_name(e.pid, row.address);
       break;
     }
+    case CallKind::KernelLookup:
+      // the NAME record written just before this one has taught us the handle's name
+      row.address = e.deref[0];
+      if (row.ret == 0) row.kernel = driver_kernel_name(e.pid, row.address);
+      break;
+    case CallKind::KernelToFunction:
+      // the CUfunction of a CUkernel launches the same kernel: it inherits the name
+      row.address = e.deref[0];
+      if (row.ret == 0) {
+        row.kernel = driver_kernel_name(e.pid, e.args[1]);
+        driver_names_[alloc_key(e.pid, row.address)] = row.kernel;
+      }
+      break;
     default:
       break;
   }
   out_.add(row);
+}
+
+void EventDecoder::decode_name(const eacgm_name_event& e) {
+  std::string_view raw(e.name, strnlen(e.name, sizeof(e.name)));
+  // CUDA C++ kernels are looked up by their mangled names; Triton's are plain
+  driver_names_[alloc_key(e.pid, e.handle)] = names_.intern(demangle(raw));
+}
+
+std::string_view EventDecoder::driver_kernel_name(uint32_t pid, uint64_t handle) {
+  auto it = driver_names_.find(alloc_key(pid, handle));
+  if (it != driver_names_.end()) return it->second;
+  // looked up before tracing started, or through a path eacgm does not probe
+  return names_.intern(fmt::format("unknown CUfunction {:#x}", handle));
 }
 
 void EventDecoder::decode_proc(const eacgm_proc_event& e) {

@@ -11,6 +11,7 @@
 #include "events.h"
 #include "probe/symbolizer.h"
 #include "store/recording.h"
+#include "util/interner.h"
 
 namespace eacgm {
 
@@ -41,6 +42,8 @@ class EventDecoder {
  private:
   void decode_call(const eacgm_call_event& e);
   void decode_proc(const eacgm_proc_event& e);
+  void decode_name(const eacgm_name_event& e);
+  std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
   void note_thread(uint32_t pid, uint32_t tid);
 
   RecordingWriter& out_;
@@ -51,6 +54,9 @@ class EventDecoder {
   std::unordered_set<uint64_t> known_threads_;  // pid << 32 | tid
   // live allocations per process, so that frees can say how many bytes they return
   std::unordered_map<uint64_t, int64_t> allocations_;  // key: pid ^ address hash
+  // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co, per process
+  std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
+  Interner names_;
 };
 
 // argument `index` of a call (0..5 registers, 6..8 stack words)

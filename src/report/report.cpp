@@ -75,7 +75,7 @@ std::vector<OperationStats> operation_stats(const RecordingReader& rec) {
 std::vector<KernelStats> top_kernels(const RecordingReader& rec, size_t limit) {
   std::vector<KernelStats> out;
   rec.query(fmt::format("SELECT kernel, count(*), sum(dur_ns) FROM cuda_calls WHERE kernel IS "
-                        "NOT NULL GROUP BY kernel ORDER BY count(*) DESC, kernel LIMIT {}",
+                        "NOT NULL AND grid_x IS NOT NULL GROUP BY kernel ORDER BY count(*) DESC, kernel LIMIT {}",
                         limit),
             [&](Statement& s) {
               out.push_back({std::string(s.text_at(0)), uint64_t(s.int_at(1)),

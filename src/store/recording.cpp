@@ -197,8 +197,8 @@ void RecordingWriter::write_batch(const Batch& b) {
         call.bind(13 + i, c.block[i]);
       }
       call.bind(16, static_cast<int64_t>(c.shared_mem));
-      call.bind(17, c.kernel);
     }
+    if (!c.kernel.empty()) call.bind(17, c.kernel);  // launches, and driver kernel lookups
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }

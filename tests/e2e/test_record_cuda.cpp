@@ -106,6 +106,29 @@ TEST_F(RecordCuda, DriverApiThroughStubLibcuda) {
                                             {"cuLaunchKernelEx|5,6,7|8,9,10|1024|22136|39612", 1}}));
 }
 
+TEST_F(RecordCuda, DriverLaunchesAreNamedByTheirLookups) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_driver_names"},
+               {"LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name || '|' || COALESCE(kernel, '-'), count(*) FROM cuda_calls "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"cuModuleGetFunction|triton_poi_fused_add_0", 1},
+                {"cuModuleGetFunction|-", 1},  // the failed lookup of "missing"
+                {"cuLibraryGetKernel|void reduce<float>(float*, int)", 1},
+                {"cuKernelGetFunction|void reduce<float>(float*, int)", 1},
+                {"cuLaunchKernel|triton_poi_fused_add_0", 3},
+                {"cuLaunchKernel|void reduce<float>(float*, int)", 2},
+                {"cuLaunchKernelEx|void reduce<float>(float*, int)", 1},
+                {"cuLaunchKernel|unknown CUfunction 0xdead0", 1},
+                {"cuLaunchKernel|unknown CUfunction 0xbeef00", 1}}));
+  // the lookup rows carry the handle the launches use
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT address) FROM cuda_calls "
+                      "WHERE kernel = 'triton_poi_fused_add_0'"),
+            1);
+}
+
 TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
                 "--exit-code", "7"});
