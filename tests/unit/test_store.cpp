@@ -1,1 +1,250 @@
+// The recording store: what the writer writes, the reader reads back; and the path checks and
+// errors a user meets before a recording starts.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "store/reader.h"
+#include "store/recording.h"
+#include "store/sqlite_util.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Store : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("eacgm_store_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "run.eacgm.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static CudaCallRow copy_call(uint64_t ts, int64_t bytes) {
+    CudaCallRow r;
+    r.ts_ns = ts;
+    r.dur_ns = 250;
+    r.pid = 10, r.tid = 11;
+    r.name = "cudaMemcpyAsync";
+    r.ret = 0;
+    r.bytes = bytes;
+    r.memcpy_kind = "HostToDevice";
+    r.has_stream = true;
+    r.stream = 0x1234;
+    return r;
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(Store, RowsAndMetaComeBackAsWritten) {
+  {
+    RecordingWriter w(path_, false);
+    w.set_meta("command", "python train.py");
+    w.set_meta("monotonic_to_realtime_ns", "1700000000000000000");
+    w.add(ProcessRow{10, 1, "python", "python train.py", 100});
+    w.add(ThreadRow{10, 11, "pt_main_thread"});
+    w.add(copy_call(1000, 4096));
+    CudaCallRow launch;
+    launch.ts_ns = 2000, launch.dur_ns = 50, launch.pid = 10, launch.tid = 11;
+    launch.name = "cudaLaunchKernel";
+    launch.ret = 35;
+    launch.is_launch = true;
+    launch.grid[0] = 4, launch.grid[1] = 2, launch.grid[2] = 1;
+    launch.block[0] = 128, launch.block[1] = 1, launch.block[2] = 1;
+    launch.shared_mem = 256;
+    launch.kernel = "void scale<float>(float*, float, int)";
+    launch.address = 0x401000;
+    w.add(launch);
+    w.add(ProcessExitRow{10, 5000, 3});
+    w.flush();
+    EXPECT_EQ(w.close(), "");
+  }
+  RecordingReader r(path_);
+  EXPECT_EQ(r.meta_or("command", ""), "python train.py");
+  EXPECT_EQ(r.meta_or("absent", "fallback"), "fallback");
+  EXPECT_EQ(r.monotonic_to_realtime_ns(), 1700000000000000000);
+
+  int rows = 0;
+  r.query("SELECT pid, ppid, name, command, start_ns, end_ns, exit_code FROM processes",
+          [&](Statement& s) {
+            ++rows;
+            EXPECT_EQ(s.int_at(0), 10);
+            EXPECT_EQ(s.int_at(1), 1);
+            EXPECT_EQ(s.text_at(2), "python");
+            EXPECT_EQ(s.text_at(3), "python train.py");
+            EXPECT_EQ(s.int_at(4), 100);
+            EXPECT_EQ(s.int_at(5), 5000);
+            EXPECT_EQ(s.int_at(6), 3);
+          });
+  EXPECT_EQ(rows, 1);
+  r.query("SELECT tid, name FROM threads", [&](Statement& s) {
+    EXPECT_EQ(s.int_at(0), 11);
+    EXPECT_EQ(s.text_at(1), "pt_main_thread");
+  });
+
+  std::vector<std::string> calls;
+  r.query("SELECT name, ret, bytes, memcpy_kind, stream, grid_x, grid_y, block_x, shared_mem, "
+          "kernel, address FROM cuda_calls ORDER BY ts_ns",
+          [&](Statement& s) {
+            std::string row;
+            for (int c = 0; c < 11; ++c)
+              row += (s.null_at(c) ? std::string("NULL") : std::string(s.text_at(c))) + "|";
+            calls.push_back(row);
+          });
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], "cudaMemcpyAsync|0|4096|HostToDevice|4660|NULL|NULL|NULL|NULL|NULL|NULL|");
+  EXPECT_EQ(calls[1],
+            "cudaLaunchKernel|35|NULL|NULL|NULL|4|2|128|256|void scale<float>(float*, float, "
+            "int)|4198400|");
+
+  // the cross-layer view names the layer and puts the most useful detail in one column
+  std::vector<std::string> trace;
+  r.query("SELECT layer, name, detail, dur_ns FROM trace ORDER BY ts_ns", [&](Statement& s) {
+    trace.push_back(std::string(s.text_at(0)) + "|" + std::string(s.text_at(1)) + "|" +
+                    std::string(s.text_at(2)) + "|" + std::to_string(s.int_at(3)));
+  });
+  EXPECT_EQ(trace, (std::vector<std::string>{
+                       "cuda|cudaMemcpyAsync|HostToDevice|250",
+                       "cuda|cudaLaunchKernel|void scale<float>(float*, float, int)|50"}));
+}
+
+TEST_F(Store, ManyBatchesAllLandInOrder) {
+  constexpr int kBatches = 20, kPerBatch = 500;
+  RecordingWriter w(path_, false);
+  for (int b = 0; b < kBatches; ++b) {
+    for (int i = 0; i < kPerBatch; ++i) w.add(copy_call(uint64_t(b * kPerBatch + i), i));
+    EXPECT_EQ(w.pending(), size_t(kPerBatch));
+    w.flush();
+    EXPECT_EQ(w.pending(), 0u);
+  }
+  EXPECT_EQ(w.close(), "");
+  EXPECT_EQ(w.rows_written(), uint64_t(kBatches * kPerBatch));
+  RecordingReader r(path_);
+  int64_t n = 0, sum_bytes = 0, out_of_order = 0, last = -1;
+  r.query("SELECT ts_ns, bytes FROM cuda_calls ORDER BY rowid", [&](Statement& s) {
+    ++n;
+    sum_bytes += s.int_at(1);
+    if (s.int_at(0) <= last) ++out_of_order;
+    last = s.int_at(0);
+  });
+  EXPECT_EQ(n, kBatches * kPerBatch);
+  EXPECT_EQ(sum_bytes, int64_t(kBatches) * (kPerBatch - 1) * kPerBatch / 2);
+  EXPECT_EQ(out_of_order, 0);
+}
+
+TEST_F(Store, ReadableWhileBeingWritten) {
+  RecordingWriter w(path_, false);
+  w.set_meta("command", "still running");
+  for (int i = 0; i < 100; ++i) w.add(copy_call(uint64_t(i), 1));
+  w.flush();
+  // the writer thread commits asynchronously: wait for it, as `eacgm report` on a live file would
+  for (int i = 0; i < 500 && w.rows_written() < 101; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(w.rows_written(), 101u);
+  RecordingReader r(path_);
+  EXPECT_EQ(r.meta_or("command", ""), "still running");
+  int64_t n = 0;
+  r.query("SELECT count(*) FROM cuda_calls", [&](Statement& s) { n = s.int_at(0); });
+  EXPECT_EQ(n, 100);
+  EXPECT_EQ(w.close(), "");
+}
+
+TEST_F(Store, ClosedRecordingIsOneSelfContainedFile) {
+  {
+    RecordingWriter w(path_, false);
+    w.add(copy_call(1, 1));
+    w.close();
+  }
+  EXPECT_FALSE(fs::exists(path_ + "-wal"));
+  EXPECT_FALSE(fs::exists(path_ + "-shm"));
+  // a copy of the one file is a complete recording
+  fs::copy_file(path_, (dir_ / "copy.db"));
+  RecordingReader r((dir_ / "copy.db").string());
+  int64_t n = 0;
+  r.query("SELECT count(*) FROM cuda_calls", [&](Statement& s) { n = s.int_at(0); });
+  EXPECT_EQ(n, 1);
+  std::string mode;
+  r.query("PRAGMA journal_mode", [&](Statement& s) { mode = s.text_at(0); });
+  EXPECT_EQ(mode, "delete");
+}
+
+TEST_F(Store, ExistingFileIsRefusedUnlessForced) {
+  { std::ofstream(path_) << "precious"; }
+  try {
+    RecordingWriter w(path_, false);
+    FAIL() << "an existing file was overwritten without --force";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+  }
+  {
+    std::ifstream in(path_);
+    std::string s;
+    in >> s;
+    EXPECT_EQ(s, "precious");
+  }
+  {
+    RecordingWriter w(path_, true);
+    w.add(copy_call(1, 1));
+    EXPECT_EQ(w.close(), "");
+  }
+  RecordingReader r(path_);
+  EXPECT_TRUE(r.has_table("cuda_calls"));
+}
+
+TEST_F(Store, BadOutputPathsNameTheProblem) {
+  auto message = [](const std::string& path) {
+    try {
+      RecordingWriter w(path, false);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message((dir_ / "no/such/dir/run.db").string()).find("does not exist"),
+            std::string::npos);
+  EXPECT_NE(message(dir_.string()).find("is a directory"), std::string::npos);
+  if (geteuid() != 0) {  // root writes anywhere: the permission check only means something for others
+    fs::create_directory(dir_ / "ro");
+    fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_NE(message((dir_ / "ro/run.db").string()).find("not writable"), std::string::npos);
+  }
+}
+
+TEST_F(Store, ReaderRefusesWhatIsNotARecording) {
+  auto message = [](const std::string& path) {
+    try {
+      RecordingReader r(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message((dir_ / "missing.db").string()).find("no such file"), std::string::npos);
+  std::string text = (dir_ / "notes.txt").string();
+  { std::ofstream(text) << std::string(4096, 'x'); }
+  EXPECT_NE(message(text).find("not an SQLite file"), std::string::npos) << message(text);
+  std::string other = (dir_ / "other.db").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE t(x)");
+  sqlite3_close(db);
+  EXPECT_NE(message(other).find("no meta table"), std::string::npos) << message(other);
+}
+
+}  // namespace
+}  // namespace eacgm
