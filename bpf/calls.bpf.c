@@ -31,24 +31,42 @@ struct {
 	__type(value, __u8);
 } traced SEC(".maps");
 
-struct inflight_key {
-	__u32 tid;
-	__u32 op;
-};
-
 struct inflight_call {
+	__u64 sp; /* stack pointer at entry: pairs the return with its entry */
+	__u64 op;
 	__u64 ts_ns;
 	__u64 args[6];
 	__u64 stack[EACGM_STACK_WORDS];
 	__u64 deref[EACGM_DEREF_WORDS];
 };
 
-/* LRU so that calls whose return never comes (thread killed mid-call) cannot fill it. */
+/* Deepest nesting of probed calls in one thread (cudaMalloc -> cuMemAlloc is 2). */
+#define MAX_DEPTH 8
+
+/*
+ * Calls in flight, per thread, as a stack: task-local storage is found through the task itself,
+ * which is much cheaper than a hash map keyed by tid, and needs no delete at return. Entries
+ * whose return never came (attached mid-call, longjmp) are recognised by their stack pointer
+ * and dropped, the way the kernel cleans up its own return probes.
+ */
+struct task_calls {
+	__u32 depth;
+	__u32 pad;
+	struct inflight_call calls[MAX_DEPTH];
+};
+
+/* The mask must reach the verifier, which cannot always see the compiler's own bounds. */
+static __always_inline __u32 slot(__u32 depth)
+{
+	asm volatile("" : "+r"(depth));
+	return depth & (MAX_DEPTH - 1);
+}
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct inflight_key);
-	__type(value, struct inflight_call);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_calls);
 } inflight SEC(".maps");
 
 struct {
@@ -57,14 +75,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
-
-/* Scratch for building an in-flight record without using the 512-byte stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct inflight_call);
-} scratch SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -86,17 +96,49 @@ static __always_inline __u64 wake_flags(void)
 									      : BPF_RB_NO_WAKEUP;
 }
 
+/*
+ * A probed function that tail-calls another (`return f();` compiled to a jump) shares its
+ * stack pointer with it. The kernel has already pointed the caller's return address at the
+ * uretprobe trampoline, so finding the trampoline there tells a live tail call from a
+ * finished call at the same depth.
+ */
+static __always_inline bool is_tail_call(__u64 sp)
+{
+	__u64 ret_addr = 0;
+	bpf_probe_read_user(&ret_addr, sizeof(ret_addr), (void *)sp);
+	struct task_struct *task = bpf_get_current_task_btf();
+	return ret_addr == BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!is_traced(id >> 32))
 		return 0;
-
-	__u32 zero = 0;
-	struct inflight_call *c = bpf_map_lookup_elem(&scratch, &zero);
-	if (!c)
+	struct task_calls *t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
 		return 0;
+	__u64 sp = PT_REGS_SP(ctx);
+	/* The stack grows down: callers of this call have higher stack pointers. Entries below
+	 * this one belong to calls that already left (longjmp); at the same one, to a call that
+	 * left, unless this call is its tail call. */
+	__u32 depth = t->depth;
+	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
+		__u64 top = t->calls[slot(depth - 1)].sp;
+		if (top > sp || (top == sp && is_tail_call(sp)))
+			break;
+		depth--;
+	}
+	if (depth >= MAX_DEPTH) {
+		t->depth = depth;
+		count(EACGM_CNT_ENTRY_OVERFLOW);
+		return 0;
+	}
+	struct inflight_call *c = &t->calls[slot(depth)];
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	c->sp = sp;
+	c->op = cookie;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->args[0] = PT_REGS_PARM1(ctx);
 	c->args[1] = PT_REGS_PARM2(ctx);
@@ -106,14 +148,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	c->args[5] = ctx->r9; /* PT_REGS_PARM6 is newer than libbpf 1.1 */
 	if (cookie & EACGM_COOKIE_READ_STACK) {
 		/* at function entry sp points at the return address; args 7.. follow it */
-		bpf_probe_read_user(c->stack, sizeof(c->stack), (void *)(PT_REGS_SP(ctx) + 8));
+		bpf_probe_read_user(c->stack, sizeof(c->stack), (void *)(sp + 8));
 	}
 	if (cookie & EACGM_COOKIE_DEREF_ARG0)
 		bpf_probe_read_user(c->deref, sizeof(c->deref), (void *)c->args[0]);
-
-	struct inflight_key key = {.tid = (__u32)id, .op = cookie & EACGM_COOKIE_OP_MASK};
-	if (bpf_map_update_elem(&inflight, &key, c, BPF_ANY) != 0)
-		count(EACGM_CNT_ENTRY_OVERFLOW);
+	t->depth = depth + 1;
 	return 0;
 }
 
@@ -139,27 +178,43 @@ static __always_inline void emit_name(__u32 op, __u32 pid, const struct inflight
 static __always_inline int on_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct inflight_key key = {.tid = (__u32)id, .op = cookie & EACGM_COOKIE_OP_MASK};
-	struct inflight_call *c = bpf_map_lookup_elem(&inflight, &key);
-	if (!c) {
+	struct task_calls *t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!t) {
 		if (is_traced(id >> 32))
 			count(EACGM_CNT_ENTRY_MISSING);
 		return 0;
 	}
+	/* after `ret` the stack pointer is one word above where it was at entry */
+	__u64 entry_sp = PT_REGS_SP(ctx) - 8;
+	__u32 depth = t->depth;
+	/* drop entries deeper than this frame: their returns were skipped (longjmp) */
+	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
+		if (t->calls[slot(depth - 1)].sp >= entry_sp)
+			break;
+		depth--;
+	}
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct inflight_call *c = &t->calls[slot(depth - 1)];
+	if (depth == 0 || c->sp != entry_sp ||
+	    (c->op & EACGM_COOKIE_OP_MASK) != (cookie & EACGM_COOKIE_OP_MASK)) {
+		t->depth = depth;
+		if (is_traced(id >> 32))
+			count(EACGM_CNT_ENTRY_MISSING);
+		return 0;
+	}
+	t->depth = depth - 1;
 	__u64 now = bpf_ktime_get_ns();
 	__s64 ret = PT_REGS_RC(ctx);
 	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)
-		emit_name(key.op, id >> 32, c);
+		emit_name(cookie & EACGM_COOKIE_OP_MASK, id >> 32, c);
 
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
-		bpf_map_delete_elem(&inflight, &key);
 		return 0;
 	}
 	e->kind = EACGM_REC_CALL;
-	e->op = key.op;
+	e->op = cookie & EACGM_COOKIE_OP_MASK;
 	e->ts_ns = c->ts_ns;
 	e->dur_ns = now - c->ts_ns;
 	e->pid = id >> 32;
@@ -173,7 +228,6 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		bpf_probe_read_user(&out, sizeof(out), (void *)c->args[0]);
 		e->deref[0] = out;
 	}
-	bpf_map_delete_elem(&inflight, &key);
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
 }

@@ -270,6 +270,7 @@ void Session::finish(std::optional<int> exit_status) {
   writer_.set_meta("events", std::to_string(decoder_.stats().calls));
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
+  writer_.set_meta("nesting_overflows", std::to_string(c.entry_overflow));
   writer_.set_meta("malformed_records", std::to_string(decoder_.stats().malformed));
   writer_.set_meta("probes", std::to_string(planner_.total_probes()));
   rusage self{};

@@ -129,6 +129,28 @@ TEST_F(RecordCuda, DriverLaunchesAreNamedByTheirLookups) {
             1);
 }
 
+TEST_F(RecordCuda, NestedCallsAndCallsLeftByLongjmp) {
+  // 3 rounds of nested calls, then 20 calls that never return (longjmp out of them: more than the 8
+  // levels of nesting the BPF side keeps), then 5 more rounds that must all be recorded
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_nesting", "3", "20",
+                "5"},
+               {"LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{
+                {"cuCtxSynchronize", 8}, {"cuMemFree_v2", 8}, {"cuStreamSynchronize", 16}}));
+  // each inner call lies inside its outer call, for tail calls (cuCtxSynchronize) and plain
+  // nested calls (cuMemFree_v2) alike
+  EXPECT_EQ(db.pairs("SELECT o.name, count(*) FROM cuda_calls o JOIN cuda_calls i ON "
+                     "i.tid = o.tid AND i.name = 'cuStreamSynchronize' AND o.name != i.name "
+                     "AND i.ts_ns >= o.ts_ns AND i.ts_ns + i.dur_ns <= o.ts_ns + o.dur_ns "
+                     "GROUP BY o.name"),
+            (std::map<std::string, int64_t>{{"cuCtxSynchronize", 8}, {"cuMemFree_v2", 8}}));
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'nesting_overflows'"), "0");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
+}
+
 TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
                 "--exit-code", "7"});

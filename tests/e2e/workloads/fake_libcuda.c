@@ -50,3 +50,26 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **par
 	(void)config, (void)f, (void)params, (void)extra;
 	return CUDA_SUCCESS;
 }
+
+/* For the nesting test: a probed function that calls another (as cudart calls the driver), and
+ * one that runs a caller's function, which may longjmp out so that its return never comes. */
+CUresult cuStreamSynchronize(CUstream stream)
+{
+	if (stream)
+		((void (*)(void))(void *)stream)();
+	return CUDA_SUCCESS;
+}
+
+/* compiles to a tail call: both share one stack pointer and return together */
+CUresult cuCtxSynchronize(void)
+{
+	return cuStreamSynchronize(NULL);
+}
+
+/* a plain nested call: work remains after the inner call returns */
+CUresult cuMemFree(CUdeviceptr dptr)
+{
+	(void)dptr;
+	CUresult r = cuStreamSynchronize(NULL);
+	return r == CUDA_SUCCESS && next_handle ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
