@@ -298,12 +298,60 @@ int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+struct text_vma {
+	__u64 start, end, offset;
+};
+
+static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct text_vma *v = data;
+	v->start = vma->vm_start;
+	v->end = vma->vm_end;
+	v->offset = vma->vm_pgoff << 12;
+	return 0;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct eacgm_exec_image_event);
+} exec_scratch SEC(".maps");
+
+/* The new program's text mapping and file, so that its code can be named even if it exits
+ * before userspace gets to read /proc/PID/maps (a short-lived child of a launcher). */
+static __always_inline void emit_exec_image(struct task_struct *p, struct linux_binprm *bprm,
+					    __u32 tgid)
+{
+	__u32 zero = 0;
+	struct eacgm_exec_image_event *e = bpf_map_lookup_elem(&exec_scratch, &zero);
+	if (!e)
+		return;
+	e->kind = EACGM_REC_EXEC_IMAGE;
+	e->pid = tgid;
+	e->pad = 0;
+	e->ino = BPF_CORE_READ(bprm, file, f_inode, i_ino);
+	e->dev = BPF_CORE_READ(bprm, file, f_inode, i_sb, s_dev);
+	if (bpf_probe_read_kernel_str(e->path, sizeof(e->path), BPF_CORE_READ(bprm, interp)) < 0)
+		e->path[0] = 0;
+	__u64 start_code = BPF_CORE_READ(p, mm, start_code);
+	struct text_vma v = {};
+	if (bpf_find_vma(p, start_code, copy_vma, &v, 0) != 0 || v.end == 0)
+		return;
+	e->start = v.start;
+	e->end = v.end;
+	e->offset = v.offset;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0) != 0)
+		count(EACGM_CNT_RING_DROPS);
+}
+
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(proc_exec, struct task_struct *p)
+int BPF_PROG(proc_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (filter_mode != EACGM_FILTER_ALL && !is_traced(tgid))
 		return 0;
+	emit_exec_image(p, bprm, tgid);
 	emit_proc(EACGM_PROC_EXEC, tgid, 0, 0);
 	return 0;
 }

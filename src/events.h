@@ -14,6 +14,7 @@ enum eacgm_record_kind {
 	EACGM_REC_PROC = 2, /* process lifecycle: fork, exec, exit */
 	EACGM_REC_MMAP = 3, /* a traced process dlopened (loader hook): snapshot maps, re-plan probes */
 	EACGM_REC_NAME = 4, /* a handle got a name (driver kernel lookups): precedes its call record */
+	EACGM_REC_EXEC_IMAGE = 5, /* the text mapping of a freshly exec'd program: precedes its EXEC */
 };
 
 /*
@@ -77,6 +78,22 @@ struct eacgm_mmap_event {
 	__u32 kind; /* EACGM_REC_MMAP */
 	__u32 pid;
 	__u64 ts_ns;
+};
+
+#define EACGM_PATH_BYTES 256
+
+/* Where an exec'd program's code lies, read in the kernel at exec: a process that exits before
+ * userspace reads its /proc maps can still have its kernel stubs named through this. */
+struct eacgm_exec_image_event {
+	__u32 kind; /* EACGM_REC_EXEC_IMAGE */
+	__u32 pid;
+	__u64 start;  /* the text mapping: [start, end) */
+	__u64 end;
+	__u64 offset; /* file offset of start */
+	__u64 ino;
+	__u32 dev;    /* the kernel's dev_t: major << 20 | minor */
+	__u32 pad;
+	char path[EACGM_PATH_BYTES]; /* as given to execve (the interpreter for scripts); may be relative */
 };
 
 /* Per-CPU counters in the `counters` array map. */

@@ -48,6 +48,10 @@ union UprobeMultiAttr {
 };
 
 std::string load_error_hint(int err) {
+  // As root, EACCES at load is the verifier refusing a program, not a missing privilege.
+  if (err == EACCES && geteuid() == 0)
+    return "the kernel's BPF verifier rejected a program (its log is above; eacgm needs "
+           "Linux 6.6 or newer: run 'eacgm doctor')";
   if (err == EPERM || err == EACCES)
     return "permission denied (run as root, or grant CAP_BPF and CAP_PERFMON)";
   if (err == ENOENT || err == EINVAL)

@@ -17,6 +17,8 @@ std::string_view Symbolizer::function_name(uint32_t pid, uint64_t addr) {
 }
 
 void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
+  // An exited process that is not yet reaped has empty maps: keep what we knew of it.
+  if (maps.empty()) return;
   maps_[pid] = std::move(maps);
 }
 
@@ -47,7 +49,7 @@ std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
   const Mapping* m = maps_it != maps_.end() ? find_mapping(maps_it->second, addr) : nullptr;
   if (!m) {
     // Code mapped since we last looked: read the maps again once.
-    if (auto fresh = read_proc_maps(static_cast<int>(pid))) {
+    if (auto fresh = read_proc_maps(static_cast<int>(pid)); fresh && !fresh->empty()) {
       maps_[pid] = std::move(*fresh);
       m = find_mapping(maps_[pid], addr);
     }

@@ -2,7 +2,11 @@
 // call beyond amortised vector growth in the writer's batch.
 #include "record/decoder.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +20,7 @@ namespace {
 static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40, "event layout");
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
+static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
 
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -37,6 +42,31 @@ std::string comm_of(uint32_t pid, uint32_t tid) {
   std::string s = read_small_file(fmt::format("/proc/{}/task/{}/comm", pid, tid));
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
+}
+
+// The file an exec'd program was started from, as an absolute path, if one of the places the
+// execve path can mean still holds that very file (same device and inode).
+std::string locate_exec_file(std::string_view path, const std::vector<uint32_t>& lineage,
+                             uint32_t dev, uint64_t ino) {
+  namespace fs = std::filesystem;
+  if (path.empty() || lineage.empty()) return {};
+  std::vector<std::string> candidates;
+  if (path[0] == '/') {
+    candidates = {std::string(path), fmt::format("/proc/{}/root{}", lineage[0], path)};
+  } else {  // relative to the cwd of the process or of an ancestor still running (a launcher)
+    for (uint32_t p : lineage) candidates.push_back(fmt::format("/proc/{}/cwd/{}", p, path));
+    candidates.push_back(std::string(path));
+  }
+  for (const auto& c : candidates) {
+    struct stat st {};
+    if (stat(c.c_str(), &st) != 0 || st.st_ino != ino || major(st.st_dev) != (dev >> 20) ||
+        minor(st.st_dev) != (dev & 0xfffff))
+      continue;
+    std::error_code ec;
+    fs::path canonical = fs::canonical(c, ec);
+    return ec ? c : canonical.string();
+  }
+  return {};
 }
 
 uint64_t alloc_key(uint32_t pid, uint64_t addr) { return addr ^ (uint64_t(pid) << 48); }
@@ -65,6 +95,8 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_proc(*static_cast<const eacgm_proc_event*>(data));
   } else if (kind == EACGM_REC_NAME && size >= sizeof(eacgm_name_event)) {
     decode_name(*static_cast<const eacgm_name_event*>(data));
+  } else if (kind == EACGM_REC_EXEC_IMAGE && size >= sizeof(eacgm_exec_image_event)) {
+    decode_exec_image(*static_cast<const eacgm_exec_image_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
   } else {
@@ -198,6 +230,27 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       break;
   }
   out_.add(row);
+}
+
+void EventDecoder::decode_exec_image(const eacgm_exec_image_event& e) {
+  std::vector<uint32_t> lineage{e.pid};
+  for (auto it = parents_.find(e.pid); it != parents_.end() && it->second && lineage.size() < 8;
+       it = parents_.find(it->second))
+    lineage.push_back(it->second);
+  std::string path = locate_exec_file(std::string_view(e.path, strnlen(e.path, sizeof(e.path))),
+                                      lineage, e.dev, e.ino);
+  if (path.empty()) return;  // the maps snapshot that follows is all there is
+  Mapping text;
+  text.start = e.start;
+  text.end = e.end;
+  text.readable = text.executable = true;
+  text.file_offset = e.offset;
+  text.dev_major = e.dev >> 20;
+  text.dev_minor = e.dev & 0xfffff;
+  text.inode = e.ino;
+  text.path = std::move(path);
+  // the old program's maps are gone with the exec; a full snapshot replaces this if it can
+  symbols_.update_maps(e.pid, {std::move(text)});
 }
 
 void EventDecoder::decode_name(const eacgm_name_event& e) {

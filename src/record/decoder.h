@@ -43,6 +43,7 @@ class EventDecoder {
   void decode_call(const eacgm_call_event& e);
   void decode_proc(const eacgm_proc_event& e);
   void decode_name(const eacgm_name_event& e);
+  void decode_exec_image(const eacgm_exec_image_event& e);
   std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
   void note_thread(uint32_t pid, uint32_t tid);
 

@@ -188,6 +188,27 @@ TEST_F(RecordCuda, ForkedAndExecedDescendantsAreTraced) {
   // the process tree: launcher, 3 workers after exec, the intermediate process
   EXPECT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'cuda_api_calls'"), 3);
   EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM processes"), 5);
+  // the workers live a few milliseconds: their kernels are named from what the kernel side
+  // read at exec, even when they are gone before their /proc maps could be read
+  EXPECT_EQ(db.pairs("SELECT kernel, count(*) FROM cuda_calls WHERE grid_x IS NOT NULL "
+                     "GROUP BY kernel"),
+            (std::map<std::string, int64_t>{{"vecAdd(float*, float const*, int)", 3 * 6},
+                                            {"void demo::scale<float>(float*, float, int)", 3 * 2}}));
+}
+
+TEST_F(RecordCuda, ShortLivedWorkersExecdByRelativePathGetKernelNames) {
+  // the launcher moves into the workloads folder, execs ./cuda_api_calls from there, and
+  // outlives its workers (as launchers do): a relative exec path is resolved through the cwd of
+  // the worker or of a running ancestor
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/fork_exec_parent",
+                "./cuda_api_calls", kWorkloads, "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM cuda_calls"), 3);
+  EXPECT_EQ(db.pairs("SELECT kernel, count(*) FROM cuda_calls WHERE grid_x IS NOT NULL "
+                     "GROUP BY kernel"),
+            (std::map<std::string, int64_t>{{"vecAdd(float*, float const*, int)", 3 * 6},
+                                            {"void demo::scale<float>(float*, float, int)", 3 * 2}}));
 }
 
 TEST_F(RecordCuda, AttachToRunningProcessWithPid) {

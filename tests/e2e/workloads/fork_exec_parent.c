@@ -1,5 +1,7 @@
 /* A launcher like torchrun: forks workers that exec a CUDA program, plus one worker that forks
- * again (a grandchild), and waits for them all. argv[1] is the program to exec. */
+ * again (a grandchild), and waits for them all. argv[1] is the program to exec; with argv[2],
+ * the launcher first changes into that directory (argv[1] may then be relative to it); with
+ * argv[3], it stays that many milliseconds after its workers exit (as launchers outlive them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -18,7 +20,11 @@ static pid_t spawn(const char *program)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s PROGRAM\n", argv[0]);
+		fprintf(stderr, "usage: %s PROGRAM [DIRECTORY [LINGER_MS]]\n", argv[0]);
+		return 2;
+	}
+	if (argc > 2 && chdir(argv[2]) != 0) {
+		perror(argv[2]);
 		return 2;
 	}
 	spawn(argv[1]);
@@ -34,5 +40,7 @@ int main(int argc, char **argv)
 	int status, failures = 0;
 	while (wait(&status) > 0)
 		failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (argc > 3)
+		usleep(1000 * atoi(argv[3]));
 	return failures ? 1 : 0;
 }
