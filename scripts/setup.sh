@@ -7,7 +7,7 @@ packages=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
-  bpftrace
+  bpftrace iproute2
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -104,6 +104,50 @@ enum eacgm_counter {
 	EACGM_CNT_MAX = 4,
 };
 
+/*
+ * Host layer: counters aggregated in BPF maps (per-CPU), read by userspace at each sampling
+ * interval. All are cumulative except the *_max_ns fields, which hold the maximum seen in the
+ * sampling epoch named by *_epoch (userspace advances the epoch at each sample).
+ */
+struct eacgm_host_proc_stats {
+	__u64 runq_wait_ns;   /* time runnable but waiting for a CPU (wakeup/preemption to run) */
+	__u64 runq_waits;
+	__u64 runq_max_ns;
+	__u64 runq_epoch;
+	__u64 voluntary_switches;   /* blocked (sleep, I/O, lock) */
+	__u64 involuntary_switches; /* preempted while runnable */
+	__u64 offcpu_ns;
+	__u64 oncpu_ns;
+	__u64 sock_tx_bytes; /* socket payload sent and received by the process's threads */
+	__u64 sock_rx_bytes;
+	__u64 io_ops; /* block I/O (bios) submitted by the process's threads */
+	__u64 io_bytes;
+	char comm[16]; /* the process's name when first seen */
+};
+
+struct eacgm_net_key {
+	__u32 ifindex;
+	__u32 netns; /* network namespace inode: ifindexes repeat across namespaces */
+};
+
+struct eacgm_net_stats {
+	__u64 tx_bytes; /* frames with their link-layer header, as the interface counters count */
+	__u64 tx_packets;
+	__u64 rx_bytes;
+	__u64 rx_packets;
+	char name[16];
+};
+
+struct eacgm_disk_stats {
+	__u64 read_ops;
+	__u64 read_bytes;
+	__u64 write_ops;
+	__u64 write_bytes;
+	__u64 latency_ns; /* issue to completion, summed */
+	__u64 latency_max_ns;
+	__u64 latency_epoch;
+};
+
 /* Filter modes, set in rodata before load. */
 enum eacgm_filter_mode {
 	EACGM_FILTER_PIDS = 0, /* only tgids in the `traced` map, and their descendants */

@@ -33,8 +33,14 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
       ->capture_default_str();
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
-  cmd->add_option("--layers", *layers, "comma-separated layers to trace (implemented: cuda)")
+  cmd->add_option("--layers", *layers,
+                  "comma-separated layers to trace: cuda (API calls), host (scheduler, network "
+                  "and block I/O counters, sampled)")
       ->capture_default_str();
+  cmd->add_option("--interval,--gpu-interval", opts->interval_ms,
+                  "sampling interval of the sampled layers (gpu, host), in milliseconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 60000.0));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
       ->check(CLI::NonNegativeNumber);

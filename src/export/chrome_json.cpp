@@ -54,6 +54,21 @@ class ChromeJsonWriter final : public TimelineSink {
     write_event();
   }
 
+  // A counter event ("C"); machine-wide tracks live in a process of their own, pid 0.
+  void add_counter(const TimelineCounter& counter) override {
+    if (counter.pid == 0 && !machine_named_) {
+      machine_named_ = true;
+      add_process({0, "machine (gpu, network, disks)"});
+    }
+    line_.clear();
+    append(R"({{"ph":"C","name":{},"pid":{},"ts":)", cached(counter.track), counter.pid);
+    append_microseconds(counter.ts_ns);
+    line_ += R"(,"args":{"value":)";
+    append_value(counter.value);
+    line_ += "}}";
+    write_event();
+  }
+
   void finish() override {
     if (finished_) return;
     finished_ = true;
@@ -114,6 +129,7 @@ class ChromeJsonWriter final : public TimelineSink {
   std::ostream& out_;
   bool first_event_ = true;
   bool finished_ = false;
+  bool machine_named_ = false;
   std::string line_;  // the event being formatted; reused so its capacity is kept
   std::unordered_map<std::string, std::string> escaped_;
 };

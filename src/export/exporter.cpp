@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "export/chrome_json.h"
@@ -42,6 +43,67 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
       });
 }
 
+// Turns interval samples into counter tracks: each value holds from the start of its interval,
+// and a track drops to zero where it has no sample (rows are written only for active intervals).
+class CounterSeries {
+ public:
+  explicit CounterSeries(TimelineSink& sink) : sink_(sink) {}
+  void add(uint32_t pid, const std::string& track, uint64_t end_ns, uint64_t interval_ns,
+           double value) {
+    uint64_t start = end_ns - std::min(interval_ns, end_ns);
+    auto [it, fresh] = last_end_.try_emplace({pid, track}, start);
+    if (!fresh && start > it->second) sink_.add_counter({it->second, pid, track, 0});
+    sink_.add_counter({start, pid, track, value});
+    it->second = end_ns;
+  }
+  void finish() {
+    for (const auto& [key, end] : last_end_) sink_.add_counter({end, key.first, key.second, 0});
+  }
+
+ private:
+  TimelineSink& sink_;
+  std::map<std::pair<uint32_t, std::string>, uint64_t> last_end_;
+};
+
+void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("host_samples")) return;
+  CounterSeries series(sink);
+  const std::string own_netns = rec.meta_or("netns", "");
+  rec.query(
+      "SELECT ts_ns, interval_ns, scope, id, netns, name, runq_wait_ns, runq_waits, "
+      "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, read_bytes, write_bytes, "
+      "io_ops, io_latency_ns FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
+      [&](Statement& s) {
+        uint64_t end = uint64_t(s.int_at(0) + to_real), dt = uint64_t(s.int_at(1));
+        double per_s = 1e9 / double(dt), mb_per_s = per_s / 1e6;
+        std::string scope(s.text_at(2)), name(s.text_at(5));
+        auto put = [&](uint32_t pid, const std::string& track, double v) {
+          series.add(pid, track, end, dt, v);
+        };
+        if (scope == "process") {
+          uint32_t pid = uint32_t(s.int_at(3));
+          double waits = double(s.int_at(7));
+          put(pid, "cpu (%)", 100.0 * double(s.int_at(9)) / double(dt));
+          put(pid, "run-queue wait, mean (us)", waits ? double(s.int_at(6)) / waits / 1e3 : 0);
+          put(pid, "involuntary switches (/s)", double(s.int_at(8)) * per_s);
+          put(pid, "socket tx (MB/s)", double(s.int_at(10)) * mb_per_s);
+          put(pid, "socket rx (MB/s)", double(s.int_at(11)) * mb_per_s);
+          put(pid, "block I/O (MB/s)", double(s.int_at(12)) * mb_per_s);
+        } else if (scope == "net") {
+          if (std::to_string(s.int_at(4)) != own_netns)
+            name += fmt::format(" (netns {})", s.int_at(4));
+          put(0, name + " tx (MB/s)", double(s.int_at(10)) * mb_per_s);
+          put(0, name + " rx (MB/s)", double(s.int_at(11)) * mb_per_s);
+        } else if (scope == "disk") {
+          double ops = double(s.int_at(15));
+          put(0, name + " read (MB/s)", double(s.int_at(13)) * mb_per_s);
+          put(0, name + " write (MB/s)", double(s.int_at(14)) * mb_per_s);
+          put(0, name + " latency, mean (ms)", ops ? double(s.int_at(16)) / ops / 1e6 : 0);
+        }
+      });
+  series.finish();
+}
+
 }  // namespace
 
 void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
@@ -63,6 +125,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
     sink.add_thread({uint32_t(s.int_at(0)), uint32_t(s.int_at(1)), std::string(s.text_at(2))});
   });
   add_cuda_slices(rec, sink, to_real);
+  add_host_counters(rec, sink, to_real);
 }
 
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,

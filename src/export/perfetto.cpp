@@ -2,6 +2,7 @@
 #include "export/perfetto.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,6 +49,8 @@ constexpr uint32_t kInternedName = 2;
 
 // TrackDescriptor, ProcessDescriptor, ThreadDescriptor
 constexpr uint32_t kTrackUuid = 1;
+constexpr uint32_t kTrackName = 2;
+constexpr uint32_t kTrackCounter = 8;  // CounterDescriptor: an empty one means plain values
 constexpr uint32_t kTrackProcess = 3;
 constexpr uint32_t kTrackThread = 4;
 constexpr uint32_t kTrackParentUuid = 5;
@@ -65,6 +68,8 @@ constexpr uint32_t kEventNameIid = 10;
 constexpr uint32_t kEventTrackUuid = 11;
 constexpr uint64_t kTypeSliceBegin = 1;
 constexpr uint64_t kTypeSliceEnd = 2;
+constexpr uint64_t kTypeCounter = 4;
+constexpr uint32_t kEventDoubleCounterValue = 44;
 
 // DebugAnnotation
 constexpr uint32_t kAnnotationNameIid = 1;
@@ -130,6 +135,18 @@ struct EventRef {
   bool is_end() const { return bits & 1; }
 };
 
+// A counter track (per process or machine-wide) and one value on it.
+struct CounterTrack {
+  uint64_t uuid = 0;
+  uint32_t pid = 0;
+  std::string name;
+};
+struct CounterValue {
+  uint64_t ts = 0;
+  uint32_t track = 0;  // index into counter_tracks_
+  double value = 0;
+};
+
 class PerfettoWriter final : public TimelineSink {
  public:
   explicit PerfettoWriter(std::ostream& out) : out_(out) {}
@@ -158,17 +175,31 @@ class PerfettoWriter final : public TimelineSink {
     slices_.push_back(record);
   }
 
+  void add_counter(const TimelineCounter& counter) override {
+    if (counter.pid) process_track(counter.pid);
+    auto [it, inserted] =
+        counter_index_.try_emplace({counter.pid, counter.track}, counter_tracks_.size());
+    if (inserted) {
+      // uuids with bit 62 set: apart from thread (pid << 32 | tid) and process (bit 63) tracks
+      counter_tracks_.push_back(
+          {(uint64_t{1} << 62) | counter_tracks_.size(), counter.pid, counter.track});
+    }
+    counters_.push_back({counter.ts_ns, uint32_t(it->second), counter.value});
+  }
+
   void finish() override {
     if (finished_) return;
     finished_ = true;
     write_clock_snapshot();
     write_sequence_header();
     write_track_descriptors();
+    write_counter_descriptors();
     write_slice_events();
     flush_chunk();
     out_.flush();
     check_stream();
     slices_ = {};
+    counters_ = {};
     args_ = {};
   }
 
@@ -220,8 +251,10 @@ class PerfettoWriter final : public TimelineSink {
   }
 
   uint64_t first_timestamp() const {
-    uint64_t first = slices_.empty() ? 0 : slices_.front().ts;
+    uint64_t first = UINT64_MAX;
     for (const auto& slice : slices_) first = std::min(first, slice.ts);
+    for (const auto& counter : counters_) first = std::min(first, counter.ts);
+    if (first == UINT64_MAX) first = 0;
     return first;
   }
 
@@ -279,6 +312,34 @@ class PerfettoWriter final : public TimelineSink {
     maybe_flush();
   }
 
+  void write_counter_descriptors() {
+    for (const auto& track : counter_tracks_) {
+      begin_sequence_packet();
+      {
+        auto descriptor = writer_.message(pb::kTrackDescriptor);
+        writer_.add_varint(pb::kTrackUuid, track.uuid);
+        writer_.add_string(pb::kTrackName, track.name);
+        if (track.pid) writer_.add_varint(pb::kTrackParentUuid, process_track_uuid(track.pid));
+        auto counter = writer_.message(pb::kTrackCounter);
+      }
+      writer_.end_message();
+      maybe_flush();
+    }
+  }
+
+  void write_counter_event(const CounterValue& c) {
+    begin_sequence_packet();
+    writer_.add_varint(pb::kTimestamp, c.ts);
+    {
+      auto track_event = writer_.message(pb::kTrackEvent);
+      writer_.add_varint(pb::kEventTrackUuid, counter_tracks_[c.track].uuid);
+      writer_.add_varint(pb::kEventType, pb::kTypeCounter);
+      writer_.add_double(pb::kEventDoubleCounterValue, c.value);
+    }
+    writer_.end_message();
+    maybe_flush();
+  }
+
   // Orders begin/end events so that each thread's slices nest: at equal timestamps, ends come
   // before begins (adjacent siblings), zero-length slices sit in between, and the longest slice
   // begins first (it is the outer one). An END names no slice, it closes the innermost open one,
@@ -293,7 +354,16 @@ class PerfettoWriter final : public TimelineSink {
     }
     std::sort(events.begin(), events.end(),
               [this](EventRef a, EventRef b) { return event_before(a, b); });
-    for (EventRef event : events) write_slice_event(event);
+    // counters merge in by time (they sit on tracks of their own, so ties need no order)
+    std::stable_sort(counters_.begin(), counters_.end(),
+                     [](const CounterValue& a, const CounterValue& b) { return a.ts < b.ts; });
+    size_t next_counter = 0;
+    for (EventRef event : events) {
+      while (next_counter < counters_.size() && counters_[next_counter].ts <= event_ts(event))
+        write_counter_event(counters_[next_counter++]);
+      write_slice_event(event);
+    }
+    while (next_counter < counters_.size()) write_counter_event(counters_[next_counter++]);
   }
 
   uint64_t event_ts(EventRef event) const {
@@ -353,6 +423,9 @@ class PerfettoWriter final : public TimelineSink {
   std::unordered_map<uint64_t, size_t> track_index_;
   Interner event_names_, categories_, annotation_names_;
   std::vector<SliceRecord> slices_;
+  std::vector<CounterTrack> counter_tracks_;
+  std::map<std::pair<uint32_t, std::string>, size_t> counter_index_;
+  std::vector<CounterValue> counters_;
   proto::ProtoWriter args_;    // DebugAnnotation fields of all slices, back to back
   proto::ProtoWriter writer_;  // pending output, flushed in chunks
 };

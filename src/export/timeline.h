@@ -35,6 +35,15 @@ struct TimelineSlice {
   std::vector<TimelineArg> args;
 };
 
+// One value of a sampled metric, on a counter track of a process (pid != 0) or of the machine
+// (pid == 0: per GPU, per interface, per disk). Tracks are named by `track`.
+struct TimelineCounter {
+  uint64_t ts_ns = 0;  // wall clock (realtime) ns
+  uint32_t pid = 0;
+  std::string track;  // e.g. "run-queue wait (ms/s)", "eth0 rx (MB/s)"
+  double value = 0;
+};
+
 // Receives a timeline. Processes and threads are announced before their first slice.
 class TimelineSink {
  public:
@@ -42,6 +51,7 @@ class TimelineSink {
   virtual void add_process(const TimelineProcess& process) = 0;
   virtual void add_thread(const TimelineThread& thread) = 0;
   virtual void add_slice(const TimelineSlice& slice) = 0;
+  virtual void add_counter(const TimelineCounter& counter) = 0;
   // Flushes everything to the output. Throws eacgm::Error if the output cannot be written.
   virtual void finish() = 0;
 };

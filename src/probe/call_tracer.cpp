@@ -190,6 +190,8 @@ int CallTracer::poll(int timeout_ms, const RecordHandler& handler) {
   return n < 0 ? 0 : n;
 }
 
+int CallTracer::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced); }
+
 TracerCounters CallTracer::counters() const {
   int ncpu = libbpf_num_possible_cpus();
   std::vector<uint64_t> values(ncpu > 0 ? ncpu : 1);

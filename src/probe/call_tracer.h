@@ -56,6 +56,9 @@ class CallTracer {
 
   TracerCounters counters() const;
 
+  // The set of traced processes, for other layers' programs to share.
+  int traced_map_fd() const;
+
  private:
   struct SkeletonDeleter {
     void operator()(calls_bpf* s) const;

@@ -281,6 +281,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       row.command = it != commands_.end() ? it->second : row.name;
       row.start_ns = e.ts_ns;
       commands_[e.pid] = row.command;
+      if (on_process_named) on_process_named(e.pid, row.name);
       out_.add(std::move(row));
       break;
     }
@@ -294,6 +295,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       if (row.command.empty()) row.command = row.name;
       row.start_ns = e.ts_ns;
       commands_[e.pid] = row.command;
+      if (on_process_named) on_process_named(e.pid, row.name);
       out_.add(std::move(row));
       if (on_code_mapped) on_code_mapped(e.pid);
       break;

@@ -36,6 +36,8 @@ class EventDecoder {
   // Called when a traced process maps new code (re-plan probes) and when one exits.
   std::function<void(uint32_t pid)> on_code_mapped;
   std::function<void(uint32_t pid, int status)> on_process_exit;
+  // A process got its name (fork: the parent's; exec: the new program's).
+  std::function<void(uint32_t pid, const std::string& name)> on_process_named;
 
   const DecoderStats& stats() const { return stats_; }
 

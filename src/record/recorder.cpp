@@ -4,10 +4,12 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include "export/exporter.h"
 #include "probe/call_tracer.h"
 #include "probe/cuda_ops.h"
+#include "probe/host_tracer.h"
 #include "probe/library_finder.h"
 #include "probe/proc_maps.h"
 #include "probe/symbolizer.h"
@@ -74,9 +77,9 @@ void check_layers(const std::vector<std::string>& layers) {
     if (!known.count(l))
       throw UsageError(fmt::format(
           "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
-    if (l != "cuda")
-      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (only "
-                                   "'cuda' is; see the issue tracker)", l));
+    if (l != "cuda" && l != "host")
+      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda "
+                                   "and host are; see the issue tracker)", l));
   }
 }
 
@@ -87,13 +90,18 @@ class Session {
         writer_(o.output, o.force),
         tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
         decoder_(writer_, symbols_),
-        planner_(tracer_, cuda_ops()) {
+        planner_(tracer_, has_layer("cuda") ? cuda_ops() : std::span<const CallOp>{}) {
+    if (has_layer("host"))
+      host_ = std::make_unique<HostTracer>(o.all ? -1 : tracer_.traced_map_fd(), o.all);
     decoder_.on_code_mapped = [this](uint32_t pid) {
       // Snapshot the maps now, while the process surely runs (exec and dlopen wake the reader
       // at once): a short-lived process may be gone by the time its calls are decoded, and its
       // kernels can only be named through these maps. Probe planning can wait for the batch.
       if (auto maps = read_proc_maps(static_cast<int>(pid))) symbols_.update_maps(pid, *maps);
       dirty_.insert(pid);
+    };
+    decoder_.on_process_named = [this](uint32_t pid, const std::string& name) {
+      if (host_) host_->name_process(pid, name);
     };
     decoder_.on_process_exit = [this](uint32_t pid, int) {
       live_.erase(pid);
@@ -110,6 +118,10 @@ class Session {
   bool targets_done();
   void finish(std::optional<int> exit_status);
   void progress(uint64_t now_ns);
+  void sample(uint64_t now_ns);
+  bool has_layer(const std::string& l) const {
+    return std::find(opts_.layers.begin(), opts_.layers.end(), l) != opts_.layers.end();
+  }
 
   const RecordOptions& opts_;
   RecordingWriter writer_;
@@ -117,6 +129,9 @@ class Session {
   Symbolizer symbols_;
   EventDecoder decoder_;
   ProbePlanner planner_;
+  std::unique_ptr<HostTracer> host_;
+  uint64_t next_sample_ = 0;
+  uint64_t host_rows_ = 0;
   std::unique_ptr<LaunchedCommand> command_;
   std::set<uint32_t> dirty_;  // processes that mapped new code
   std::set<uint32_t> live_;   // -p targets still running
@@ -149,6 +164,18 @@ void Session::drain() {
   auto handler = [this](const void* d, size_t n) { decoder_.on_record(d, n); };
   // Until the ring is empty; bounded so a target that keeps producing cannot hold us forever.
   for (int i = 0; i < 64 && tracer_.poll(0, handler) > 0; ++i) {
+  }
+}
+
+// The sampled layers, on the record loop's thread: reading a few BPF maps takes microseconds.
+void Session::sample(uint64_t now_ns) {
+  if (!host_ || now_ns < next_sample_) return;
+  uint64_t interval = uint64_t(opts_.interval_ms * 1e6);
+  next_sample_ = (next_sample_ ? next_sample_ : now_ns) + interval;
+  if (next_sample_ < now_ns) next_sample_ = now_ns + interval;  // fell behind: skip, don't burst
+  for (auto& row : host_->sample(now_ns)) {
+    writer_.add(std::move(row));
+    ++host_rows_;
   }
 }
 
@@ -215,9 +242,12 @@ int Session::run() {
   uint64_t last_rescan = last_flush;
   uint64_t stop_deadline = 0;  // after a stop signal: how long the command may take to exit
   bool forwarded = false;
+  // Wake at least as often as the sampled layers need; events wake us earlier anyway.
+  int poll_ms = host_ ? std::clamp(int(opts_.interval_ms / 2), 1, 50) : 50;
   for (;;) {
-    tracer_.poll(50, handler);
+    tracer_.poll(poll_ms, handler);
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    sample(now);
     if (!dirty_.empty()) plan_dirty();
     if (opts_.all && now - last_rescan > 2'000'000'000ull) {
       // --all has no mmap events (too many host-wide): look for new CUDA processes on a timer
@@ -245,6 +275,10 @@ int Session::run() {
     }
   }
   drain();
+  if (host_) {
+    next_sample_ = 0;
+    sample(clock_ns(CLOCK_MONOTONIC));  // the last partial interval
+  }
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
   bool write_failed = !writer_.error().empty();
   finish(status);
@@ -268,6 +302,13 @@ void Session::finish(std::optional<int> exit_status) {
   uint64_t end = clock_ns(CLOCK_MONOTONIC);
   writer_.set_meta("end_monotonic_ns", std::to_string(end));
   writer_.set_meta("events", std::to_string(decoder_.stats().calls));
+  if (host_) {
+    struct stat ns {};
+    if (stat("/proc/self/ns/net", &ns) == 0)  // interfaces in other namespaces are named apart
+      writer_.set_meta("netns", std::to_string(ns.st_ino));
+    writer_.set_meta("host_samples", std::to_string(host_rows_));
+    writer_.set_meta("sample_interval_ms", fmt::format("{}", opts_.interval_ms));
+  }
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
   writer_.set_meta("nesting_overflows", std::to_string(c.entry_overflow));
@@ -296,7 +337,7 @@ void Session::finish(std::optional<int> exit_status) {
   for (const auto& f : planner_.probed_files())
     for (const auto& e : f.errors)
       fprintf(stderr, "eacgm: warning: could not probe %s in %s\n", e.c_str(), f.path.c_str());
-  if (decoder_.stats().calls == 0 && !planner_.found_in_target())
+  if (has_layer("cuda") && decoder_.stats().calls == 0 && !planner_.found_in_target())
     fprintf(stderr, "eacgm: layer cuda: no CUDA runtime or driver library (libcudart, libcuda) "
             "was found in the traced processes; the recording holds the process tree only\n");
   if (!opts_.perfetto.empty()) {

@@ -16,6 +16,7 @@ struct RecordOptions {
   bool all = false;
   std::vector<std::string> command;
   uint64_t ring_mb = 32;
+  double interval_ms = 100;  // sampling interval of the gpu and host layers
   bool quiet = false;
 };
 

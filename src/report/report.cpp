@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "report/sampled_report.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
@@ -103,6 +104,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
     for (const auto& k : kernels)
       j["top_kernels"].push_back(
           {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
+    j["host"] = metric_stats_json(host_metric_stats(rec));
     fmt::print(out, "{}\n", j.dump(2));
     return;
   }
@@ -126,6 +128,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
     for (const auto& k : kernels)
       fmt::print(out, "{:>9}  {:>11}  {}\n", k.launches, human_ns(double(k.total_ns)), k.kernel);
   }
+  print_metric_table(host_metric_stats(rec), "host", out);
 }
 
 void print_summary(const std::string& path, FILE* out) {

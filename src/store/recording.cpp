@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "store/sample_tables.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
 
@@ -25,6 +26,18 @@ CREATE TABLE cuda_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         memcpy_kind TEXT, stream INTEGER, grid_x INTEGER, grid_y INTEGER,
                         grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
                         shared_mem INTEGER, kernel TEXT, address INTEGER);
+-- Host layer, one row per scope and sampling interval (counts over the interval ending at ts_ns).
+-- scope 'process' (id = pid), 'net' (id = ifindex in netns), 'disk' (id = major << 20 | minor).
+-- tx/rx bytes: frames with link-layer headers for 'net'; socket payload for 'process'.
+CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
+                          scope TEXT NOT NULL, id INTEGER NOT NULL, netns INTEGER, name TEXT,
+                          runq_wait_ns INTEGER, runq_waits INTEGER, runq_max_ns INTEGER,
+                          voluntary_switches INTEGER, involuntary_switches INTEGER,
+                          offcpu_ns INTEGER, oncpu_ns INTEGER,
+                          tx_bytes INTEGER, tx_packets INTEGER, rx_bytes INTEGER,
+                          rx_packets INTEGER, io_ops INTEGER, io_bytes INTEGER,
+                          read_ops INTEGER, read_bytes INTEGER, write_ops INTEGER,
+                          write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER);
 CREATE VIEW trace AS
   SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
          COALESCE(kernel, memcpy_kind) AS detail, bytes, ret
@@ -202,6 +215,7 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
+  if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
   Statement exit_row(db_, "UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
                           "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
   for (const auto& e : b.exits) {

@@ -34,6 +34,7 @@ class RecordingWriter {
   void add(ProcessRow row) { batch_->processes.push_back(std::move(row)); }
   void add(const ProcessExitRow& row) { batch_->exits.push_back(row); }
   void add(ThreadRow row) { batch_->threads.push_back(std::move(row)); }
+  void add(HostSampleRow row) { batch_->host_samples.push_back(std::move(row)); }
   size_t pending() const { return batch_->size(); }
   void flush();
 
@@ -52,8 +53,10 @@ class RecordingWriter {
     std::vector<ProcessRow> processes;
     std::vector<ProcessExitRow> exits;
     std::vector<ThreadRow> threads;
+    std::vector<HostSampleRow> host_samples;
     size_t size() const {
-      return meta.size() + cuda_calls.size() + processes.size() + exits.size() + threads.size();
+      return meta.size() + cuda_calls.size() + processes.size() + exits.size() + threads.size() +
+             host_samples.size();
     }
   };
   void writer_loop();

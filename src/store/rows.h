@@ -45,3 +45,31 @@ struct ThreadRow {
 };
 
 }  // namespace eacgm
+
+namespace eacgm {
+
+// What a host sample is about.
+enum class HostScope : uint8_t { Process, NetDevice, Disk };
+
+// One host-layer sample: counts over [ts_ns - interval_ns, ts_ns]. Fields that do not apply to
+// the scope stay 0 and are stored as NULL.
+struct HostSampleRow {
+  uint64_t ts_ns = 0;
+  uint64_t interval_ns = 0;
+  HostScope scope = HostScope::Process;
+  uint64_t id = 0;     // pid, interface index, or dev_t (major << 20 | minor)
+  uint32_t netns = 0;  // network namespace inode of an interface
+  std::string name;    // process comm, interface name, disk name
+  // Process: scheduler
+  uint64_t runq_wait_ns = 0, runq_waits = 0, runq_max_ns = 0;
+  uint64_t voluntary_switches = 0, involuntary_switches = 0;
+  uint64_t offcpu_ns = 0, oncpu_ns = 0;
+  // Interface: frames with link-layer headers. Process: socket payload sent and received.
+  uint64_t tx_bytes = 0, tx_packets = 0, rx_bytes = 0, rx_packets = 0;
+  // Process: block I/O it submitted (bios); disk: requests by direction, with latency
+  uint64_t io_ops = 0, io_bytes = 0;
+  uint64_t read_ops = 0, read_bytes = 0, write_ops = 0, write_bytes = 0;
+  uint64_t io_latency_ns = 0, io_latency_max_ns = 0;
+};
+
+}  // namespace eacgm

@@ -32,6 +32,21 @@ json events_of(const std::string& text) {
   return trace.at("traceEvents");
 }
 
+TEST(ChromeJsonWriter, CountersAreCounterEventsAndMachineTracksGetAProcess) {
+  const json events = events_of(write_json([](TimelineSink& sink) {
+    sink.add_counter({1'500'250, 42, "cpu (%)", 12.5});
+    sink.add_counter({2'000'000, 0, "eth0 rx (MB/s)", 3.0});
+    sink.add_counter({3'000'000, 0, "eth0 rx (MB/s)", 0.0});
+  }));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0], json::parse(R"j({"ph":"C","name":"cpu (%)","pid":42,"ts":1500.25,
+                                        "args":{"value":12.5}})j"));
+  EXPECT_EQ(events[1].at("ph"), "M");  // pid 0 is named once, before its first counter
+  EXPECT_EQ(events[1].at("pid"), 0);
+  EXPECT_EQ(events[2].at("name"), "eth0 rx (MB/s)");
+  EXPECT_EQ(events[3].at("args").at("value"), 0.0);
+}
+
 TEST(ChromeJsonWriter, EmptyTimeline) {
   const json trace = json::parse(write_json([](TimelineSink&) {}));
   EXPECT_EQ(trace, json::parse(R"({"traceEvents":[],"displayTimeUnit":"ns"})"));

@@ -405,6 +405,48 @@ TEST(PerfettoWriter, SliceOnUnannouncedThreadStillGetsTracks) {
   EXPECT_EQ(packets[3]->at(60).at(4).value(2), "8");
 }
 
+TEST(PerfettoWriter, CountersGetTheirOwnTracksAndMergeByTime) {
+  const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
+    sink.add_process({kPid, "python3 train.py"});
+    sink.add_slice({kT0 + 10, 20, kPid, kPid, "cuda", "cudaFree", {}});
+    sink.add_counter({kT0 + 25, kPid, "cpu (%)", 42.5});
+    sink.add_counter({kT0, kPid, "cpu (%)", 12.5});
+    sink.add_counter({kT0 + 5, 0, "eth0 tx (MB/s)", 3.0});
+  }));
+  const auto packets = trace.all(1);
+  // clock, header, process and thread descriptors, 2 counter descriptors, 2 slice events,
+  // 3 counter values
+  ASSERT_EQ(packets.size(), 2u + 2u + 2u + 2u + 3u);
+  const RawMessage& cpu = packets[4]->at(60);
+  EXPECT_EQ(cpu.value(1), std::to_string(uint64_t{1} << 62));
+  EXPECT_EQ(cpu.value(2), raw_string("cpu (%)"));
+  EXPECT_EQ(cpu.value(5), std::to_string(kProcessUuid));  // under its process
+  EXPECT_TRUE(cpu.has(8));                                // a counter track
+  const RawMessage& eth = packets[5]->at(60);
+  EXPECT_EQ(eth.value(2), raw_string("eth0 tx (MB/s)"));
+  EXPECT_FALSE(eth.has(5));  // machine-wide: no parent
+  // values and slice events in time order: cpu@0, eth@5, begin@10, cpu@25, end@30
+  std::vector<std::string> order;
+  for (size_t i = 6; i < packets.size(); ++i) {
+    const RawMessage& event = packets[i]->at(11);
+    std::string what = event.value(9) == "4" ? "counter:" + event.value(44) : "slice:" + event.value(9);
+    order.push_back(packets[i]->value(8) + " " + what);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{
+                       std::to_string(kT0) + " counter:" + fixed64_text(12.5),
+                       std::to_string(kT0 + 5) + " counter:" + fixed64_text(3.0),
+                       std::to_string(kT0 + 10) + " slice:1",
+                       std::to_string(kT0 + 25) + " counter:" + fixed64_text(42.5),
+                       std::to_string(kT0 + 30) + " slice:2"}));
+}
+
+TEST(PerfettoWriter, CounterOnlyTraceTakesItsClockFromTheCounters) {
+  const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
+    sink.add_counter({kT0 + 7, 0, "vda write (MB/s)", 1.0});
+  }));
+  EXPECT_EQ(trace.at(1, 0).at(6).at(1).value(2), std::to_string(kT0 + 7));
+}
+
 TEST(PerfettoWriter, EmptyTimelineIsAValidTrace) {
   const RawMessage trace = decode_raw(write_trace([](TimelineSink&) {}));
   ASSERT_EQ(trace.all(1).size(), 2u);

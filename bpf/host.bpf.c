@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Host layer: what the machine did to the traced processes, from tracepoints only (this kernel
+ * class has no kprobes). Scheduler: run-queue latency, voluntary and involuntary switches, time
+ * on and off CPU. Network: bytes and packets per interface, socket bytes per process. Block I/O:
+ * requests, bytes and latency per disk (and issued per process). Everything is aggregated in
+ * per-CPU maps and sampled by userspace; nothing goes through the ring buffer.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "events.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 filter_mode = EACGM_FILTER_PIDS;
+/* Advanced by userspace at each sample; max fields restart in a new epoch. */
+volatile __u64 epoch = 1;
+
+/* Shared with the call tracer (userspace hands over its fd before load). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+struct thread_sched {
+	__u64 runnable_since; /* woken or preempted, waiting for a CPU; 0 when not */
+	__u64 off_since;      /* switched out */
+	__u64 on_since;       /* switched in */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_sched);
+} sched_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tgid */
+	__type(value, struct eacgm_host_proc_stats);
+} proc_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct eacgm_net_key);
+	__type(value, struct eacgm_net_stats);
+} net_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* dev_t, the kernel's encoding: major << 20 | minor */
+	__type(value, struct eacgm_disk_stats);
+} disk_stats SEC(".maps");
+
+struct rq_start {
+	__u64 ts;
+};
+
+/* LRU: a request whose completion we never see (issued before a reset) cannot fill it */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct request * */
+	__type(value, struct rq_start);
+} rq_started SEC(".maps");
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	if (filter_mode == EACGM_FILTER_ALL)
+		return tgid != 0; /* not the idle tasks */
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+static __always_inline struct eacgm_host_proc_stats *proc_entry(__u32 tgid,
+								  struct task_struct *task)
+{
+	struct eacgm_host_proc_stats *s = bpf_map_lookup_elem(&proc_stats, &tgid);
+	if (s)
+		return s;
+	struct eacgm_host_proc_stats zero = {};
+	/* named now: a short-lived process may be gone before userspace can read /proc */
+	BPF_CORE_READ_STR_INTO(&zero.comm, task, group_leader, comm);
+	bpf_map_update_elem(&proc_stats, &tgid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&proc_stats, &tgid);
+}
+
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	if (!is_traced(p->tgid))
+		return;
+	struct thread_sched *t =
+		bpf_task_storage_get(&sched_state, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t && !t->runnable_since)
+		t->runnable_since = bpf_ktime_get_ns();
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(host_wakeup, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(host_wakeup_new, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 prev_tgid = prev->tgid, next_tgid = next->tgid;
+
+	if (is_traced(prev_tgid)) {
+		struct eacgm_host_proc_stats *s = proc_entry(prev_tgid, prev);
+		struct thread_sched *t =
+			bpf_task_storage_get(&sched_state, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s && t) {
+			/* the kernel's own rule for nvcsw/nivcsw */
+			if (preempt || prev_state == 0) {
+				s->involuntary_switches++;
+				t->runnable_since = now; /* back on the run queue */
+			} else {
+				s->voluntary_switches++;
+				t->runnable_since = 0;
+			}
+			if (t->on_since)
+				s->oncpu_ns += now - t->on_since;
+			t->on_since = 0;
+			t->off_since = now;
+		}
+	}
+	if (is_traced(next_tgid)) {
+		struct eacgm_host_proc_stats *s = proc_entry(next_tgid, next);
+		struct thread_sched *t =
+			bpf_task_storage_get(&sched_state, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s && t) {
+			if (t->runnable_since) {
+				__u64 wait = now - t->runnable_since;
+				s->runq_wait_ns += wait;
+				s->runq_waits++;
+				if (s->runq_epoch != epoch) {
+					s->runq_epoch = epoch;
+					s->runq_max_ns = 0;
+				}
+				if (wait > s->runq_max_ns)
+					s->runq_max_ns = wait;
+				t->runnable_since = 0;
+			}
+			if (t->off_since)
+				s->offcpu_ns += now - t->off_since;
+			t->off_since = 0;
+			t->on_since = now;
+		}
+	}
+	return 0;
+}
+
+static __always_inline struct eacgm_net_stats *net_entry(struct net_device *dev)
+{
+	struct eacgm_net_key key = {
+		.ifindex = BPF_CORE_READ(dev, ifindex),
+		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
+	};
+	struct eacgm_net_stats *s = bpf_map_lookup_elem(&net_stats, &key);
+	if (s)
+		return s;
+	struct eacgm_net_stats zero = {};
+	bpf_probe_read_kernel_str(zero.name, sizeof(zero.name), dev->name);
+	bpf_map_update_elem(&net_stats, &key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&net_stats, &key);
+}
+
+SEC("tp_btf/net_dev_xmit")
+int BPF_PROG(host_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
+{
+	if (rc != 0) /* NETDEV_TX_OK */
+		return 0;
+	struct eacgm_net_stats *s = net_entry(dev);
+	if (s) {
+		s->tx_bytes += len;
+		s->tx_packets++;
+	}
+	return 0;
+}
+
+/*
+ * Per process, the socket layer: these fire in the sending or receiving thread itself, unlike
+ * the device tracepoints, which often run in softirq context on behalf of whoever.
+ */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(host_sock_send, struct sock *sk, int ret, int flags)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (ret <= 0 || !is_traced(tgid))
+		return 0;
+	struct eacgm_host_proc_stats *p = proc_entry(tgid, bpf_get_current_task_btf());
+	if (p)
+		p->sock_tx_bytes += ret;
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(host_sock_recv, struct sock *sk, int ret, int flags)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (ret <= 0 || !is_traced(tgid))
+		return 0;
+	struct eacgm_host_proc_stats *p = proc_entry(tgid, bpf_get_current_task_btf());
+	if (p)
+		p->sock_rx_bytes += ret;
+	return 0;
+}
+
+/* Frame length with the link-layer header, which the receive path has already pulled. */
+static __always_inline __u32 rx_frame_len(struct sk_buff *skb)
+{
+	__u32 len = skb->len;
+	__u16 mac = skb->mac_header;
+	if (mac != (__u16)~0U) {
+		__u64 data_off = (__u64)skb->data - (__u64)skb->head;
+		if (data_off > mac)
+			len += data_off - mac;
+	}
+	return len;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(host_receive, struct sk_buff *skb)
+{
+	struct net_device *dev = skb->dev;
+	if (!dev)
+		return 0;
+	struct eacgm_net_stats *s = net_entry(dev);
+	if (s) {
+		s->rx_bytes += rx_frame_len(skb);
+		s->rx_packets++;
+	}
+	return 0;
+}
+
+static __always_inline __u32 disk_of(struct request *rq)
+{
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	if (!disk)
+		return 0;
+	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(host_rq_issue, struct request *rq)
+{
+	struct rq_start start = {.ts = bpf_ktime_get_ns()};
+	__u64 key = (__u64)rq;
+	bpf_map_update_elem(&rq_started, &key, &start, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(host_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq;
+	struct rq_start *start = bpf_map_lookup_elem(&rq_started, &key);
+	if (!start)
+		return 0;
+	__u64 latency = bpf_ktime_get_ns() - start->ts;
+	bpf_map_delete_elem(&rq_started, &key);
+
+	__u32 dev = disk_of(rq);
+	struct eacgm_disk_stats *d = bpf_map_lookup_elem(&disk_stats, &dev);
+	if (!d) {
+		struct eacgm_disk_stats zero = {};
+		bpf_map_update_elem(&disk_stats, &dev, &zero, BPF_NOEXIST);
+		d = bpf_map_lookup_elem(&disk_stats, &dev);
+	}
+	/* REQ_OP_READ = 0, REQ_OP_WRITE = 1 in the low bits of cmd_flags; the rest (flush,
+	 * discard, ...) moves no data and is left out */
+	__u32 op = rq->cmd_flags & 0xff;
+	if (d && op <= 1) {
+		if (op == 0) {
+			d->read_ops++;
+			d->read_bytes += nr_bytes;
+		} else {
+			d->write_ops++;
+			d->write_bytes += nr_bytes;
+		}
+		d->latency_ns += latency;
+		if (d->latency_epoch != epoch) {
+			d->latency_epoch = epoch;
+			d->latency_max_ns = 0;
+		}
+		if (latency > d->latency_max_ns)
+			d->latency_max_ns = latency;
+	}
+	return 0;
+}
+
+/*
+ * Per process, I/O as submitted: bios are queued in the submitting thread, while requests are
+ * often issued later by kernel workers (plugging, requeues, writeback).
+ */
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(host_bio_queue, struct bio *bio)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_traced(tgid))
+		return 0;
+	/* data only: REQ_OP_READ = 0, REQ_OP_WRITE = 1 (not flushes, discards of freed blocks) */
+	if ((BPF_CORE_READ(bio, bi_opf) & 0xff) > 1)
+		return 0;
+	struct eacgm_host_proc_stats *p = proc_entry(tgid, bpf_get_current_task_btf());
+	if (p) {
+		p->io_ops++;
+		p->io_bytes += BPF_CORE_READ(bio, bi_iter.bi_size);
+	}
+	return 0;
+}

@@ -1,0 +1,245 @@
+// Host layer: attach the tracepoints, then turn cumulative per-CPU counters into deltas.
+#include "probe/host_tracer.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <signal.h>
+
+#include <time.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "host.skel.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+// Per-CPU values of one key, summed by the caller's rule.
+template <typename T>
+bool lookup_percpu(int fd, const void* key, std::vector<T>& values) {
+  return bpf_map_lookup_elem(fd, key, values.data()) == 0;
+}
+
+template <typename Key>
+std::vector<Key> keys_of(int fd) {
+  std::vector<Key> keys;
+  Key key{}, next{};
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  return keys;
+}
+
+uint64_t delta(uint64_t now, uint64_t before) { return now >= before ? now - before : now; }
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+}  // namespace
+
+std::string disk_name(uint32_t kernel_dev) {
+  uint32_t major = kernel_dev >> 20, minor = kernel_dev & 0xfffff;
+  std::ifstream in(fmt::format("/sys/dev/block/{}:{}/uevent", major, minor));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("DEVNAME=", 0) == 0) return line.substr(8);
+  return fmt::format("{}:{}", major, minor);
+}
+
+void HostTracer::Deleter::operator()(host_bpf* s) const { host_bpf__destroy(s); }
+void HostTracer::LinkDeleter::operator()(bpf_link* l) const { bpf_link__destroy(l); }
+
+HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
+  skel_.reset(host_bpf__open());
+  if (!skel_) fail("cannot open the host-layer BPF programs: {}", errno_text(errno));
+  skel_->rodata->filter_mode = trace_all ? EACGM_FILTER_ALL : EACGM_FILTER_PIDS;
+  if (traced_map_fd >= 0) {
+    if (int err = bpf_map__reuse_fd(skel_->maps.traced, traced_map_fd); err)
+      fail("cannot share the traced-process set with the host layer: {}", errno_text(-err));
+  }
+  if (int err = host_bpf__load(skel_.get()); err)
+    fail("cannot load the host-layer BPF programs: {} (needs BTF tracepoints, Linux 6.6+; run "
+         "'eacgm doctor')",
+         errno_text(-err));
+  struct {
+    bpf_program* prog;
+    const char* what;
+  } tracepoints[] = {{skel_->progs.host_wakeup, "sched_wakeup"},
+                     {skel_->progs.host_wakeup_new, "sched_wakeup_new"},
+                     {skel_->progs.host_switch, "sched_switch"},
+                     {skel_->progs.host_xmit, "net_dev_xmit"},
+                     {skel_->progs.host_receive, "netif_receive_skb"},
+                     {skel_->progs.host_sock_send, "sock_send_length"},
+                     {skel_->progs.host_sock_recv, "sock_recv_length"},
+                     {skel_->progs.host_rq_issue, "block_rq_issue"},
+                     {skel_->progs.host_rq_complete, "block_rq_complete"},
+                     {skel_->progs.host_bio_queue, "block_bio_queue"}};
+  for (auto& tp : tracepoints) {
+    bpf_link* link = bpf_program__attach(tp.prog);
+    if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, errno_text(errno));
+    links_.emplace_back(link);
+  }
+  ncpu_ = std::max(1, libbpf_num_possible_cpus());
+  // The maps start empty: everything counted from here on belongs to the recording.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  last_ns_ = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+HostTracer::~HostTracer() {
+  links_.clear();
+  skel_.reset();
+}
+
+// The name at first sight, from /proc while the process runs, else the one the kernel side
+// recorded when it first saw it.
+const std::string& HostTracer::process_name(uint32_t pid, const char (&bpf_comm)[16]) {
+  auto it = names_.find(pid);
+  if (it != names_.end()) return it->second;
+  std::string comm = read_line(fmt::format("/proc/{}/comm", pid));
+  if (comm.empty()) comm.assign(bpf_comm, strnlen(bpf_comm, sizeof(bpf_comm)));
+  return names_.emplace(pid, comm.empty() ? fmt::format("pid {}", pid) : comm).first->second;
+}
+
+std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
+  // New epoch first: updates from here on belong to the next interval's maxima.
+  uint64_t epoch = skel_->data->epoch;
+  skel_->data->epoch = epoch + 1;
+  std::vector<HostSampleRow> out;
+  sample_processes(now_ns, epoch, out);
+  sample_net(now_ns, out);
+  sample_disks(now_ns, epoch, out);
+  for (auto& row : out) {
+    row.ts_ns = now_ns;
+    row.interval_ns = now_ns - last_ns_;
+  }
+  last_ns_ = now_ns;
+  return out;
+}
+
+void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSampleRow>& out) {
+  int fd = bpf_map__fd(skel_->maps.proc_stats);
+  std::vector<eacgm_host_proc_stats> per_cpu(static_cast<size_t>(ncpu_));
+  for (uint32_t pid : keys_of<uint32_t>(fd)) {
+    // Liveness before the read: a process already gone has made its last update, so its
+    // entry can go after this read without losing anything.
+    bool gone = kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+    if (!lookup_percpu(fd, &pid, per_cpu)) continue;
+    eacgm_host_proc_stats total{};
+    uint64_t max_ns = 0;
+    for (const auto& v : per_cpu) {
+      total.runq_wait_ns += v.runq_wait_ns;
+      total.runq_waits += v.runq_waits;
+      total.voluntary_switches += v.voluntary_switches;
+      total.involuntary_switches += v.involuntary_switches;
+      total.offcpu_ns += v.offcpu_ns;
+      total.oncpu_ns += v.oncpu_ns;
+      total.sock_tx_bytes += v.sock_tx_bytes;
+      total.sock_rx_bytes += v.sock_rx_bytes;
+      total.io_ops += v.io_ops;
+      total.io_bytes += v.io_bytes;
+      if (v.runq_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.runq_max_ns);
+      if (v.comm[0]) std::memcpy(total.comm, v.comm, sizeof(total.comm));
+    }
+    const eacgm_host_proc_stats before = procs_[pid];  // zeros when new
+    procs_[pid] = total;
+    HostSampleRow row;
+    row.scope = HostScope::Process;
+    row.id = pid;
+    row.name = process_name(pid, total.comm);
+    row.runq_wait_ns = delta(total.runq_wait_ns, before.runq_wait_ns);
+    row.runq_waits = delta(total.runq_waits, before.runq_waits);
+    row.runq_max_ns = row.runq_waits ? max_ns : 0;
+    row.voluntary_switches = delta(total.voluntary_switches, before.voluntary_switches);
+    row.involuntary_switches = delta(total.involuntary_switches, before.involuntary_switches);
+    row.offcpu_ns = delta(total.offcpu_ns, before.offcpu_ns);
+    row.oncpu_ns = delta(total.oncpu_ns, before.oncpu_ns);
+    row.tx_bytes = delta(total.sock_tx_bytes, before.sock_tx_bytes);
+    row.rx_bytes = delta(total.sock_rx_bytes, before.sock_rx_bytes);
+    row.io_ops = delta(total.io_ops, before.io_ops);
+    row.io_bytes = delta(total.io_bytes, before.io_bytes);
+    bool active = row.runq_waits || row.voluntary_switches || row.involuntary_switches ||
+                  row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops;
+    if (active) out.push_back(std::move(row));
+    if (gone) {
+      bpf_map_delete_elem(fd, &pid);
+      procs_.erase(pid);
+      names_.erase(pid);
+    }
+  }
+}
+
+void HostTracer::sample_net(uint64_t, std::vector<HostSampleRow>& out) {
+  int fd = bpf_map__fd(skel_->maps.net_stats);
+  std::vector<eacgm_net_stats> per_cpu(static_cast<size_t>(ncpu_));
+  for (const auto& key : keys_of<eacgm_net_key>(fd)) {
+    if (!lookup_percpu(fd, &key, per_cpu)) continue;
+    eacgm_net_stats total{};
+    for (const auto& v : per_cpu) {
+      total.tx_bytes += v.tx_bytes;
+      total.tx_packets += v.tx_packets;
+      total.rx_bytes += v.rx_bytes;
+      total.rx_packets += v.rx_packets;
+      if (v.name[0]) std::memcpy(total.name, v.name, sizeof(total.name));
+    }
+    uint64_t k = (uint64_t(key.netns) << 32) | key.ifindex;
+    const eacgm_net_stats before = nets_[k];
+    nets_[k] = total;
+    HostSampleRow row;
+    row.scope = HostScope::NetDevice;
+    row.id = key.ifindex;
+    row.netns = key.netns;
+    row.name = std::string(total.name, strnlen(total.name, sizeof(total.name)));
+    row.tx_bytes = delta(total.tx_bytes, before.tx_bytes);
+    row.tx_packets = delta(total.tx_packets, before.tx_packets);
+    row.rx_bytes = delta(total.rx_bytes, before.rx_bytes);
+    row.rx_packets = delta(total.rx_packets, before.rx_packets);
+    if (row.tx_packets || row.rx_packets) out.push_back(std::move(row));
+  }
+}
+
+void HostTracer::sample_disks(uint64_t, uint64_t epoch, std::vector<HostSampleRow>& out) {
+  int fd = bpf_map__fd(skel_->maps.disk_stats);
+  std::vector<eacgm_disk_stats> per_cpu(static_cast<size_t>(ncpu_));
+  for (uint32_t dev : keys_of<uint32_t>(fd)) {
+    if (!lookup_percpu(fd, &dev, per_cpu)) continue;
+    eacgm_disk_stats total{};
+    uint64_t max_ns = 0;
+    for (const auto& v : per_cpu) {
+      total.read_ops += v.read_ops;
+      total.read_bytes += v.read_bytes;
+      total.write_ops += v.write_ops;
+      total.write_bytes += v.write_bytes;
+      total.latency_ns += v.latency_ns;
+      if (v.latency_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.latency_max_ns);
+    }
+    const eacgm_disk_stats before = disks_[dev];
+    disks_[dev] = total;
+    HostSampleRow row;
+    row.scope = HostScope::Disk;
+    row.id = dev;
+    auto name = disk_names_.find(dev);
+    if (name == disk_names_.end()) name = disk_names_.emplace(dev, disk_name(dev)).first;
+    row.name = name->second;
+    row.read_ops = delta(total.read_ops, before.read_ops);
+    row.read_bytes = delta(total.read_bytes, before.read_bytes);
+    row.write_ops = delta(total.write_ops, before.write_ops);
+    row.write_bytes = delta(total.write_bytes, before.write_bytes);
+    row.io_latency_ns = delta(total.latency_ns, before.latency_ns);
+    row.io_ops = row.read_ops + row.write_ops;
+    row.io_bytes = row.read_bytes + row.write_bytes;
+    row.io_latency_max_ns = row.io_ops ? max_ns : 0;
+    if (row.io_ops) out.push_back(std::move(row));
+  }
+}
+
+}  // namespace eacgm

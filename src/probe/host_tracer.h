@@ -1,0 +1,61 @@
+// The host layer's loader and sampler: scheduler, network and block I/O tracepoints whose
+// per-CPU counters are read at each sampling interval and turned into per-interval rows.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "events.h"
+#include "store/rows.h"
+
+struct host_bpf;
+struct bpf_link;
+
+namespace eacgm {
+
+class HostTracer {
+ public:
+  // Loads and attaches the host tracepoints. `traced_map_fd` is the call tracer's set of traced
+  // processes (shared, so both layers follow the same tree); -1 with `trace_all`.
+  // Throws eacgm::Error naming the cause and the fix.
+  HostTracer(int traced_map_fd, bool trace_all);
+  ~HostTracer();
+  HostTracer(const HostTracer&) = delete;
+  HostTracer& operator=(const HostTracer&) = delete;
+
+  // Reads the counters and returns what changed since the previous sample (or since the
+  // programs were attached). `now_ns` is CLOCK_MONOTONIC.
+  std::vector<HostSampleRow> sample(uint64_t now_ns);
+
+  // The name to give a process's samples (it exec'd since the kernel side first saw it).
+  void name_process(uint32_t pid, const std::string& name) { names_[pid] = name; }
+
+ private:
+  struct Deleter {
+    void operator()(host_bpf* s) const;
+  };
+  struct LinkDeleter {
+    void operator()(bpf_link* l) const;
+  };
+  void sample_processes(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
+  void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
+  void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
+  const std::string& process_name(uint32_t pid, const char (&bpf_comm)[16]);
+
+  std::unique_ptr<host_bpf, Deleter> skel_;
+  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
+  int ncpu_ = 1;
+  uint64_t last_ns_ = 0;
+  std::map<uint32_t, eacgm_host_proc_stats> procs_;
+  std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
+  std::map<uint32_t, eacgm_disk_stats> disks_;
+  std::map<uint32_t, std::string> names_;
+  std::map<uint32_t, std::string> disk_names_;
+};
+
+// "sda", "nvme0n1", or "MAJ:MIN" for a dev_t in the kernel's encoding.
+std::string disk_name(uint32_t kernel_dev);
+
+}  // namespace eacgm
