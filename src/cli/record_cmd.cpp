@@ -34,9 +34,13 @@ std::function<int()> add_record(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
   cmd->add_option("--layers", *layers,
-                  "comma-separated layers to trace: cuda (API calls), host (scheduler, network "
-                  "and block I/O counters, sampled)")
+                  "comma-separated layers to trace: cuda (API calls), gpu (NVML: utilization, "
+                  "memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process use; sampled), "
+                  "host (scheduler, network and block I/O counters, sampled)")
       ->capture_default_str();
+  cmd->add_option("--nvml-library", opts->nvml_library,
+                  "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
+                  "driver's libnvidia-ml.so.1)");
   cmd->add_option("--interval,--gpu-interval", opts->interval_ms,
                   "sampling interval of the sampled layers (gpu, host), in milliseconds")
       ->capture_default_str()

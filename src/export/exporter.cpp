@@ -104,6 +104,54 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
   series.finish();
 }
 
+void add_gpu_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("gpu_samples")) return;
+  // Samples are instantaneous readings: each value holds until the next one.
+  rec.query(
+      "SELECT ts_ns, gpu, sm_util_pct, mem_util_pct, mem_used_bytes, temperature_c, power_w, "
+      "sm_clock_mhz, mem_clock_mhz, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, "
+      "nvlink_tx_bytes_per_s, nvlink_rx_bytes_per_s, throttle_reasons FROM gpu_samples "
+      "ORDER BY ts_ns",
+      [&](Statement& s) {
+        uint64_t ts = uint64_t(s.int_at(0) + to_real);
+        std::string gpu = fmt::format("GPU {} ", s.int_at(1));
+        auto put = [&](int col, const char* track, double scale) {
+          if (!s.null_at(col)) sink.add_counter({ts, 0, gpu + track, s.double_at(col) * scale});
+        };
+        put(2, "SM util (%)", 1);
+        put(3, "memory util (%)", 1);
+        put(4, "memory used (GiB)", 1.0 / (1ull << 30));
+        put(5, "temperature (C)", 1);
+        put(6, "power (W)", 1);
+        put(7, "SM clock (MHz)", 1);
+        put(8, "memory clock (MHz)", 1);
+        put(9, "PCIe tx (MB/s)", 1e-6);
+        put(10, "PCIe rx (MB/s)", 1e-6);
+        put(11, "NVLink tx (MB/s)", 1e-6);
+        put(12, "NVLink rx (MB/s)", 1e-6);
+        put(13, "throttle reasons (bits)", 1);
+      });
+  rec.query(
+      "SELECT ts_ns, gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes "
+      "FROM gpu_process_samples ORDER BY ts_ns",
+      [&](Statement& s) {
+        uint64_t ts = uint64_t(s.int_at(0) + to_real);
+        uint32_t pid = uint32_t(s.int_at(2));
+        std::string gpu = fmt::format("GPU {} ", s.int_at(1));
+        if (!s.null_at(3)) sink.add_counter({ts, pid, gpu + "SM util (%)", s.double_at(3)});
+        if (!s.null_at(4)) sink.add_counter({ts, pid, gpu + "memory util (%)", s.double_at(4)});
+        if (!s.null_at(5))
+          sink.add_counter({ts, pid, gpu + "memory (MiB)", s.double_at(5) / (1 << 20)});
+      });
+  // An XID is an event: a spike to its number on the GPU's track, back to 0 just after.
+  rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {
+    uint64_t ts = uint64_t(s.int_at(0) + to_real);
+    std::string track = fmt::format("GPU {} XID", s.int_at(1));
+    sink.add_counter({ts, 0, track, double(s.int_at(2))});
+    sink.add_counter({ts + 1'000'000, 0, track, 0});
+  });
+}
+
 }  // namespace
 
 void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
@@ -126,6 +174,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   });
   add_cuda_slices(rec, sink, to_real);
   add_host_counters(rec, sink, to_real);
+  add_gpu_counters(rec, sink, to_real);
 }
 
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,

@@ -2,6 +2,7 @@
 // batches handed to the writer, and a complete recording however the run ends.
 #include "record/recorder.h"
 
+#include <bpf/bpf.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include "probe/call_tracer.h"
 #include "probe/cuda_ops.h"
 #include "probe/host_tracer.h"
+#include "record/gpu_layer.h"
 #include "probe/library_finder.h"
 #include "probe/proc_maps.h"
 #include "probe/symbolizer.h"
@@ -77,9 +79,9 @@ void check_layers(const std::vector<std::string>& layers) {
     if (!known.count(l))
       throw UsageError(fmt::format(
           "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
-    if (l != "cuda" && l != "host")
-      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda "
-                                   "and host are; see the issue tracker)", l));
+    if (l != "cuda" && l != "host" && l != "gpu")
+      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda, "
+                                   "gpu and host are; see the issue tracker)", l));
   }
 }
 
@@ -119,6 +121,7 @@ class Session {
   void finish(std::optional<int> exit_status);
   void progress(uint64_t now_ns);
   void sample(uint64_t now_ns);
+  void start_gpu();
   bool has_layer(const std::string& l) const {
     return std::find(opts_.layers.begin(), opts_.layers.end(), l) != opts_.layers.end();
   }
@@ -130,6 +133,7 @@ class Session {
   EventDecoder decoder_;
   ProbePlanner planner_;
   std::unique_ptr<HostTracer> host_;
+  std::unique_ptr<GpuLayer> gpu_;
   uint64_t next_sample_ = 0;
   uint64_t host_rows_ = 0;
   std::unique_ptr<LaunchedCommand> command_;
@@ -167,8 +171,22 @@ void Session::drain() {
   }
 }
 
+void Session::start_gpu() {
+  // Only the traced processes' GPU use is kept: NVML reports host-wide pids, as the BPF side.
+  int traced_fd = tracer_.traced_map_fd();
+  std::function<bool(uint32_t)> keep;
+  if (!opts_.all)
+    keep = [traced_fd](uint32_t pid) {
+      uint8_t v = 0;
+      return bpf_map_lookup_elem(traced_fd, &pid, &v) == 0;
+    };
+  gpu_ = GpuLayer::start(opts_.nvml_library, opts_.interval_ms, std::move(keep), opts_.quiet);
+  if (gpu_) writer_.set_meta("nvml_library", gpu_->library_path());
+}
+
 // The sampled layers, on the record loop's thread: reading a few BPF maps takes microseconds.
 void Session::sample(uint64_t now_ns) {
+  if (gpu_) gpu_->drain(writer_);
   if (!host_ || now_ns < next_sample_) return;
   uint64_t interval = uint64_t(opts_.interval_ms * 1e6);
   next_sample_ = (next_sample_ ? next_sample_ : now_ns) + interval;
@@ -225,6 +243,7 @@ int Session::run() {
     target = "-p " + join(names, ",");
   }
   write_start_meta(target);
+  if (has_layer("gpu")) start_gpu();
   plan_dirty();
   if (command_) {
     decoder_.expect_process(uint32_t(command_->pid()), uint32_t(getpid()));
@@ -243,7 +262,7 @@ int Session::run() {
   uint64_t stop_deadline = 0;  // after a stop signal: how long the command may take to exit
   bool forwarded = false;
   // Wake at least as often as the sampled layers need; events wake us earlier anyway.
-  int poll_ms = host_ ? std::clamp(int(opts_.interval_ms / 2), 1, 50) : 50;
+  int poll_ms = host_ || gpu_ ? std::clamp(int(opts_.interval_ms / 2), 1, 50) : 50;
   for (;;) {
     tracer_.poll(poll_ms, handler);
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -275,10 +294,9 @@ int Session::run() {
     }
   }
   drain();
-  if (host_) {
-    next_sample_ = 0;
-    sample(clock_ns(CLOCK_MONOTONIC));  // the last partial interval
-  }
+  if (gpu_) gpu_->stop();
+  next_sample_ = 0;
+  sample(clock_ns(CLOCK_MONOTONIC));  // the last partial interval, and the GPU queue
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
   bool write_failed = !writer_.error().empty();
   finish(status);
@@ -302,12 +320,21 @@ void Session::finish(std::optional<int> exit_status) {
   uint64_t end = clock_ns(CLOCK_MONOTONIC);
   writer_.set_meta("end_monotonic_ns", std::to_string(end));
   writer_.set_meta("events", std::to_string(decoder_.stats().calls));
+  if (gpu_) {
+    std::string lines;
+    for (const auto& line : gpu_->unavailable()) {
+      fprintf(stderr, "eacgm: %s\n", line.c_str());
+      lines += (lines.empty() ? "" : "\n") + line;
+    }
+    writer_.set_meta("gpu_unavailable_metrics", lines);
+    writer_.set_meta("gpus", std::to_string(gpu_->device_count()));
+  }
+  if (host_ || gpu_) writer_.set_meta("sample_interval_ms", fmt::format("{}", opts_.interval_ms));
   if (host_) {
     struct stat ns {};
     if (stat("/proc/self/ns/net", &ns) == 0)  // interfaces in other namespaces are named apart
       writer_.set_meta("netns", std::to_string(ns.st_ino));
     writer_.set_meta("host_samples", std::to_string(host_rows_));
-    writer_.set_meta("sample_interval_ms", fmt::format("{}", opts_.interval_ms));
   }
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));

@@ -105,6 +105,10 @@ void print_report(const std::string& path, bool json, FILE* out) {
       j["top_kernels"].push_back(
           {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
     j["host"] = metric_stats_json(host_metric_stats(rec));
+    j["gpu"] = metric_stats_json(gpu_metric_stats(rec));
+    j["gpu_xids"] = nlohmann::json::array();
+    for (const auto& x : gpu_xids(rec))
+      j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
     fmt::print(out, "{}\n", j.dump(2));
     return;
   }
@@ -128,7 +132,17 @@ void print_report(const std::string& path, bool json, FILE* out) {
     for (const auto& k : kernels)
       fmt::print(out, "{:>9}  {:>11}  {}\n", k.launches, human_ns(double(k.total_ns)), k.kernel);
   }
-  print_metric_table(host_metric_stats(rec), "host", out);
+  print_metric_table(host_metric_stats(rec), "host (per sampling interval with activity)", out);
+  print_metric_table(gpu_metric_stats(rec), "gpu (per NVML sample)", out);
+  auto xids = gpu_xids(rec);
+  if (!xids.empty()) {
+    fmt::print(out, "\nGPU XID errors (see NVIDIA's XID table):\n");
+    int64_t t0 = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+    for (const auto& x : xids)
+      fmt::print(out, "  +{:.3f} s  GPU {}  XID {}\n", double(x.ts_ns - t0) / 1e9, x.gpu, x.xid);
+  }
+  if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
+    fmt::print(out, "\n{}\n", gaps);
 }
 
 void print_summary(const std::string& path, FILE* out) {

@@ -72,11 +72,65 @@ std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
   return acc.take();
 }
 
+std::vector<MetricStats> gpu_metric_stats(const RecordingReader& rec) {
+  if (!rec.has_table("gpu_samples")) return {};
+  MetricAccumulator acc;
+  std::map<int64_t, std::string> names;
+  rec.query("SELECT gpu, name FROM gpu_devices", [&](Statement& s) {
+    names[s.int_at(0)] = fmt::format("GPU {} ({})", s.int_at(0), s.text_at(1));
+  });
+  auto gpu_name = [&](int64_t gpu) {
+    auto it = names.find(gpu);
+    return it != names.end() ? it->second : fmt::format("GPU {}", gpu);
+  };
+  rec.query(
+      "SELECT gpu, sm_util_pct, mem_util_pct, mem_used_bytes, temperature_c, power_w, "
+      "sm_clock_mhz, mem_clock_mhz, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, "
+      "nvlink_tx_bytes_per_s, nvlink_rx_bytes_per_s FROM gpu_samples ORDER BY gpu, ts_ns",
+      [&](Statement& s) {
+        std::string who = gpu_name(s.int_at(0));
+        auto put = [&](int col, const char* metric, const char* unit, double scale) {
+          if (!s.null_at(col)) acc.add("gpu", who, metric, unit, s.double_at(col) * scale);
+        };
+        put(1, "SM util", "%", 1);
+        put(2, "memory util", "%", 1);
+        put(3, "memory used", "GiB", 1.0 / (1ull << 30));
+        put(4, "temperature", "C", 1);
+        put(5, "power", "W", 1);
+        put(6, "SM clock", "MHz", 1);
+        put(7, "memory clock", "MHz", 1);
+        put(8, "PCIe tx", "MB/s", 1e-6);
+        put(9, "PCIe rx", "MB/s", 1e-6);
+        put(10, "NVLink tx", "MB/s", 1e-6);
+        put(11, "NVLink rx", "MB/s", 1e-6);
+      });
+  rec.query(
+      "SELECT gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes FROM gpu_process_samples "
+      "ORDER BY gpu, pid, ts_ns",
+      [&](Statement& s) {
+        std::string who = fmt::format("pid {} on GPU {}", s.int_at(1), s.int_at(0));
+        if (!s.null_at(2)) acc.add("gpu-proc", who, "SM util", "%", s.double_at(2));
+        if (!s.null_at(3)) acc.add("gpu-proc", who, "memory util", "%", s.double_at(3));
+        if (!s.null_at(4))
+          acc.add("gpu-proc", who, "memory used", "MiB", s.double_at(4) / (1 << 20));
+      });
+  return acc.take();
+}
+
+std::vector<GpuXid> gpu_xids(const RecordingReader& rec) {
+  std::vector<GpuXid> out;
+  if (!rec.has_table("gpu_events")) return out;
+  rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {
+    out.push_back({s.int_at(0), int(s.int_at(1)), s.int_at(2)});
+  });
+  return out;
+}
+
 void print_metric_table(const std::vector<MetricStats>& stats, const char* title, FILE* out) {
   if (stats.empty()) return;
-  fmt::print(out, "\n{} (per sampling interval with activity):\n", title);
+  fmt::print(out, "\n{}:\n", title);
   fmt::print(out, "{:<8} {:<28} {:<27} {:>9} {:>11} {:>11} {:>11}\n", "scope", "subject",
-             "metric", "intervals", "min", "mean", "max");
+             "metric", "samples", "min", "mean", "max");
   for (const auto& m : stats) {
     std::string metric = fmt::format("{} ({})", m.metric, m.unit);
     fmt::print(out, "{:<8} {:<28} {:<27} {:>9} {:>11.3f} {:>11.3f} {:>11.3f}\n", m.scope,
@@ -88,7 +142,7 @@ nlohmann::json metric_stats_json(const std::vector<MetricStats>& stats) {
   auto j = nlohmann::json::array();
   for (const auto& m : stats)
     j.push_back({{"scope", m.scope}, {"subject", m.subject}, {"metric", m.metric},
-                 {"unit", m.unit}, {"intervals", m.intervals}, {"min", m.min},
+                 {"unit", m.unit}, {"samples", m.intervals}, {"min", m.min},
                  {"mean", m.mean}, {"max", m.max}});
   return j;
 }

@@ -1,5 +1,5 @@
-// Report sections for the sampled layers (host; gpu to come): min/mean/max of each metric
-// over the sampling intervals in which its subject was active.
+// Report sections for the sampled layers (host, gpu): min/mean/max of each metric over the
+// samples of its subject (host: intervals with activity; gpu: every NVML reading).
 #pragma once
 #include <cstdio>
 #include <string>
@@ -21,6 +21,15 @@ struct MetricStats {
 };
 
 std::vector<MetricStats> host_metric_stats(const RecordingReader& rec);
+// Per GPU (scope "gpu") and per traced process on a GPU (scope "gpu-process"), per sample.
+std::vector<MetricStats> gpu_metric_stats(const RecordingReader& rec);
+
+struct GpuXid {
+  int64_t ts_ns;
+  int gpu;
+  int64_t xid;
+};
+std::vector<GpuXid> gpu_xids(const RecordingReader& rec);
 
 void print_metric_table(const std::vector<MetricStats>& stats, const char* title, FILE* out);
 nlohmann::json metric_stats_json(const std::vector<MetricStats>& stats);

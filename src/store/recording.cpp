@@ -38,6 +38,23 @@ CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
                           rx_packets INTEGER, io_ops INTEGER, io_bytes INTEGER,
                           read_ops INTEGER, read_bytes INTEGER, write_ops INTEGER,
                           write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER);
+-- GPU layer (NVML), sampled every interval. NULL: not supported by this GPU or driver.
+CREATE TABLE gpu_devices(gpu INTEGER PRIMARY KEY, name TEXT, uuid TEXT, pci_bus_id TEXT);
+CREATE TABLE gpu_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, sm_util_pct INTEGER,
+                         mem_util_pct INTEGER, mem_used_bytes INTEGER, mem_total_bytes INTEGER,
+                         temperature_c INTEGER, power_w REAL, power_limit_w REAL,
+                         sm_clock_mhz INTEGER, mem_clock_mhz INTEGER,
+                         pcie_tx_bytes_per_s INTEGER, pcie_rx_bytes_per_s INTEGER,
+                         throttle_reasons INTEGER, throttle_reasons_text TEXT,
+                         ecc_corrected INTEGER, ecc_uncorrected INTEGER,
+                         nvlink_tx_bytes_per_s REAL, nvlink_rx_bytes_per_s REAL);
+-- Per traced process on a GPU. util_ts_ns: NVML's own time of the utilization sample.
+CREATE TABLE gpu_process_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL,
+                                 pid INTEGER NOT NULL, ns_pid INTEGER, util_ts_ns INTEGER,
+                                 sm_util_pct INTEGER, mem_util_pct INTEGER,
+                                 enc_util_pct INTEGER, dec_util_pct INTEGER,
+                                 used_memory_bytes INTEGER);
+CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGER NOT NULL);
 CREATE VIEW trace AS
   SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
          COALESCE(kernel, memcpy_kind) AS detail, bytes, ret
@@ -216,6 +233,8 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
   if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
+  if (!write_gpu_rows(db_, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
+    return failed("GPU samples");
   Statement exit_row(db_, "UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
                           "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
   for (const auto& e : b.exits) {

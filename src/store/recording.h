@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/gpu_samples.h"
 #include "store/rows.h"
 
 struct sqlite3;
@@ -35,6 +36,10 @@ class RecordingWriter {
   void add(const ProcessExitRow& row) { batch_->exits.push_back(row); }
   void add(ThreadRow row) { batch_->threads.push_back(std::move(row)); }
   void add(HostSampleRow row) { batch_->host_samples.push_back(std::move(row)); }
+  void add(GpuDevice row) { batch_->gpu_devices.push_back(std::move(row)); }
+  void add(const GpuSample& row) { batch_->gpu_samples.push_back(row); }
+  void add(const GpuProcessSample& row) { batch_->gpu_process_samples.push_back(row); }
+  void add(const GpuXidEvent& row) { batch_->gpu_xids.push_back(row); }
   size_t pending() const { return batch_->size(); }
   void flush();
 
@@ -54,9 +59,14 @@ class RecordingWriter {
     std::vector<ProcessExitRow> exits;
     std::vector<ThreadRow> threads;
     std::vector<HostSampleRow> host_samples;
+    std::vector<GpuDevice> gpu_devices;
+    std::vector<GpuSample> gpu_samples;
+    std::vector<GpuProcessSample> gpu_process_samples;
+    std::vector<GpuXidEvent> gpu_xids;
     size_t size() const {
       return meta.size() + cuda_calls.size() + processes.size() + exits.size() + threads.size() +
-             host_samples.size();
+             host_samples.size() + gpu_devices.size() + gpu_samples.size() +
+             gpu_process_samples.size() + gpu_xids.size();
     }
   };
   void writer_loop();

@@ -1,6 +1,8 @@
 // Row-to-column mapping of the sampled layers' tables; columns that do not apply are NULL.
 #include "store/sample_tables.h"
 
+#include <type_traits>
+
 #include "store/sqlite_util.h"
 
 namespace eacgm {
@@ -57,6 +59,91 @@ bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows) {
       num(25, r.io_latency_max_ns);
     }
     if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
+namespace {
+
+template <typename T>
+void bind_opt(Statement& st, int col, const std::optional<T>& v) {
+  if (!v) return;  // left NULL
+  if constexpr (std::is_floating_point_v<T>) {
+    st.bind_double(col, *v);
+  } else {
+    st.bind(col, static_cast<int64_t>(*v));
+  }
+}
+
+}  // namespace
+
+bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
+                    const std::vector<GpuSample>& samples,
+                    const std::vector<GpuProcessSample>& processes,
+                    const std::vector<GpuXidEvent>& xids) {
+  if (!devices.empty()) {
+    Statement insert(db, "INSERT OR REPLACE INTO gpu_devices VALUES(?1,?2,?3,?4)");
+    for (const auto& d : devices) {
+      insert.bind(1, int64_t(d.index));
+      insert.bind(2, d.name);
+      if (!d.uuid.empty()) insert.bind(3, d.uuid);
+      if (!d.pci_bus_id.empty()) insert.bind(4, d.pci_bus_id);
+      if (insert.run() != SQLITE_DONE) return false;
+    }
+  }
+  if (!samples.empty()) {
+    Statement insert(db,
+                     "INSERT INTO gpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+                     "?14,?15,?16,?17,?18,?19)");
+    for (const auto& g : samples) {
+      insert.bind(1, static_cast<int64_t>(g.ts_ns));
+      insert.bind(2, int64_t(g.gpu));
+      bind_opt(insert, 3, g.sm_util_pct);
+      bind_opt(insert, 4, g.mem_util_pct);
+      bind_opt(insert, 5, g.mem_used_bytes);
+      bind_opt(insert, 6, g.mem_total_bytes);
+      bind_opt(insert, 7, g.temperature_c);
+      bind_opt(insert, 8, g.power_w);
+      bind_opt(insert, 9, g.power_limit_w);
+      bind_opt(insert, 10, g.sm_clock_mhz);
+      bind_opt(insert, 11, g.mem_clock_mhz);
+      bind_opt(insert, 12, g.pcie_tx_bytes_per_s);
+      bind_opt(insert, 13, g.pcie_rx_bytes_per_s);
+      bind_opt(insert, 14, g.throttle_reasons);
+      std::string reasons;
+      if (g.throttle_reasons) reasons = throttle_reasons_text(*g.throttle_reasons);
+      if (g.throttle_reasons) insert.bind(15, reasons);
+      bind_opt(insert, 16, g.ecc_corrected);
+      bind_opt(insert, 17, g.ecc_uncorrected);
+      bind_opt(insert, 18, g.nvlink_tx_bytes_per_s);
+      bind_opt(insert, 19, g.nvlink_rx_bytes_per_s);
+      if (insert.run() != SQLITE_DONE) return false;
+    }
+  }
+  if (!processes.empty()) {
+    Statement insert(db, "INSERT INTO gpu_process_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
+    for (const auto& p : processes) {
+      insert.bind(1, static_cast<int64_t>(p.ts_ns));
+      insert.bind(2, int64_t(p.gpu));
+      insert.bind(3, int64_t(p.pid));
+      bind_opt(insert, 4, p.ns_pid);
+      bind_opt(insert, 5, p.util_ts_ns);
+      bind_opt(insert, 6, p.sm_util_pct);
+      bind_opt(insert, 7, p.mem_util_pct);
+      bind_opt(insert, 8, p.enc_util_pct);
+      bind_opt(insert, 9, p.dec_util_pct);
+      bind_opt(insert, 10, p.used_memory_bytes);
+      if (insert.run() != SQLITE_DONE) return false;
+    }
+  }
+  if (!xids.empty()) {
+    Statement insert(db, "INSERT INTO gpu_events VALUES(?1,?2,?3)");
+    for (const auto& x : xids) {
+      insert.bind(1, static_cast<int64_t>(x.ts_ns));
+      insert.bind(2, int64_t(x.gpu));
+      insert.bind(3, static_cast<int64_t>(x.xid));
+      if (insert.run() != SQLITE_DONE) return false;
+    }
   }
   return true;
 }

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "gpu/gpu_samples.h"
 #include "store/rows.h"
 
 namespace eacgm {
@@ -12,5 +13,10 @@ namespace eacgm {
 bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows);
 
 const char* host_scope_name(HostScope scope);
+
+bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
+                    const std::vector<GpuSample>& samples,
+                    const std::vector<GpuProcessSample>& processes,
+                    const std::vector<GpuXidEvent>& xids);
 
 }  // namespace eacgm

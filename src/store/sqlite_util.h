@@ -26,6 +26,7 @@ class Statement {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
   }
   void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
+  void bind_double(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   // Runs an insert/update; returns the SQLite result code (SQLITE_DONE on success).
   int run() {
     int rc = sqlite3_step(stmt_);

@@ -1,0 +1,320 @@
+// The GPU sampler's polling thread and its per-GPU metrics; processes and XID events live in
+// gpu_sampler_processes.cpp and gpu_sampler_xid.cpp.
+#include "gpu/gpu_sampler.h"
+
+#include <fmt/format.h>
+
+namespace eacgm {
+
+const char* GpuSampler::metric_name(Metric m) {
+  static constexpr std::array<const char*, kMetricCount> kNames = {
+      "devices",          "utilization",   "memory",          "temperature", "power",
+      "power_limit",      "sm_clock",      "mem_clock",       "pcie_tx",     "pcie_rx",
+      "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "nvlink",      "process_utilization",
+      "process_memory",   "xid_events",
+  };
+  return m < kMetricCount ? kNames[m] : "?";
+}
+
+GpuSampler::GpuSampler(const NvmlLibrary& nvml, GpuSink& sink, GpuSamplerOptions options)
+    : nvml_(nvml), sink_(sink), options_(std::move(options)) {
+  if (options_.interval <= std::chrono::nanoseconds(0))
+    options_.interval = std::chrono::milliseconds(100);
+  util_buffer_.resize(64);
+  procs_v2_buffer_.resize(64);
+  procs_v1_buffer_.resize(64);
+  rows_.reserve(64);
+  note_missing_functions();
+  read_devices();
+}
+
+GpuSampler::~GpuSampler() { stop(); }
+
+void GpuSampler::note(Metric m, std::string reason) {
+  if (noted_[m].exchange(true)) return;
+  std::lock_guard lock(reasons_mutex_);
+  reasons_[m] = std::move(reason);
+}
+
+bool GpuSampler::ok(Metric m, uint32_t gpu, const char* function, nvml::Return rc) {
+  if (rc == nvml::kSuccess) return true;
+  if (rc != nvml::kErrorNotSupported && !noted_[m].load(std::memory_order_relaxed)) {
+    note(m, fmt::format("GPU {}: {}: {}", gpu, function, nvml_.error_text(rc)));
+  }
+  return false;
+}
+
+void GpuSampler::note_missing_functions() {
+  const NvmlApi& a = nvml_.api();
+  struct Need {
+    Metric metric;
+    bool present;
+    const char* function;
+  };
+  const Need needs[] = {
+      {kDevices, a.device_get_count && a.device_get_handle_by_index, "nvmlDeviceGetCount_v2"},
+      {kUtilization, a.device_get_utilization_rates != nullptr, "nvmlDeviceGetUtilizationRates"},
+      {kMemory, a.device_get_memory_info != nullptr, "nvmlDeviceGetMemoryInfo"},
+      {kTemperature, a.device_get_temperature != nullptr, "nvmlDeviceGetTemperature"},
+      {kPower, a.device_get_power_usage != nullptr, "nvmlDeviceGetPowerUsage"},
+      {kPowerLimit, a.device_get_enforced_power_limit != nullptr,
+       "nvmlDeviceGetEnforcedPowerLimit"},
+      {kSmClock, a.device_get_clock_info != nullptr, "nvmlDeviceGetClockInfo"},
+      {kMemClock, a.device_get_clock_info != nullptr, "nvmlDeviceGetClockInfo"},
+      {kPcieTx, a.device_get_pcie_throughput != nullptr, "nvmlDeviceGetPcieThroughput"},
+      {kPcieRx, a.device_get_pcie_throughput != nullptr, "nvmlDeviceGetPcieThroughput"},
+      {kThrottleReasons, a.device_get_clocks_event_reasons != nullptr,
+       "nvmlDeviceGetCurrentClocksEventReasons"},
+      {kEccCorrected, a.device_get_total_ecc_errors != nullptr, "nvmlDeviceGetTotalEccErrors"},
+      {kEccUncorrected, a.device_get_total_ecc_errors != nullptr, "nvmlDeviceGetTotalEccErrors"},
+      {kNvlink, a.device_get_field_values != nullptr, "nvmlDeviceGetFieldValues"},
+      {kProcessUtilization, a.device_get_process_utilization != nullptr,
+       "nvmlDeviceGetProcessUtilization"},
+      {kProcessMemory,
+       a.device_get_compute_running_processes_v2 || a.device_get_compute_running_processes_v1,
+       "nvmlDeviceGetComputeRunningProcesses_v3"},
+      {kXidEvents,
+       a.event_set_create && a.device_register_events && a.event_set_wait && a.event_set_free,
+       "nvmlEventSetCreate/nvmlDeviceRegisterEvents/nvmlEventSetWait_v2/nvmlEventSetFree"},
+  };
+  for (const Need& n : needs) {
+    if (!n.present) {
+      note(n.metric, fmt::format("{} is not in {} (an older driver?)", n.function, nvml_.path()));
+    }
+  }
+}
+
+void GpuSampler::read_devices() {
+  const NvmlApi& a = nvml_.api();
+  if (!a.device_get_count || !a.device_get_handle_by_index) return;
+  unsigned count = 0;
+  if (!ok(kDevices, 0, "nvmlDeviceGetCount", a.device_get_count(&count))) return;
+  for (unsigned i = 0; i < count; ++i) {
+    DeviceState state;
+    if (!ok(kDevices, i, "nvmlDeviceGetHandleByIndex",
+            a.device_get_handle_by_index(i, &state.handle))) {
+      continue;  // a lost GPU: sample the others
+    }
+    GpuDevice dev;
+    dev.index = i;
+    char text[nvml::kDeviceUuidBufferSize] = {};
+    if (a.device_get_name &&
+        a.device_get_name(state.handle, text, sizeof(text)) == nvml::kSuccess) {
+      dev.name = text;
+    }
+    text[0] = '\0';
+    if (a.device_get_uuid &&
+        a.device_get_uuid(state.handle, text, sizeof(text)) == nvml::kSuccess) {
+      dev.uuid = text;
+    }
+    nvml::PciInfo pci{};
+    if (a.device_get_pci_info && a.device_get_pci_info(state.handle, &pci) == nvml::kSuccess) {
+      pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
+      dev.pci_bus_id = pci.bus_id;
+    }
+    devices_.push_back(std::move(dev));
+    states_.push_back(state);
+  }
+}
+
+void GpuSampler::start() {
+  if (sampler_thread_.joinable()) return;
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = false;
+  }
+  // Utilization samples from before the start belong to no recording.
+  uint64_t now_us = realtime_now_ns() / 1000;
+  for (DeviceState& d : states_) d.last_seen_us = now_us;
+  start_xid();
+  sampler_thread_ = std::thread([this] { run(); });
+}
+
+void GpuSampler::stop() {
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  xid_stopping_ = true;
+  if (sampler_thread_.joinable()) sampler_thread_.join();
+  if (xid_thread_.joinable()) xid_thread_.join();
+  if (event_set_) {
+    nvml_.api().event_set_free(event_set_);
+    event_set_ = nullptr;
+  }
+}
+
+void GpuSampler::run() {
+  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
+  auto next = Clock::now();
+  for (;;) {
+    run_pass();
+    next += options_.interval;
+    auto now = Clock::now();
+    while (next <= now) {  // late: skip the passes we missed rather than bunch them up
+      next += options_.interval;
+      skipped_passes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::unique_lock lock(wake_mutex_);
+    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+  }
+}
+
+void GpuSampler::run_pass() {
+  uint64_t start = monotonic_now_ns();
+  // realtime - monotonic, to place NVML's CLOCK_REALTIME stamps on eacgm's clock.
+  int64_t rt_minus_mono = int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns());
+  for (size_t i = 0; i < states_.size(); ++i) {
+    uint64_t ts = monotonic_now_ns();
+    sample_device(states_[i], devices_[i].index, ts);
+    sample_processes(states_[i], devices_[i].index, ts, rt_minus_mono);
+  }
+  uint64_t took = monotonic_now_ns() - start;
+  passes_.fetch_add(1, std::memory_order_relaxed);
+  total_pass_ns_.fetch_add(took, std::memory_order_relaxed);
+  if (took > max_pass_ns_.load(std::memory_order_relaxed)) max_pass_ns_ = took;
+}
+
+void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns) {
+  const NvmlApi& a = nvml_.api();
+  nvml::Device h = d.handle;
+  GpuSample s;
+  s.ts_ns = ts_ns;
+  s.gpu = gpu;
+  if (nvml::Utilization u{};
+      a.device_get_utilization_rates && ok(kUtilization, gpu, "nvmlDeviceGetUtilizationRates",
+                                           a.device_get_utilization_rates(h, &u))) {
+    s.sm_util_pct = u.gpu;
+    s.mem_util_pct = u.memory;
+  }
+  if (nvml::Memory m{}; a.device_get_memory_info && ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo",
+                                                       a.device_get_memory_info(h, &m))) {
+    s.mem_used_bytes = m.used;
+    s.mem_total_bytes = m.total;
+  }
+  unsigned v = 0;
+  if (a.device_get_temperature && ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
+                                     a.device_get_temperature(h, nvml::kTemperatureGpu, &v))) {
+    s.temperature_c = v;
+  }
+  if (a.device_get_power_usage &&
+      ok(kPower, gpu, "nvmlDeviceGetPowerUsage", a.device_get_power_usage(h, &v))) {
+    s.power_w = milliwatts_to_watts(v);
+  }
+  if (a.device_get_enforced_power_limit && ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
+                                              a.device_get_enforced_power_limit(h, &v))) {
+    s.power_limit_w = milliwatts_to_watts(v);
+  }
+  if (a.device_get_clock_info) {
+    if (ok(kSmClock, gpu, "nvmlDeviceGetClockInfo(SM)",
+           a.device_get_clock_info(h, nvml::kClockSm, &v))) {
+      s.sm_clock_mhz = v;
+    }
+    if (ok(kMemClock, gpu, "nvmlDeviceGetClockInfo(MEM)",
+           a.device_get_clock_info(h, nvml::kClockMem, &v))) {
+      s.mem_clock_mhz = v;
+    }
+  }
+  if (a.device_get_pcie_throughput) {
+    if (ok(kPcieTx, gpu, "nvmlDeviceGetPcieThroughput(TX)",
+           a.device_get_pcie_throughput(h, nvml::kPcieTxBytes, &v))) {
+      s.pcie_tx_bytes_per_s = kib_to_bytes(v);
+    }
+    if (ok(kPcieRx, gpu, "nvmlDeviceGetPcieThroughput(RX)",
+           a.device_get_pcie_throughput(h, nvml::kPcieRxBytes, &v))) {
+      s.pcie_rx_bytes_per_s = kib_to_bytes(v);
+    }
+  }
+  unsigned long long big = 0;
+  if (a.device_get_clocks_event_reasons &&
+      ok(kThrottleReasons, gpu, "nvmlDeviceGetCurrentClocksEventReasons",
+         a.device_get_clocks_event_reasons(h, &big))) {
+    s.throttle_reasons = big;
+  }
+  if (a.device_get_total_ecc_errors) {
+    if (ok(kEccCorrected, gpu, "nvmlDeviceGetTotalEccErrors(corrected)",
+           a.device_get_total_ecc_errors(h, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc,
+                                         &big))) {
+      s.ecc_corrected = big;
+    }
+    if (ok(kEccUncorrected, gpu, "nvmlDeviceGetTotalEccErrors(uncorrected)",
+           a.device_get_total_ecc_errors(h, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc,
+                                         &big))) {
+      s.ecc_uncorrected = big;
+    }
+  }
+  if (a.device_get_field_values) sample_nvlink(d, gpu, s);
+  std::lock_guard lock(sink_mutex_);
+  sink_.on_gpu_sample(s);
+}
+
+namespace {
+
+std::optional<uint64_t> counter_value(const nvml::FieldValue& f) {
+  switch (f.value_type) {
+    case nvml::kValueUnsignedLongLong:
+      return f.value.ull;
+    case nvml::kValueUnsignedLong:
+      return f.value.ul;
+    case nvml::kValueUnsignedInt:
+      return f.value.ui;
+    case nvml::kValueSignedLongLong:
+      return f.value.sll >= 0 ? std::optional<uint64_t>(f.value.sll) : std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+// NVLink data counters are cumulative KiB: the rate is the change since the previous pass over
+// the time between NVML's two readings (or between our passes when NVML gives no time).
+void GpuSampler::sample_nvlink(DeviceState& d, uint32_t gpu, GpuSample& s) {
+  nvml::FieldValue f[2] = {};
+  f[0].field_id = nvml::kFieldNvlinkThroughputDataTx;
+  f[1].field_id = nvml::kFieldNvlinkThroughputDataRx;
+  f[0].scope_id = f[1].scope_id = nvml::kScopeAllLinks;
+  bool had = d.have_nvlink;
+  d.have_nvlink = false;
+  if (!ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLink)",
+          nvml_.api().device_get_field_values(d.handle, 2, f))) {
+    return;
+  }
+  if (!ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_TX)", f[0].ret) ||
+      !ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_RX)", f[1].ret)) {
+    return;
+  }
+  std::optional<uint64_t> tx = counter_value(f[0]), rx = counter_value(f[1]);
+  if (!tx || !rx) return;
+  long long field_us = f[0].timestamp_us;
+  if (had && *tx >= d.nvlink_tx_kib && *rx >= d.nvlink_rx_kib) {
+    double seconds = (field_us > 0 && d.nvlink_field_us > 0)
+                         ? double(field_us - d.nvlink_field_us) / 1e6
+                         : double(s.ts_ns - d.nvlink_pass_ns) / 1e9;
+    if (seconds > 0) {
+      s.nvlink_tx_bytes_per_s = double(kib_to_bytes(*tx - d.nvlink_tx_kib)) / seconds;
+      s.nvlink_rx_bytes_per_s = double(kib_to_bytes(*rx - d.nvlink_rx_kib)) / seconds;
+    }
+  }
+  d.have_nvlink = true;
+  d.nvlink_tx_kib = *tx;
+  d.nvlink_rx_kib = *rx;
+  d.nvlink_field_us = field_us;
+  d.nvlink_pass_ns = s.ts_ns;
+}
+
+std::vector<UnavailableMetric> GpuSampler::unavailable_metrics() const {
+  std::vector<UnavailableMetric> out;
+  std::lock_guard lock(reasons_mutex_);
+  for (unsigned m = 0; m < kMetricCount; ++m) {
+    if (!reasons_[m].empty()) out.push_back({metric_name(Metric(m)), reasons_[m]});
+  }
+  return out;
+}
+
+GpuSamplerStats GpuSampler::stats() const {
+  return {passes_.load(), total_pass_ns_.load(), max_pass_ns_.load(), skipped_passes_.load()};
+}
+
+}  // namespace eacgm

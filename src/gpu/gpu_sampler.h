@@ -1,0 +1,155 @@
+// The GPU layer's sampler: a thread that polls NVML for every GPU each interval, and a second
+// one that waits for XID events; results go to a GpuSink.
+#pragma once
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu/gpu_samples.h"
+#include "gpu/nvml.h"
+
+namespace eacgm {
+
+// Receives what the sampler produces. Calls come from the sampler's own threads (the polling
+// thread and the XID thread), one at a time (the sampler serialises them), never from the
+// caller of start(): a receiver shared with other threads must protect itself, for example by
+// pushing into a mutex-protected queue that its consumer drains. Calls should return quickly:
+// the next pass waits for them.
+class GpuSink {
+ public:
+  virtual ~GpuSink() = default;
+  virtual void on_gpu_sample(const GpuSample& sample) = 0;
+  virtual void on_gpu_process_sample(const GpuProcessSample& sample) = 0;
+  virtual void on_gpu_xid(const GpuXidEvent& event) = 0;
+};
+
+struct GpuSamplerOptions {
+  std::chrono::nanoseconds interval = std::chrono::milliseconds(100);
+  // Which processes to report (called on the sampler thread with NVML's pid); empty: all.
+  std::function<bool(uint32_t pid)> keep_pid;
+  bool xid_events = true;
+};
+
+// A metric the sampler cannot deliver, and why (a missing function, or the first error other
+// than NOT_SUPPORTED). NOT_SUPPORTED alone is not listed: many GPUs lack some metrics.
+struct UnavailableMetric {
+  std::string metric;  // "temperature", "process_utilization", ...
+  std::string reason;  // "GPU 0: nvmlDeviceGetTemperature: Unknown Error (code 999)"
+};
+
+struct GpuSamplerStats {
+  uint64_t passes = 0;
+  uint64_t total_pass_ns = 0;  // time spent querying NVML and calling the sink
+  uint64_t max_pass_ns = 0;
+  uint64_t skipped_passes = 0;  // deadlines missed because a pass ran late
+};
+
+class GpuSampler {
+ public:
+  // Reads the device list (names, UUIDs, PCI ids). `nvml` and `sink` must outlive the sampler.
+  GpuSampler(const NvmlLibrary& nvml, GpuSink& sink, GpuSamplerOptions options = {});
+  ~GpuSampler();  // stop()
+  GpuSampler(const GpuSampler&) = delete;
+  GpuSampler& operator=(const GpuSampler&) = delete;
+
+  const std::vector<GpuDevice>& devices() const { return devices_; }
+
+  // Starts the threads; the first pass runs at once, the next ones every interval.
+  void start();
+  // Stops and joins both threads: returns within about one interval (at most 100 ms of XID wait).
+  void stop();
+
+  // Safe to call from any thread at any time; each metric is listed once.
+  std::vector<UnavailableMetric> unavailable_metrics() const;
+  GpuSamplerStats stats() const;
+
+  enum Metric : unsigned {
+    kDevices,
+    kUtilization,
+    kMemory,
+    kTemperature,
+    kPower,
+    kPowerLimit,
+    kSmClock,
+    kMemClock,
+    kPcieTx,
+    kPcieRx,
+    kThrottleReasons,
+    kEccCorrected,
+    kEccUncorrected,
+    kNvlink,
+    kProcessUtilization,
+    kProcessMemory,
+    kXidEvents,
+    kMetricCount
+  };
+  static const char* metric_name(Metric m);
+
+ private:
+  struct DeviceState {
+    nvml::Device handle = nullptr;
+    unsigned long long last_seen_us = 0;  // newest process utilization sample seen
+    bool have_nvlink = false;             // the previous pass read both NVLink counters
+    uint64_t nvlink_tx_kib = 0, nvlink_rx_kib = 0;
+    long long nvlink_field_us = 0;  // NVML's time of the previous counters (0: none)
+    uint64_t nvlink_pass_ns = 0;
+  };
+
+  void read_devices();
+  void note_missing_functions();
+  void note(Metric m, std::string reason);
+  // True on success; remembers the first error other than NOT_SUPPORTED for the metric.
+  bool ok(Metric m, uint32_t gpu, const char* function, nvml::Return rc);
+
+  void run();
+  void run_pass();
+  void sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns);
+  void sample_nvlink(DeviceState& d, uint32_t gpu, GpuSample& s);
+  void sample_processes(DeviceState& d, uint32_t gpu, uint64_t ts_ns, int64_t rt_minus_mono);
+  void read_process_memory(DeviceState& d, uint32_t gpu);
+  void read_process_utilization(DeviceState& d, uint32_t gpu, int64_t rt_minus_mono);
+  GpuProcessSample* process_row(uint32_t pid);
+  std::optional<uint32_t> ns_pid_of(uint32_t pid);
+
+  void start_xid();
+  void run_xid();
+
+  const NvmlLibrary& nvml_;
+  GpuSink& sink_;
+  GpuSamplerOptions options_;
+  std::vector<GpuDevice> devices_;
+  std::vector<DeviceState> states_;
+
+  // Reused buffers of the polling thread: no allocation per pass once they have grown.
+  std::vector<nvml::ProcessUtilizationSample> util_buffer_;
+  std::vector<nvml::ProcessInfoV2> procs_v2_buffer_;
+  std::vector<nvml::ProcessInfoV1> procs_v1_buffer_;
+  std::vector<GpuProcessSample> rows_;
+  uint64_t pass_ts_ns_ = 0;
+  uint32_t pass_gpu_ = 0;
+  std::unordered_map<uint32_t, uint32_t> ns_pid_cache_;  // pid -> ns pid, 0: same or unknown
+
+  std::array<std::atomic<bool>, kMetricCount> noted_{};
+  mutable std::mutex reasons_mutex_;
+  std::array<std::string, kMetricCount> reasons_;
+
+  std::mutex sink_mutex_;  // one sink call at a time
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // under wake_mutex_
+  std::atomic<bool> xid_stopping_{false};
+  nvml::EventSet event_set_ = nullptr;
+  std::thread sampler_thread_;
+  std::thread xid_thread_;
+
+  std::atomic<uint64_t> passes_{0}, total_pass_ns_{0}, max_pass_ns_{0}, skipped_passes_{0};
+};
+
+}  // namespace eacgm
