@@ -56,7 +56,9 @@ std::vector<std::string> ld_cache_paths() {
 
 bool looks_like_cuda_library(const std::string& path) {
   std::string base = fs::path(path).filename().string();
-  return base.starts_with("libcudart") || base.starts_with("libcuda.so");
+  // shared objects only: libcudart_static.a is linked into executables, found in their maps
+  bool shared = base.find(".so") != std::string::npos;
+  return shared && (base.starts_with("libcudart") || base.starts_with("libcuda.so"));
 }
 
 static bool looks_like_loader(const std::string& path) {

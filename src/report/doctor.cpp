@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu/nvml.h"
 #include "probe/call_tracer.h"
+#include "probe/host_tracer.h"
 #include "probe/elf_symbols.h"
 #include "probe/library_finder.h"
 #include "util/error.h"
@@ -64,6 +66,12 @@ void check_kernel(Doctor& d) {
     try {
       CallTracer tracer(CallTracerOptions{false, 1 << 20, 4096});
       d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+      try {
+        HostTracer host(tracer.traced_map_fd(), false);
+        d.ok("host layer", "scheduler, network and block tracepoints attached");
+      } catch (const Error& e) {
+        d.missing("host layer", e.what());
+      }
     } catch (const Error& e) {
       d.missing("BPF programs", e.what(), true);
     }
@@ -95,6 +103,9 @@ void check_libraries(Doctor& d) {
   else
     d.ok("NCCL", nccl.front() + " (comm layer not implemented yet in this version)");
   auto pythons = find_files({"/usr/bin"}, "python3.");
+  std::erase_if(pythons, [](const std::string& p) {  // python3.11, not python3.11-config
+    return p.find_first_not_of("0123456789", p.rfind("python3.") + 8) != std::string::npos;
+  });
   if (pythons.empty())
     d.missing("Python", "no /usr/bin/python3.X");
   else
@@ -104,11 +115,14 @@ void check_libraries(Doctor& d) {
     d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location");
   else
     d.ok("PyTorch", torch.front() + " (torch layer not implemented yet in this version)");
-  if (void* h = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL)) {
-    d.ok("NVML", "libnvidia-ml.so.1 loads (gpu layer not implemented yet in this version)");
-    dlclose(h);
+  NvmlLoadResult nvml = NvmlLibrary::load(choose_nvml_library("", getenv("EACGM_NVML_LIBRARY")));
+  if (nvml) {
+    std::string missing;
+    for (const auto& f : nvml.library->missing_functions()) missing += " " + f;
+    d.ok("NVML", fmt::format("{} initialises{}", nvml.library->path(),
+                             missing.empty() ? "" : "; this driver lacks" + missing));
   } else {
-    d.missing("NVML", "libnvidia-ml.so.1 not found: no NVIDIA driver (gpu metrics unavailable)");
+    d.missing("NVML", nvml.failure.warning() + " (gpu layer unavailable)");
   }
 }
 
