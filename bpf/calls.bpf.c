@@ -228,6 +228,11 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		bpf_probe_read_user(&out, sizeof(out), (void *)c->args[0]);
 		e->deref[0] = out;
 	}
+	if (cookie & EACGM_COOKIE_DEREF_OUT3) {
+		__u64 out = 0;
+		bpf_probe_read_user(&out, sizeof(out), (void *)c->args[3]);
+		e->deref[1] = out;
+	}
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
 }

@@ -27,6 +27,8 @@ enum eacgm_record_kind {
 #define EACGM_COOKIE_DEREF_OUT0 (1ULL << 18)   /* at return, read the u64 arg0 points to (allocations) */
 #define EACGM_COOKIE_NAME_ARG2 (1ULL << 19)    /* on success, emit a NAME record: *arg0 is named by
 						  the string at arg2 (cuModuleGetFunction) */
+#define EACGM_COOKIE_DEREF_OUT3 (1ULL << 20)   /* at return, deref[1] = the u64 arg3 points to
+						  (ncclCommSplit's new communicator) */
 
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5
@@ -41,7 +43,8 @@ struct eacgm_call_event {
 	__s64 ret;    /* return register */
 	__u64 args[6];
 	__u64 stack[EACGM_STACK_WORDS];
-	__u64 deref[EACGM_DEREF_WORDS]; /* DEREF_ARG0 bytes, or deref[0] = *arg0 after DEREF_OUT0 */
+	__u64 deref[EACGM_DEREF_WORDS]; /* DEREF_ARG0 bytes, or deref[0] = *arg0 after DEREF_OUT0,
+					 deref[1] = *arg3 after DEREF_OUT3 */
 };
 
 #define EACGM_NAME_BYTES 128

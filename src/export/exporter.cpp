@@ -43,6 +43,33 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
       });
 }
 
+void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("comm_calls")) return;
+  rec.query(
+      "SELECT ts_ns, dur_ns, pid, tid, name, ret, count, datatype, bytes, redop, peer, comm, "
+      "rank, nranks, stream FROM comm_calls ORDER BY ts_ns",
+      [&](Statement& s) {
+        TimelineSlice slice;
+        slice.ts_ns = uint64_t(s.int_at(0) + to_real);
+        slice.dur_ns = uint64_t(s.int_at(1));
+        slice.pid = uint32_t(s.int_at(2));
+        slice.tid = uint32_t(s.int_at(3));
+        slice.category = "comm";
+        slice.name = std::string(s.text_at(4));
+        if (!s.null_at(6)) slice.args.push_back({"count", s.int_at(6)});
+        if (!s.null_at(7)) slice.args.push_back({"datatype", std::string(s.text_at(7))});
+        if (!s.null_at(8)) slice.args.push_back({"bytes", s.int_at(8)});
+        if (!s.null_at(9)) slice.args.push_back({"op", std::string(s.text_at(9))});
+        if (!s.null_at(10)) slice.args.push_back({"root_or_peer", s.int_at(10)});
+        if (!s.null_at(11)) slice.args.push_back({"comm", uint64_t(s.int_at(11))});
+        if (!s.null_at(12)) slice.args.push_back({"rank", s.int_at(12)});
+        if (!s.null_at(13)) slice.args.push_back({"nranks", s.int_at(13)});
+        if (!s.null_at(14)) slice.args.push_back({"stream", uint64_t(s.int_at(14))});
+        slice.args.push_back({"ret", s.int_at(5)});
+        sink.add_slice(slice);
+      });
+}
+
 // Turns interval samples into counter tracks: each value holds from the start of its interval,
 // and a track drops to zero where it has no sample (rows are written only for active intervals).
 class CounterSeries {
@@ -173,6 +200,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
     sink.add_thread({uint32_t(s.int_at(0)), uint32_t(s.int_at(1)), std::string(s.text_at(2))});
   });
   add_cuda_slices(rec, sink, to_real);
+  add_comm_slices(rec, sink, to_real);
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
 }

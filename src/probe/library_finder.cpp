@@ -1,4 +1,4 @@
-// Finding the CUDA libraries a target uses and attaching their probes.
+// Finding the libraries a target uses (CUDA, NCCL) and attaching their probes.
 #include "probe/library_finder.h"
 
 #include <sys/stat.h>
@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "probe/comm_ops.h"
+#include "probe/cuda_ops.h"
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
 #include "util/error.h"
@@ -73,7 +75,16 @@ std::string own_dynamic_loader() {
   return {};
 }
 
-std::vector<std::string> candidate_cuda_libraries(const std::string& ld_library_path) {
+namespace {
+
+std::vector<std::string> candidate_libraries_matching(
+    const std::string& ld_library_path,
+    const std::vector<bool (*)(const std::string&)>& matchers) {
+  auto wanted = [&](const std::string& path) {
+    for (auto m : matchers)
+      if (m(path)) return true;
+    return false;
+  };
   std::vector<std::string> dirs = split(ld_library_path, ':');
   for (const char* d : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
                         "/usr/lib/x86_64-linux-gnu", "/usr/lib64"})
@@ -87,16 +98,47 @@ std::vector<std::string> candidate_cuda_libraries(const std::string& ld_library_
   for (const auto& dir : dirs) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (looks_like_cuda_library(entry.path().string()) && entry.is_regular_file(ec))
-        add(entry.path().string());
+      if (wanted(entry.path().string()) && entry.is_regular_file(ec)) add(entry.path().string());
     }
   }
-  for (const auto& path : ld_cache_paths()) add(path);
+  for (const auto& path : ld_cache_paths())
+    if (wanted(path)) add(path);
   return out;
 }
 
-ProbePlanner::ProbePlanner(CallTracer& tracer, std::span<const CallOp> ops)
-    : tracer_(tracer), ops_(ops) {}
+}  // namespace
+
+std::vector<std::string> candidate_cuda_libraries(const std::string& ld_library_path) {
+  return candidate_libraries_matching(ld_library_path, {&looks_like_cuda_library});
+}
+
+std::vector<std::string> candidate_libraries(const ProbeSet& set,
+                                             const std::string& ld_library_path) {
+  return candidate_libraries_matching(ld_library_path, set.library_matchers);
+}
+
+void add_cuda_probes(ProbeSet& set) {
+  auto ops = cuda_ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    set.specs.push_back({ops[i].symbol, cuda_op_cookie(uint16_t(i))});
+  set.library_matchers.push_back(&looks_like_cuda_library);
+}
+
+void add_comm_probes(ProbeSet& set) {
+  auto ops = comm_ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    set.specs.push_back({ops[i].symbol, comm_op_cookie(uint16_t(i))});
+  set.library_matchers.push_back(&looks_like_nccl_library);
+}
+
+ProbePlanner::ProbePlanner(CallTracer& tracer, ProbeSet probes)
+    : tracer_(tracer), probes_(std::move(probes)) {}
+
+bool ProbePlanner::matches(const std::string& path) const {
+  for (auto m : probes_.library_matchers)
+    if (m(path)) return true;
+  return false;
+}
 
 bool ProbePlanner::plan_file(const std::string& path) {
   std::string key = file_key(path);
@@ -110,17 +152,19 @@ bool ProbePlanner::plan_file(const std::string& path) {
   ProbedFile file{path, 0, {}};
   std::vector<CallTracer::ProbePoint> points;
   std::vector<std::string_view> names;
-  for (size_t id = 0; id < ops_.size(); ++id) {
-    const ElfSymbol* sym = elf->find_function(ops_[id].symbol);
+  std::set<uint64_t> offsets;  // aliases (ncclAllReduce = pncclAllReduce) share one probe
+  for (const ProbeSpec& spec : probes_.specs) {
+    const ElfSymbol* sym = elf->find_function(spec.symbol);
     if (!sym) continue;
     auto offset = elf->file_offset_of(sym->value);
     if (!offset) {
       file.errors.push_back(fmt::format("{}: address {:#x} is in no loadable segment",
-                                        ops_[id].symbol, sym->value));
+                                        spec.symbol, sym->value));
       continue;
     }
-    points.push_back({*offset, cuda_op_cookie(static_cast<uint16_t>(id))});
-    names.push_back(ops_[id].symbol);
+    if (!offsets.insert(*offset).second) continue;
+    points.push_back({*offset, spec.cookie});
+    names.push_back(spec.symbol);
   }
   std::vector<std::string> errors = tracer_.attach(path, points);
   for (size_t i = 0; i < errors.size(); ++i) {
@@ -159,7 +203,7 @@ bool ProbePlanner::plan_process(uint32_t pid) {
       plan_loader(fmt::format("/proc/{}/root{}", pid, m.path));
       continue;
     }
-    if (m.path != exe && !looks_like_cuda_library(m.path)) continue;
+    if (m.path != exe && !matches(m.path)) continue;
     if (!done.insert(m.path).second) continue;
     // through the process's root, so that libraries inside containers are found
     std::string path = fmt::format("/proc/{}/root{}", pid, m.path);

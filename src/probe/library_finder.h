@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "probe/call_tracer.h"
-#include "probe/cuda_ops.h"
 
 namespace eacgm {
 
@@ -32,9 +31,30 @@ std::string own_dynamic_loader();
 // True when a mapped file may hold the CUDA runtime or driver API by its name.
 bool looks_like_cuda_library(const std::string& path);
 
+// One function to probe wherever it is found, and the cookie its events carry.
+struct ProbeSpec {
+  std::string_view symbol;
+  uint64_t cookie;
+};
+
+// The probe points of the call layers chosen for a recording, and which mapped files may hold
+// them (by name; the executable is always examined, for statically linked libraries).
+struct ProbeSet {
+  std::vector<ProbeSpec> specs;
+  std::vector<bool (*)(const std::string& path)> library_matchers;
+};
+
+// The cuda layer's and the comm layer's probe points.
+void add_cuda_probes(ProbeSet& set);
+void add_comm_probes(ProbeSet& set);
+
+// Library files of the chosen layers a dynamic loader could pick (see candidate_cuda_libraries).
+std::vector<std::string> candidate_libraries(const ProbeSet& set,
+                                             const std::string& ld_library_path);
+
 class ProbePlanner {
  public:
-  ProbePlanner(CallTracer& tracer, std::span<const CallOp> ops);
+  ProbePlanner(CallTracer& tracer, ProbeSet probes);
 
   // Attaches the probes of every op the file defines, once per file (by device and inode).
   // Returns true if the file holds any op. Unreadable or non-ELF files are skipped.
@@ -43,7 +63,7 @@ class ProbePlanner {
   // Attaches the dlopen hook in a dynamic loader (ld-linux*.so), once per file.
   void plan_loader(const std::string& path);
 
-  // Reads the process's maps and plans its CUDA libraries and its executable (cudart may be
+  // Reads the process's maps and plans its probed libraries and its executable (cudart may be
   // linked statically). Returns false if the process is gone.
   bool plan_process(uint32_t pid);
 
@@ -54,8 +74,10 @@ class ProbePlanner {
   size_t total_probes() const;
 
  private:
+  bool matches(const std::string& path) const;
+
   CallTracer& tracer_;
-  std::span<const CallOp> ops_;
+  ProbeSet probes_;
   std::set<std::string> seen_;
   std::set<std::string> loaders_;  // "dev:inode" of loaders with the hook  // "dev:inode" of files already examined
   std::vector<ProbedFile> probed_;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/demangle.h"
 #include "util/error.h"
@@ -123,7 +124,76 @@ void EventDecoder::note_thread(uint32_t pid, uint32_t tid) {
   out_.add(ThreadRow{pid, tid, name.empty() ? fmt::format("thread {}", tid) : name});
 }
 
+void EventDecoder::decode_comm(const eacgm_call_event& e) {
+  auto ops = comm_ops();
+  size_t index = e.op - kCommOpBase;
+  if (index >= ops.size()) {
+    ++stats_.malformed;
+    return;
+  }
+  ++stats_.calls;
+  note_thread(e.pid, e.tid);
+  const CommOp& op = ops[index];
+  CommCallRow row;
+  row.ts_ns = e.ts_ns;
+  row.dur_ns = e.dur_ns;
+  row.pid = e.pid;
+  row.tid = e.tid;
+  row.name = op.symbol;
+  row.ret = static_cast<int32_t>(e.ret);  // ncclResult_t
+  auto arg = [&](int8_t i) { return call_arg(e, i); };
+  if (op.count_arg != kNoCommArg) row.count = int64_t(arg(op.count_arg));
+  if (op.dtype_arg != kNoCommArg) {
+    int64_t dtype = int32_t(arg(op.dtype_arg));
+    row.datatype = nccl_datatype_name(dtype);
+    if (auto size = nccl_datatype_size(dtype); size && row.count >= 0)
+      row.bytes = row.count * int64_t(*size);
+  }
+  if (op.redop_arg != kNoCommArg) row.redop = nccl_redop_name(int32_t(arg(op.redop_arg)));
+  if (op.root_arg != kNoCommArg) row.peer = int32_t(arg(op.root_arg));
+  if (op.stream_arg != kNoCommArg) {
+    row.has_stream = true;
+    row.stream = arg(op.stream_arg);
+  }
+  switch (op.kind) {
+    case CommKind::Collective: {
+      row.comm = arg(op.comm_arg);
+      if (auto it = comms_.find(alloc_key(e.pid, row.comm)); it != comms_.end()) {
+        row.rank = it->second.rank;
+        row.nranks = it->second.nranks;
+      }
+      if (row.ret == 0 && row.bytes >= 0 && row.dur_ns > 0) {
+        uint32_t n = row.nranks > 0 ? uint32_t(row.nranks) : 0;
+        double size = nccl_algo_bytes(op.collective, uint64_t(row.bytes), n);
+        bool needs_n = op.collective == Collective::AllGather ||
+                       op.collective == Collective::ReduceScatter ||
+                       op.collective == Collective::AllReduce;
+        if (n || !needs_n) {
+          row.algbw_gbps = size / double(row.dur_ns);  // bytes per ns = GB/s
+          row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(op.collective, n);
+        }
+      }
+      break;
+    }
+    case CommKind::InitRank:
+    case CommKind::InitAll:
+      row.comm = e.deref[0];
+      row.nranks = int32_t(arg(op.nranks_arg));
+      row.rank = op.rank_arg != kNoCommArg ? int32_t(arg(op.rank_arg)) : 0;
+      if (row.ret == 0 && row.comm) comms_[alloc_key(e.pid, row.comm)] = {row.rank, row.nranks};
+      break;
+    case CommKind::Split:
+      // the new communicator's rank and size are NCCL's to decide: not known from the call
+      row.comm = e.deref[1];
+      break;
+    case CommKind::Group:
+      break;
+  }
+  out_.add(row);
+}
+
 void EventDecoder::decode_call(const eacgm_call_event& e) {
+  if (e.op >= kCommOpBase) return decode_comm(e);
   auto ops = cuda_ops();
   if (e.op >= ops.size()) {
     ++stats_.malformed;

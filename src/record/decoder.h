@@ -43,6 +43,7 @@ class EventDecoder {
 
  private:
   void decode_call(const eacgm_call_event& e);
+  void decode_comm(const eacgm_call_event& e);
   void decode_proc(const eacgm_proc_event& e);
   void decode_name(const eacgm_name_event& e);
   void decode_exec_image(const eacgm_exec_image_event& e);
@@ -60,6 +61,11 @@ class EventDecoder {
   // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co, per process
   std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
   Interner names_;
+  // NCCL communicators created while traced: rank and size, per process
+  struct CommInfo {
+    int64_t rank = -1, nranks = -1;
+  };
+  std::unordered_map<uint64_t, CommInfo> comms_;  // key: pid ^ handle hash
 };
 
 // argument `index` of a call (0..5 registers, 6..8 stack words)

@@ -79,10 +79,19 @@ void check_layers(const std::vector<std::string>& layers) {
     if (!known.count(l))
       throw UsageError(fmt::format(
           "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
-    if (l != "cuda" && l != "host" && l != "gpu")
+    if (l == "python" || l == "torch")
       throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda, "
-                                   "gpu and host are; see the issue tracker)", l));
+                                   "comm, gpu and host are; see the issue tracker)", l));
   }
+}
+
+ProbeSet probe_set(const std::vector<std::string>& layers) {
+  ProbeSet set;
+  for (const auto& l : layers) {
+    if (l == "cuda") add_cuda_probes(set);
+    if (l == "comm") add_comm_probes(set);
+  }
+  return set;
 }
 
 class Session {
@@ -92,7 +101,8 @@ class Session {
         writer_(o.output, o.force),
         tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
         decoder_(writer_, symbols_),
-        planner_(tracer_, has_layer("cuda") ? cuda_ops() : std::span<const CallOp>{}) {
+        probes_(probe_set(o.layers)),
+        planner_(tracer_, probes_) {
     if (has_layer("host"))
       host_ = std::make_unique<HostTracer>(o.all ? -1 : tracer_.traced_map_fd(), o.all);
     decoder_.on_code_mapped = [this](uint32_t pid) {
@@ -131,6 +141,7 @@ class Session {
   CallTracer tracer_;
   Symbolizer symbols_;
   EventDecoder decoder_;
+  ProbeSet probes_;
   ProbePlanner planner_;
   std::unique_ptr<HostTracer> host_;
   std::unique_ptr<GpuLayer> gpu_;
@@ -222,10 +233,10 @@ int Session::run() {
     target = join(opts_.command, " ");
     tracer_.trace_pid(uint32_t(command_->pid()));
     const char* ldp = getenv("LD_LIBRARY_PATH");
-    for (const auto& lib : candidate_cuda_libraries(ldp ? ldp : "")) planner_.plan_file(lib);
+    for (const auto& lib : candidate_libraries(probes_, ldp ? ldp : "")) planner_.plan_file(lib);
   } else if (opts_.all) {
     target = "--all";
-    for (const auto& lib : candidate_cuda_libraries("")) planner_.plan_file(lib);
+    for (const auto& lib : candidate_libraries(probes_, "")) planner_.plan_file(lib);
   } else {
     check_pids_exist(opts_.pids);
     std::vector<std::string> names;

@@ -55,10 +55,22 @@ CREATE TABLE gpu_process_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL,
                                  enc_util_pct INTEGER, dec_util_pct INTEGER,
                                  used_memory_bytes INTEGER);
 CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGER NOT NULL);
+-- NCCL calls. dur_ns is host-side (enqueue time for collectives); algbw/busbw follow nccl-tests
+-- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
+-- creation, when it was traced.
+CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                        tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
+                        datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
+                        rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
+                        busbw_gbps REAL);
 CREATE VIEW trace AS
   SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
          COALESCE(kernel, memcpy_kind) AS detail, bytes, ret
-  FROM cuda_calls;
+  FROM cuda_calls
+  UNION ALL
+  SELECT ts_ns, dur_ns, pid, tid, 'comm' AS layer, name,
+         datatype || COALESCE(' ' || redop, '') AS detail, bytes, ret
+  FROM comm_calls;
 )sql";
 
 namespace {
@@ -232,6 +244,7 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
+  if (!write_comm_calls(db_, b.comm_calls)) return failed("communication calls");
   if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
   if (!write_gpu_rows(db_, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");

@@ -26,6 +26,28 @@ struct CudaCallRow {
   uint64_t address = 0;     // allocation result, freed pointer, or launched function
 };
 
+// One traced communication call (NCCL). Durations are host-side: for collectives, which NCCL
+// enqueues on a stream, the enqueue time; bandwidths from them are not the wire's.
+struct CommCallRow {
+  uint64_t ts_ns = 0;
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  std::string_view name;
+  int64_t ret = 0;
+  int64_t count = -1;  // elements, as passed; -1: not applicable
+  std::string_view datatype;
+  int64_t bytes = -1;  // count x datatype size
+  std::string_view redop;
+  int64_t peer = -1;    // root of a rooted collective, or the peer of send/recv
+  uint64_t comm = 0;    // communicator handle (for creation calls: the new communicator)
+  int64_t rank = -1;    // this process's rank in it, when eacgm saw it created
+  int64_t nranks = -1;  // its size, likewise
+  bool has_stream = false;
+  uint64_t stream = 0;
+  double algbw_gbps = -1;  // nccl-tests formulas over the host-side duration; -1: unknown
+  double busbw_gbps = -1;
+};
+
 struct ProcessRow {
   uint32_t pid = 0, ppid = 0;
   std::string name;     // comm

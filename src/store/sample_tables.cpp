@@ -77,6 +77,34 @@ void bind_opt(Statement& st, int col, const std::optional<T>& v) {
 
 }  // namespace
 
+bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
+  if (rows.empty()) return true;
+  Statement insert(db,
+                   "INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
+                   "?15,?16,?17)");
+  for (const auto& c : rows) {
+    insert.bind(1, static_cast<int64_t>(c.ts_ns));
+    insert.bind(2, static_cast<int64_t>(c.dur_ns));
+    insert.bind(3, int64_t(c.pid));
+    insert.bind(4, int64_t(c.tid));
+    insert.bind(5, c.name);
+    insert.bind(6, c.ret);
+    if (c.count >= 0) insert.bind(7, c.count);
+    if (!c.datatype.empty()) insert.bind(8, c.datatype);
+    if (c.bytes >= 0) insert.bind(9, c.bytes);
+    if (!c.redop.empty()) insert.bind(10, c.redop);
+    if (c.peer >= 0) insert.bind(11, c.peer);
+    if (c.comm) insert.bind(12, static_cast<int64_t>(c.comm));
+    if (c.rank >= 0) insert.bind(13, c.rank);
+    if (c.nranks >= 0) insert.bind(14, c.nranks);
+    if (c.has_stream) insert.bind(15, static_cast<int64_t>(c.stream));
+    if (c.algbw_gbps >= 0) insert.bind_double(16, c.algbw_gbps);
+    if (c.busbw_gbps >= 0) insert.bind_double(17, c.busbw_gbps);
+    if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
 bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
                     const std::vector<GpuProcessSample>& processes,

@@ -1,4 +1,4 @@
-// Inserts for the sampled layers' tables (host, gpu), kept apart from the event tables.
+// Inserts for the tables of the layers beyond cuda (comm, host, gpu).
 #pragma once
 #include <sqlite3.h>
 
@@ -13,6 +13,8 @@ namespace eacgm {
 bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows);
 
 const char* host_scope_name(HostScope scope);
+
+bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows);
 
 bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
