@@ -8,6 +8,7 @@ packages=(
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
   bpftrace iproute2
+  libeigen3-dev python3-sklearn libopenblas0-pthread
 )
 
 if [ "$(id -u)" -ne 0 ]; then

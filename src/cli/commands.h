@@ -10,5 +10,6 @@ std::function<int()> add_record(CLI::App& app);
 std::function<int()> add_report(CLI::App& app);
 std::function<int()> add_export(CLI::App& app);
 std::function<int()> add_doctor(CLI::App& app);
+std::function<int()> add_gmm(CLI::App& app);
 
 }  // namespace eacgm::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_report);
   reg(eacgm::cli::add_export);
   reg(eacgm::cli::add_doctor);
+  reg(eacgm::cli::add_gmm);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
