@@ -41,21 +41,21 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 16384); /* set by the loader */
 	__type(key, __u32); /* tgid */
 	__type(value, struct eacgm_host_proc_stats);
 } proc_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, struct eacgm_net_key);
 	__type(value, struct eacgm_net_stats);
 } net_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 256);
+	__uint(max_entries, 64);
 	__type(key, __u32); /* dev_t, the kernel's encoding: major << 20 | minor */
 	__type(value, struct eacgm_disk_stats);
 } disk_stats SEC(".maps");

@@ -130,6 +130,14 @@ void GpuSampler::start() {
   sampler_thread_ = std::thread([this] { run(); });
 }
 
+void GpuSampler::start_events_only() {
+  uint64_t now_us = realtime_now_ns() / 1000;
+  for (DeviceState& d : states_) d.last_seen_us = now_us;
+  start_xid();
+}
+
+void GpuSampler::sample_once() { run_pass(); }
+
 void GpuSampler::stop() {
   {
     std::lock_guard lock(wake_mutex_);

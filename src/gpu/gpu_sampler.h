@@ -63,6 +63,11 @@ class GpuSampler {
 
   // Starts the threads; the first pass runs at once, the next ones every interval.
   void start();
+  // For an owner that drives the passes from a sampling thread of its own (one wakeup per
+  // interval for all sampled layers): start() without the polling thread, the XID thread
+  // still runs; then sample_once() every interval, from one thread at a time.
+  void start_events_only();
+  void sample_once();
   // Stops and joins both threads: returns within about one interval (at most 100 ms of XID wait).
   void stop();
 

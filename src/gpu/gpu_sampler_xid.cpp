@@ -33,9 +33,9 @@ void GpuSampler::start_xid() {
 
 void GpuSampler::run_xid() {
   const NvmlApi& a = nvml_.api();
-  auto interval_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(options_.interval).count();
-  unsigned timeout_ms = unsigned(std::clamp<long long>(interval_ms, 1, 100));
+  // Events end the wait at once; the timeout only bounds how long stop() takes, so it need
+  // not follow the sampling interval (a 10 ms timeout would wake this thread 100 times a second).
+  constexpr unsigned timeout_ms = 100;
   while (!xid_stopping_) {
     nvml::EventData data{};
     nvml::Return rc = a.event_set_wait(event_set_, &data, timeout_ms);

@@ -62,6 +62,10 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
   skel_.reset(host_bpf__open());
   if (!skel_) fail("cannot open the host-layer BPF programs: {}", errno_text(errno));
   skel_->rodata->filter_mode = trace_all ? EACGM_FILTER_ALL : EACGM_FILTER_PIDS;
+  // Userspace walks the hash tables at every sample, and a walk visits every bucket: size them
+  // for what is traced (a job's processes), or for a whole host with --all.
+  if (int err = bpf_map__set_max_entries(skel_->maps.proc_stats, trace_all ? 16384 : 1024); err)
+    fail("cannot size the host-layer process table: {}", errno_text(-err));
   if (traced_map_fd >= 0) {
     if (int err = bpf_map__reuse_fd(skel_->maps.traced, traced_map_fd); err)
       fail("cannot share the traced-process set with the host layer: {}", errno_text(-err));
@@ -102,7 +106,8 @@ HostTracer::~HostTracer() {
 
 // The name at first sight, from /proc while the process runs, else the one the kernel side
 // recorded when it first saw it.
-const std::string& HostTracer::process_name(uint32_t pid, const char (&bpf_comm)[16]) {
+std::string HostTracer::process_name(uint32_t pid, const char (&bpf_comm)[16]) {
+  std::lock_guard lock(names_mu_);
   auto it = names_.find(pid);
   if (it != names_.end()) return it->second;
   std::string comm = read_line(fmt::format("/proc/{}/comm", pid));
@@ -173,6 +178,7 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSamp
     if (gone) {
       bpf_map_delete_elem(fd, &pid);
       procs_.erase(pid);
+      std::lock_guard lock(names_mu_);
       names_.erase(pid);
     }
   }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,11 @@ class HostTracer {
   std::vector<HostSampleRow> sample(uint64_t now_ns);
 
   // The name to give a process's samples (it exec'd since the kernel side first saw it).
-  void name_process(uint32_t pid, const std::string& name) { names_[pid] = name; }
+  // Safe to call while another thread samples.
+  void name_process(uint32_t pid, const std::string& name) {
+    std::lock_guard lock(names_mu_);
+    names_[pid] = name;
+  }
 
  private:
   struct Deleter {
@@ -42,7 +47,7 @@ class HostTracer {
   void sample_processes(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
-  const std::string& process_name(uint32_t pid, const char (&bpf_comm)[16]);
+  std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
 
   std::unique_ptr<host_bpf, Deleter> skel_;
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
@@ -51,6 +56,7 @@ class HostTracer {
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;
+  std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;
 };

@@ -30,7 +30,7 @@ std::unique_ptr<GpuLayer> GpuLayer::start(const std::string& nvml_library, doubl
   if (!quiet)
     fprintf(stderr, "eacgm: GPU layer: %zu GPU(s) through %s, every %g ms\n",
             layer->sampler_->devices().size(), layer->nvml_->path().c_str(), interval_ms);
-  layer->sampler_->start();
+  layer->sampler_->start_events_only();
   return layer;
 }
 

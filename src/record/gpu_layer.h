@@ -16,12 +16,14 @@ namespace eacgm {
 class GpuLayer final : public GpuSink {
  public:
   // Loads NVML (the user's --nvml-library, else $EACGM_NVML_LIBRARY, else the driver's) and
-  // starts sampling. Returns null, after one warning line, when NVML cannot be used and the
+  // starts listening for XID events; sample_once() takes the samples. Returns null, after one warning line, when NVML cannot be used and the
   // user did not name a library; a library the user named that does not load is an Error.
   static std::unique_ptr<GpuLayer> start(const std::string& nvml_library, double interval_ms,
                                          std::function<bool(uint32_t)> keep_pid, bool quiet);
   ~GpuLayer() override;
 
+  // One pass over every GPU (from the recording's sampling thread; XID events come on their own).
+  void sample_once() { sampler_->sample_once(); }
   // Moves what the sampler produced so far into the recording (record loop's thread).
   void drain(RecordingWriter& out);
   // Stops sampling; what is left can still be drained.

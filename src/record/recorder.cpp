@@ -23,6 +23,7 @@
 #include "probe/cuda_ops.h"
 #include "probe/host_tracer.h"
 #include "record/gpu_layer.h"
+#include "record/sampling.h"
 #include "probe/library_finder.h"
 #include "probe/proc_maps.h"
 #include "probe/symbolizer.h"
@@ -145,7 +146,7 @@ class Session {
   ProbePlanner planner_;
   std::unique_ptr<HostTracer> host_;
   std::unique_ptr<GpuLayer> gpu_;
-  uint64_t next_sample_ = 0;
+  std::unique_ptr<SamplingThread> sampling_;  // after the layers it reads: destroyed first
   uint64_t host_rows_ = 0;
   std::unique_ptr<LaunchedCommand> command_;
   std::set<uint32_t> dirty_;  // processes that mapped new code
@@ -195,14 +196,11 @@ void Session::start_gpu() {
   if (gpu_) writer_.set_meta("nvml_library", gpu_->library_path());
 }
 
-// The sampled layers, on the record loop's thread: reading a few BPF maps takes microseconds.
-void Session::sample(uint64_t now_ns) {
+// What the sampling thread gathered goes into the recording here (the writer is this thread's).
+void Session::sample(uint64_t) {
   if (gpu_) gpu_->drain(writer_);
-  if (!host_ || now_ns < next_sample_) return;
-  uint64_t interval = uint64_t(opts_.interval_ms * 1e6);
-  next_sample_ = (next_sample_ ? next_sample_ : now_ns) + interval;
-  if (next_sample_ < now_ns) next_sample_ = now_ns + interval;  // fell behind: skip, don't burst
-  for (auto& row : host_->sample(now_ns)) {
+  if (!sampling_) return;
+  for (auto& row : sampling_->take_host_rows()) {
     writer_.add(std::move(row));
     ++host_rows_;
   }
@@ -255,6 +253,8 @@ int Session::run() {
   }
   write_start_meta(target);
   if (has_layer("gpu")) start_gpu();
+  if (host_ || gpu_)
+    sampling_ = std::make_unique<SamplingThread>(host_.get(), gpu_.get(), opts_.interval_ms);
   plan_dirty();
   if (command_) {
     decoder_.expect_process(uint32_t(command_->pid()), uint32_t(getpid()));
@@ -272,10 +272,8 @@ int Session::run() {
   uint64_t last_rescan = last_flush;
   uint64_t stop_deadline = 0;  // after a stop signal: how long the command may take to exit
   bool forwarded = false;
-  // Wake at least as often as the sampled layers need; events wake us earlier anyway.
-  int poll_ms = host_ || gpu_ ? std::clamp(int(opts_.interval_ms / 2), 1, 50) : 50;
   for (;;) {
-    tracer_.poll(poll_ms, handler);
+    tracer_.poll(50, handler);
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
     sample(now);
     if (!dirty_.empty()) plan_dirty();
@@ -305,9 +303,9 @@ int Session::run() {
     }
   }
   drain();
+  if (sampling_) sampling_->stop();  // with a last host sample of the partial interval
   if (gpu_) gpu_->stop();
-  next_sample_ = 0;
-  sample(clock_ns(CLOCK_MONOTONIC));  // the last partial interval, and the GPU queue
+  sample(clock_ns(CLOCK_MONOTONIC));
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
   bool write_failed = !writer_.error().empty();
   finish(status);

@@ -4,6 +4,7 @@
 // is caught), and with FAKE_NVML_OLD an old driver's library (unversioned names only, no
 // nvmlErrorString, nvmlDeviceGetProcessUtilization or nvmlDeviceGetFieldValues, throttle
 // reasons under their old name, process info in the v1 layout). See README.md for the format.
+#include <algorithm>
 #include <time.h>
 
 #include <chrono>
@@ -192,10 +193,15 @@ nv::Return wait_event(nv::EventSet set, nv::EventData* data, unsigned timeout_ms
   uint64_t deadline = now_ns(CLOCK_MONOTONIC) + uint64_t(timeout_ms) * 1000000;
   for (;;) {
     uint64_t now = now_ns(CLOCK_MONOTONIC);
+    uint64_t wake = deadline;  // like the driver, sleep until something is due: no polling
     {
       std::lock_guard lock(g_mutex);
       for (Xid& x : g_state.xids) {
-        if (x.delivered || !g_state.registered[x.dev] || x.due_ns > now) continue;
+        if (x.delivered || !g_state.registered[x.dev]) continue;
+        if (x.due_ns > now) {
+          wake = std::min(wake, x.due_ns);
+          continue;
+        }
         x.delivered = true;
         data->device = reinterpret_cast<nv::Device>(&g_devices[x.dev]);
         data->event_type = nv::kEventTypeXidCriticalError;
@@ -204,7 +210,7 @@ nv::Return wait_event(nv::EventSet set, nv::EventData* data, unsigned timeout_ms
       }
     }
     if (now >= deadline) return nv::kErrorTimeout;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::nanoseconds(wake - now));
   }
 }
 

@@ -1,0 +1,42 @@
+// The sampled layers' clock: one thread that wakes once per interval and reads every sampled
+// layer (host BPF maps, NVML), so that sampling costs one wakeup per interval in all.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "probe/host_tracer.h"
+#include "record/gpu_layer.h"
+
+namespace eacgm {
+
+class SamplingThread {
+ public:
+  // Either layer may be null. Both must outlive the thread.
+  SamplingThread(HostTracer* host, GpuLayer* gpu, double interval_ms);
+  ~SamplingThread();  // stop()
+  SamplingThread(const SamplingThread&) = delete;
+  SamplingThread& operator=(const SamplingThread&) = delete;
+
+  // Joins the thread; then takes one last host sample (the partial interval).
+  void stop();
+  // Host rows sampled so far (the record loop writes them; the writer is not thread-safe).
+  std::vector<HostSampleRow> take_host_rows();
+
+ private:
+  void run();
+  void sample_host();
+
+  HostTracer* host_;
+  GpuLayer* gpu_;
+  uint64_t interval_ns_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::vector<HostSampleRow> rows_;
+  std::thread thread_;
+};
+
+}  // namespace eacgm
