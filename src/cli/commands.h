@@ -11,5 +11,6 @@ std::function<int()> add_report(CLI::App& app);
 std::function<int()> add_export(CLI::App& app);
 std::function<int()> add_doctor(CLI::App& app);
 std::function<int()> add_gmm(CLI::App& app);
+std::function<int()> add_detect(CLI::App& app);
 
 }  // namespace eacgm::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_export);
   reg(eacgm::cli::add_doctor);
   reg(eacgm::cli::add_gmm);
+  reg(eacgm::cli::add_detect);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

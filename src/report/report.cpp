@@ -30,6 +30,34 @@ std::string human_bytes(int64_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+// The anomalies eacgm detect wrote, if it ran: counts by cause, then the strongest ones.
+void print_anomalies(const RecordingReader& rec, FILE* out) {
+  if (!rec.has_table("anomalies")) return;
+  std::string trained = rec.meta_or("detect_trained_on", "");
+  if (trained.empty()) return;
+  int64_t t0 = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+  fmt::print(out, "\nanomalies (eacgm detect, trained on {}):\n", trained);
+  size_t n = 0;
+  rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause ORDER BY 2 DESC",
+            [&](Statement& s) {
+              fmt::print(out, "  {:>6}  {}\n", s.int_at(1), s.text_at(0));
+              n += size_t(s.int_at(1));
+            });
+  if (n == 0) {
+    fmt::print(out, "  none\n");
+    return;
+  }
+  fmt::print(out, "  strongest (lowest score below threshold):\n");
+  rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
+            "anomalies ORDER BY score - threshold LIMIT 10",
+            [&](Statement& s) {
+              fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}  {}\n",
+                         double(s.int_at(0) - t0) / 1e9, s.text_at(2), s.text_at(3),
+                         human_ns(double(s.int_at(1))), s.double_at(4), s.double_at(5),
+                         s.text_at(6), s.text_at(7));
+            });
+}
+
 }  // namespace
 
 uint64_t percentile(const std::vector<uint64_t>& sorted, double p) {
@@ -106,6 +134,18 @@ void print_report(const std::string& path, bool json, FILE* out) {
           {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
     j["host"] = metric_stats_json(host_metric_stats(rec));
     j["gpu"] = metric_stats_json(gpu_metric_stats(rec));
+    j["anomalies"] = nlohmann::json::array();
+    if (rec.has_table("anomalies"))
+      rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
+                "anomalies ORDER BY ts_ns",
+                [&](Statement& s) {
+                  j["anomalies"].push_back(
+                      {{"ts_ns", s.int_at(0)}, {"dur_ns", s.int_at(1)},
+                       {"layer", std::string(s.text_at(2))}, {"name", std::string(s.text_at(3))},
+                       {"score", s.double_at(4)}, {"threshold", s.double_at(5)},
+                       {"cause", std::string(s.text_at(6))},
+                       {"features", nlohmann::json::parse(std::string(s.text_at(7)))}});
+                });
     j["gpu_xids"] = nlohmann::json::array();
     for (const auto& x : gpu_xids(rec))
       j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
@@ -143,6 +183,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
   }
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
+  print_anomalies(rec, out);
 }
 
 void print_summary(const std::string& path, FILE* out) {

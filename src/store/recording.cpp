@@ -63,6 +63,10 @@ CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
                         busbw_gbps REAL);
+-- Written by eacgm detect (each run replaces the previous one's rows).
+CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, layer TEXT NOT NULL,
+                       name TEXT NOT NULL, score REAL, threshold REAL, cause TEXT,
+                       features TEXT);
 CREATE VIEW trace AS
   SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
          COALESCE(kernel, memcpy_kind) AS detail, bytes, ret

@@ -48,6 +48,16 @@ struct CommCallRow {
   double busbw_gbps = -1;
 };
 
+// An anomaly found by `eacgm detect`: a call or a time window whose log-density under its
+// group's most likely component fell below the group's threshold.
+struct AnomalyRow {
+  uint64_t ts_ns = 0, dur_ns = 0;
+  std::string layer, name;
+  double score = 0, threshold = 0;
+  std::string cause;
+  std::string features;  // JSON: [[feature, contribution], ...], largest first
+};
+
 struct ProcessRow {
   uint32_t pid = 0, ppid = 0;
   std::string name;     // comm

@@ -1,0 +1,200 @@
+// `eacgm detect`: learn what normal looks like (the start of a recording, another recording,
+// or a saved model), flag the calls and time windows that fall outside it, and write them to
+// the recording's anomalies table with a probable cause.
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "detect/detector.h"
+#include "store/anomalies.h"
+#include "store/reader.h"
+#include "util/error.h"
+
+namespace eacgm::cli {
+namespace {
+
+using nlohmann::json;
+
+struct DetectArgs {
+  std::string recording, train, model, save_model, layers = "cuda,comm,window", components = "auto";
+  double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 1.5;
+  double threshold = 0;
+  bool has_threshold = false, json_out = false;
+};
+
+std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t window_ns,
+                                            const std::string& layers) {
+  std::vector<std::string> wanted;
+  std::stringstream ss(layers);
+  for (std::string l; std::getline(ss, l, ',');) {
+    if (l != "cuda" && l != "comm" && l != "window")
+      throw UsageError(fmt::format("--layers: unknown '{}' (choose from cuda, comm, window)", l));
+    wanted.push_back(l);
+  }
+  auto want = [&](const std::string& l) {
+    return std::find(wanted.begin(), wanted.end(), l) != wanted.end();
+  };
+  std::vector<detect::FeatureTable> tables;
+  for (auto& t : detect::call_features(rec))
+    if (want(t.layer)) tables.push_back(std::move(t));
+  if (want("window")) tables.push_back(detect::window_features(rec, window_ns));
+  return tables;
+}
+
+std::string human_duration(uint64_t ns) {
+  return ns >= 1'000'000'000 ? fmt::format("{:.2f} s", double(ns) / 1e9)
+                             : fmt::format("{:.1f} us", double(ns) / 1e3);
+}
+
+int run_detect(const DetectArgs& a) {
+  RecordingReader rec(a.recording);
+  uint64_t window_ns = uint64_t(a.window_s * 1e9);
+  int64_t start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+  int64_t end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+  detect::DetectOptions opts;
+  opts.quantile = a.quantile;
+  if (a.has_threshold) opts.threshold = a.threshold;
+  if (a.components != "auto") {
+    try {
+      opts.components = std::stoi(a.components);
+    } catch (const std::exception&) {
+      opts.components = 0;
+    }
+    if (opts.components < 1)
+      throw UsageError(fmt::format("--components {}: give a count (e.g. 2) or auto", a.components));
+  }
+
+  detect::DetectorModel model;
+  std::vector<std::string> skipped;
+  uint64_t score_from = 0;
+  std::string trained_on;
+  if (!a.model.empty()) {
+    std::ifstream in(a.model);
+    if (!in) fail("cannot read model {}: {} (save one with eacgm detect --save-model)", a.model,
+                  errno_text(errno));
+    try {
+      model = detect::detector_from_json(json::parse(in));
+    } catch (const json::exception& e) {
+      fail("model {} is not valid JSON: {}", a.model, e.what());
+    }
+    window_ns = model.window_ns ? model.window_ns : window_ns;
+    trained_on = "model " + a.model;
+  } else if (!a.train.empty()) {
+    RecordingReader train(a.train);
+    model = detect::train_detector(tables_of(train, window_ns, a.layers), UINT64_MAX, opts,
+                                   &skipped);
+    model.window_ns = window_ns;
+    trained_on = "recording " + a.train;
+  } else {
+    if (end <= start) fail("{} has no end time (was its recording interrupted?)", a.recording);
+    score_from = uint64_t(start + int64_t(double(end - start) * a.train_fraction));
+    model = detect::train_detector(tables_of(rec, window_ns, a.layers), score_from, opts,
+                                   &skipped);
+    model.window_ns = window_ns;
+    trained_on = fmt::format("the first {:.0f}% of the recording", 100 * a.train_fraction);
+  }
+  if (!a.save_model.empty()) {
+    std::ofstream out(a.save_model);
+    out << detect::detector_to_json(model).dump(1) << "\n";
+    if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
+  }
+  auto anomalies = detect::find_anomalies(model, tables_of(rec, window_ns, a.layers), score_from,
+                                          a.min_slowdown);
+
+  std::vector<AnomalyRow> rows;
+  for (const auto& an : anomalies) {
+    json features = json::array();
+    for (const auto& [f, c] : an.top_features) features.push_back({f, c});
+    rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,
+                    features.dump()});
+  }
+  write_anomalies(a.recording, rows,
+                  {{"detect_trained_on", trained_on},
+                   {"detect_groups", std::to_string(model.groups.size())},
+                   {"detect_anomalies", std::to_string(rows.size())}});
+
+  if (a.json_out) {
+    json j;
+    j["recording"] = a.recording;
+    j["trained_on"] = trained_on;
+    j["groups"] = model.groups.size();
+    j["skipped_groups"] = skipped;
+    j["anomalies"] = json::array();
+    for (const auto& r : rows)
+      j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
+                                {"name", r.name}, {"score", r.score}, {"threshold", r.threshold},
+                                {"cause", r.cause}, {"features", json::parse(r.features)}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("eacgm detect: {} models trained on {}; {} anomalies written to {} (table anomalies)\n",
+             model.groups.size(), trained_on, rows.size(), a.recording);
+  for (const auto& s : skipped) fmt::print("  not modelled: {}\n", s);
+  std::map<std::string, size_t> by_cause;
+  for (const auto& r : rows) ++by_cause[r.cause];
+  for (const auto& [cause, n] : by_cause) fmt::print("  {:>6}  {}\n", n, cause);
+  size_t shown = 0;
+  for (const auto& an : anomalies) {
+    if (++shown > 10) {
+      fmt::print("  ... {} more: eacgm report {}, or SELECT * FROM anomalies\n",
+                 anomalies.size() - 10, a.recording);
+      break;
+    }
+    std::string top;
+    for (const auto& [f, c] : an.top_features) top += fmt::format(" {}={:.1f}", f, c);
+    fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  score {:.1f} < {:.1f}  {} ({})\n",
+               double(int64_t(an.ts_ns) - start) / 1e9, an.layer, an.name,
+               human_duration(an.dur_ns), an.score, an.threshold, an.cause, top.substr(1));
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_detect(CLI::App& app) {
+  auto a = std::make_shared<DetectArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "detect",
+      "Find anomalies in a recording with Gaussian mixture models: one per operation (its "
+      "calls' durations and sizes) and one for time windows across layers (host, GPU, call "
+      "activity). Normal is learned from the first part of the recording, another recording "
+      "(--train) or a saved model (--model); samples whose log-density under their most likely "
+      "component falls below a threshold calibrated on the training samples are written to the "
+      "recording's anomalies table with the features that pushed them out and a probable cause.");
+  cmd->add_option("recording", a->recording, "the recording to examine")->required();
+  cmd->add_option("--train", a->train, "learn normal from this recording instead");
+  cmd->add_option("--model", a->model, "use a model saved by --save-model instead of training");
+  cmd->add_option("--save-model", a->save_model, "save the trained models as JSON here");
+  cmd->add_option("--train-fraction", a->train_fraction,
+                  "without --train/--model: train on this first fraction of the recording")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 0.95));
+  cmd->add_option("--window", a->window_s, "seconds per cross-layer window")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--layers", a->layers, "what to model: cuda, comm (calls), window")
+      ->capture_default_str();
+  cmd->add_option("--components", a->components, "mixture components per model, or auto (BIC)")
+      ->capture_default_str();
+  cmd->add_option("--quantile", a->quantile,
+                  "threshold: this quantile of the training samples' scores")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--min-slowdown", a->min_slowdown,
+                  "a call flagged for its duration must be at least this many times slower than "
+                  "its usual duration")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
+      ->each([a](const std::string&) { a->has_threshold = true; });
+  cmd->add_flag("--json", a->json_out, "print the result as JSON");
+  return [a]() {
+    if (!a->train.empty() && !a->model.empty())
+      throw UsageError("--train and --model both say what normal is: give one of them");
+    return run_detect(*a);
+  };
+}
+
+}  // namespace eacgm::cli

@@ -1,0 +1,200 @@
+// Training per group, threshold calibration, scoring and cause mapping.
+#include "detect/detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <Eigen/Cholesky>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace eacgm::detect {
+namespace {
+
+Eigen::MatrixXd rows_where(const FeatureTable& t, bool before, uint64_t cut) {
+  std::vector<Eigen::Index> keep;
+  for (size_t i = 0; i < t.ts_ns.size(); ++i)
+    if ((t.ts_ns[i] < cut) == before) keep.push_back(Eigen::Index(i));
+  Eigen::MatrixXd x(Eigen::Index(keep.size()), t.values.cols());
+  for (size_t r = 0; r < keep.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(keep[r]);
+  return x;
+}
+
+// Samples drawn from the model itself, to calibrate a threshold beyond what a small training
+// set can show (30 windows say nothing about their own 0.5% tail).
+Eigen::MatrixXd draw_from(const GaussianMixture& m, Eigen::Index n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0.0, 1.0);
+  std::discrete_distribution<int> pick(m.weights().data(), m.weights().data() + m.weights().size());
+  Eigen::MatrixXd x(n, m.n_features());
+  std::vector<Eigen::MatrixXd> chol;
+  for (const auto& c : m.covariances()) chol.push_back(Eigen::LLT<Eigen::MatrixXd>(c).matrixL());
+  Eigen::VectorXd v(m.n_features());
+  for (Eigen::Index i = 0; i < n; ++i) {
+    int k = pick(rng);
+    for (Eigen::Index j = 0; j < v.size(); ++j) v(j) = z(rng);
+    x.row(i) = (m.means().row(k).transpose() + chol[size_t(k)] * v).transpose();
+  }
+  return x;
+}
+
+double quantile_of(Eigen::VectorXd v, double q) {
+  std::sort(v.data(), v.data() + v.size());
+  double pos = q * double(v.size() - 1);
+  auto lo = Eigen::Index(std::floor(pos)), hi = Eigen::Index(std::ceil(pos));
+  return v(lo) + (v(hi) - v(lo)) * (pos - double(lo));
+}
+
+// A call flagged mostly for its duration must also be clearly slower than its component's
+// usual duration: a call quicker than usual is no fault, and one 7% slower than a very tight
+// mode is unusual to a density but not to anyone reading the report.
+bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::MatrixXd& x,
+                     Eigen::Index r, double min_slowdown) {
+  if (g.layer == "window" || g.features.empty() || g.features[0] != "log_duration_us")
+    return false;
+  Eigen::Index best = 0;
+  s.contributions.row(r).maxCoeff(&best);
+  int k = s.component(r);
+  return best == 0 && x(r, 0) - g.model.means()(k, 0) < std::log(min_slowdown);
+}
+
+}  // namespace
+
+DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
+                             const DetectOptions& options, std::vector<std::string>* skipped) {
+  DetectorModel out;
+  for (const auto& t : tables) {
+    if (t.group == "window" && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
+    Eigen::MatrixXd x = rows_where(t, true, until_ns);
+    if (t.values.cols() == 0 || size_t(x.rows()) < options.min_samples) {
+      if (skipped)
+        skipped->push_back(fmt::format("{}: {} training samples, {} features (needs {} samples)",
+                                       t.group, x.rows(), t.values.cols(), options.min_samples));
+      continue;
+    }
+    GmmOptions gmm;
+    gmm.seed = options.seed;
+    gmm.n_init = 2;
+    gmm.reg_covar = 1e-4;  // log-scale features: a spread below 1% is no spread
+    // Windows are few (one a second) and have many features: a full covariance would fit the
+    // noise of the training windows and flag the next ones. Calls are many, with 1-2 features.
+    bool few = t.group == "window";
+    if (few) gmm.covariance = CovarianceType::diag;
+    int max_k = few ? std::min(2, options.max_components) : options.max_components;
+    GmmFit fit;
+    if (options.components > 0) {
+      gmm.n_components = std::min<int>(options.components, int(x.rows()));
+      fit = fit_gmm(x, gmm);
+    } else {
+      auto fits = fit_gmm_range(x, gmm, 1, std::min<int>(max_k, int(x.rows())));
+      fit = std::move(fits[choose_by_bic(fits)]);
+    }
+    GroupModel g{t.group, t.layer, t.name, t.feature_names, std::move(fit.model), 0, size_t(x.rows())};
+    // The lower of the training samples' quantile (they may have heavier tails than the model)
+    // and the model's own (they may be too few to show their tail).
+    GmmScores s = score_gmm(g.model, x);
+    GmmScores drawn = score_gmm(g.model, draw_from(g.model, 20000, options.seed + 1));
+    g.threshold = options.threshold
+                      ? *options.threshold
+                      : std::min(quantile_of(s.component_log_density, options.quantile),
+                                 quantile_of(drawn.component_log_density, options.quantile));
+    out.groups.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<Anomaly> find_anomalies(const DetectorModel& model,
+                                    const std::vector<FeatureTable>& tables, uint64_t from_ns,
+                                    double min_slowdown) {
+  std::vector<Anomaly> out;
+  for (const auto& t : tables) {
+    auto g = std::find_if(model.groups.begin(), model.groups.end(),
+                          [&](const GroupModel& m) { return m.group == t.group; });
+    if (g == model.groups.end() || g->features != t.feature_names) continue;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < t.ts_ns.size(); ++i)
+      if (t.ts_ns[i] >= from_ns) idx.push_back(i);
+    if (idx.empty()) continue;
+    Eigen::MatrixXd x(Eigen::Index(idx.size()), t.values.cols());
+    for (size_t r = 0; r < idx.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(Eigen::Index(idx[r]));
+    GmmScores s = score_gmm(g->model, x);
+    for (size_t r = 0; r < idx.size(); ++r) {
+      double score = s.component_log_density(Eigen::Index(r));
+      if (score >= g->threshold) continue;
+      if (not_slow_enough(*g, s, x, Eigen::Index(r), min_slowdown)) continue;
+      Anomaly a;
+      a.ts_ns = t.ts_ns[idx[r]];
+      a.dur_ns = t.dur_ns[idx[r]];
+      a.layer = t.layer;
+      a.name = t.name;
+      a.score = score;
+      a.threshold = g->threshold;
+      for (Eigen::Index j = 0; j < x.cols(); ++j)
+        a.top_features.emplace_back(t.feature_names[size_t(j)], s.contributions(Eigen::Index(r), j));
+      std::sort(a.top_features.begin(), a.top_features.end(),
+                [](const auto& p, const auto& q) { return p.second > q.second; });
+      if (a.top_features.size() > 3) a.top_features.resize(3);
+      a.cause = probable_cause(a.layer, a.name, a.top_features);
+      out.push_back(std::move(a));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
+  return out;
+}
+
+std::string probable_cause(const std::string& layer, const std::string& name,
+                           const std::vector<std::pair<std::string, double>>& top) {
+  std::string f = top.empty() ? "" : top.front().first;
+  if (layer != "window") {
+    if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
+    if (layer == "comm") return fmt::format("slow collective: {}", name);
+    return fmt::format("slow {} call: {}", layer, name);
+  }
+  auto has = [&](const char* s) { return f.find(s) != std::string::npos; };
+  if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
+  if (has("nic") || has("socket")) return "network contention";
+  if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
+    return "GPU thermal or power throttling";
+  if (has("gpu_mem")) return "GPU memory pressure";
+  if (has("pcie")) return "PCIe pressure";
+  if (has("block")) return "storage I/O";
+  if (has("comm_")) return "slow collectives";
+  if (has("cuda_")) return "slow CUDA calls";
+  if (has("gpu_util")) return "GPU utilization change";
+  return "unusual window: " + f;
+}
+
+nlohmann::json detector_to_json(const DetectorModel& model) {
+  nlohmann::json j;
+  j["format"] = "eacgm-detector";
+  j["version"] = 1;
+  j["window_ns"] = model.window_ns;
+  j["groups"] = nlohmann::json::array();
+  for (const auto& g : model.groups)
+    j["groups"].push_back({{"group", g.group}, {"layer", g.layer}, {"name", g.name},
+                           {"threshold", g.threshold}, {"train_samples", g.train_samples},
+                           {"model", model_to_json(g.model, g.features)}});
+  return j;
+}
+
+DetectorModel detector_from_json(const nlohmann::json& j) {
+  if (j.value("format", "") != "eacgm-detector")
+    fail("not an eacgm detector model (no \"format\": \"eacgm-detector\"; save one with "
+         "eacgm detect --save-model)");
+  DetectorModel m;
+  m.window_ns = j.at("window_ns").get<uint64_t>();
+  for (const auto& g : j.at("groups")) {
+    GroupModel gm;
+    gm.group = g.at("group");
+    gm.layer = g.at("layer");
+    gm.name = g.at("name");
+    gm.threshold = g.at("threshold");
+    gm.train_samples = g.at("train_samples");
+    gm.model = model_from_json(g.at("model"), &gm.features);
+    m.groups.push_back(std::move(gm));
+  }
+  return m;
+}
+
+}  // namespace eacgm::detect

@@ -1,0 +1,68 @@
+// Anomaly detection on feature tables: one GMM per group (operation, or the cross-layer
+// windows), a threshold calibrated on the training samples, and a probable cause from the
+// features that pull a sample's score down.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "detect/features.h"
+#include "detect/gmm.h"
+
+namespace eacgm::detect {
+
+struct DetectOptions {
+  int components = 0;      // 0: chosen by BIC among 1..max_components
+  int max_components = 4;
+  double quantile = 0.005;  // threshold: this quantile of the training scores
+  std::optional<double> threshold;  // or this log-density, for every group
+  size_t min_samples = 30;  // a group with fewer training samples gets no model
+  uint64_t seed = 0;
+};
+
+struct GroupModel {
+  std::string group, layer, name;
+  std::vector<std::string> features;
+  GaussianMixture model;
+  double threshold = 0;  // on the log-density under the most likely component
+  size_t train_samples = 0;
+};
+
+struct DetectorModel {
+  uint64_t window_ns = 0;
+  std::vector<GroupModel> groups;
+};
+
+nlohmann::json detector_to_json(const DetectorModel& model);
+DetectorModel detector_from_json(const nlohmann::json& j);
+
+// Trains on the rows of each table that start before `until_ns` (all rows: UINT64_MAX).
+// Groups too small to model are named in `skipped` with the reason.
+DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
+                             const DetectOptions& options, std::vector<std::string>* skipped);
+
+struct Anomaly {
+  uint64_t ts_ns = 0, dur_ns = 0;
+  std::string layer, name;
+  double score = 0, threshold = 0;  // log-density under the most likely component
+  std::vector<std::pair<std::string, double>> top_features;  // largest contributions first
+  std::string cause;
+};
+
+// Scores the rows of each table that start at or after `from_ns` against the model of its
+// group (tables without a model are not scored) and returns those below their threshold,
+// except calls flagged mostly for their duration that are not at least `min_slowdown` times
+// slower than their component's typical duration (quicker or barely slower is no fault).
+std::vector<Anomaly> find_anomalies(const DetectorModel& model,
+                                    const std::vector<FeatureTable>& tables, uint64_t from_ns,
+                                    double min_slowdown = 1.5);
+
+// What most likely made a sample anomalous, from its layer and its top features.
+std::string probable_cause(const std::string& layer, const std::string& name,
+                           const std::vector<std::pair<std::string, double>>& top);
+
+}  // namespace eacgm::detect

@@ -1,0 +1,152 @@
+// Reads calls and samples out of a recording into feature tables.
+#include "detect/features.h"
+
+#include <cmath>
+#include <map>
+
+#include "store/reader.h"
+#include "store/sqlite_util.h"
+
+namespace eacgm::detect {
+namespace {
+
+struct CallGroup {
+  std::vector<uint64_t> ts, dur;
+  std::vector<double> log_dur, log_bytes;
+  bool has_bytes = false;
+};
+
+}  // namespace
+
+std::vector<FeatureTable> call_features(const RecordingReader& rec) {
+  std::map<std::pair<std::string, std::string>, CallGroup> groups;
+  rec.query("SELECT layer, name, ts_ns, dur_ns, bytes FROM trace ORDER BY ts_ns",
+            [&](Statement& s) {
+              CallGroup& g = groups[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
+              g.ts.push_back(uint64_t(s.int_at(2)));
+              g.dur.push_back(uint64_t(s.int_at(3)));
+              g.log_dur.push_back(std::log(double(std::max<int64_t>(s.int_at(3), 1)) / 1e3));
+              bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
+              g.has_bytes |= bytes;
+              g.log_bytes.push_back(bytes ? std::log2(1.0 + double(s.int_at(4))) : 0.0);
+            });
+  std::vector<FeatureTable> out;
+  for (auto& [key, g] : groups) {
+    FeatureTable t;
+    t.layer = key.first;
+    t.name = key.second;
+    t.group = key.first + "/" + key.second;
+    t.feature_names = {"log_duration_us"};
+    if (g.has_bytes) t.feature_names.push_back("log2_bytes");
+    t.values.resize(Eigen::Index(g.ts.size()), Eigen::Index(t.feature_names.size()));
+    for (size_t i = 0; i < g.ts.size(); ++i) {
+      t.values(Eigen::Index(i), 0) = g.log_dur[i];
+      if (g.has_bytes) t.values(Eigen::Index(i), 1) = g.log_bytes[i];
+    }
+    t.ts_ns = std::move(g.ts);
+    t.dur_ns = std::move(g.dur);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+namespace {
+
+// Accumulates one metric per window: a sum (counts, amounts) or a mean (levels).
+struct WindowMetric {
+  bool level = false;  // GPU state: mean of readings, carried over empty windows
+  std::map<int64_t, std::pair<double, double>> by_window;  // window -> (sum, n)
+  void add(int64_t w, double v) {
+    auto& [sum, n] = by_window[w];
+    sum += v;
+    n += 1;
+  }
+};
+
+}  // namespace
+
+FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
+  FeatureTable t;
+  t.group = t.layer = t.name = "window";
+  int64_t start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+  int64_t end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+  auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
+  std::map<std::string, WindowMetric> m;
+  double per_s = 1e9 / double(window_ns);
+  if (rec.has_table("host_samples")) {
+    rec.query(
+        "SELECT ts_ns - interval_ns / 2, scope, runq_wait_ns, runq_waits, "
+        "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes FROM host_samples",
+        [&](Statement& s) {
+          int64_t w = window_of(s.int_at(0));  // by the middle of the sampled interval
+          std::string scope(s.text_at(1));
+          if (scope == "process") {
+            m["runq_wait_ms_per_s"].add(w, double(s.int_at(2)) / 1e6 * per_s);
+            m["runq_waits_per_s"].add(w, double(s.int_at(3)) * per_s);
+            m["involuntary_switches_per_s"].add(w, double(s.int_at(4)) * per_s);
+            m["cpu_cores"].add(w, double(s.int_at(5)) / double(window_ns));
+            m["socket_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
+            m["block_mb_per_s"].add(w, double(s.int_at(8)) / 1e6 * per_s);
+          } else if (scope == "net") {
+            m["nic_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
+          }
+        });
+  }
+  if (rec.has_table("gpu_samples")) {
+    rec.query(
+        "SELECT ts_ns, sm_util_pct, mem_used_bytes, power_w, temperature_c, sm_clock_mhz, "
+        "pcie_tx_bytes_per_s + pcie_rx_bytes_per_s, throttle_reasons FROM gpu_samples",
+        [&](Statement& s) {
+          int64_t w = window_of(s.int_at(0));
+          const char* names[] = {"gpu_util_pct", "gpu_mem_gib", "gpu_power_w", "gpu_temp_c",
+                                 "gpu_sm_clock_mhz", "gpu_pcie_mb_per_s", "gpu_throttled"};
+          const double scale[] = {1, 1.0 / (1ull << 30), 1, 1, 1, 1e-6, 1};
+          for (int c = 1; c <= 7; ++c) {
+            if (s.null_at(c)) continue;
+            WindowMetric& wm = m[names[c - 1]];
+            wm.level = true;
+            double v = s.double_at(c) * scale[c - 1];
+            if (c == 7) v = (s.int_at(c) & ~int64_t(1)) != 0;  // any reason but gpu_idle
+            wm.add(w, v);
+          }
+        });
+  }
+  rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
+    int64_t w = window_of(s.int_at(1));
+    std::string layer(s.text_at(0));
+    m[layer + "_calls_per_s"].add(w, per_s);
+    m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.int_at(2), 1)) / 1e3));
+  });
+  int64_t windows = end > start ? (end - start + int64_t(window_ns) - 1) / int64_t(window_ns) : 0;
+  // Keep the metrics that vary: a constant one carries no information and no variance.
+  std::vector<std::pair<std::string, std::vector<double>>> columns;
+  for (auto& [name, wm] : m) {
+    std::vector<double> col(size_t(windows), 0.0);
+    double last = 0;
+    bool mean = wm.level || name.ends_with("log_duration_us");
+    for (int64_t w = 0; w < windows; ++w) {
+      auto it = wm.by_window.find(w);
+      if (it != wm.by_window.end()) {
+        last = mean ? it->second.first / it->second.second : it->second.first;
+        col[size_t(w)] = last;
+      } else {
+        col[size_t(w)] = wm.level ? last : 0.0;
+      }
+    }
+    bool varies = false;
+    for (double v : col) varies |= v != col.front();
+    if (varies) columns.emplace_back(name, std::move(col));
+  }
+  t.values.resize(windows, Eigen::Index(columns.size()));
+  for (size_t c = 0; c < columns.size(); ++c) {
+    t.feature_names.push_back(columns[c].first);
+    for (int64_t w = 0; w < windows; ++w) t.values(w, Eigen::Index(c)) = columns[c].second[size_t(w)];
+  }
+  for (int64_t w = 0; w < windows; ++w) {
+    t.ts_ns.push_back(uint64_t(start + w * int64_t(window_ns)));
+    t.dur_ns.push_back(window_ns);
+  }
+  return t;
+}
+
+}  // namespace eacgm::detect

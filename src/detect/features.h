@@ -1,0 +1,39 @@
+// Feature extraction from a recording: one table per layer and operation (each call a sample),
+// and one table of time windows across layers (host, GPU, call activity), so that different
+// operations are never mixed in one model.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace eacgm {
+class RecordingReader;
+}
+
+namespace eacgm::detect {
+
+// Samples of one group: an operation ("cuda/cudaMemcpy") or the cross-layer windows
+// ("window"). Row i of `values` is the sample that starts at ts_ns[i] and lasts dur_ns[i].
+struct FeatureTable {
+  std::string group;  // "cuda/cudaLaunchKernel", "comm/ncclAllReduce", "window"
+  std::string layer;  // "cuda", "comm", "window"
+  std::string name;   // the operation, or "window"
+  std::vector<std::string> feature_names;
+  std::vector<uint64_t> ts_ns, dur_ns;
+  Eigen::MatrixXd values;  // rows x features
+};
+
+// Per call of each (layer, name): log duration (us), and log2 of bytes where the operation
+// moves data (a size unlike the usual ones is itself worth a look).
+std::vector<FeatureTable> call_features(const RecordingReader& rec);
+
+// Fixed windows over the recording: per window, the traced processes' run-queue wait, CPU,
+// involuntary switches, socket and block throughput; interface throughput; GPU utilization,
+// memory, power, temperature, clocks; call counts and mean log durations per layer. Features
+// that never vary are dropped; a window without samples of a metric gets 0 for counts and the
+// last value for levels (GPU state persists between readings).
+FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns);
+
+}  // namespace eacgm::detect

@@ -1,0 +1,201 @@
+// eacgm detect's pipeline on a recording made here with known faults: slow calls among normal
+// ones, and a stretch of CPU interference in the host samples. The detector must find the
+// injected faults, name their causes, and not flag calls that were merely quick.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "detect/detector.h"
+#include "detect/features.h"
+#include "store/reader.h"
+#include "store/recording.h"
+#include "util/error.h"
+
+namespace eacgm::detect {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kStart = 1'000'000'000'000;
+constexpr uint64_t kSeconds = 60;
+constexpr uint64_t kEnd = kStart + kSeconds * 1'000'000'000;
+
+struct Faults {
+  std::set<uint64_t> slow_calls;  // ts of injected slow calls
+  std::set<uint64_t> quick_calls;
+  uint64_t interference_from = kStart + 45'000'000'000, interference_to = kStart + 50'000'000'000;
+};
+
+// 60 s: 50 cudaMemcpy calls a second (~100 us, 1 MiB), host samples every 100 ms for one
+// process. Faults only in the second half: 8 calls 10x slower, 8 calls 5x quicker, and 5 s of
+// CPU interference (run-queue waits 40x, involuntary switches 20x).
+Faults write_recording(const std::string& path) {
+  Faults f;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  RecordingWriter w(path, true);
+  w.set_meta("start_monotonic_ns", std::to_string(kStart));
+  w.set_meta("end_monotonic_ns", std::to_string(kEnd));
+  int slow_left = 8, quick_left = 8;
+  for (uint64_t t = kStart; t < kEnd; t += 20'000'000) {
+    CudaCallRow c;
+    c.ts_ns = t;
+    c.dur_ns = uint64_t(100'000 * std::exp(noise(rng)));
+    c.pid = 10, c.tid = 10;
+    c.name = "cudaMemcpy";
+    c.bytes = 1 << 20;
+    c.memcpy_kind = "HostToDevice";
+    bool second_half = t > kStart + 35'000'000'000;
+    if (second_half && slow_left > 0 && (t / 20'000'000) % 97 == 0) {
+      c.dur_ns *= 10;
+      f.slow_calls.insert(t);
+      --slow_left;
+    } else if (second_half && quick_left > 0 && (t / 20'000'000) % 89 == 0) {
+      c.dur_ns /= 5;
+      f.quick_calls.insert(t);
+      --quick_left;
+    }
+    w.add(c);
+  }
+  for (uint64_t t = kStart + 100'000'000; t <= kEnd; t += 100'000'000) {
+    HostSampleRow h;
+    h.ts_ns = t;
+    h.interval_ns = 100'000'000;
+    h.scope = HostScope::Process;
+    h.id = 10;
+    h.name = "train";
+    bool hog = t > f.interference_from && t <= f.interference_to;
+    h.runq_waits = 50 + (t / 100'000'000) % 7;
+    h.runq_wait_ns = h.runq_waits * uint64_t((hog ? 2'000'000 : 50'000) * std::exp(noise(rng)));
+    h.involuntary_switches = hog ? 100 + (t / 100'000'000) % 5 : 3 + (t / 100'000'000) % 4;
+    h.voluntary_switches = 50;
+    h.oncpu_ns = uint64_t(60'000'000 * std::exp(noise(rng)));
+    w.add(h);
+  }
+  w.flush();
+  EXPECT_EQ(w.close(), "");
+  return f;
+}
+
+class Detect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (fs::temp_directory_path() /
+             ("eacgm_detect_" + std::to_string(getpid()) + ".eacgm.db")).string();
+    faults_ = write_recording(path_);
+  }
+  void TearDown() override { fs::remove(path_); }
+
+  std::vector<FeatureTable> tables(const RecordingReader& rec) {
+    auto t = call_features(rec);
+    t.push_back(window_features(rec, 1'000'000'000));
+    return t;
+  }
+
+  std::string path_;
+  Faults faults_;
+};
+
+TEST_F(Detect, FindsInjectedSlowCallsAndCpuInterference) {
+  RecordingReader rec(path_);
+  auto t = tables(rec);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].group, "cuda/cudaMemcpy");
+  EXPECT_EQ(t[0].feature_names, (std::vector<std::string>{"log_duration_us", "log2_bytes"}));
+  EXPECT_EQ(t[1].values.rows(), int64_t(kSeconds));
+
+  uint64_t half = kStart + kSeconds / 2 * 1'000'000'000;
+  std::vector<std::string> skipped;
+  DetectorModel model = train_detector(t, half, DetectOptions{}, &skipped);
+  EXPECT_TRUE(skipped.empty()) << skipped.front();
+  ASSERT_EQ(model.groups.size(), 2u);
+  auto found = find_anomalies(model, t, half);
+
+  std::set<uint64_t> slow_found;
+  size_t call_flags = 0, window_flags = 0, interference_windows = 0, slow_windows = 0;
+  for (const auto& a : found) {
+    if (a.layer == "cuda") {
+      ++call_flags;
+      EXPECT_FALSE(faults_.quick_calls.count(a.ts_ns)) << "a quick call was flagged";
+      if (faults_.slow_calls.count(a.ts_ns)) {
+        slow_found.insert(a.ts_ns);
+        EXPECT_EQ(a.cause, "slow cuda call: cudaMemcpy");
+        EXPECT_EQ(a.top_features.front().first, "log_duration_us");
+      }
+    } else {
+      ++window_flags;
+      bool inside = a.ts_ns + a.dur_ns > faults_.interference_from &&
+                    a.ts_ns < faults_.interference_to;
+      // a window holding a 10x slower call is slow on average too: a true find of that fault
+      auto slow = faults_.slow_calls.lower_bound(a.ts_ns);
+      bool holds_slow_call = slow != faults_.slow_calls.end() && *slow < a.ts_ns + a.dur_ns;
+      if (inside) {
+        ++interference_windows;
+        EXPECT_EQ(a.cause, "CPU interference") << a.top_features.front().first;
+      } else if (holds_slow_call) {
+        ++slow_windows;
+        EXPECT_EQ(a.cause, "slow CUDA calls") << a.top_features.front().first;
+      } else {
+        ADD_FAILURE() << "false window at +" << (a.ts_ns - kStart) / 1e9 << " s: " << a.cause;
+      }
+    }
+  }
+  // every injected slow call, and few others (precision >= 0.8)
+  EXPECT_EQ(slow_found.size(), faults_.slow_calls.size());
+  EXPECT_GE(double(slow_found.size()) / double(std::max<size_t>(call_flags, 1)), 0.8);
+  // the 5 s of interference, and the windows of the slow calls: nothing else
+  EXPECT_GE(interference_windows, 4u);
+  EXPECT_EQ(interference_windows + slow_windows, window_flags);
+}
+
+TEST_F(Detect, SavedModelFindsTheSameAnomalies) {
+  RecordingReader rec(path_);
+  auto t = tables(rec);
+  uint64_t half = kStart + kSeconds / 2 * 1'000'000'000;
+  DetectorModel model = train_detector(t, half, DetectOptions{}, nullptr);
+  DetectorModel loaded =
+      detector_from_json(nlohmann::json::parse(detector_to_json(model).dump()));
+  EXPECT_EQ(loaded.window_ns, model.window_ns);
+  auto a = find_anomalies(model, t, half), b = find_anomalies(loaded, t, half);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].ts_ns, b[i].ts_ns);
+    EXPECT_DOUBLE_EQ(a[i].score, b[i].score);
+    EXPECT_DOUBLE_EQ(a[i].threshold, b[i].threshold);
+  }
+  EXPECT_THROW(detector_from_json(nlohmann::json::parse(R"({"format": "eacgm-gmm"})")),
+               eacgm::Error);
+}
+
+TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
+  RecordingReader rec(path_);
+  auto t = tables(rec);
+  std::vector<std::string> skipped;
+  DetectOptions opts;
+  opts.min_samples = 100;  // 30 windows of training: too few
+  DetectorModel model = train_detector(t, kStart + 30'000'000'000, opts, &skipped);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("window: 30 training samples"), std::string::npos) << skipped[0];
+  EXPECT_EQ(model.groups.size(), 1u);
+}
+
+TEST(ProbableCause, FromLayerAndTopFeature) {
+  using F = std::vector<std::pair<std::string, double>>;
+  EXPECT_EQ(probable_cause("comm", "ncclAllReduce", F{{"log_duration_us", 9}}),
+            "slow collective: ncclAllReduce");
+  EXPECT_EQ(probable_cause("cuda", "cudaMemcpy", F{{"log2_bytes", 9}}),
+            "unusual size of cudaMemcpy");
+  EXPECT_EQ(probable_cause("window", "window", F{{"nic_mb_per_s", 9}}), "network contention");
+  EXPECT_EQ(probable_cause("window", "window", F{{"gpu_temp_c", 9}}),
+            "GPU thermal or power throttling");
+  EXPECT_EQ(probable_cause("window", "window", F{{"involuntary_switches_per_s", 9}}),
+            "CPU interference");
+}
+
+}  // namespace
+}  // namespace eacgm::detect
