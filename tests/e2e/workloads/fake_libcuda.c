@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 static uintptr_t next_handle = 0x7f0000001000;
 
@@ -36,12 +37,17 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 	return CUDA_SUCCESS;
 }
 
+/* A launch with a grid of 999 blocks takes 3 ms: the injected fault of the detect test. */
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 			unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params,
 			void **extra)
 {
-	(void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
 	(void)stream, (void)params, (void)extra;
+	if (gx == 999) {
+		struct timespec t = {0, 3000000};
+		nanosleep(&t, NULL);
+	}
 	return CUDA_SUCCESS;
 }
 

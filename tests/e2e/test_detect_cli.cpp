@@ -1,0 +1,116 @@
+// End to end: `eacgm detect` on real recordings with a known fault. A driver-API workload
+// launches kernels through a fake libcuda that makes the launches with a 999-block grid 3 ms
+// slow; detect, trained on the first half, must flag exactly those launches, write them to the
+// recording, and find them again from a saved model in a second recording.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+class DetectCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    E2E_REQUIRE_ROOT();
+    E2E_REQUIRE_CUDA();
+    dir_ = scratch_dir();
+  }
+  std::string record(const std::string& name) {
+    std::string db = dir_ + "/" + name + ".eacgm.db";
+    auto r = run({kEacgm, "record", "-q", "-o", db, "--", kWorkloads + "/cuda_slow_launches",
+                  "4000", "400"},
+                 {"LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("5 slow of 4000"), std::string::npos) << r.out;
+    return db;
+  }
+  std::string dir_;
+};
+
+std::set<int64_t> slow_launches(const std::string& db) {
+  std::set<int64_t> ts;
+  Db(db).each("SELECT ts_ns FROM cuda_calls WHERE grid_x = 999",
+              [&](sqlite3_stmt* s) { ts.insert(sqlite3_column_int64(s, 0)); });
+  return ts;
+}
+
+TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
+  std::string db = record("run");
+  std::set<int64_t> truth = slow_launches(db);
+  ASSERT_EQ(truth.size(), 5u);
+  auto r = run({kEacgm, "detect", db, "--layers", "cuda", "--json",
+                "--save-model", dir_ + "/model.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  std::set<int64_t> found;
+  std::vector<std::pair<double, int64_t>> by_severity;
+  for (const auto& a : j.at("anomalies")) {
+    int64_t ts = a.at("ts_ns").get<int64_t>();
+    found.insert(ts);
+    by_severity.emplace_back(a.at("score").get<double>() - a.at("threshold").get<double>(), ts);
+    EXPECT_EQ(a.at("cause"), "slow cuda call: cuLaunchKernel");
+    EXPECT_EQ(a.at("features").at(0).at(0), "log_duration_us");
+    EXPECT_LT(a.at("score").get<double>(), a.at("threshold").get<double>());
+  }
+  // Every injected fault, and they are the strongest: launches the machine itself slowed down
+  // (preempted mid-call on a busy machine) are real slow calls too, but milder and few.
+  for (int64_t ts : truth) EXPECT_TRUE(found.count(ts)) << "missed the slow launch at " << ts;
+  std::sort(by_severity.begin(), by_severity.end());
+  std::set<int64_t> strongest;
+  for (size_t i = 0; i < by_severity.size() && i < truth.size(); ++i)
+    strongest.insert(by_severity[i].second);
+  EXPECT_EQ(strongest, truth);
+  EXPECT_LE(found.size(), 4000u / 50) << "more than 2% of the launches flagged";
+  // in the recording, and in its report
+  Db d(db);
+  EXPECT_EQ(d.scalar("SELECT count(*) FROM anomalies"), int64_t(found.size()));
+  EXPECT_EQ(d.text("SELECT value FROM meta WHERE key = 'detect_anomalies'"),
+            std::to_string(found.size()));
+  auto report = run({kEacgm, "report", db});
+  EXPECT_NE(report.out.find("slow cuda call: cuLaunchKernel"), std::string::npos) << report.out;
+  // a second run replaces the first one's rows
+  ASSERT_EQ(run({kEacgm, "detect", db, "--layers", "cuda"}).exit_code, 0);
+  EXPECT_EQ(Db(db).scalar("SELECT count(*) FROM anomalies"), int64_t(found.size()));
+
+  // the saved model, on another recording of the same job: the slow launches of all of it
+  std::string second = record("second");
+  auto again = run({kEacgm, "detect", second, "--model", dir_ + "/model.json", "--json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  std::set<int64_t> found2;
+  auto j2 = nlohmann::json::parse(again.out);  // a named value: the loop keeps a reference
+  std::vector<std::pair<double, int64_t>> severity2;
+  for (const auto& a : j2.at("anomalies")) {
+    found2.insert(a.at("ts_ns").get<int64_t>());
+    severity2.emplace_back(a.at("score").get<double>() - a.at("threshold").get<double>(),
+                           a.at("ts_ns").get<int64_t>());
+  }
+  std::set<int64_t> truth2 = slow_launches(second);
+  for (int64_t ts : truth2) EXPECT_TRUE(found2.count(ts)) << "missed the slow launch at " << ts;
+  std::sort(severity2.begin(), severity2.end());
+  std::set<int64_t> strongest2;
+  for (size_t i = 0; i < severity2.size() && i < truth2.size(); ++i)
+    strongest2.insert(severity2[i].second);
+  EXPECT_EQ(strongest2, truth2);
+  EXPECT_LE(found2.size(), 4000u / 50) << "more than 2% of the launches flagged";
+}
+
+TEST_F(DetectCli, BadInputGetsAClearError) {
+  std::string db = record("run");
+  auto both = run({kEacgm, "detect", db, "--train", db, "--model", dir_ + "/m.json"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("give one of them"), std::string::npos) << both.err;
+  auto missing = run({kEacgm, "detect", db, "--model", dir_ + "/no-such-model.json"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("no-such-model.json"), std::string::npos) << missing.err;
+  auto layers = run({kEacgm, "detect", db, "--layers", "cuda,bogus"});
+  EXPECT_EQ(layers.exit_code, 2);
+  EXPECT_NE(layers.err.find("bogus"), std::string::npos) << layers.err;
+  auto not_db = run({kEacgm, "detect", dir_ + "/nothing.db"});
+  EXPECT_EQ(not_db.exit_code, 1);
+  EXPECT_NE(not_db.err.find("no such file"), std::string::npos) << not_db.err;
+}
+
+}  // namespace
+}  // namespace e2e
