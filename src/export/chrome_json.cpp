@@ -69,6 +69,17 @@ class ChromeJsonWriter final : public TimelineSink {
     write_event();
   }
 
+  // A global instant event ("i", scope "g"): a line across the whole timeline.
+  void add_instant(const TimelineInstant& instant) override {
+    line_.clear();
+    append(R"({{"ph":"i","s":"g","name":{},"cat":{},"pid":0,"tid":0,"ts":)", cached(instant.name),
+           cached(instant.category));
+    append_microseconds(instant.ts_ns);
+    if (!instant.args.empty()) append_args(instant.args);
+    line_ += '}';
+    write_event();
+  }
+
   void finish() override {
     if (finished_) return;
     finished_ = true;

@@ -179,6 +179,27 @@ void add_gpu_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to
   });
 }
 
+// Anomalies from eacgm detect: a marker each on an "anomalies" track, with cause and score.
+void add_anomalies(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("anomalies")) return;
+  rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM anomalies "
+            "ORDER BY ts_ns",
+            [&](Statement& s) {
+              TimelineInstant i;
+              i.ts_ns = uint64_t(s.int_at(0) + to_real);
+              i.track = "anomalies";
+              i.category = "anomaly";
+              i.name = std::string(s.text_at(6));
+              i.args = {{"layer", std::string(s.text_at(2))},
+                        {"operation", std::string(s.text_at(3))},
+                        {"duration_ns", s.int_at(1)},
+                        {"score", s.double_at(4)},
+                        {"threshold", s.double_at(5)},
+                        {"features", std::string(s.text_at(7))}};
+              sink.add_instant(i);
+            });
+}
+
 }  // namespace
 
 void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
@@ -203,6 +224,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   add_comm_slices(rec, sink, to_real);
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
+  add_anomalies(rec, sink, to_real);
 }
 
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,

@@ -69,6 +69,7 @@ constexpr uint32_t kEventTrackUuid = 11;
 constexpr uint64_t kTypeSliceBegin = 1;
 constexpr uint64_t kTypeSliceEnd = 2;
 constexpr uint64_t kTypeCounter = 4;
+constexpr uint64_t kTypeInstant = 3;
 constexpr uint32_t kEventDoubleCounterValue = 44;
 
 // DebugAnnotation
@@ -187,6 +188,22 @@ class PerfettoWriter final : public TimelineSink {
     counters_.push_back({counter.ts_ns, uint32_t(it->second), counter.value});
   }
 
+  void add_instant(const TimelineInstant& instant) override {
+    auto [it, inserted] = instant_index_.try_emplace(instant.track, instant_tracks_.size());
+    // uuids with bit 61 set: apart from counter (62), process (63) and thread tracks
+    if (inserted) instant_tracks_.push_back({(uint64_t{1} << 61) | instant_tracks_.size(), 0,
+                                             instant.track});
+    SliceRecord record;
+    record.ts = instant.ts_ns;
+    record.track = uint32_t(it->second);
+    record.name_iid = static_cast<uint32_t>(event_names_.intern(instant.name));
+    record.category_iid = static_cast<uint32_t>(categories_.intern(instant.category));
+    record.args_offset = args_.size();
+    encode_args(instant.args);
+    record.args_size = static_cast<uint32_t>(args_.size() - record.args_offset);
+    instants_.push_back(record);
+  }
+
   void finish() override {
     if (finished_) return;
     finished_ = true;
@@ -194,12 +211,14 @@ class PerfettoWriter final : public TimelineSink {
     write_sequence_header();
     write_track_descriptors();
     write_counter_descriptors();
+    write_instant_descriptors();
     write_slice_events();
     flush_chunk();
     out_.flush();
     check_stream();
     slices_ = {};
     counters_ = {};
+    instants_ = {};
     args_ = {};
   }
 
@@ -254,6 +273,7 @@ class PerfettoWriter final : public TimelineSink {
     uint64_t first = UINT64_MAX;
     for (const auto& slice : slices_) first = std::min(first, slice.ts);
     for (const auto& counter : counters_) first = std::min(first, counter.ts);
+    for (const auto& instant : instants_) first = std::min(first, instant.ts);
     if (first == UINT64_MAX) first = 0;
     return first;
   }
@@ -327,6 +347,34 @@ class PerfettoWriter final : public TimelineSink {
     }
   }
 
+  void write_instant_descriptors() {
+    for (const auto& track : instant_tracks_) {
+      begin_sequence_packet();
+      {
+        auto descriptor = writer_.message(pb::kTrackDescriptor);
+        writer_.add_varint(pb::kTrackUuid, track.uuid);
+        writer_.add_string(pb::kTrackName, track.name);
+      }
+      writer_.end_message();
+      maybe_flush();
+    }
+  }
+
+  void write_instant_event(const SliceRecord& i) {
+    begin_sequence_packet();
+    writer_.add_varint(pb::kTimestamp, i.ts);
+    {
+      auto track_event = writer_.message(pb::kTrackEvent);
+      writer_.add_varint(pb::kEventTrackUuid, instant_tracks_[i.track].uuid);
+      writer_.add_varint(pb::kEventType, pb::kTypeInstant);
+      writer_.add_varint(pb::kEventCategoryIids, i.category_iid);
+      writer_.add_varint(pb::kEventNameIid, i.name_iid);
+      writer_.add_raw(args_.data().substr(i.args_offset, i.args_size));
+    }
+    writer_.end_message();
+    maybe_flush();
+  }
+
   void write_counter_event(const CounterValue& c) {
     begin_sequence_packet();
     writer_.add_varint(pb::kTimestamp, c.ts);
@@ -357,13 +405,20 @@ class PerfettoWriter final : public TimelineSink {
     // counters merge in by time (they sit on tracks of their own, so ties need no order)
     std::stable_sort(counters_.begin(), counters_.end(),
                      [](const CounterValue& a, const CounterValue& b) { return a.ts < b.ts; });
-    size_t next_counter = 0;
-    for (EventRef event : events) {
-      while (next_counter < counters_.size() && counters_[next_counter].ts <= event_ts(event))
+    std::stable_sort(instants_.begin(), instants_.end(),
+                     [](const SliceRecord& a, const SliceRecord& b) { return a.ts < b.ts; });
+    size_t next_counter = 0, next_instant = 0;
+    auto others_until = [&](uint64_t ts) {
+      while (next_counter < counters_.size() && counters_[next_counter].ts <= ts)
         write_counter_event(counters_[next_counter++]);
+      while (next_instant < instants_.size() && instants_[next_instant].ts <= ts)
+        write_instant_event(instants_[next_instant++]);
+    };
+    for (EventRef event : events) {
+      others_until(event_ts(event));
       write_slice_event(event);
     }
-    while (next_counter < counters_.size()) write_counter_event(counters_[next_counter++]);
+    others_until(UINT64_MAX);
   }
 
   uint64_t event_ts(EventRef event) const {
@@ -426,6 +481,9 @@ class PerfettoWriter final : public TimelineSink {
   std::vector<CounterTrack> counter_tracks_;
   std::map<std::pair<uint32_t, std::string>, size_t> counter_index_;
   std::vector<CounterValue> counters_;
+  std::vector<CounterTrack> instant_tracks_;
+  std::map<std::string, size_t> instant_index_;
+  std::vector<SliceRecord> instants_;
   proto::ProtoWriter args_;    // DebugAnnotation fields of all slices, back to back
   proto::ProtoWriter writer_;  // pending output, flushed in chunks
 };

@@ -44,6 +44,15 @@ struct TimelineCounter {
   double value = 0;
 };
 
+// A point in time worth a marker (an anomaly), on a machine-wide track named `track`.
+struct TimelineInstant {
+  uint64_t ts_ns = 0;  // wall clock (realtime) ns
+  std::string track;   // "anomalies"
+  std::string category;
+  std::string name;
+  std::vector<TimelineArg> args;
+};
+
 // Receives a timeline. Processes and threads are announced before their first slice.
 class TimelineSink {
  public:
@@ -52,6 +61,7 @@ class TimelineSink {
   virtual void add_thread(const TimelineThread& thread) = 0;
   virtual void add_slice(const TimelineSlice& slice) = 0;
   virtual void add_counter(const TimelineCounter& counter) = 0;
+  virtual void add_instant(const TimelineInstant& instant) = 0;
   // Flushes everything to the output. Throws eacgm::Error if the output cannot be written.
   virtual void finish() = 0;
 };

@@ -70,6 +70,14 @@ TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
             std::to_string(found.size()));
   auto report = run({kEacgm, "report", db});
   EXPECT_NE(report.out.find("slow cuda call: cuLaunchKernel"), std::string::npos) << report.out;
+  // and on the exported timeline, as markers on an anomalies track
+  ASSERT_EQ(run({kEacgm, "export", db, "--chrome", dir_ + "/run.json"}).exit_code, 0);
+  std::ifstream in(dir_ + "/run.json");
+  auto trace = nlohmann::json::parse(in);
+  size_t markers = 0;
+  for (const auto& e : trace.at("traceEvents"))
+    markers += e.at("ph") == "i" && e.at("name") == "slow cuda call: cuLaunchKernel";
+  EXPECT_EQ(markers, found.size());
   // a second run replaces the first one's rows
   ASSERT_EQ(run({kEacgm, "detect", db, "--layers", "cuda"}).exit_code, 0);
   EXPECT_EQ(Db(db).scalar("SELECT count(*) FROM anomalies"), int64_t(found.size()));

@@ -47,6 +47,17 @@ TEST(ChromeJsonWriter, CountersAreCounterEventsAndMachineTracksGetAProcess) {
   EXPECT_EQ(events[3].at("args").at("value"), 0.0);
 }
 
+TEST(ChromeJsonWriter, InstantsAreGlobalInstantEvents) {
+  const json events = events_of(write_json([](TimelineSink& sink) {
+    sink.add_instant({2'000'500, "anomalies", "anomaly", "slow collective: ncclAllReduce",
+                      {{"score", -3.5}}});
+  }));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], json::parse(R"j({"ph":"i","s":"g","name":"slow collective: ncclAllReduce",
+                                        "cat":"anomaly","pid":0,"tid":0,"ts":2000.5,
+                                        "args":{"score":-3.5}})j"));
+}
+
 TEST(ChromeJsonWriter, EmptyTimeline) {
   const json trace = json::parse(write_json([](TimelineSink&) {}));
   EXPECT_EQ(trace, json::parse(R"({"traceEvents":[],"displayTimeUnit":"ns"})"));

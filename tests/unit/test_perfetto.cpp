@@ -440,6 +440,32 @@ TEST(PerfettoWriter, CountersGetTheirOwnTracksAndMergeByTime) {
                        std::to_string(kT0 + 30) + " slice:2"}));
 }
 
+TEST(PerfettoWriter, InstantsSitOnANamedTrackWithTheirArgs) {
+  const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
+    sink.add_instant({kT0 + 3, "anomalies", "anomaly", "CPU interference",
+                      {{"score", -12.5}, {"layer", std::string("window")}}});
+  }));
+  const auto packets = trace.all(1);
+  ASSERT_EQ(packets.size(), 2u + 1u + 1u);  // clock, header, track, event
+  const RawMessage& track = packets[2]->at(60);
+  EXPECT_EQ(track.value(1), std::to_string(uint64_t{1} << 61));
+  // decode_raw guesses: the bytes of "anomalies" also parse as a message, so it may print
+  // them as one; the name is field 2 either way
+  EXPECT_TRUE(track.value(2) == raw_string("anomalies") || track.all(2).size() == 1u);
+  EXPECT_FALSE(track.has(8));  // not a counter track
+  EXPECT_EQ(packets[3]->value(8), std::to_string(kT0 + 3));
+  const RawMessage& event = packets[3]->at(11);
+  EXPECT_EQ(event.value(9), "3");  // TYPE_INSTANT
+  EXPECT_EQ(event.value(11), std::to_string(uint64_t{1} << 61));
+  EXPECT_EQ(event.all(4).size(), 2u);  // debug annotations
+  // the interned name of the event
+  const RawMessage& interned = packets[1]->at(12);
+  bool named = false;
+  for (const RawMessage* n : interned.all(2))
+    named |= n->value(1) == event.value(10) && n->value(2) == raw_string("CPU interference");
+  EXPECT_TRUE(named);
+}
+
 TEST(PerfettoWriter, CounterOnlyTraceTakesItsClockFromTheCounters) {
   const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
     sink.add_counter({kT0 + 7, 0, "vda write (MB/s)", 1.0});
