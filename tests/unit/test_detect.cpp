@@ -12,6 +12,7 @@
 
 #include "detect/detector.h"
 #include "detect/features.h"
+#include "detect/online.h"
 #include "store/reader.h"
 #include "store/recording.h"
 #include "util/error.h"
@@ -195,6 +196,55 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "GPU thermal or power throttling");
   EXPECT_EQ(probable_cause("window", "window", F{{"involuntary_switches_per_s", 9}}),
             "CPU interference");
+}
+
+}  // namespace
+}  // namespace eacgm::detect
+
+namespace eacgm::detect {
+namespace {
+
+// A stream of calls (~100 us) at 100 per second, with slow ones in it, then a lasting change
+// (every call twice as long): the online detector flags the slow calls once it has a model,
+// flags the change at first, and stops flagging it once its window holds the new normal.
+TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
+  OnlineOptions o;
+  o.window_ns = 20'000'000'000;      // 20 s
+  o.refit_every_ns = 2'000'000'000;  // every 2 s
+  o.min_samples = 300;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  const std::vector<std::string> names{"log_duration_us"};
+  auto call = [&](uint64_t ts, double us) {
+    Eigen::VectorXd x(1);
+    x(0) = std::log(us);
+    return d.observe("cuda", "cudaMemcpy", names, ts, uint64_t(us * 1e3), x);
+  };
+  uint64_t t = 0;
+  size_t early_flags = 0, slow_flags = 0, other_flags = 0;
+  for (int i = 0; i < 250; ++i, t += 10'000'000)  // before a model: no verdicts at all
+    early_flags += call(t, 100 * std::exp(noise(rng))).has_value();
+  EXPECT_EQ(early_flags, 0u);
+  EXPECT_EQ(d.model("cuda", "cudaMemcpy"), nullptr);
+  for (int i = 0; i < 3000; ++i, t += 10'000'000) {  // 30 s with a slow call every 3 s
+    bool slow = i % 300 == 150;
+    auto a = call(t, 100 * std::exp(noise(rng)) * (slow ? 10 : 1));
+    (slow ? slow_flags : other_flags) += a.has_value();
+    if (a && slow) EXPECT_EQ(a->cause, "slow cuda call: cudaMemcpy");
+  }
+  EXPECT_EQ(slow_flags, 10u);
+  EXPECT_LE(other_flags, 3u);
+  EXPECT_GE(d.refits(), 10u);
+  // the new normal: flagged while the window still holds the old one, accepted after
+  size_t first_second = 0, last_ten_seconds = 0;
+  for (int i = 0; i < 4000; ++i, t += 10'000'000) {
+    bool flagged = call(t, 200 * std::exp(noise(rng))).has_value();
+    if (i < 100) first_second += flagged;
+    if (i >= 3000) last_ten_seconds += flagged;
+  }
+  EXPECT_GT(first_second, 80u);
+  EXPECT_LE(last_ten_seconds, 5u);
 }
 
 }  // namespace
