@@ -15,18 +15,24 @@
 namespace eacgm {
 namespace {
 
+// A call row's slice from its first columns: ts_ns, dur_ns, pid, tid, name.
+TimelineSlice call_slice(const Statement& s, int64_t to_real, const char* layer) {
+  TimelineSlice slice;
+  slice.ts_ns = uint64_t(s.int_at(0) + to_real);
+  slice.dur_ns = uint64_t(s.int_at(1));
+  slice.pid = uint32_t(s.int_at(2));
+  slice.tid = uint32_t(s.int_at(3));
+  slice.category = layer;
+  slice.name = std::string(s.text_at(4));
+  return slice;
+}
+
 void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
   rec.query(
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, bytes, memcpy_kind, stream, grid_x, grid_y, "
       "grid_z, block_x, block_y, block_z, shared_mem, kernel FROM cuda_calls ORDER BY ts_ns",
       [&](Statement& s) {
-        TimelineSlice slice;
-        slice.ts_ns = uint64_t(s.int_at(0) + to_real);
-        slice.dur_ns = uint64_t(s.int_at(1));
-        slice.pid = uint32_t(s.int_at(2));
-        slice.tid = uint32_t(s.int_at(3));
-        slice.category = "cuda";
-        slice.name = std::string(s.text_at(4));
+        TimelineSlice slice = call_slice(s, to_real, "cuda");
         if (!s.null_at(16)) slice.args.push_back({"kernel", std::string(s.text_at(16))});
         if (!s.null_at(6)) slice.args.push_back({"bytes", s.int_at(6)});
         if (!s.null_at(7)) slice.args.push_back({"kind", std::string(s.text_at(7))});
@@ -49,13 +55,7 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, count, datatype, bytes, redop, peer, comm, "
       "rank, nranks, stream FROM comm_calls ORDER BY ts_ns",
       [&](Statement& s) {
-        TimelineSlice slice;
-        slice.ts_ns = uint64_t(s.int_at(0) + to_real);
-        slice.dur_ns = uint64_t(s.int_at(1));
-        slice.pid = uint32_t(s.int_at(2));
-        slice.tid = uint32_t(s.int_at(3));
-        slice.category = "comm";
-        slice.name = std::string(s.text_at(4));
+        TimelineSlice slice = call_slice(s, to_real, "comm");
         if (!s.null_at(6)) slice.args.push_back({"count", s.int_at(6)});
         if (!s.null_at(7)) slice.args.push_back({"datatype", std::string(s.text_at(7))});
         if (!s.null_at(8)) slice.args.push_back({"bytes", s.int_at(8)});
