@@ -2,10 +2,15 @@
 // device, a batch copied in per step, forward/backward kernels, an optimizer step, a sync and
 // a loss copied back), so `scripts/demo.sh` has something realistic to trace. Without a GPU
 // every CUDA call fails fast, but each one is made and traced.
+//
+// Usage: demo_train [STEPS [CPU]]: with CPU, the loop runs on that CPU only, so that another
+// process busy on it (scripts/demo.sh starts one, a noisy neighbour) slows the job down.
 #include <cuda_runtime.h>
+#include <sched.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <unistd.h>
 
 __global__ void matmul_tiled(const float* a, const float* b, float* c, int n) {
@@ -28,8 +33,25 @@ __global__ void sgd_update(float* w, const float* grad, float lr, int n) {
   if (i < n) w[i] -= lr * grad[i];
 }
 
+// Decoding and augmenting a batch on the CPU, as a data loader does between steps.
+static void prepare_next_batch(float* batch) {
+  timespec start{}, now{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  unsigned i = 0;
+  do {
+    for (int k = 0; k < 256; ++k, ++i) batch[i % (512 * 512)] = float(i % 255) / 255.0f;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 1000000L);
+}
+
 int main(int argc, char** argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 200;
+  if (argc > 2) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(atoi(argv[2]), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) perror("sched_setaffinity");
+  }
   const int n = 512;
   const size_t matrix = size_t(n) * n * sizeof(float);
   float *weights = nullptr, *grads = nullptr, *acts = nullptr, *batch = nullptr, *loss = nullptr;
@@ -52,7 +74,8 @@ int main(int argc, char** argv) {
     sgd_update<<<n * n / 256, 256, 0, stream>>>(weights, grads, 0.01f, n * n);
     cudaStreamSynchronize(stream);
     cudaMemcpy(&host_loss, loss, sizeof(float), cudaMemcpyDeviceToHost);
-    usleep(2000);  // the data loader
+    prepare_next_batch(host_batch);  // the data loader: about 1 ms of CPU work
+    usleep(1000);
   }
   for (float* p : {weights, grads, acts, batch, loss}) cudaFree(p);
   printf("demo_train: %d steps done (CUDA status: %s)\n", steps,

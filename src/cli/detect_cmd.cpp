@@ -1,6 +1,7 @@
 // `eacgm detect`: learn what normal looks like (the start of a recording, another recording,
 // or a saved model), flag the calls and time windows that fall outside it, and write them to
 // the recording's anomalies table with a probable cause.
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -44,8 +45,9 @@ std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t
 }
 
 std::string human_duration(uint64_t ns) {
-  return ns >= 1'000'000'000 ? fmt::format("{:.2f} s", double(ns) / 1e9)
-                             : fmt::format("{:.1f} us", double(ns) / 1e3);
+  if (ns >= 1'000'000'000) return fmt::format("{:.2f} s", double(ns) / 1e9);
+  if (ns >= 1'000'000) return fmt::format("{:.1f} ms", double(ns) / 1e6);
+  return fmt::format("{:.1f} us", double(ns) / 1e3);
 }
 
 int run_detect(const DetectArgs& a) {
@@ -135,8 +137,16 @@ int run_detect(const DetectArgs& a) {
   std::map<std::string, size_t> by_cause;
   for (const auto& r : rows) ++by_cause[r.cause];
   for (const auto& [cause, n] : by_cause) fmt::print("  {:>6}  {}\n", n, cause);
+  // the strongest first: how far below its threshold each one fell
+  std::vector<const detect::Anomaly*> strongest;
+  for (const auto& an : anomalies) strongest.push_back(&an);
+  std::sort(strongest.begin(), strongest.end(), [](const auto* x, const auto* y) {
+    return x->score - x->threshold < y->score - y->threshold;
+  });
+  if (!strongest.empty()) fmt::print("  strongest:\n");
   size_t shown = 0;
-  for (const auto& an : anomalies) {
+  for (const auto* p : strongest) {
+    const auto& an = *p;
     if (++shown > 10) {
       fmt::print("  ... {} more: eacgm report {}, or SELECT * FROM anomalies\n",
                  anomalies.size() - 10, a.recording);

@@ -59,6 +59,9 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
   return best == 0 && x(r, 0) - g.model.means()(k, 0) < std::log(min_slowdown);
 }
 
+// Components below this share of the training samples are not kept (see train_detector).
+constexpr double kMinWeight = 0.01;
+
 }  // namespace
 
 DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
@@ -89,6 +92,12 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
     } else {
       auto fits = fit_gmm_range(x, gmm, 1, std::min<int>(max_k, int(x.rows())));
       fit = std::move(fits[choose_by_bic(fits)]);
+      // A component for a handful of training outliers would later welcome every outlier as
+      // "likely under its component": fewer components, so that outliers stay in the tails.
+      while (fit.model.n_components() > 1 && fit.model.weights().minCoeff() < kMinWeight) {
+        gmm.n_components = fit.model.n_components() - 1;
+        fit = fit_gmm(x, gmm);
+      }
     }
     GroupModel g{t.group, t.layer, t.name, t.feature_names, std::move(fit.model), 0, size_t(x.rows())};
     // The lower of the training samples' quantile (they may have heavier tails than the model)
@@ -151,14 +160,25 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (layer == "comm") return fmt::format("slow collective: {}", name);
     return fmt::format("slow {} call: {}", layer, name);
   }
+  // A resource that explains the window (the host or the GPU doing something to the job)
+  // outranks the symptoms (fewer or slower calls), when it is among the top features with a
+  // tenth of the top one's weight or more.
+  auto resource = [](const std::string& feature) -> std::string {
+    auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
+    if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
+    if (has("nic") || has("socket")) return "network contention";
+    if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
+      return "GPU thermal or power throttling";
+    if (has("gpu_mem")) return "GPU memory pressure";
+    if (has("pcie")) return "PCIe pressure";
+    if (has("block")) return "storage I/O";
+    return "";
+  };
+  for (const auto& [feature, weight] : top) {
+    if (weight < 0.1 * top.front().second) break;
+    if (std::string cause = resource(feature); !cause.empty()) return cause;
+  }
   auto has = [&](const char* s) { return f.find(s) != std::string::npos; };
-  if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
-  if (has("nic") || has("socket")) return "network contention";
-  if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
-    return "GPU thermal or power throttling";
-  if (has("gpu_mem")) return "GPU memory pressure";
-  if (has("pcie")) return "PCIe pressure";
-  if (has("block")) return "storage I/O";
   if (has("comm_")) return "slow collectives";
   if (has("cuda_")) return "slow CUDA calls";
   if (has("gpu_util")) return "GPU utilization change";

@@ -117,7 +117,8 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
     m[layer + "_calls_per_s"].add(w, per_s);
     m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.int_at(2), 1)) / 1e3));
   });
-  int64_t windows = end > start ? (end - start + int64_t(window_ns) - 1) / int64_t(window_ns) : 0;
+  // whole windows only: a last, partial one would show low rates (and the job's exit)
+  int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
   // Keep the metrics that vary: a constant one carries no information and no variance.
   std::vector<std::pair<std::string, std::vector<double>>> columns;
   for (auto& [name, wm] : m) {

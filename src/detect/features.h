@@ -29,7 +29,7 @@ struct FeatureTable {
 // moves data (a size unlike the usual ones is itself worth a look).
 std::vector<FeatureTable> call_features(const RecordingReader& rec);
 
-// Fixed windows over the recording: per window, the traced processes' run-queue wait, CPU,
+// Fixed windows over the recording (whole windows only): per window, the traced processes' run-queue wait, CPU,
 // involuntary switches, socket and block throughput; interface throughput; GPU utilization,
 // memory, power, temperature, clocks; call counts and mean log durations per layer. Features
 // that never vary are dropped; a window without samples of a metric gets 0 for counts and the

@@ -1,5 +1,5 @@
 // End to end: `eacgm detect` on real recordings with a known fault. A driver-API workload
-// launches kernels through a fake libcuda that makes the launches with a 999-block grid 3 ms
+// launches kernels through a fake libcuda that makes the launches with a 999-block grid 20 ms
 // slow; detect, trained on the first half, must flag exactly those launches, write them to the
 // recording, and find them again from a saved model in a second recording.
 #include <algorithm>
@@ -20,10 +20,10 @@ class DetectCli : public ::testing::Test {
   std::string record(const std::string& name) {
     std::string db = dir_ + "/" + name + ".eacgm.db";
     auto r = run({kEacgm, "record", "-q", "-o", db, "--", kWorkloads + "/cuda_slow_launches",
-                  "4000", "400"},
+                  "4000", "250"},
                  {"LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("5 slow of 4000"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("6 slow of 4000"), std::string::npos) << r.out;
     return db;
   }
   std::string dir_;
@@ -65,7 +65,7 @@ std::set<int64_t> expect_found_strongest(const nlohmann::json& answer,
 TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
   std::string db = record("run");
   std::set<int64_t> truth = slow_launches(db);
-  ASSERT_EQ(truth.size(), 5u);
+  ASSERT_EQ(truth.size(), 6u);
   auto r = run({kEacgm, "detect", db, "--layers", "cuda", "--json",
                 "--save-model", dir_ + "/model.json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

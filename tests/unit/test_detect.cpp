@@ -196,6 +196,13 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "GPU thermal or power throttling");
   EXPECT_EQ(probable_cause("window", "window", F{{"involuntary_switches_per_s", 9}}),
             "CPU interference");
+  // a resource among the top features outranks a symptom at the top
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 2800}}),
+            "CPU interference");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}}),
+            "slow CUDA calls");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-/* COUNT kernel launches through the driver API, 200 us apart; in the second half, every
- * EVERY-th launch is one the fake libcuda makes 3 ms slow (grid 999). Prints how many.
+/* COUNT kernel launches through the driver API, 200 us apart; in the last 40% (well after the
+ * middle in time, where detect's training ends), every EVERY-th launch is one the fake libcuda
+ * makes 20 ms slow (grid 999). Prints how many.
  * Usage: cuda_slow_launches COUNT EVERY */
 #include <cuda.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@ int main(int argc, char **argv)
 	struct timespec gap = {0, 200000};
 	for (int i = 0; i < count; ++i) {
 		unsigned gx = 1;
-		if (i > count / 2 && i % every == every / 2) {
+		if (i >= count * 6 / 10 && i % every == every / 2) {
 			gx = 999;
 			slow++;
 		}

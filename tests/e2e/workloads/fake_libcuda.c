@@ -37,7 +37,8 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 	return CUDA_SUCCESS;
 }
 
-/* A launch with a grid of 999 blocks takes 3 ms: the injected fault of the detect test. */
+/* A launch with a grid of 999 blocks takes 20 ms (beyond any preemption on a busy machine):
+ * the injected fault of the detect test. */
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 			unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params,
 			void **extra)
@@ -45,7 +46,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
 	(void)stream, (void)params, (void)extra;
 	if (gx == 999) {
-		struct timespec t = {0, 3000000};
+		struct timespec t = {0, 20000000};
 		nanosleep(&t, NULL);
 	}
 	return CUDA_SUCCESS;
