@@ -8,7 +8,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"eacgm: full-stack tracing and anomaly detection for AI/ML workloads, without "
-               "changing their code (eBPF uprobes on CUDA; more layers to come)",
+               "changing their code: eBPF on CUDA, NCCL and the host, NVML for the GPU, Gaussian "
+               "mixture models for what is not normal",
                "eacgm"};
   app.set_version_flag("--version", EACGM_VERSION);
   app.require_subcommand(1);

@@ -29,14 +29,18 @@ std::function<int()> add_record(CLI::App& app) {
       "  eacgm record -- python3 train.py      launch and trace a command and its children\n"
       "  eacgm record -p 4242                  trace running processes (and their children)\n"
       "  eacgm record --all --duration 60      trace every process that uses CUDA\n"
-      "CUDA durations are host-side API times (enqueue time for async calls), not GPU time.");
+      "  eacgm record --layers cuda,comm,gpu,host --interval 10 -- torchrun train.py\n"
+      "                                        every layer, GPU and host sampled at 100 Hz\n"
+      "CUDA and NCCL durations are host-side API times (enqueue time for async calls), not GPU "
+      "time.");
   cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
       ->capture_default_str();
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
   cmd->add_option("--layers", *layers,
-                  "comma-separated layers to trace: cuda (API calls), gpu (NVML: utilization, "
-                  "memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process use; sampled), "
-                  "host (scheduler, network and block I/O counters, sampled)")
+                  "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
+                  "(NCCL collectives and communicators), gpu (NVML: utilization, memory, power, "
+                  "clocks, PCIe, throttling, ECC, XIDs, per-process use; sampled), host "
+                  "(scheduler, network and block I/O counters, sampled)")
       ->capture_default_str();
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
