@@ -2,6 +2,7 @@
 // or a saved model), flag the calls and time windows that fall outside it, and write them to
 // the recording's anomalies table with a probable cause.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,8 @@ using nlohmann::json;
 
 struct DetectArgs {
   std::string recording, train, model, save_model, layers = "cuda,comm,window", components = "auto";
-  double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 1.5;
+  std::string features_out;
+  double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 3;
   double threshold = 0;
   bool has_threshold = false, json_out = false;
 };
@@ -42,6 +44,27 @@ std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t
     if (want(t.layer)) tables.push_back(std::move(t));
   if (want("window")) tables.push_back(detect::window_features(rec, window_ns));
   return tables;
+}
+
+// One CSV per group (ts_ns, dur_ns, then the features), for other tools and baselines.
+void write_feature_tables(const std::vector<detect::FeatureTable>& tables, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const auto& t : tables) {
+    std::string name = t.group;
+    std::replace(name.begin(), name.end(), '/', '.');
+    std::string path = dir + "/" + name + ".csv";
+    std::ofstream out(path);
+    out << "ts_ns,dur_ns";
+    for (const auto& f : t.feature_names) out << "," << f;
+    out << "\n";
+    for (Eigen::Index r = 0; r < t.values.rows(); ++r) {
+      out << t.ts_ns[size_t(r)] << "," << t.dur_ns[size_t(r)];
+      for (Eigen::Index c = 0; c < t.values.cols(); ++c) out << "," << fmt::format("{}", t.values(r, c));
+      out << "\n";
+    }
+    if (!out) fail("cannot write features to {}: {}", path, errno_text(errno));
+  }
 }
 
 std::string human_duration(uint64_t ns) {
@@ -102,8 +125,9 @@ int run_detect(const DetectArgs& a) {
     out << detect::detector_to_json(model).dump(1) << "\n";
     if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
   }
-  auto anomalies = detect::find_anomalies(model, tables_of(rec, window_ns, a.layers), score_from,
-                                          a.min_slowdown);
+  auto tables = tables_of(rec, window_ns, a.layers);
+  if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
+  auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown);
 
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies) {
@@ -200,6 +224,8 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
       ->each([a](const std::string&) { a->has_threshold = true; });
   cmd->add_flag("--json", a->json_out, "print the result as JSON");
+  cmd->add_option("--features-out", a->features_out,
+                  "also write each group's features as CSV into this folder (for other tools)");
   return [a]() {
     if (!a->train.empty() && !a->model.empty())
       throw UsageError("--train and --model both say what normal is: give one of them");

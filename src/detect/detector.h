@@ -59,7 +59,7 @@ struct Anomaly {
 // slower than their component's typical duration (quicker or barely slower is no fault).
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
-                                    double min_slowdown = 1.5);
+                                    double min_slowdown = 3);
 
 // What most likely made a sample anomalous, from its layer and its top features.
 std::string probable_cause(const std::string& layer, const std::string& name,

@@ -26,7 +26,7 @@ struct OnlineOptions {
   double new_normal_share = 0.2;
   size_t max_samples = 100'000;     // per group: the oldest go first beyond this
   DetectOptions detect;             // components, quantile, threshold
-  double min_slowdown = 1.5;
+  double min_slowdown = 3;
 };
 
 class OnlineDetector {

@@ -1,0 +1,90 @@
+"""Scores eacgm detect and baselines against each scenario's ground truth.
+
+The unit is the time window detect used (0.1 s): a window is a fault when a ground-truth
+interval overlaps it, and flagged when an anomaly (a call or the window itself) lies in it.
+Baselines see the same window features, trained on the same first half: a z-score rule (any
+feature beyond 3 standard deviations), k-means distance (beyond the 99.5th percentile of the
+training distances) and an Isolation Forest (scores below the training 0.5% quantile).
+Only the second half (the detect period) is scored.
+"""
+import json
+import sys
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.ensemble import IsolationForest
+
+
+def load(out, name):
+    d = f"{out}/{name}"
+    truth = json.load(open(f"{d}/truth.json"))
+    det = json.load(open(f"{d}/detect.json"))
+    table = np.genfromtxt(f"{d}/features/window.csv", delimiter=",", names=True)
+    return truth, det, table
+
+
+def labels(table, intervals):
+    ts, dur = table["ts_ns"].astype(np.int64), table["dur_ns"].astype(np.int64)
+    y = np.zeros(len(ts), dtype=bool)
+    for a, b in intervals:
+        y |= (ts < b) & (ts + dur > a)
+    return y
+
+
+def flagged_by_detect(table, anomalies):
+    ts, dur = table["ts_ns"].astype(np.int64), table["dur_ns"].astype(np.int64)
+    f = np.zeros(len(ts), dtype=bool)
+    for a in anomalies:
+        s, e = a["ts_ns"], a["ts_ns"] + max(a["dur_ns"], 1)
+        f |= (ts < e) & (ts + dur > s)
+    return f
+
+
+def metrics(y, p):
+    tp, fp = int((y & p).sum()), int((~y & p).sum())
+    fn, tn = int((y & ~p).sum()), int((~y & ~p).sum())
+    prec = tp / (tp + fp) if tp + fp else 0.0
+    rec = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    return (tp + tn) / max(len(y), 1), prec, rec, f1
+
+
+def baselines(x, train):
+    mu, sd = x[train].mean(0), x[train].std(0) + 1e-9
+    z = (np.abs((x - mu) / sd) > 3).any(1)
+    xs = (x - mu) / sd
+    km = KMeans(n_clusters=2, n_init=5, random_state=0).fit(xs[train])
+    dist = km.transform(xs).min(1)
+    kmeans = dist > np.quantile(dist[train], 0.995)
+    forest = IsolationForest(random_state=0).fit(xs[train])
+    s = forest.score_samples(xs)
+    iso = s < np.quantile(s[train], 0.005)
+    return {"z-score": z, "k-means": kmeans, "isolation forest": iso}
+
+
+def main():
+    out, names = sys.argv[1], sys.argv[2:]
+    print(f"{'fault':<18} {'layer':<6} {'method':<17} {'windows':>7} {'faulty':>6} "
+          f"{'acc':>6} {'prec':>6} {'recall':>6} {'F1':>6}")
+    for name in names:
+        truth, det, table = load(out, name)
+        y = labels(table, truth["intervals"])
+        n = len(y)
+        test = np.arange(n) >= n // 2  # detect trained on the first half
+        feats = [c for c in table.dtype.names if c not in ("ts_ns", "dur_ns")]
+        x = np.column_stack([table[c] for c in feats]).astype(float)
+        an = det["anomalies"]
+        methods = {
+            "eacgm (GMM)": flagged_by_detect(table, an),
+            "eacgm windows": flagged_by_detect(table, [a for a in an if a["layer"] == "window"]),
+            "eacgm calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
+        }
+        methods.update(baselines(x, ~test))
+        for method, p in methods.items():
+            acc, prec, rec, f1 = metrics(y[test], p[test])
+            print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {int(test.sum()):>7} "
+                  f"{int(y[test].sum()):>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}")
+
+
+if __name__ == "__main__":
+    main()
