@@ -212,7 +212,7 @@ namespace eacgm::detect {
 namespace {
 
 // A stream of calls (~100 us) at 100 per second, with slow ones in it, then a lasting change
-// (every call twice as long): the online detector flags the slow calls once it has a model,
+// (every call four times as long): the online detector flags the slow calls once it has a model,
 // flags the change at first, and stops flagging it once its window holds the new normal.
 TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
   OnlineOptions o;
@@ -246,7 +246,7 @@ TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
   // the new normal: flagged while the window still holds the old one, accepted after
   size_t first_second = 0, last_ten_seconds = 0;
   for (int i = 0; i < 4000; ++i, t += 10'000'000) {
-    bool flagged = call(t, 200 * std::exp(noise(rng))).has_value();
+    bool flagged = call(t, 400 * std::exp(noise(rng))).has_value();
     if (i < 100) first_second += flagged;
     if (i >= 3000) last_ten_seconds += flagged;
   }
