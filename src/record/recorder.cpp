@@ -253,8 +253,6 @@ int Session::run() {
   }
   write_start_meta(target);
   if (has_layer("gpu")) start_gpu();
-  if (host_ || gpu_)
-    sampling_ = std::make_unique<SamplingThread>(host_.get(), gpu_.get(), opts_.interval_ms);
   plan_dirty();
   if (command_) {
     decoder_.expect_process(uint32_t(command_->pid()), uint32_t(getpid()));
@@ -263,6 +261,10 @@ int Session::run() {
       if (auto maps = read_proc_maps(int(child))) symbols_.update_maps(child, *maps);
     });
   }
+  // After the command's exec, so that the first sample names it by its program, not "eacgm";
+  // the host counters count from the programs' attach, so nothing before is lost.
+  if (host_ || gpu_)
+    sampling_ = std::make_unique<SamplingThread>(host_.get(), gpu_.get(), opts_.interval_ms);
   if (!opts_.quiet)
     fprintf(stderr, "eacgm: recording %s to %s (Ctrl-C to stop)\n", target.c_str(),
             opts_.output.c_str());
