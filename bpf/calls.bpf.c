@@ -10,10 +10,10 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "events.h"
+#include "traced.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-const volatile __u32 filter_mode = EACGM_FILTER_PIDS;
 /* Wake the reader only once this much is waiting: a wakeup per event costs more than the
  * probe itself (FACTS.md). The reader also polls on a short timer, so nothing waits long. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
@@ -23,13 +23,6 @@ struct {
 	__uint(max_entries, 16 * 1024 * 1024); /* resized by the loader */
 } events SEC(".maps");
 
-/* tgids being traced; children of traced processes join at fork. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced SEC(".maps");
 
 struct inflight_call {
 	__u64 sp; /* stack pointer at entry: pairs the return with its entry */
@@ -81,13 +74,6 @@ static __always_inline void count(__u32 which)
 	__u64 *v = bpf_map_lookup_elem(&counters, &which);
 	if (v)
 		*v += 1;
-}
-
-static __always_inline bool is_traced(__u32 tgid)
-{
-	if (filter_mode == EACGM_FILTER_ALL)
-		return true;
-	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
 }
 
 static __always_inline __u64 wake_flags(void)

@@ -11,20 +11,12 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "events.h"
+#include "traced.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-const volatile __u32 filter_mode = EACGM_FILTER_PIDS;
 /* Advanced by userspace at each sample; max fields restart in a new epoch. */
 volatile __u64 epoch = 1;
-
-/* Shared with the call tracer (userspace hands over its fd before load). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced SEC(".maps");
 
 struct thread_sched {
 	__u64 runnable_since; /* woken or preempted, waiting for a CPU; 0 when not */
@@ -71,13 +63,6 @@ struct {
 	__type(key, __u64); /* struct request * */
 	__type(value, struct rq_start);
 } rq_started SEC(".maps");
-
-static __always_inline bool is_traced(__u32 tgid)
-{
-	if (filter_mode == EACGM_FILTER_ALL)
-		return tgid != 0; /* not the idle tasks */
-	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
-}
 
 static __always_inline struct eacgm_host_proc_stats *proc_entry(__u32 tgid,
 								  struct task_struct *task)

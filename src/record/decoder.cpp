@@ -332,8 +332,11 @@ void EventDecoder::decode_name(const eacgm_name_event& e) {
 std::string_view EventDecoder::driver_kernel_name(uint32_t pid, uint64_t handle) {
   auto it = driver_names_.find(alloc_key(pid, handle));
   if (it != driver_names_.end()) return it->second;
-  // looked up before tracing started, or through a path eacgm does not probe
-  return names_.intern(fmt::format("unknown CUfunction {:#x}", handle));
+  // looked up before tracing started, or through a path eacgm does not probe: named once,
+  // not formatted again at every launch of it
+  std::string_view name = names_.intern(fmt::format("unknown CUfunction {:#x}", handle));
+  driver_names_.emplace(alloc_key(pid, handle), name);
+  return name;
 }
 
 void EventDecoder::decode_proc(const eacgm_proc_event& e) {

@@ -131,7 +131,7 @@ class Session {
   bool targets_done();
   void finish(std::optional<int> exit_status);
   void progress(uint64_t now_ns);
-  void sample(uint64_t now_ns);
+  void write_samples();
   void start_gpu();
   bool has_layer(const std::string& l) const {
     return std::find(opts_.layers.begin(), opts_.layers.end(), l) != opts_.layers.end();
@@ -197,7 +197,7 @@ void Session::start_gpu() {
 }
 
 // What the sampling thread gathered goes into the recording here (the writer is this thread's).
-void Session::sample(uint64_t) {
+void Session::write_samples() {
   if (gpu_) gpu_->drain(writer_);
   if (!sampling_) return;
   for (auto& row : sampling_->take_host_rows()) {
@@ -277,7 +277,7 @@ int Session::run() {
   for (;;) {
     tracer_.poll(50, handler);
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
-    sample(now);
+    write_samples();
     if (!dirty_.empty()) plan_dirty();
     if (opts_.all && now - last_rescan > 2'000'000'000ull) {
       // --all has no mmap events (too many host-wide): look for new CUDA processes on a timer
@@ -307,7 +307,7 @@ int Session::run() {
   drain();
   if (sampling_) sampling_->stop();  // with a last host sample of the partial interval
   if (gpu_) gpu_->stop();
-  sample(clock_ns(CLOCK_MONOTONIC));
+  write_samples();
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
   bool write_failed = !writer_.error().empty();
   finish(status);

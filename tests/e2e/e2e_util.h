@@ -44,6 +44,17 @@ inline std::string scratch_dir() {
   return dir.string();
 }
 
+// Tests that record: root, and a fresh folder with the recording's path in it.
+class RecordingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    E2E_REQUIRE_ROOT();
+    dir_ = scratch_dir();
+    db_ = dir_ + "/run.eacgm.db";
+  }
+  std::string dir_, db_;
+};
+
 // A child process with stdout and stderr captured; optionally in its own process group.
 class Process {
  public:

@@ -7,17 +7,15 @@
 namespace e2e {
 namespace {
 
-class RecordComm : public ::testing::Test {
+class RecordComm : public RecordingTest {
  protected:
   void SetUp() override {
-    E2E_REQUIRE_ROOT();
+    RecordingTest::SetUp();
+    if (IsSkipped()) return;
     E2E_REQUIRE_CUDA();
     if (!std::filesystem::exists(kWorkloads + "/nccl_calls"))
       GTEST_SKIP() << "libnccl.so.2 is not in " << EACGM_CUDA_HOME << "/lib64";
-    dir_ = scratch_dir();
-    db_ = dir_ + "/run.eacgm.db";
   }
-  std::string dir_, db_;
 };
 
 TEST_F(RecordComm, RealNcclCallsWithExactCountsAndBytes) {

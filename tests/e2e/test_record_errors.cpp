@@ -5,15 +5,7 @@
 namespace e2e {
 namespace {
 
-class RecordErrors : public ::testing::Test {
- protected:
-  void SetUp() override {
-    E2E_REQUIRE_ROOT();
-    dir_ = scratch_dir();
-    db_ = dir_ + "/run.eacgm.db";
-  }
-  std::string dir_, db_;
-};
+class RecordErrors : public RecordingTest {};
 
 TEST_F(RecordErrors, CommandThatDoesNotExist) {
   auto r = run({kEacgm, "record", "-o", db_, "--", "no-such-command-eacgm"});

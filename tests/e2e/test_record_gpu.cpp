@@ -12,17 +12,11 @@ namespace {
 const std::string kFakeFull = std::string(EACGM_FAKE_NVML_DIR) + "/full/libnvidia-ml.so.1";
 const std::string kFakeOld = std::string(EACGM_FAKE_NVML_DIR) + "/old/libnvidia-ml.so.1";
 
-class RecordGpu : public ::testing::Test {
+class RecordGpu : public RecordingTest {
  protected:
-  void SetUp() override {
-    E2E_REQUIRE_ROOT();
-    dir_ = scratch_dir();
-    db_ = dir_ + "/run.eacgm.db";
-    script_ = dir_ + "/nvml.script";
-  }
-  void write_script(const std::string& text) { std::ofstream(script_) << text; }
-  std::vector<std::string> env() const { return {"EACGM_FAKE_NVML_SCRIPT=" + script_}; }
-  std::string dir_, db_, script_;
+  void write_script(const std::string& text) { std::ofstream(script()) << text; }
+  std::vector<std::string> env() const { return {"EACGM_FAKE_NVML_SCRIPT=" + script()}; }
+  std::string script() const { return dir_ + "/nvml.script"; }
 };
 
 TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {

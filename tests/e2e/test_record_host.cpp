@@ -10,15 +10,7 @@
 namespace e2e {
 namespace {
 
-class RecordHost : public ::testing::Test {
- protected:
-  void SetUp() override {
-    E2E_REQUIRE_ROOT();
-    dir_ = scratch_dir();
-    db_ = dir_ + "/run.eacgm.db";
-  }
-  std::string dir_, db_;
-};
+class RecordHost : public RecordingTest {};
 
 // A busy loop pinned to one CPU, not traced (not a child of the recorded command).
 class CpuHog {
