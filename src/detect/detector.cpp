@@ -113,6 +113,37 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
   return out;
 }
 
+void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
+                    double min_slowdown, std::vector<Anomaly>& out) {
+  if (g.features != t.feature_names) return;
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < t.ts_ns.size(); ++i)
+    if (t.ts_ns[i] >= from_ns) idx.push_back(i);
+  if (idx.empty()) return;
+  Eigen::MatrixXd x(Eigen::Index(idx.size()), t.values.cols());
+  for (size_t r = 0; r < idx.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(Eigen::Index(idx[r]));
+  GmmScores s = score_gmm(g.model, x);
+  for (size_t r = 0; r < idx.size(); ++r) {
+    double score = s.component_log_density(Eigen::Index(r));
+    if (score >= g.threshold) continue;
+    if (not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown)) continue;
+    Anomaly a;
+    a.ts_ns = t.ts_ns[idx[r]];
+    a.dur_ns = t.dur_ns[idx[r]];
+    a.layer = t.layer;
+    a.name = t.name;
+    a.score = score;
+    a.threshold = g.threshold;
+    for (Eigen::Index j = 0; j < x.cols(); ++j)
+      a.top_features.emplace_back(t.feature_names[size_t(j)], s.contributions(Eigen::Index(r), j));
+    std::sort(a.top_features.begin(), a.top_features.end(),
+              [](const auto& p, const auto& q) { return p.second > q.second; });
+    if (a.top_features.size() > 3) a.top_features.resize(3);
+    a.cause = probable_cause(a.layer, a.name, a.top_features);
+    out.push_back(std::move(a));
+  }
+}
+
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown) {
@@ -120,33 +151,7 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
                           [&](const GroupModel& m) { return m.group == t.group; });
-    if (g == model.groups.end() || g->features != t.feature_names) continue;
-    std::vector<size_t> idx;
-    for (size_t i = 0; i < t.ts_ns.size(); ++i)
-      if (t.ts_ns[i] >= from_ns) idx.push_back(i);
-    if (idx.empty()) continue;
-    Eigen::MatrixXd x(Eigen::Index(idx.size()), t.values.cols());
-    for (size_t r = 0; r < idx.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(Eigen::Index(idx[r]));
-    GmmScores s = score_gmm(g->model, x);
-    for (size_t r = 0; r < idx.size(); ++r) {
-      double score = s.component_log_density(Eigen::Index(r));
-      if (score >= g->threshold) continue;
-      if (not_slow_enough(*g, s, x, Eigen::Index(r), min_slowdown)) continue;
-      Anomaly a;
-      a.ts_ns = t.ts_ns[idx[r]];
-      a.dur_ns = t.dur_ns[idx[r]];
-      a.layer = t.layer;
-      a.name = t.name;
-      a.score = score;
-      a.threshold = g->threshold;
-      for (Eigen::Index j = 0; j < x.cols(); ++j)
-        a.top_features.emplace_back(t.feature_names[size_t(j)], s.contributions(Eigen::Index(r), j));
-      std::sort(a.top_features.begin(), a.top_features.end(),
-                [](const auto& p, const auto& q) { return p.second > q.second; });
-      if (a.top_features.size() > 3) a.top_features.resize(3);
-      a.cause = probable_cause(a.layer, a.name, a.top_features);
-      out.push_back(std::move(a));
-    }
+    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;

@@ -61,6 +61,10 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown = 3);
 
+// The same for one group's table against its model, appending to `out` in row order.
+void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,
+                    double min_slowdown, std::vector<Anomaly>& out);
+
 // What most likely made a sample anomalous, from its layer and its top features.
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top);

@@ -10,7 +10,7 @@ std::optional<Anomaly> OnlineDetector::observe(const std::string& layer, const s
   Group& g = groups_[layer + "/" + name];
   // Score against the model of the moment, before the sample can shape it.
   std::optional<Anomaly> verdict;
-  if (g.model && g.model->features == feature_names) {
+  if (g.model) {
     FeatureTable one;
     one.group = g.model->group;
     one.layer = layer;
@@ -19,9 +19,8 @@ std::optional<Anomaly> OnlineDetector::observe(const std::string& layer, const s
     one.ts_ns = {ts_ns};
     one.dur_ns = {dur_ns};
     one.values = x.transpose();
-    DetectorModel m;
-    m.groups.push_back(*g.model);
-    auto found = find_anomalies(m, {one}, 0, options_.min_slowdown);
+    std::vector<Anomaly> found;  // scored against the group's model in place, not a copy
+    find_anomalies(*g.model, one, 0, options_.min_slowdown, found);
     if (!found.empty()) verdict = std::move(found.front());
   }
   g.window.push_back({ts_ns, dur_ns, x, verdict.has_value()});
