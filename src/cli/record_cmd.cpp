@@ -23,6 +23,7 @@ std::function<int()> add_record(CLI::App& app) {
   auto opts = std::make_shared<RecordOptions>();
   auto pids = std::make_shared<std::string>();
   auto layers = std::make_shared<std::string>("cuda");
+  auto torch_ops = std::make_shared<std::string>("default");
   CLI::App* cmd = app.add_subcommand(
       "record",
       "Trace a program and write a recording.\n"
@@ -38,9 +39,18 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
   cmd->add_option("--layers", *layers,
                   "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
-                  "(NCCL collectives and communicators), gpu (NVML: utilization, memory, power, "
+                  "(NCCL collectives and communicators), torch (PyTorch operators through the "
+                  "dispatcher, e.g. aten::linear; see --torch-ops), gpu (NVML: utilization, memory, power, "
                   "clocks, PCIe, throttling, ECC, XIDs, per-process use; sampled), host "
                   "(scheduler, network and block I/O counters, sampled)")
+      ->capture_default_str();
+  cmd->add_option("--torch-ops", *torch_ops,
+                  "PyTorch operators the torch layer traces: comma-separated globs on "
+                  "name[.overload] (aten:: optional; a pattern without '.' takes every "
+                  "overload). 'default' is the curated set of matmuls, convolutions, attention, "
+                  "norms, softmax, activations, embedding, dropout, losses and optimizer "
+                  "updates; e.g. default,add,mul or '*' (every operator: thousands of probes, "
+                  "slow to attach and costly)")
       ->capture_default_str();
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
@@ -61,7 +71,7 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("command", opts->command, "the command to run and trace, after --");
   cmd->positionals_at_end();
 
-  return [cmd, opts, pids, layers]() {
+  return [cmd, opts, pids, layers, torch_ops]() {
     for (const auto& p : split_list(*pids)) {
       try {
         size_t used = 0;
@@ -77,6 +87,9 @@ std::function<int()> add_record(CLI::App& app) {
       throw UsageError(fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)",
                                    opts->ring_mb));
     opts->layers = split_list(*layers);
+    opts->torch_ops = split_list(*torch_ops);
+    if (opts->torch_ops.empty())
+      throw UsageError("--torch-ops: give at least one pattern (e.g. default, or linear,addmm)");
     (void)cmd;
     return run_record(*opts);
   };

@@ -70,6 +70,13 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
       });
 }
 
+// Operators nest (aten::linear around aten::addmm): their slices nest on the thread's track.
+void add_torch_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("torch_calls")) return;
+  rec.query("SELECT ts_ns, dur_ns, pid, tid, name FROM torch_calls ORDER BY ts_ns, dur_ns DESC",
+            [&](Statement& s) { sink.add_slice(call_slice(s, to_real, "torch")); });
+}
+
 // Turns interval samples into counter tracks: each value holds from the start of its interval,
 // and a track drops to zero where it has no sample (rows are written only for active intervals).
 class CounterSeries {
@@ -222,6 +229,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   });
   add_cuda_slices(rec, sink, to_real);
   add_comm_slices(rec, sink, to_real);
+  add_torch_slices(rec, sink, to_real);
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
   add_anomalies(rec, sink, to_real);

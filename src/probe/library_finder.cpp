@@ -131,6 +131,11 @@ void add_comm_probes(ProbeSet& set) {
   set.library_matchers.push_back(&looks_like_nccl_library);
 }
 
+void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops) {
+  set.providers.push_back([ops](const ElfSymbols& elf) { return ops->probes_for(elf); });
+  set.library_matchers.push_back(&looks_like_torch_library);
+}
+
 ProbePlanner::ProbePlanner(CallTracer& tracer, ProbeSet probes)
     : tracer_(tracer), probes_(std::move(probes)) {}
 
@@ -153,7 +158,12 @@ bool ProbePlanner::plan_file(const std::string& path) {
   std::vector<CallTracer::ProbePoint> points;
   std::vector<std::string_view> names;
   std::set<uint64_t> offsets;  // aliases (ncclAllReduce = pncclAllReduce) share one probe
-  for (const ProbeSpec& spec : probes_.specs) {
+  std::vector<ProbeSpec> specs = probes_.specs;
+  for (const auto& provider : probes_.providers) {
+    std::vector<ProbeSpec> more = provider(*elf);
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
+  for (const ProbeSpec& spec : specs) {
     const ElfSymbol* sym = elf->find_function(spec.symbol);
     if (!sym) continue;
     auto offset = elf->file_offset_of(sym->value);

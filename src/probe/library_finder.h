@@ -4,14 +4,18 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "probe/call_tracer.h"
+#include "probe/torch_ops.h"
 
 namespace eacgm {
+
+class ElfSymbols;
 
 // A file whose functions are probed.
 struct ProbedFile {
@@ -42,11 +46,16 @@ struct ProbeSpec {
 struct ProbeSet {
   std::vector<ProbeSpec> specs;
   std::vector<bool (*)(const std::string& path)> library_matchers;
+  // Layers whose probe points depend on the file (the torch layer's operators): called for
+  // each examined file; the symbols of the specs they return must outlive the planner.
+  std::vector<std::function<std::vector<ProbeSpec>(const ElfSymbols&)>> providers;
 };
 
 // The cuda layer's and the comm layer's probe points.
 void add_cuda_probes(ProbeSet& set);
 void add_comm_probes(ProbeSet& set);
+// The torch layer's: the operators `ops` selects, in whichever libtorch a process maps.
+void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops);
 
 // Library files of the chosen layers a dynamic loader could pick (see candidate_cuda_libraries).
 std::vector<std::string> candidate_libraries(const ProbeSet& set,

@@ -192,7 +192,19 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   out_.add(row);
 }
 
+void EventDecoder::decode_torch(const eacgm_call_event& e) {
+  std::string_view name = torch_ops_ ? torch_ops_->name(uint16_t(e.op)) : std::string_view();
+  if (name.empty()) {
+    ++stats_.malformed;
+    return;
+  }
+  ++stats_.calls;
+  note_thread(e.pid, e.tid);
+  out_.add(TorchCallRow{e.ts_ns, e.dur_ns, e.pid, e.tid, name});
+}
+
 void EventDecoder::decode_call(const eacgm_call_event& e) {
+  if (e.op >= kTorchOpBase) return decode_torch(e);
   if (e.op >= kCommOpBase) return decode_comm(e);
   auto ops = cuda_ops();
   if (e.op >= ops.size()) {

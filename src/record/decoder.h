@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,6 +11,7 @@
 
 #include "events.h"
 #include "probe/symbolizer.h"
+#include "probe/torch_ops.h"
 #include "store/recording.h"
 #include "util/interner.h"
 
@@ -41,9 +43,13 @@ class EventDecoder {
 
   const DecoderStats& stats() const { return stats_; }
 
+  // Names of the torch layer's op ids (given out as libtorch files are probed).
+  void set_torch_ops(std::shared_ptr<const TorchOps> ops) { torch_ops_ = std::move(ops); }
+
  private:
   void decode_call(const eacgm_call_event& e);
   void decode_comm(const eacgm_call_event& e);
+  void decode_torch(const eacgm_call_event& e);
   void decode_proc(const eacgm_proc_event& e);
   void decode_name(const eacgm_name_event& e);
   void decode_exec_image(const eacgm_exec_image_event& e);
@@ -61,6 +67,7 @@ class EventDecoder {
   // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co, per process
   std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
   Interner names_;
+  std::shared_ptr<const TorchOps> torch_ops_;
   // NCCL communicators created while traced: rank and size, per process
   struct CommInfo {
     int64_t rank = -1, nranks = -1;

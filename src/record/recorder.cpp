@@ -80,17 +80,18 @@ void check_layers(const std::vector<std::string>& layers) {
     if (!known.count(l))
       throw UsageError(fmt::format(
           "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
-    if (l == "python" || l == "torch")
+    if (l == "python")
       throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda, "
-                                   "comm, gpu and host are; see the issue tracker)", l));
+                                   "comm, torch, gpu and host are; see the issue tracker)", l));
   }
 }
 
-ProbeSet probe_set(const std::vector<std::string>& layers) {
+ProbeSet probe_set(const std::vector<std::string>& layers, std::shared_ptr<TorchOps> torch) {
   ProbeSet set;
   for (const auto& l : layers) {
     if (l == "cuda") add_cuda_probes(set);
     if (l == "comm") add_comm_probes(set);
+    if (l == "torch") add_torch_probes(set, torch);
   }
   return set;
 }
@@ -102,8 +103,10 @@ class Session {
         writer_(o.output, o.force),
         tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
         decoder_(writer_, symbols_),
-        probes_(probe_set(o.layers)),
+        torch_ops_(std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops))),
+        probes_(probe_set(o.layers, torch_ops_)),
         planner_(tracer_, probes_) {
+    decoder_.set_torch_ops(torch_ops_);
     if (has_layer("host"))
       host_ = std::make_unique<HostTracer>(o.all ? -1 : tracer_.traced_map_fd(), o.all);
     decoder_.on_code_mapped = [this](uint32_t pid) {
@@ -142,6 +145,7 @@ class Session {
   CallTracer tracer_;
   Symbolizer symbols_;
   EventDecoder decoder_;
+  std::shared_ptr<TorchOps> torch_ops_;  // op ids of the torch layer, shared with the decoder
   ProbeSet probes_;
   ProbePlanner planner_;
   std::unique_ptr<HostTracer> host_;
@@ -352,6 +356,10 @@ void Session::finish(std::optional<int> exit_status) {
   writer_.set_meta("nesting_overflows", std::to_string(c.entry_overflow));
   writer_.set_meta("malformed_records", std::to_string(decoder_.stats().malformed));
   writer_.set_meta("probes", std::to_string(planner_.total_probes()));
+  if (has_layer("torch")) {
+    writer_.set_meta("torch_ops", join(opts_.torch_ops, ","));
+    writer_.set_meta("torch_operators_probed", std::to_string(torch_ops_->size()));
+  }
   rusage self{};
   getrusage(RUSAGE_SELF, &self);  // all of eacgm's threads: reader, decoder, writer
   double cpu = double(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
@@ -375,6 +383,9 @@ void Session::finish(std::optional<int> exit_status) {
   for (const auto& f : planner_.probed_files())
     for (const auto& e : f.errors)
       fprintf(stderr, "eacgm: warning: could not probe %s in %s\n", e.c_str(), f.path.c_str());
+  if (has_layer("torch") && torch_ops_->size() == 0)
+    fprintf(stderr, "eacgm: layer torch: no PyTorch operators were found (no libtorch_cpu in the "
+            "traced processes, or --torch-ops matched none)\n");
   if (has_layer("cuda") && decoder_.stats().calls == 0 && !planner_.found_in_target())
     fprintf(stderr, "eacgm: layer cuda: no CUDA runtime or driver library (libcudart, libcuda) "
             "was found in the traced processes; the recording holds the process tree only\n");

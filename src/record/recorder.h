@@ -17,6 +17,7 @@ struct RecordOptions {
   std::vector<std::string> command;
   uint64_t ring_mb = 32;
   double interval_ms = 100;  // sampling interval of the gpu and host layers
+  std::vector<std::string> torch_ops{"default"};  // --torch-ops patterns (TorchOpFilter)
   std::string nvml_library;  // --nvml-library; empty: $EACGM_NVML_LIBRARY, else the driver's
   bool quiet = false;
 };

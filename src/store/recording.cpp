@@ -63,6 +63,9 @@ CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
                         busbw_gbps REAL);
+-- PyTorch operators (dispatcher entry points). Nested operators lie inside their caller's span.
+CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                         tid INTEGER NOT NULL, name TEXT NOT NULL);
 -- Written by eacgm detect (each run replaces the previous one's rows).
 CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, layer TEXT NOT NULL,
                        name TEXT NOT NULL, score REAL, threshold REAL, cause TEXT,
@@ -74,7 +77,11 @@ CREATE VIEW trace AS
   UNION ALL
   SELECT ts_ns, dur_ns, pid, tid, 'comm' AS layer, name,
          datatype || COALESCE(' ' || redop, '') AS detail, bytes, ret
-  FROM comm_calls;
+  FROM comm_calls
+  UNION ALL
+  SELECT ts_ns, dur_ns, pid, tid, 'torch' AS layer, name, NULL AS detail, NULL AS bytes,
+         NULL AS ret
+  FROM torch_calls;
 )sql";
 
 namespace {
@@ -249,6 +256,7 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
   if (!write_comm_calls(db_, b.comm_calls)) return failed("communication calls");
+  if (!write_torch_calls(db_, b.torch_calls)) return failed("torch calls");
   if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
   if (!write_gpu_rows(db_, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");

@@ -33,6 +33,7 @@ class RecordingWriter {
   void set_meta(std::string key, std::string value);
   void add(const CudaCallRow& row) { batch_->cuda_calls.push_back(row); }
   void add(const CommCallRow& row) { batch_->comm_calls.push_back(row); }
+  void add(const TorchCallRow& row) { batch_->torch_calls.push_back(row); }
   void add(ProcessRow row) { batch_->processes.push_back(std::move(row)); }
   void add(const ProcessExitRow& row) { batch_->exits.push_back(row); }
   void add(ThreadRow row) { batch_->threads.push_back(std::move(row)); }
@@ -57,6 +58,7 @@ class RecordingWriter {
     std::vector<std::pair<std::string, std::string>> meta;
     std::vector<CudaCallRow> cuda_calls;
     std::vector<CommCallRow> comm_calls;
+    std::vector<TorchCallRow> torch_calls;
     std::vector<ProcessRow> processes;
     std::vector<ProcessExitRow> exits;
     std::vector<ThreadRow> threads;
@@ -66,7 +68,7 @@ class RecordingWriter {
     std::vector<GpuProcessSample> gpu_process_samples;
     std::vector<GpuXidEvent> gpu_xids;
     size_t size() const {
-      return meta.size() + cuda_calls.size() + comm_calls.size() + processes.size() + exits.size() + threads.size() +
+      return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() + processes.size() + exits.size() + threads.size() +
              host_samples.size() + gpu_devices.size() + gpu_samples.size() +
              gpu_process_samples.size() + gpu_xids.size();
     }

@@ -48,6 +48,15 @@ struct CommCallRow {
   double busbw_gbps = -1;
 };
 
+// One traced PyTorch operator call through the dispatcher (at::_ops::<op>::call). Calls nest:
+// an operator that calls others (aten::linear calling aten::addmm) encloses them in time.
+struct TorchCallRow {
+  uint64_t ts_ns = 0;
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  std::string_view name;  // "aten::addmm", "aten::add.Tensor"
+};
+
 // An anomaly found by `eacgm detect`: a call or a time window whose log-density under its
 // group's most likely component fell below the group's threshold.
 struct AnomalyRow {

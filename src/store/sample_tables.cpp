@@ -105,6 +105,20 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
   return true;
 }
 
+bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows) {
+  if (rows.empty()) return true;
+  Statement insert(db, "INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5)");
+  for (const auto& c : rows) {
+    insert.bind(1, static_cast<int64_t>(c.ts_ns));
+    insert.bind(2, static_cast<int64_t>(c.dur_ns));
+    insert.bind(3, int64_t(c.pid));
+    insert.bind(4, int64_t(c.tid));
+    insert.bind(5, c.name);
+    if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
 bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
                     const std::vector<GpuProcessSample>& processes,

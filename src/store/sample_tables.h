@@ -15,6 +15,7 @@ bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows);
 const char* host_scope_name(HostScope scope);
 
 bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows);
+bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows);
 
 bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,

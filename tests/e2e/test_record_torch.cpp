@@ -1,0 +1,101 @@
+// End to end: the torch layer traces Debian's PyTorch (python3-torch, CPU) running a small
+// GPT-style training loop: exact operator counts for a known number of steps, nesting
+// (aten::linear around aten::addmm), --torch-ops selection, and the exported timeline.
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+const std::string kPython = "/usr/bin/python3";
+const std::string kTinyGpt = std::string(EACGM_WORKLOAD_SOURCES) + "/tiny_gpt.py";
+constexpr int kSteps = 5;
+
+class RecordTorch : public RecordingTest {
+ protected:
+  void SetUp() override {
+    RecordingTest::SetUp();
+    if (IsSkipped()) return;
+    auto probe = run({kPython, "-c", "import torch"});
+    if (probe.exit_code != 0)
+      GTEST_SKIP() << "python3-torch is not installed for " << kPython
+                   << " (scripts/setup.sh installs it)";
+  }
+};
+
+TEST_F(RecordTorch, TrainingLoopHasExactOperatorCounts) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch", "--", kPython, kTinyGpt,
+                std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  auto counts = db.pairs("SELECT name, count(*) FROM torch_calls GROUP BY name");
+  // per step: 9 nn.Linear, 5 LayerNorm, 2 Embedding, 2 attention softmaxes, 2 attention
+  // matmuls per block, one cross-entropy loss
+  EXPECT_EQ(counts["aten::linear"], 9 * kSteps);
+  EXPECT_EQ(counts["aten::layer_norm"], 5 * kSteps);
+  EXPECT_EQ(counts["aten::native_layer_norm"], 5 * kSteps);
+  EXPECT_EQ(counts["aten::native_layer_norm_backward"], 5 * kSteps);
+  EXPECT_EQ(counts["aten::embedding"], 2 * kSteps);
+  EXPECT_EQ(counts["aten::softmax.int"], 2 * kSteps);
+  EXPECT_EQ(counts["aten::matmul"], 4 * kSteps);
+  EXPECT_EQ(counts["aten::gelu"], 2 * kSteps);
+  EXPECT_EQ(counts["aten::gelu_backward"], 2 * kSteps);
+  EXPECT_EQ(counts["aten::cross_entropy_loss"], kSteps);
+  // element-wise arithmetic is not in the default set
+  EXPECT_EQ(counts.count("aten::add.Tensor"), 0u);
+  // nesting: every linear encloses its addmm on the same thread
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls o WHERE o.name = 'aten::linear' AND "
+                      "(SELECT count(*) FROM torch_calls i WHERE i.name = 'aten::addmm' AND "
+                      "i.tid = o.tid AND i.ts_ns >= o.ts_ns AND "
+                      "i.ts_ns + i.dur_ns <= o.ts_ns + o.dur_ns) = 1"),
+            9 * kSteps);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE name = 'aten::addmm'"), 9 * kSteps);
+  // cross-entropy's own operators lie inside it
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls i JOIN torch_calls o ON "
+                      "o.name = 'aten::cross_entropy_loss' AND i.tid = o.tid AND "
+                      "i.ts_ns >= o.ts_ns AND i.ts_ns + i.dur_ns <= o.ts_ns + o.dur_ns "
+                      "WHERE i.name = 'aten::log_softmax.int'"),
+            kSteps);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM trace WHERE layer = 'torch'"),
+            db.scalar("SELECT count(*) FROM torch_calls"));
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE dur_ns <= 0"), 0);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'torch_ops'"), "default");
+
+  // the exported timeline holds every operator as a slice of the torch category
+  std::string json = dir_ + "/trace.json";
+  auto x = run({kEacgm, "export", db_, "--chrome", json});
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+  std::ifstream in(json);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t linear = 0;
+  for (size_t pos = 0; (pos = text.find("\"aten::linear\"", pos)) != std::string::npos; ++pos)
+    ++linear;
+  EXPECT_EQ(linear, size_t(9 * kSteps));
+}
+
+TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch", "--torch-ops",
+                "aten::linear,softmax.int,nll_loss*", "--", kPython, kTinyGpt,
+                std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM torch_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"aten::linear", 9 * kSteps},
+                                            {"aten::softmax.int", 2 * kSteps},
+                                            {"aten::nll_loss", kSteps},
+                                            {"aten::nll_loss_nd", kSteps},
+                                            {"aten::nll_loss_forward", kSteps},
+                                            {"aten::nll_loss_backward", kSteps}}));
+}
+
+TEST_F(RecordTorch, WarnsWhenNoOperatorIsFound) {
+  auto r = run({kEacgm, "record", "-o", db_, "--layers", "torch", "--torch-ops", "no_such_op",
+                "--", kPython, "-c", "import torch"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("layer torch: no PyTorch operators were found"), std::string::npos)
+      << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls"), 0);
+}
+
+}  // namespace
+}  // namespace e2e
