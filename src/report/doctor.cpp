@@ -14,6 +14,7 @@
 #include "probe/host_tracer.h"
 #include "probe/elf_symbols.h"
 #include "probe/library_finder.h"
+#include "probe/torch_ops.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -99,9 +100,10 @@ void check_libraries(Doctor& d) {
   std::vector<std::string> libdirs{"/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
   auto nccl = find_files(libdirs, "libnccl.so");
   if (nccl.empty())
-    d.missing("NCCL", "no libnccl.so found (comm layer not implemented yet in this version)");
+    d.missing("NCCL", "no libnccl.so in " + libdirs.front() + " or " + libdirs.back() +
+                          " (targets that bundle their own are still found from their maps)");
   else
-    d.ok("NCCL", nccl.front() + " (comm layer not implemented yet in this version)");
+    d.ok("NCCL", nccl.front() + " (comm layer)");
   auto pythons = find_files({"/usr/bin"}, "python3.");
   std::erase_if(pythons, [](const std::string& p) {  // python3.11, not python3.11-config
     return p.find_first_not_of("0123456789", p.rfind("python3.") + 8) != std::string::npos;
@@ -111,10 +113,24 @@ void check_libraries(Doctor& d) {
   else
     d.ok("Python", pythons.front() + " (python layer not implemented yet in this version)");
   auto torch = find_files({"/usr/lib/python3/dist-packages/torch/lib"}, "libtorch_cpu");
-  if (torch.empty())
-    d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location");
-  else
-    d.ok("PyTorch", torch.front() + " (torch layer not implemented yet in this version)");
+  if (torch.empty()) {
+    d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location (pip wheels "
+                         "elsewhere are still found from the target's maps)");
+  } else {
+    try {
+      TorchOps all(TorchOpFilter({"*"})), chosen(TorchOpFilter({"default"}));
+      ElfSymbols elf = ElfSymbols::load(torch.front());
+      size_t n = all.probes_for(elf).size(), m = chosen.probes_for(elf).size();
+      if (n == 0)
+        d.missing("PyTorch", torch.front() + ": no exported at::_ops::<op>::call functions "
+                                             "(torch layer unavailable for this build)");
+      else
+        d.ok("PyTorch", fmt::format("{} (torch layer: {} operators, {} in the default set)",
+                                    torch.front(), n, m));
+    } catch (const Error& e) {
+      d.missing("PyTorch", e.what());
+    }
+  }
   NvmlLoadResult nvml = NvmlLibrary::load(choose_nvml_library("", getenv("EACGM_NVML_LIBRARY")));
   if (nvml) {
     std::string missing;

@@ -1,0 +1,63 @@
+"""Steps per second of the tiny GPT training loop (tests/e2e/workloads/tiny_gpt.py), optionally
+under torch.profiler (with_stack=True) or cProfile, for bench/torch_overhead.sh.
+
+Usage: train_steps.py STEPS [none|torch-profiler|cprofile] [small|medium]. Prints
+'steps_per_s=X'. small is the tests' model (about 1 ms per step here: the worst case for a
+per-call tracer); medium has width 256, context 64, batch 8 (tens of ms per step)."""
+import cProfile
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "e2e", "workloads"))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import tiny_gpt  # noqa: E402
+
+
+def main():
+    steps = int(sys.argv[1])
+    mode = sys.argv[2] if len(sys.argv) > 2 else "none"
+    size = sys.argv[3] if len(sys.argv) > 3 else "small"
+    if size == "medium":  # the model reads these module globals when it runs
+        tiny_gpt.V, tiny_gpt.D, tiny_gpt.T, tiny_gpt.B = 512, 256, 64, 8
+    elif size != "small":
+        sys.exit(f"unknown size {size}")
+    V, B, T = tiny_gpt.V, tiny_gpt.B, tiny_gpt.T
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = tiny_gpt.TinyGPT()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        idx = torch.randint(0, V, (B, T))
+        loss = F.cross_entropy(model(idx).view(-1, V), idx.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(20):  # warm-up: allocator, first-call initialisation
+        step()
+    if mode == "torch-profiler":
+        from torch.profiler import profile, ProfilerActivity
+        ctx = profile(activities=[ProfilerActivity.CPU], with_stack=True)
+    elif mode == "cprofile":
+        ctx = cProfile.Profile()
+    elif mode == "none":
+        ctx = None
+    else:
+        sys.exit(f"unknown mode {mode}")
+    if ctx is not None:
+        ctx.__enter__()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    elapsed = time.perf_counter() - t0
+    if ctx is not None:
+        ctx.__exit__(None, None, None)
+    print(f"steps_per_s={steps / elapsed:.2f}")
+
+
+if __name__ == "__main__":
+    main()
