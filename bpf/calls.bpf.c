@@ -170,8 +170,10 @@ static __always_inline int on_return(struct pt_regs *ctx)
 			count(EACGM_CNT_ENTRY_MISSING);
 		return 0;
 	}
-	/* after `ret` the stack pointer is one word above where it was at entry */
-	__u64 entry_sp = PT_REGS_SP(ctx) - 8;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	/* after `ret` the stack pointer is one word above where it was at entry; on the exit
+	 * instruction itself (ret, or the jump of a tail call) it is where it was at entry */
+	__u64 entry_sp = PT_REGS_SP(ctx) - ((cookie & EACGM_COOKIE_EXIT_INSN) ? 0 : 8);
 	__u32 depth = t->depth;
 	/* drop entries deeper than this frame: their returns were skipped (longjmp) */
 	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
@@ -179,7 +181,6 @@ static __always_inline int on_return(struct pt_regs *ctx)
 			break;
 		depth--;
 	}
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct inflight_call *c = &t->calls[slot(depth - 1)];
 	if (depth == 0 || c->sp != entry_sp ||
 	    (c->op & EACGM_COOKIE_OP_MASK) != (cookie & EACGM_COOKIE_OP_MASK)) {
@@ -249,6 +250,24 @@ int call_entry_multi(struct pt_regs *ctx)
 
 SEC("uprobe")
 int call_return_multi(struct pt_regs *ctx)
+{
+	return on_return(ctx);
+}
+
+/*
+ * Exit-instruction probes: plain uprobes on a function's `ret` and tail jumps, for C++
+ * functions that may throw. A uretprobe replaces the return address with its trampoline, which
+ * has no unwind info: an exception thrown through it makes the C++ runtime call std::terminate.
+ * An exception leaving the function fires no exit probe; its entry is dropped like a longjmp's.
+ */
+SEC("uprobe")
+int call_exit(struct pt_regs *ctx)
+{
+	return on_return(ctx);
+}
+
+SEC("uprobe")
+int call_exit_multi(struct pt_regs *ctx)
 {
 	return on_return(ctx);
 }

@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
   bpftrace iproute2
   libeigen3-dev python3-sklearn libopenblas0-pthread
-  python3-torch python3.11-dev
+  python3-torch python3.11-dev libcapstone-dev
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -29,6 +29,9 @@ enum eacgm_record_kind {
 						  the string at arg2 (cuModuleGetFunction) */
 #define EACGM_COOKIE_DEREF_OUT3 (1ULL << 20)   /* at return, deref[1] = the u64 arg3 points to
 						  (ncclCommSplit's new communicator) */
+#define EACGM_COOKIE_EXIT_INSN (1ULL << 21)    /* a probe on one of the function's exit
+						  instructions (ret, tail jump), not a uretprobe:
+						  the stack pointer there is the entry's */
 
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5

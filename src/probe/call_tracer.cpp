@@ -74,7 +74,8 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   skel_->rodata->wakeup_bytes = options.wakeup_bytes;
   if (int err = bpf_map__set_max_entries(skel_->maps.events, options.ring_bytes); err)
     fail("cannot size the ring buffer to {} bytes: {}", options.ring_bytes, errno_text(-err));
-  for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi})
+  for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
+                         skel_->progs.call_exit_multi})
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
   if (int err = calls_bpf__load(skel_.get()); err)
     fail("cannot load the BPF programs: {}", load_error_hint(-err));
@@ -127,21 +128,33 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
 }
 
 bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePoint>& points) {
-  std::vector<uint64_t> offsets, cookies;
+  // entry probes; uretprobes for the points without exit instructions; exit-instruction probes
+  std::vector<uint64_t> offsets[3], cookies[3];
   for (const auto& p : points) {
-    offsets.push_back(p.file_offset);
-    cookies.push_back(p.cookie);
+    offsets[0].push_back(p.file_offset);
+    cookies[0].push_back(p.cookie);
+    if (p.exits.empty()) {
+      offsets[1].push_back(p.file_offset);
+      cookies[1].push_back(p.cookie);
+    }
+    for (uint64_t exit : p.exits) {
+      offsets[2].push_back(exit);
+      cookies[2].push_back(p.cookie | EACGM_COOKIE_EXIT_INSN);
+    }
   }
+  bpf_program* progs[3] = {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
+                           skel_->progs.call_exit_multi};
   std::vector<int> fds;
-  for (bool ret : {false, true}) {
+  for (int kind = 0; kind < 3; ++kind) {
+    if (offsets[kind].empty()) continue;
+    bool ret = kind == 1;
     UprobeMultiAttr attr{};
-    attr.link.prog_fd = uint32_t(
-        bpf_program__fd(ret ? skel_->progs.call_return_multi : skel_->progs.call_entry_multi));
+    attr.link.prog_fd = uint32_t(bpf_program__fd(progs[kind]));
     attr.link.attach_type = kTraceUprobeMulti;
     attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.link.offsets = reinterpret_cast<uint64_t>(offsets.data());
-    attr.link.cookies = reinterpret_cast<uint64_t>(cookies.data());
-    attr.link.cnt = uint32_t(points.size());
+    attr.link.offsets = reinterpret_cast<uint64_t>(offsets[kind].data());
+    attr.link.cookies = reinterpret_cast<uint64_t>(cookies[kind].data());
+    attr.link.cnt = uint32_t(offsets[kind].size());
     attr.link.flags = ret ? kUprobeMultiReturn : 0;
     int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
     if (fd < 0) {
@@ -157,15 +170,20 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
 }
 
 std::string CallTracer::attach_one(const std::string& path, const ProbePoint& point) {
-  for (bool retprobe : {false, true}) {
-    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = point.cookie, .retprobe = retprobe);
-    bpf_program* prog = retprobe ? skel_->progs.call_return : skel_->progs.call_entry;
-    bpf_link* link =
-        bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), point.file_offset, &opts);
+  auto attach = [&](bpf_program* prog, uint64_t offset, uint64_t cookie, bool retprobe) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = retprobe);
+    bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offset, &opts);
     if (!link) return errno_text(errno);
     links_.emplace_back(link);
-  }
-  return {};
+    return std::string();
+  };
+  std::string err = attach(skel_->progs.call_entry, point.file_offset, point.cookie, false);
+  if (err.empty() && point.exits.empty())
+    err = attach(skel_->progs.call_return, point.file_offset, point.cookie, true);
+  for (uint64_t exit : point.exits)
+    if (err.empty())
+      err = attach(skel_->progs.call_exit, exit, point.cookie | EACGM_COOKIE_EXIT_INSN, false);
+  return err;
 }
 
 std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t file_offset) {

@@ -41,9 +41,13 @@ class CallTracer {
   struct ProbePoint {
     uint64_t file_offset;
     uint64_t cookie;
+    // File offsets of the function's exit instructions (ret, tail jumps). Empty: the return is
+    // caught by a uretprobe. C++ functions that may throw need these: an exception unwinding
+    // through a uretprobe's trampoline aborts the process.
+    std::vector<uint64_t> exits;
   };
-  // Attaches the entry and return programs at each point of the ELF file `path`, for every
-  // process that maps it. Returns one error message per point ("" where it worked).
+  // Attaches the entry and return (or exit) programs at each point of the ELF file `path`, for
+  // every process that maps it. Returns one error message per point ("" where it worked).
   std::vector<std::string> attach(const std::string& path, const std::vector<ProbePoint>& points);
 
   // Attaches the hook that reports a traced process's dlopen (see loader_update in the BPF).

@@ -391,6 +391,17 @@ ElfSymbols ElfSymbols::load(const std::string& path) {
     result.segments_.push_back({phdr.p_vaddr, phdr.p_memsz, phdr.p_offset, phdr.p_filesz});
   }
 
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf.get(), &shstrndx) == 0) {
+    for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf.get(), scn)) != nullptr;) {
+      GElf_Shdr sh;
+      if (!gelf_getshdr(scn, &sh)) continue;
+      const char* name = elf_strptr(elf.get(), shstrndx, sh.sh_name);
+      if (name && std::string_view(name).starts_with(".plt"))
+        result.plt_.emplace_back(sh.sh_addr, sh.sh_addr + sh.sh_size);
+    }
+  }
+
   const SymbolSections sections = find_symbol_sections(elf.get());
   VersionNames versions;
   if (sections.verdef) read_version_definitions(elf.get(), sections.verdef, versions);
@@ -409,6 +420,12 @@ ElfSymbols ElfSymbols::load(const std::string& path) {
   result.symbols_ = merge_tables(raw);
   result.by_address_ = function_address_index(result.symbols_);
   return result;
+}
+
+bool ElfSymbols::in_plt(uint64_t vaddr) const {
+  for (auto [start, end] : plt_)
+    if (vaddr >= start && vaddr < end) return true;
+  return false;
 }
 
 const ElfSymbol* ElfSymbols::find_function(std::string_view name) const {

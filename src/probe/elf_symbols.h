@@ -50,6 +50,9 @@ class ElfSymbols {
   std::optional<uint64_t> file_offset_of(uint64_t vaddr) const;
   std::optional<uint64_t> vaddr_of_file_offset(uint64_t file_offset) const;
 
+  // Whether `vaddr` lies in a PLT section (.plt, .plt.sec, .plt.got): calls to other libraries.
+  bool in_plt(uint64_t vaddr) const;
+
  private:
   struct Segment {
     uint64_t vaddr, memsz, offset, filesz;
@@ -58,6 +61,7 @@ class ElfSymbols {
   std::vector<ElfSymbol> symbols_;
   std::vector<size_t> by_address_;  // indices of function symbols sorted by value
   std::vector<Segment> segments_;   // PT_LOAD segments
+  std::vector<std::pair<uint64_t, uint64_t>> plt_;  // [start, end) of the PLT sections
   bool has_symtab_ = false;
 };
 

@@ -1,6 +1,7 @@
 // Finding the libraries a target uses (CUDA, NCCL) and attaching their probes.
 #include "probe/library_finder.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/elf_symbols.h"
+#include "probe/function_exits.h"
 #include "probe/proc_maps.h"
 #include "util/error.h"
 
@@ -131,6 +133,32 @@ void add_comm_probes(ProbeSet& set) {
   set.library_matchers.push_back(&looks_like_nccl_library);
 }
 
+// The file offsets of a function's exit instructions, from its code in the file.
+static bool exit_offsets(const ElfSymbols& elf, const ElfSymbol& sym, uint64_t offset,
+                         std::vector<uint64_t>& out, std::string& why) {
+  if (sym.size == 0 || sym.size > (1u << 20)) {
+    why = "its symbol has no usable size, so its exits cannot be found";
+    return false;
+  }
+  std::vector<uint8_t> code(sym.size);
+  int fd = open(elf.path().c_str(), O_RDONLY | O_CLOEXEC);
+  ssize_t got = fd >= 0 ? pread(fd, code.data(), code.size(), off_t(offset)) : -1;
+  if (fd >= 0) close(fd);
+  if (got != ssize_t(code.size())) {
+    why = "its code could not be read";
+    return false;
+  }
+  auto starts_function = [&elf](uint64_t target) {
+    if (elf.in_plt(target)) return true;
+    auto at = elf.symbol_at(target);
+    return at && at->offset == 0;
+  };
+  auto exits = find_function_exits(code, sym.value, starts_function, &why);
+  if (!exits) return false;
+  for (uint64_t vaddr : exits->exits) out.push_back(offset + (vaddr - sym.value));
+  return true;
+}
+
 void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops) {
   set.providers.push_back([ops](const ElfSymbols& elf) { return ops->probes_for(elf); });
   set.library_matchers.push_back(&looks_like_torch_library);
@@ -173,7 +201,15 @@ bool ProbePlanner::plan_file(const std::string& path) {
       continue;
     }
     if (!offsets.insert(*offset).second) continue;
-    points.push_back({*offset, spec.cookie});
+    std::vector<uint64_t> exits;
+    if (spec.exit_instructions) {
+      std::string why;
+      if (!exit_offsets(*elf, *sym, *offset, exits, why)) {
+        file.errors.push_back(fmt::format("{}: {}", spec.symbol, why));
+        continue;
+      }
+    }
+    points.push_back({*offset, spec.cookie, std::move(exits)});
     names.push_back(spec.symbol);
   }
   std::vector<std::string> errors = tracer_.attach(path, points);

@@ -39,6 +39,9 @@ bool looks_like_cuda_library(const std::string& path);
 struct ProbeSpec {
   std::string_view symbol;
   uint64_t cookie;
+  // Probe the function's exit instructions rather than set a uretprobe: for C++ functions that
+  // may throw (see CallTracer::ProbePoint::exits).
+  bool exit_instructions = false;
 };
 
 // The probe points of the call layers chosen for a recording, and which mapped files may hold

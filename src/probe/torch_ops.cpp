@@ -186,7 +186,8 @@ std::vector<ProbeSpec> TorchOps::probes_for(const ElfSymbols& elf) {
       ids_.emplace(display, id);
     }
     symbols_.push_back(sym->name);
-    out.push_back({symbols_.back(), uint64_t(id)});
+    // operators throw (shape errors reach Python as RuntimeError): no uretprobes on them
+    out.push_back({symbols_.back(), uint64_t(id), true});
   }
   return out;
 }

@@ -87,6 +87,19 @@ TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
                                             {"aten::nll_loss_backward", kSteps}}));
 }
 
+// An exception thrown through a uretprobe's trampoline aborts a C++ program (the trampoline has
+// no unwind info): operators are probed at their exit instructions instead.
+TEST_F(RecordTorch, OperatorsThatThrowKeepWorking) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch", "--torch-ops", "mm", "--",
+                kPython, std::string(EACGM_WORKLOAD_SOURCES) + "/torch_throws.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("caught 5 ok 3"), std::string::npos) << r.out;
+  Db db(db_);
+  // the calls that threw never returned: only the three that did are recorded
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE name = 'aten::mm'"), 3);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'unmatched_returns'"), "0");
+}
+
 TEST_F(RecordTorch, WarnsWhenNoOperatorIsFound) {
   auto r = run({kEacgm, "record", "-o", db_, "--layers", "torch", "--torch-ops", "no_such_op",
                 "--", kPython, "-c", "import torch"});
