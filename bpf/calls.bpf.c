@@ -96,11 +96,103 @@ static __always_inline bool is_tail_call(__u64 sp)
 	return ret_addr == BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
 }
 
+/*
+ * PyTorch layouts, set by userspace for the libtorch version it found (0: unknown): where
+ * c10::TensorImpl keeps numel_ and its dtype, and where c10d::ProcessGroup keeps rank_, size_.
+ */
+__u32 torch_numel_offset = 0;
+__u32 torch_dtype_offset = 0;
+__u32 torch_pg_rank_offset = 0;
+
+/* log2 of the bytes per element of c10::ScalarType 0..15 (uint8 .. bfloat16), a nibble each:
+ * 1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2 (a constant, not a table in .rodata) */
+#define SCALAR_SIZE_LOG2 0x1200043232132100ULL
+
+static __always_inline __u64 scalar_size(__u16 dtype)
+{
+	return dtype < 16 ? 1ULL << ((SCALAR_SIZE_LOG2 >> (4 * dtype)) & 0xf) : 0;
+}
+
+/* Sums the tensors of a std::vector<at::Tensor> (begin, end: TensorImpl pointers) or of one
+ * at::Tensor, into deref[0] (bytes), deref[1] (elements), deref[4] (dtype | count << 32). */
+static __always_inline void sum_tensors(struct eacgm_call_event *e, __u64 arg, bool one)
+{
+	__u64 impls[2] = {0, 0};
+	__u64 n = 1;
+	e->deref[0] = ~0ULL;
+	if (!torch_numel_offset || !arg)
+		return;
+	if (one) {
+		bpf_probe_read_user(&impls[0], sizeof(__u64), (void *)arg);
+	} else {
+		if (bpf_probe_read_user(impls, sizeof(impls), (void *)arg))
+			return;
+		n = (impls[1] - impls[0]) / 8;
+	}
+	__u64 bytes = 0, elems = 0, first_dtype = 0;
+	bool known = n <= EACGM_MAX_TENSORS;
+	for (int i = 0; i < EACGM_MAX_TENSORS && i < n; i++) {
+		__u64 impl = impls[0];
+		if (!one)
+			bpf_probe_read_user(&impl, sizeof(impl), (void *)(impls[0] + 8 * i));
+		__s64 numel = 0;
+		__u16 dtype = 0xffff;
+		bpf_probe_read_user(&numel, sizeof(numel), (void *)(impl + torch_numel_offset));
+		bpf_probe_read_user(&dtype, sizeof(dtype), (void *)(impl + torch_dtype_offset));
+		if (i == 0)
+			first_dtype = dtype;
+		__u64 size = scalar_size(dtype);
+		if (!size || numel < 0)
+			known = false;
+		elems += numel;
+		bytes += numel * size;
+	}
+	e->deref[0] = known ? bytes : ~0ULL;
+	e->deref[1] = elems;
+	e->deref[4] = first_dtype | (n << 32);
+}
+
+/* A call traced at its entry alone (c10d): the record goes out at once. */
+static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __u64 id)
+{
+	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = EACGM_REC_CALL;
+	e->op = cookie & EACGM_COOKIE_OP_MASK;
+	e->ts_ns = bpf_ktime_get_ns();
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->args[0] = PT_REGS_PARM1(ctx);
+	e->args[1] = PT_REGS_PARM2(ctx);
+	e->args[2] = PT_REGS_PARM3(ctx);
+	e->args[3] = PT_REGS_PARM4(ctx);
+	e->args[4] = PT_REGS_PARM5(ctx);
+	e->args[5] = ctx->r9;
+	if (cookie & EACGM_COOKIE_TENSORS) {
+		__u32 arg = (cookie >> EACGM_COOKIE_TENSOR_ARG_SHIFT) & 7;
+		if (arg < 6)
+			sum_tensors(e, e->args[arg], cookie & EACGM_COOKIE_TENSOR_ONE);
+	}
+	if (cookie & EACGM_COOKIE_DEREF_ARG1)
+		bpf_probe_read_user(&e->deref[2], sizeof(__u64), (void *)e->args[1]);
+	if ((cookie & EACGM_COOKIE_PG_ARG1) && torch_pg_rank_offset)
+		bpf_probe_read_user(&e->deref[3], sizeof(__u64),
+				    (void *)(e->args[1] + torch_pg_rank_offset));
+	bpf_ringbuf_submit(e, wake_flags());
+	return 0;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!is_traced(id >> 32))
 		return 0;
+	if (bpf_get_attach_cookie(ctx) & EACGM_COOKIE_ENTRY_ONLY)
+		return emit_entry_only(ctx, bpf_get_attach_cookie(ctx), id);
 	struct task_calls *t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 						    BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)

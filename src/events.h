@@ -32,6 +32,19 @@ enum eacgm_record_kind {
 #define EACGM_COOKIE_EXIT_INSN (1ULL << 21)    /* a probe on one of the function's exit
 						  instructions (ret, tail jump), not a uretprobe:
 						  the stack pointer there is the entry's */
+/* PyTorch c10d: calls whose completion comes later, elsewhere (a Gloo worker thread), are
+ * traced by entry probes alone; userspace pairs a call with its Work object's completion. */
+#define EACGM_COOKIE_ENTRY_ONLY (1ULL << 22)   /* emit the record at entry, duration 0 */
+#define EACGM_COOKIE_TENSORS (1ULL << 23)      /* sum the tensors the argument in bits 26..28
+						  points to: deref[0] = bytes (~0: unknown
+						  layout or dtype), deref[1] = elements,
+						  deref[4] = first dtype | tensor count << 32 */
+#define EACGM_COOKIE_TENSOR_ONE (1ULL << 24)   /* ... one at::Tensor, not a vector of them */
+#define EACGM_COOKIE_DEREF_ARG1 (1ULL << 25)   /* deref[2] = the u64 arg1 points to */
+#define EACGM_COOKIE_TENSOR_ARG_SHIFT 26       /* 3 bits: the argument register (0..5) */
+#define EACGM_COOKIE_PG_ARG1 (1ULL << 29)      /* deref[3] = the u64 at arg1 + the process
+						  group's rank offset (rank | size << 32) */
+#define EACGM_MAX_TENSORS 8                    /* summed per call; more: bytes unknown */
 
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5

@@ -133,7 +133,7 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
   for (const auto& p : points) {
     offsets[0].push_back(p.file_offset);
     cookies[0].push_back(p.cookie);
-    if (p.exits.empty()) {
+    if (p.exits.empty() && !p.entry_only) {
       offsets[1].push_back(p.file_offset);
       cookies[1].push_back(p.cookie);
     }
@@ -178,12 +178,19 @@ std::string CallTracer::attach_one(const std::string& path, const ProbePoint& po
     return std::string();
   };
   std::string err = attach(skel_->progs.call_entry, point.file_offset, point.cookie, false);
-  if (err.empty() && point.exits.empty())
+  if (err.empty() && point.exits.empty() && !point.entry_only)
     err = attach(skel_->progs.call_return, point.file_offset, point.cookie, true);
   for (uint64_t exit : point.exits)
     if (err.empty())
       err = attach(skel_->progs.call_exit, exit, point.cookie | EACGM_COOKIE_EXIT_INSN, false);
   return err;
+}
+
+void CallTracer::set_torch_layout(uint32_t numel_offset, uint32_t dtype_offset,
+                                  uint32_t pg_rank_offset) {
+  skel_->bss->torch_numel_offset = numel_offset;
+  skel_->bss->torch_dtype_offset = dtype_offset;
+  skel_->bss->torch_pg_rank_offset = pg_rank_offset;
 }
 
 std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t file_offset) {

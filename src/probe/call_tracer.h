@@ -45,10 +45,14 @@ class CallTracer {
     // caught by a uretprobe. C++ functions that may throw need these: an exception unwinding
     // through a uretprobe's trampoline aborts the process.
     std::vector<uint64_t> exits;
+    bool entry_only = false;  // no return or exit probe: the record goes out at entry
   };
   // Attaches the entry and return (or exit) programs at each point of the ELF file `path`, for
   // every process that maps it. Returns one error message per point ("" where it worked).
   std::vector<std::string> attach(const std::string& path, const std::vector<ProbePoint>& points);
+
+  // Tells the BPF side where a PyTorch build keeps tensor sizes and process-group ranks (c10d).
+  void set_torch_layout(uint32_t numel_offset, uint32_t dtype_offset, uint32_t pg_rank_offset);
 
   // Attaches the hook that reports a traced process's dlopen (see loader_update in the BPF).
   std::string attach_loader_hook(const std::string& path, uint64_t file_offset);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "probe/c10d_ops.h"
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/elf_symbols.h"
@@ -159,6 +160,17 @@ static bool exit_offsets(const ElfSymbols& elf, const ElfSymbol& sym, uint64_t o
   return true;
 }
 
+void add_c10d_probes(ProbeSet& set, std::function<void(const std::string& path)> use_layout) {
+  auto ops = c10d_ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    set.specs.push_back({ops[i].symbol, c10d_op_cookie(uint16_t(i)), ProbeSpec::End::None});
+  set.providers.push_back([use_layout](const ElfSymbols& elf) {
+    if (elf.find_function(c10d_ops().front().symbol)) use_layout(elf.path());
+    return std::vector<ProbeSpec>{};
+  });
+  set.library_matchers.push_back(&looks_like_torch_library);
+}
+
 void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops) {
   set.providers.push_back([ops](const ElfSymbols& elf) { return ops->probes_for(elf); });
   set.library_matchers.push_back(&looks_like_torch_library);
@@ -202,14 +214,14 @@ bool ProbePlanner::plan_file(const std::string& path) {
     }
     if (!offsets.insert(*offset).second) continue;
     std::vector<uint64_t> exits;
-    if (spec.exit_instructions) {
+    if (spec.end == ProbeSpec::End::ExitInstructions) {
       std::string why;
       if (!exit_offsets(*elf, *sym, *offset, exits, why)) {
         file.errors.push_back(fmt::format("{}: {}", spec.symbol, why));
         continue;
       }
     }
-    points.push_back({*offset, spec.cookie, std::move(exits)});
+    points.push_back({*offset, spec.cookie, std::move(exits), spec.end == ProbeSpec::End::None});
     names.push_back(spec.symbol);
   }
   std::vector<std::string> errors = tracer_.attach(path, points);

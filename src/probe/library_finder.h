@@ -39,9 +39,9 @@ bool looks_like_cuda_library(const std::string& path);
 struct ProbeSpec {
   std::string_view symbol;
   uint64_t cookie;
-  // Probe the function's exit instructions rather than set a uretprobe: for C++ functions that
-  // may throw (see CallTracer::ProbePoint::exits).
-  bool exit_instructions = false;
+  // How the call's end is seen: a uretprobe, the function's exit instructions (C++ functions
+  // that may throw: see CallTracer::ProbePoint::exits), or not at all (entry-only records).
+  enum class End : uint8_t { Uretprobe, ExitInstructions, None } end = End::Uretprobe;
 };
 
 // The probe points of the call layers chosen for a recording, and which mapped files may hold
@@ -57,6 +57,9 @@ struct ProbeSet {
 // The cuda layer's and the comm layer's probe points.
 void add_cuda_probes(ProbeSet& set);
 void add_comm_probes(ProbeSet& set);
+// PyTorch c10d's (part of the comm layer): Gloo process groups in libtorch. `use_layout` is
+// called with each libtorch file that has them, to learn its tensor layout.
+void add_c10d_probes(ProbeSet& set, std::function<void(const std::string& path)> use_layout);
 // The torch layer's: the operators `ops` selects, in whichever libtorch a process maps.
 void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops);
 

@@ -187,7 +187,7 @@ std::vector<ProbeSpec> TorchOps::probes_for(const ElfSymbols& elf) {
     }
     symbols_.push_back(sym->name);
     // operators throw (shape errors reach Python as RuntimeError): no uretprobes on them
-    out.push_back({symbols_.back(), uint64_t(id), true});
+    out.push_back({symbols_.back(), uint64_t(id), ProbeSpec::End::ExitInstructions});
   }
   return out;
 }

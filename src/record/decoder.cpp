@@ -205,6 +205,7 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
 
 void EventDecoder::decode_call(const eacgm_call_event& e) {
   if (e.op >= kTorchOpBase) return decode_torch(e);
+  if (e.op >= kC10dOpBase) return decode_c10d(e);
   if (e.op >= kCommOpBase) return decode_comm(e);
   auto ops = cuda_ops();
   if (e.op >= ops.size()) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "events.h"
+#include "probe/c10d_ops.h"
 #include "probe/symbolizer.h"
 #include "probe/torch_ops.h"
 #include "store/recording.h"
@@ -21,6 +23,7 @@ struct DecoderStats {
   uint64_t calls = 0;
   uint64_t proc_events = 0;
   uint64_t malformed = 0;  // records of an unknown kind or size: a BPF/userspace mismatch
+  uint64_t c10d_incomplete = 0;  // c10d works queued but not seen to complete (no wait())
 };
 
 class EventDecoder {
@@ -43,6 +46,10 @@ class EventDecoder {
 
   const DecoderStats& stats() const { return stats_; }
 
+  // At the end: c10d calls still pending (raised before being queued) become rows; works never
+  // seen to complete are counted (stats().c10d_incomplete).
+  void finish_c10d();
+
   // Names of the torch layer's op ids (given out as libtorch files are probed).
   void set_torch_ops(std::shared_ptr<const TorchOps> ops) { torch_ops_ = std::move(ops); }
 
@@ -50,6 +57,7 @@ class EventDecoder {
   void decode_call(const eacgm_call_event& e);
   void decode_comm(const eacgm_call_event& e);
   void decode_torch(const eacgm_call_event& e);
+  void decode_c10d(const eacgm_call_event& e);
   void decode_proc(const eacgm_proc_event& e);
   void decode_name(const eacgm_name_event& e);
   void decode_exec_image(const eacgm_exec_image_event& e);
@@ -73,6 +81,15 @@ class EventDecoder {
     int64_t rank = -1, nranks = -1;
   };
   std::unordered_map<uint64_t, CommInfo> comms_;  // key: pid ^ handle hash
+  // c10d: a call waits for its Work (queued or constructed on the calling thread), then for the
+  // Work's completion (on any thread of the process)
+  struct C10dCall {
+    CommCallRow row;
+    Collective collective = Collective::None;
+  };
+  void emit_c10d(C10dCall call, uint64_t end_ns, int64_t ret);
+  std::unordered_map<uint32_t, C10dCall> c10d_pending_;  // by tid
+  std::map<std::pair<uint32_t, uint64_t>, C10dCall> c10d_works_;  // by (pid, Work*)
 };
 
 // argument `index` of a call (0..5 registers, 6..8 stack words)

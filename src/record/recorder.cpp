@@ -86,11 +86,15 @@ void check_layers(const std::vector<std::string>& layers) {
   }
 }
 
-ProbeSet probe_set(const std::vector<std::string>& layers, std::shared_ptr<TorchOps> torch) {
+ProbeSet probe_set(const std::vector<std::string>& layers, std::shared_ptr<TorchOps> torch,
+                   std::function<void(const std::string&)> use_torch_layout) {
   ProbeSet set;
   for (const auto& l : layers) {
     if (l == "cuda") add_cuda_probes(set);
-    if (l == "comm") add_comm_probes(set);
+    if (l == "comm") {
+      add_comm_probes(set);
+      add_c10d_probes(set, use_torch_layout);
+    }
     if (l == "torch") add_torch_probes(set, torch);
   }
   return set;
@@ -104,7 +108,8 @@ class Session {
         tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
         decoder_(writer_, symbols_),
         torch_ops_(std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops))),
-        probes_(probe_set(o.layers, torch_ops_)),
+        probes_(probe_set(o.layers, torch_ops_,
+                          [this](const std::string& path) { use_torch_layout(path); })),
         planner_(tracer_, probes_) {
     decoder_.set_torch_ops(torch_ops_);
     if (has_layer("host"))
@@ -129,6 +134,7 @@ class Session {
 
  private:
   void write_start_meta(const std::string& target);
+  void use_torch_layout(const std::string& path);
   void plan_dirty();
   void drain();
   bool targets_done();
@@ -154,6 +160,8 @@ class Session {
   uint64_t host_rows_ = 0;
   std::unique_ptr<LaunchedCommand> command_;
   std::set<uint32_t> dirty_;  // processes that mapped new code
+  std::string torch_layout_;  // the PyTorch version whose layout the BPF side reads
+  std::set<std::string> warned_layouts_;
   std::set<uint32_t> live_;   // -p targets still running
   uint64_t start_mono_ = 0;
   uint64_t last_progress_ = 0;
@@ -173,6 +181,24 @@ void Session::write_start_meta(const std::string& target) {
                    "cuda durations are host-side API times (enqueue time for async calls), "
                    "not GPU execution times");
   writer_.flush();
+}
+
+// c10d's bytes, ranks and sizes are read through PyTorch's own structures, whose layout is
+// known per version: say once when a libtorch's is not.
+void Session::use_torch_layout(const std::string& path) {
+  std::string version;
+  auto layout = torch_layout_for(path, &version);
+  if (layout) {
+    if (torch_layout_ == layout->version) return;
+    torch_layout_ = layout->version;
+    tracer_.set_torch_layout(layout->numel_offset, layout->dtype_offset, layout->pg_rank_offset);
+    writer_.set_meta("torch_version", version);
+  } else if (warned_layouts_.insert(version).second) {
+    fprintf(stderr, "eacgm: layer comm: PyTorch %s (%s) is a version whose tensor layout eacgm "
+            "does not know: c10d calls are traced with their durations, but without bytes, "
+            "rank and world size\n", version.empty() ? "of unknown version" : version.c_str(),
+            path.c_str());
+  }
 }
 
 void Session::plan_dirty() {
@@ -356,6 +382,10 @@ void Session::finish(std::optional<int> exit_status) {
   writer_.set_meta("nesting_overflows", std::to_string(c.entry_overflow));
   writer_.set_meta("malformed_records", std::to_string(decoder_.stats().malformed));
   writer_.set_meta("probes", std::to_string(planner_.total_probes()));
+  if (has_layer("comm")) {
+    decoder_.finish_c10d();
+    writer_.set_meta("c10d_incomplete", std::to_string(decoder_.stats().c10d_incomplete));
+  }
   if (has_layer("torch")) {
     writer_.set_meta("torch_ops", join(opts_.torch_ops, ","));
     writer_.set_meta("torch_operators_probed", std::to_string(torch_ops_->size()));

@@ -57,7 +57,9 @@ CREATE TABLE gpu_process_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL,
 CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGER NOT NULL);
 -- NCCL calls. dur_ns is host-side (enqueue time for collectives); algbw/busbw follow nccl-tests
 -- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
--- creation, when it was traced.
+-- creation, when it was traced. PyTorch c10d rows (gloo:*): dur_ns lasts until the collective
+-- completed; comm is the process group; ret 0 completed, 1 completed with an error, -1 raised
+-- before being queued.
 CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,

@@ -112,3 +112,61 @@ TEST_F(RecordTorch, WarnsWhenNoOperatorIsFound) {
 
 }  // namespace
 }  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// The comm layer's c10d part: a real two-rank Gloo job over loopback (launched like torchrun
+// would), with each collective's bytes, datatype, rank and world size, and durations that last
+// until the collective completed.
+TEST_F(RecordTorch, GlooCollectivesOfBothRanksUntilTheyComplete) {
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "comm", "--", kPython,
+                w + "/launch_ranks.py", "2", w + "/gloo_train.py", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM comm_calls"), 2);
+  EXPECT_EQ(db.pairs("SELECT rank || '/' || nranks, count(DISTINCT pid) FROM comm_calls "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"0/2", 1}, {"1/2", 1}}));
+  // the explicit collectives, per rank: name|datatype|count|bytes
+  EXPECT_EQ(db.pairs("SELECT rank || '|' || name || '|' || COALESCE(datatype, '-') || '|' || "
+                     "COALESCE(count, '-') || '|' || COALESCE(bytes, '-') || '|' || "
+                     "COALESCE(peer, '-'), count(*) FROM comm_calls WHERE "
+                     "name IN ('gloo:barrier', 'gloo:send', 'gloo:recv') OR "
+                     "(name = 'gloo:all_reduce' AND bytes IN (4000, 16)) OR "
+                     "(name = 'gloo:broadcast' AND datatype = 'int64' AND count = 10) OR "
+                     "(name = 'gloo:all_gather' AND datatype = 'float64') GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"0|gloo:all_reduce|float32|1000|4000|-", 3},
+                {"1|gloo:all_reduce|float32|1000|4000|-", 3},
+                {"0|gloo:all_reduce|float32|4|16|-", 1},
+                {"1|gloo:all_reduce|float32|4|16|-", 1},
+                {"0|gloo:broadcast|int64|10|80|-", 2},
+                {"1|gloo:broadcast|int64|10|80|-", 2},
+                {"0|gloo:all_gather|float64|16|128|-", 1},
+                {"1|gloo:all_gather|float64|16|128|-", 1},
+                {"0|gloo:barrier|-|-|-|-", 1},
+                {"1|gloo:barrier|-|-|-|-", 1},
+                {"0|gloo:send|float32|256|1024|1", 1},
+                {"1|gloo:recv|float32|256|1024|0", 1}}));
+  // DDP's gradient all_reduce: one bucket (weight 32x8 + bias 8, float32) per step and rank
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce' AND "
+                      "bytes = 1056"),
+            2 * 3);
+  // rank 1 arrives 0.2 s late: rank 0's all_reduce lasts until it completed, not until it was
+  // queued (its call returns at once)
+  EXPECT_GE(db.scalar("SELECT dur_ns FROM comm_calls WHERE rank = 0 AND bytes = 16"),
+            150'000'000);
+  EXPECT_LT(db.scalar("SELECT dur_ns FROM comm_calls WHERE rank = 1 AND bytes = 16"),
+            150'000'000);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE ret != 0"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce' AND "
+                      "busbw_gbps > 0"),
+            db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce'"));
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'c10d_incomplete'"), "0");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'torch_version'"), "1.13.0");
+}
+
+}  // namespace
+}  // namespace e2e

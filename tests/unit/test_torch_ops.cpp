@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "probe/c10d_ops.h"
 #include "probe/elf_symbols.h"
 #include "probe/library_finder.h"
 #include "probe/torch_ops.h"
@@ -85,6 +86,37 @@ TEST(TorchOps, LibraryNames) {
   EXPECT_TRUE(looks_like_torch_library("/opt/libtorch/lib/libtorch.so"));
   EXPECT_FALSE(looks_like_torch_library("/venv/site-packages/torch/lib/libtorch_python.so"));
   EXPECT_FALSE(looks_like_torch_library("/usr/lib/libtorchaudio.so"));
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+TEST(C10dOps, EverySymbolIsInDebiansLibtorch) {
+  const std::string lib = "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13";
+  if (!std::filesystem::exists(lib))
+    GTEST_SKIP() << lib << " is absent (python3-torch is not installed; scripts/setup.sh does)";
+  ElfSymbols elf = ElfSymbols::load(lib);
+  for (const auto& op : c10d_ops()) EXPECT_NE(elf.find_function(op.symbol), nullptr) << op.name;
+  std::string version;
+  auto layout = torch_layout_for(lib, &version);
+  ASSERT_TRUE(layout);
+  EXPECT_EQ(version, "1.13.0");  // the library file's version (Debian package 1.13.1)
+  EXPECT_EQ(layout->numel_offset, 168u);
+}
+
+TEST(C10dOps, LayoutsOnlyForKnownVersions) {
+  std::string version;
+  EXPECT_FALSE(torch_layout_for("/nonexistent/libtorch_cpu.so.2.3.0", &version));
+  EXPECT_EQ(version, "2.3.0");
+  EXPECT_TRUE(torch_layout_for("/nonexistent/libtorch_cpu.so.1.13", &version));
+  EXPECT_FALSE(torch_layout_for("/nonexistent/lib/libtorch_cpu.so", &version));
+  EXPECT_EQ(version, "");
+  EXPECT_EQ(scalar_type_name(6), "float32");
+  EXPECT_EQ(scalar_type_name(15), "bfloat16");
+  EXPECT_EQ(scalar_type_name(99), "unknown");
 }
 
 }  // namespace
