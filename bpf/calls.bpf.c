@@ -82,6 +82,8 @@ static __always_inline __u64 wake_flags(void)
 									      : BPF_RB_NO_WAKEUP;
 }
 
+#include "python.bpf.h"
+
 /*
  * A probed function that tail-calls another (`return f();` compiled to a jump) shares its
  * stack pointer with it. The kernel has already pointed the caller's return address at the
@@ -193,6 +195,8 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	__s64 ret = PT_REGS_RC(ctx);
 	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)
 		emit_name(cookie & EACGM_COOKIE_OP_MASK, id >> 32, c);
+	if (python_enabled) /* set before load: costs nothing when the python layer is off */
+		py_emit_stack(id >> 32, (__u32)id, c->ts_ns);
 
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {

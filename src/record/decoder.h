@@ -15,6 +15,8 @@
 
 namespace eacgm {
 
+class PythonDecoder;
+
 struct DecoderStats {
   uint64_t calls = 0;
   uint64_t proc_events = 0;
@@ -41,6 +43,9 @@ class EventDecoder {
 
   const DecoderStats& stats() const { return stats_; }
 
+  // The python layer's records go to `python`, and call records get their Python stacks from it.
+  void set_python(PythonDecoder* python);
+
  private:
   void decode_call(const eacgm_call_event& e);
   void decode_comm(const eacgm_call_event& e);
@@ -61,6 +66,7 @@ class EventDecoder {
   // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co, per process
   std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
   Interner names_;
+  PythonDecoder* python_ = nullptr;
   // NCCL communicators created while traced: rank and size, per process
   struct CommInfo {
     int64_t rank = -1, nranks = -1;

@@ -19,6 +19,8 @@ struct RecordOptions {
   double interval_ms = 100;  // sampling interval of the gpu and host layers
   std::string nvml_library;  // --nvml-library; empty: $EACGM_NVML_LIBRARY, else the driver's
   bool quiet = false;
+  std::string python_filter = "user,torch.nn";  // --python-filter (see python/code_filter.h)
+  uint32_t python_stack_depth = 8;               // --python-stack-depth
 };
 
 // Records and returns the exit status for eacgm: the command's own status for `-- CMD`.
