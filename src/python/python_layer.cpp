@@ -123,11 +123,31 @@ void PythonLayer::plan_process(uint32_t pid) {
     const CPythonBuild& b = builds_[size_t(index)];
     if (b.eval_file_offset < m.file_offset || b.eval_file_offset >= m.file_offset + (m.end - m.start))
       continue;
+    uint64_t bias = m.start + (b.eval_file_offset - m.file_offset) - b.eval_vaddr;
     eacgm_py_process p{};
-    p.runtime = m.start + (b.eval_file_offset - m.file_offset) - b.eval_vaddr + b.runtime_vaddr;
+    p.runtime = bias + b.runtime_vaddr;
     p.layout = uint32_t(index);
     bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST);
+    if (b.layout->version >= 311) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
   }
+}
+
+// A process already running Python (-p, or planned after start-up) may never enter the eval
+// function again by itself: 3.11 inlines its calls. So its hook is written now, from userspace,
+// when its main interpreter exists; the BPF side asks for it at its first eval call otherwise.
+void PythonLayer::hook_running(uint32_t pid, const CPythonBuild& b, uint64_t runtime,
+                               uint64_t eval_addr) {
+  eacgm_py_process p{};
+  if (bpf_map_lookup_elem(procs_fd_, &pid, &p) != 0 || p.hook != EACGM_PY_HOOK_NONE) return;
+  uint64_t interp = 0;
+  iovec local{&interp, sizeof(interp)};
+  iovec remote{reinterpret_cast<void*>(runtime + b.layout->runtime_interp_main), sizeof(interp)};
+  if (process_vm_readv(pid_t(pid), &local, 1, &remote, 1, 0) != sizeof(interp) || !interp) return;
+  p.hook_addr = interp + b.layout->interp_eval_frame;
+  p.hook_value = eval_addr;
+  p.hook = EACGM_PY_HOOK_REQUESTED;
+  bpf_map_update_elem(procs_fd_, &pid, &p, BPF_EXIST);
+  install_hook({EACGM_REC_PY_HOOK, pid, p.hook_addr, p.hook_value});
 }
 
 void PythonLayer::plan_program(const std::string& program) {

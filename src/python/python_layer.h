@@ -41,6 +41,8 @@ class PythonLayer {
   std::vector<std::string> warnings() const;
 
  private:
+  void hook_running(uint32_t pid, const CPythonBuild& build, uint64_t runtime, uint64_t eval_addr);
+
   CallTracer& tracer_;
   int layouts_fd_, procs_fd_, codes_fd_;
   std::map<std::string, int> files_;  // "dev:inode" -> layout index, -1: not traceable
