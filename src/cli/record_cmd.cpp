@@ -57,6 +57,11 @@ std::function<int()> add_record(CLI::App& app) {
                   "python layer: innermost Python frames kept for each cuda/comm call")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  cmd->add_flag("--python-no-hook", opts->python_no_hook,
+                "python layer: leave CPython 3.11+'s inlined Python-to-Python calls alone; then "
+                "only calls entered from C are recorded there (stacks are complete either way). "
+                "The hook eacgm sets otherwise makes each call a C call, which on 3.12 lowers "
+                "the deepest Python recursion to about 745 frames (RecursionError beyond)");
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");

@@ -65,8 +65,9 @@ void needed_libpython(const std::string& path, std::string& needed, std::vector<
 
 }  // namespace
 
-PythonLayer::PythonLayer(CallTracer& tracer)
+PythonLayer::PythonLayer(CallTracer& tracer, bool hook)
     : tracer_(tracer),
+      hook_(hook),
       layouts_fd_(tracer.map_fd("py_layouts")),
       procs_fd_(tracer.map_fd("py_procs")),
       codes_fd_(tracer.map_fd("py_codes")) {
@@ -128,7 +129,7 @@ void PythonLayer::plan_process(uint32_t pid) {
     p.runtime = bias + b.runtime_vaddr;
     p.layout = uint32_t(index);
     bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST);
-    if (b.layout->version >= 311) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
+    if (hook_ && b.layout->version >= 311) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
   }
 }
 
@@ -178,6 +179,7 @@ void PythonLayer::set_verdict(const eacgm_py_code_key& key, uint32_t verdict) {
 }
 
 void PythonLayer::install_hook(const eacgm_py_hook_event& r) {
+  if (!hook_) return;  // --python-no-hook: the request stays unanswered, and is not repeated
   uint32_t pid = r.pid;
   uint64_t current = 0;
   iovec local{&current, sizeof(current)};

@@ -16,7 +16,9 @@ namespace eacgm {
 
 class PythonLayer {
  public:
-  explicit PythonLayer(CallTracer& tracer);
+  // `hook`: set the eval-frame hook in 3.11+ processes (without it, only Python calls entered
+  // from C are seen there; see --python-no-hook).
+  PythonLayer(CallTracer& tracer, bool hook);
 
   // Attaches to a CPython interpreter file (executable or libpython), once per file. Returns
   // false when the file is no CPython; an unsupported version is reported once (warnings()).
@@ -44,6 +46,7 @@ class PythonLayer {
   void hook_running(uint32_t pid, const CPythonBuild& build, uint64_t runtime, uint64_t eval_addr);
 
   CallTracer& tracer_;
+  bool hook_;
   int layouts_fd_, procs_fd_, codes_fd_;
   std::map<std::string, int> files_;  // "dev:inode" -> layout index, -1: not traceable
   std::vector<CPythonBuild> builds_;  // by layout index

@@ -189,7 +189,7 @@ void Session::plan_dirty() {
 }
 
 void Session::start_python() {
-  python_ = std::make_unique<PythonLayer>(tracer_);
+  python_ = std::make_unique<PythonLayer>(tracer_, !opts_.python_no_hook);
   PythonLayer* layer = python_.get();
   python_decoder_ = std::make_unique<PythonDecoder>(
       writer_, PythonFilter(opts_.python_filter),
@@ -211,6 +211,7 @@ void Session::finish_python() {
   writer_.set_meta("python_calls_filtered", std::to_string(s.filtered));
   writer_.set_meta("python_calls_unnamed", std::to_string(s.unnamed));
   writer_.set_meta("python_hooks_restored", std::to_string(restored));
+  writer_.set_meta("python_hook", opts_.python_no_hook ? "off" : "on");
   std::string lines;
   for (const auto& w : python_->warnings()) {
     fprintf(stderr, "eacgm: %s\n", w.c_str());

@@ -6,7 +6,7 @@
 namespace e2e {
 namespace {
 
-const std::string kPyWorkloads = EACGM_PY_WORKLOADS;
+inline const std::string kPyWorkloads = EACGM_PY_WORKLOADS;
 
 struct Interpreter {
   std::string path;
@@ -190,6 +190,30 @@ TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 2);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE py_stack IS NOT NULL"), 0);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM python_stacks"), 0);
+}
+
+}  // namespace
+}  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// Without the hook, CPython 3.12 inlines Python-to-Python calls: only frames entered from C
+// (the module, the class body run by __build_class__) reach the probe. This is what the hook
+// is for, and --python-no-hook gives it up for the user's recursion depth.
+TEST_F(RecordingTest, PythonNoHookSeesOnlyCallsFromC) {
+  const std::string python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-no-hook", "--",
+                python, kPyWorkloads + "/nesting.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'nesting.<module>'"), 1);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'nesting.Model'"), 1);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name IN ('nesting.h', "
+                      "'nesting.g', 'nesting.f', 'nesting.main')"),
+            0);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hook'"), "off");
 }
 
 }  // namespace
