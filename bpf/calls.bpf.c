@@ -82,6 +82,8 @@ static __always_inline __u64 wake_flags(void)
 									      : BPF_RB_NO_WAKEUP;
 }
 
+#include "python.bpf.h"
+
 /*
  * A probed function that tail-calls another (`return f();` compiled to a jump) shares its
  * stack pointer with it. The kernel has already pointed the caller's return address at the
@@ -155,6 +157,11 @@ static __always_inline void sum_tensors(struct eacgm_call_event *e, __u64 arg, b
 /* A call traced at its entry alone (c10d): the record goes out at once. */
 static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __u64 id)
 {
+	__u64 now = bpf_ktime_get_ns();
+	/* the calls themselves get their Python stack (they read a process group: PG_ARG1), not
+	 * the Work bookkeeping probes */
+	if (python_enabled && (cookie & EACGM_COOKIE_PG_ARG1))
+		py_emit_stack(id >> 32, (__u32)id, now);
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
@@ -163,7 +170,7 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	__builtin_memset(e, 0, sizeof(*e));
 	e->kind = EACGM_REC_CALL;
 	e->op = cookie & EACGM_COOKIE_OP_MASK;
-	e->ts_ns = bpf_ktime_get_ns();
+	e->ts_ns = now;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->args[0] = PT_REGS_PARM1(ctx);
@@ -286,6 +293,8 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	__s64 ret = PT_REGS_RC(ctx);
 	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)
 		emit_name(cookie & EACGM_COOKIE_OP_MASK, id >> 32, c);
+	if (python_enabled) /* set before load: costs nothing when the python layer is off */
+		py_emit_stack(id >> 32, (__u32)id, c->ts_ns);
 
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {

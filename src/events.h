@@ -173,4 +173,6 @@ enum eacgm_filter_mode {
 	EACGM_FILTER_ALL = 1,  /* every process */
 };
 
+#include "python_events.h"
+
 #endif

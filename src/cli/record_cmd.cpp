@@ -32,6 +32,9 @@ std::function<int()> add_record(CLI::App& app) {
       "  eacgm record --all --duration 60      trace every process that uses CUDA\n"
       "  eacgm record --layers cuda,comm,gpu,host --interval 10 -- torchrun train.py\n"
       "                                        every layer, GPU and host sampled at 100 Hz\n"
+      "  eacgm record --layers cuda,python -- python3 train.py\n"
+      "                                        + Python calls, and the Python stack of each "
+      "CUDA call\n"
       "CUDA and NCCL durations are host-side API times (enqueue time for async calls), not GPU "
       "time.");
   cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
@@ -40,9 +43,10 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--layers", *layers,
                   "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
                   "(NCCL collectives and communicators), torch (PyTorch operators through the "
-                  "dispatcher, e.g. aten::linear; see --torch-ops), gpu (NVML: utilization, memory, power, "
-                  "clocks, PCIe, throttling, ECC, XIDs, per-process use; sampled), host "
-                  "(scheduler, network and block I/O counters, sampled)")
+                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.12 "
+                  "function calls, and the Python stack of each cuda/comm call), gpu (NVML: "
+                  "utilization, memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process "
+                  "use; sampled), host (scheduler, network and block I/O counters, sampled)")
       ->capture_default_str();
   cmd->add_option("--torch-ops", *torch_ops,
                   "PyTorch operators the torch layer traces: comma-separated globs on "
@@ -52,6 +56,22 @@ std::function<int()> add_record(CLI::App& app) {
                   "updates; e.g. default,add,mul or '*' (every operator: thousands of probes, "
                   "slow to attach and costly)")
       ->capture_default_str();
+  cmd->add_option("--python-filter", opts->python_filter,
+                  "python layer: which functions to record, PATTERN[,PATTERN...]: 'user' (code "
+                  "outside the standard library and site-/dist-packages), a dotted name "
+                  "module.qualname with * and ? wildcards (a plain name covers what is under "
+                  "it: torch.nn), or a file path (any pattern with a '/'); '*' records every "
+                  "function. Stacks of cuda/comm calls always show every frame")
+      ->capture_default_str();
+  cmd->add_option("--python-stack-depth", opts->python_stack_depth,
+                  "python layer: innermost Python frames kept for each cuda/comm call")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  cmd->add_flag("--python-no-hook", opts->python_no_hook,
+                "python layer: leave CPython 3.11+'s inlined Python-to-Python calls alone; then "
+                "only calls entered from C are recorded there (stacks are complete either way). "
+                "The hook eacgm sets otherwise makes each call a C call, which on 3.12 lowers "
+                "the deepest Python recursion to about 745 frames (RecursionError beyond)");
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");

@@ -27,10 +27,46 @@ TimelineSlice call_slice(const Statement& s, int64_t to_real, const char* layer)
   return slice;
 }
 
-void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+// Python stacks of calls (python_stacks), each as one text: innermost frame first.
+using PythonStacks = std::map<int64_t, std::string>;
+
+PythonStacks python_stacks(const RecordingReader& rec) {
+  PythonStacks stacks;
+  if (!rec.has_table("python_stacks")) return stacks;
+  rec.query("SELECT id, name, file, line FROM python_stacks ORDER BY id, depth", [&](Statement& s) {
+    std::string& text = stacks[s.int_at(0)];
+    text += fmt::format("{}{} ({}:{})", text.empty() ? "" : "\n", s.text_at(1), s.text_at(2),
+                        s.null_at(3) ? std::string("?") : std::to_string(s.int_at(3)));
+  });
+  return stacks;
+}
+
+// The python_stack arg of a call slice whose py_stack column is `col`.
+void add_python_stack(TimelineSlice& slice, const Statement& s, int col,
+                      const PythonStacks& stacks) {
+  if (s.null_at(col)) return;
+  if (auto it = stacks.find(s.int_at(col)); it != stacks.end())
+    slice.args.push_back({"python_stack", it->second});
+}
+
+void add_python_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  if (!rec.has_table("python_calls")) return;
+  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, file, line, depth FROM python_calls "
+            "ORDER BY ts_ns",
+            [&](Statement& s) {
+              TimelineSlice slice = call_slice(s, to_real, "python");
+              slice.args.push_back({"file", std::string(s.text_at(5))});
+              slice.args.push_back({"line", s.int_at(6)});
+              sink.add_slice(slice);
+            });
+}
+
+void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
+                     const PythonStacks& stacks) {
   rec.query(
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, bytes, memcpy_kind, stream, grid_x, grid_y, "
-      "grid_z, block_x, block_y, block_z, shared_mem, kernel FROM cuda_calls ORDER BY ts_ns",
+      "grid_z, block_x, block_y, block_z, shared_mem, kernel, " +
+          std::string(stacks.empty() ? "NULL" : "py_stack") + " FROM cuda_calls ORDER BY ts_ns",
       [&](Statement& s) {
         TimelineSlice slice = call_slice(s, to_real, "cuda");
         if (!s.null_at(16)) slice.args.push_back({"kernel", std::string(s.text_at(16))});
@@ -45,15 +81,18 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
           slice.args.push_back({"shared_mem", s.int_at(15)});
         }
         slice.args.push_back({"ret", s.int_at(5)});
+        add_python_stack(slice, s, 17, stacks);
         sink.add_slice(slice);
       });
 }
 
-void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
+                     const PythonStacks& stacks) {
   if (!rec.has_table("comm_calls")) return;
   rec.query(
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, count, datatype, bytes, redop, peer, comm, "
-      "rank, nranks, stream FROM comm_calls ORDER BY ts_ns",
+      "rank, nranks, stream, " + std::string(stacks.empty() ? "NULL" : "py_stack") +
+          " FROM comm_calls ORDER BY ts_ns",
       [&](Statement& s) {
         TimelineSlice slice = call_slice(s, to_real, "comm");
         if (!s.null_at(6)) slice.args.push_back({"count", s.int_at(6)});
@@ -66,15 +105,22 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
         if (!s.null_at(13)) slice.args.push_back({"nranks", s.int_at(13)});
         if (!s.null_at(14)) slice.args.push_back({"stream", uint64_t(s.int_at(14))});
         slice.args.push_back({"ret", s.int_at(5)});
+        add_python_stack(slice, s, 15, stacks);
         sink.add_slice(slice);
       });
 }
 
 // Operators nest (aten::linear around aten::addmm): their slices nest on the thread's track.
-void add_torch_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+void add_torch_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
+                      const PythonStacks& stacks) {
   if (!rec.has_table("torch_calls")) return;
-  rec.query("SELECT ts_ns, dur_ns, pid, tid, name FROM torch_calls ORDER BY ts_ns, dur_ns DESC",
-            [&](Statement& s) { sink.add_slice(call_slice(s, to_real, "torch")); });
+  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, py_stack FROM torch_calls "
+            "ORDER BY ts_ns, dur_ns DESC",
+            [&](Statement& s) {
+              TimelineSlice slice = call_slice(s, to_real, "torch");
+              add_python_stack(slice, s, 5, stacks);
+              sink.add_slice(slice);
+            });
 }
 
 // Turns interval samples into counter tracks: each value holds from the start of its interval,
@@ -227,9 +273,11 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   rec.query("SELECT pid, tid, name FROM threads", [&](Statement& s) {
     sink.add_thread({uint32_t(s.int_at(0)), uint32_t(s.int_at(1)), std::string(s.text_at(2))});
   });
-  add_cuda_slices(rec, sink, to_real);
-  add_comm_slices(rec, sink, to_real);
-  add_torch_slices(rec, sink, to_real);
+  PythonStacks stacks = python_stacks(rec);  // none in recordings made before the python layer
+  add_cuda_slices(rec, sink, to_real, stacks);
+  add_comm_slices(rec, sink, to_real, stacks);
+  add_torch_slices(rec, sink, to_real, stacks);
+  add_python_slices(rec, sink, to_real);
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
   add_anomalies(rec, sink, to_real);

@@ -72,6 +72,8 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   if (!skel_) fail("cannot open the BPF programs: {}", load_error_hint(errno));
   skel_->rodata->filter_mode = options.trace_all ? EACGM_FILTER_ALL : EACGM_FILTER_PIDS;
   skel_->rodata->wakeup_bytes = options.wakeup_bytes;
+  skel_->rodata->python_enabled = options.python;
+  skel_->rodata->py_stack_depth = options.python_stack_depth;
   if (int err = bpf_map__set_max_entries(skel_->maps.events, options.ring_bytes); err)
     fail("cannot size the ring buffer to {} bytes: {}", options.ring_bytes, errno_text(-err));
   for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
@@ -200,6 +202,23 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
   if (!link) return errno_text(errno);
   links_.emplace_back(link);
   return {};
+}
+
+std::string CallTracer::attach_python_eval(const std::string& path, uint64_t file_offset,
+                                           uint32_t layout) {
+  for (bool retprobe : {false, true}) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = layout, .retprobe = retprobe);
+    bpf_program* prog = retprobe ? skel_->progs.py_eval_return : skel_->progs.py_eval_entry;
+    bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), file_offset, &opts);
+    if (!link) return errno_text(errno);
+    links_.emplace_back(link);
+  }
+  return {};
+}
+
+int CallTracer::map_fd(const char* name) const {
+  bpf_map* map = bpf_object__find_map_by_name(skel_->obj, name);
+  return map ? bpf_map__fd(map) : -1;
 }
 
 int CallTracer::poll(int timeout_ms, const RecordHandler& handler) {

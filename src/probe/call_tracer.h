@@ -17,6 +17,8 @@ struct CallTracerOptions {
   bool trace_all = false;              // every process, not just the traced tree
   uint64_t ring_bytes = 32ull << 20;   // power of two
   uint64_t wakeup_bytes = 256 * 1024;  // reader wakeup mark
+  bool python = false;                 // the python layer: stacks for calls, eval probes
+  uint32_t python_stack_depth = 8;     // innermost Python frames kept per call (<= 16)
 };
 
 struct TracerCounters {
@@ -56,6 +58,13 @@ class CallTracer {
 
   // Attaches the hook that reports a traced process's dlopen (see loader_update in the BPF).
   std::string attach_loader_hook(const std::string& path, uint64_t file_offset);
+
+  // Attaches the python layer's entry and return programs to CPython's eval function at
+  // `file_offset` of `path`; `layout` is the py_layouts index its events use. "" or why not.
+  std::string attach_python_eval(const std::string& path, uint64_t file_offset, uint32_t layout);
+
+  // A map of the loaded object by name (the python layer's py_layouts, py_procs, py_codes).
+  int map_fd(const char* name) const;
 
   // Waits up to timeout_ms for data, then hands every waiting record to the callback.
   // Returns the number of records consumed.

@@ -13,6 +13,7 @@
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/demangle.h"
+#include "python/python_decoder.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -100,6 +101,7 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_exec_image(*static_cast<const eacgm_exec_image_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
+  } else if (python_ && python_->on_record(kind, data, size)) {
   } else {
     ++stats_.malformed;
   }
@@ -141,6 +143,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   row.tid = e.tid;
   row.name = op.symbol;
   row.ret = static_cast<int32_t>(e.ret);  // ncclResult_t
+  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
   auto arg = [&](int8_t i) { return call_arg(e, i); };
   if (op.count_arg != kNoCommArg) row.count = int64_t(arg(op.count_arg));
   if (op.dtype_arg != kNoCommArg) {
@@ -200,7 +203,9 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
   }
   ++stats_.calls;
   note_thread(e.pid, e.tid);
-  out_.add(TorchCallRow{e.ts_ns, e.dur_ns, e.pid, e.tid, name});
+  TorchCallRow row{e.ts_ns, e.dur_ns, e.pid, e.tid, name};
+  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  out_.add(row);
 }
 
 void EventDecoder::decode_call(const eacgm_call_event& e) {
@@ -224,6 +229,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   row.name = op.symbol;
   // CUDA error codes are C enums: the low 32 bits of the return register.
   row.ret = static_cast<int32_t>(e.ret);
+  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
   if (op.bytes_arg != kNoArg) row.bytes = static_cast<int64_t>(call_arg(e, op.bytes_arg));
   if (op.stream_arg != kNoArg) {
     row.has_stream = true;
@@ -313,6 +319,11 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       break;
   }
   out_.add(row);
+}
+
+void EventDecoder::set_python(PythonDecoder* python) {
+  python_ = python;
+  if (python_) python_->note_thread = [this](uint32_t pid, uint32_t tid) { note_thread(pid, tid); };
 }
 
 void EventDecoder::decode_exec_image(const eacgm_exec_image_event& e) {

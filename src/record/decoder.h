@@ -19,6 +19,8 @@
 
 namespace eacgm {
 
+class PythonDecoder;
+
 struct DecoderStats {
   uint64_t calls = 0;
   uint64_t proc_events = 0;
@@ -52,6 +54,8 @@ class EventDecoder {
 
   // Names of the torch layer's op ids (given out as libtorch files are probed).
   void set_torch_ops(std::shared_ptr<const TorchOps> ops) { torch_ops_ = std::move(ops); }
+  // The python layer's records go to `python`, and call records get their Python stacks from it.
+  void set_python(PythonDecoder* python);
 
  private:
   void decode_call(const eacgm_call_event& e);
@@ -76,6 +80,7 @@ class EventDecoder {
   std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
   Interner names_;
   std::shared_ptr<const TorchOps> torch_ops_;
+  PythonDecoder* python_ = nullptr;
   // NCCL communicators created while traced: rank and size, per process
   struct CommInfo {
     int64_t rank = -1, nranks = -1;

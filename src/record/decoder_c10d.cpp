@@ -2,6 +2,8 @@
 // duration lasts until the collective finished, not until it was queued.
 #include "record/decoder.h"
 
+#include "python/python_decoder.h"
+
 namespace eacgm {
 
 void EventDecoder::emit_c10d(C10dCall call, uint64_t end_ns, int64_t ret) {
@@ -47,6 +49,7 @@ void EventDecoder::decode_c10d(const eacgm_call_event& e) {
       row.tid = e.tid;
       row.name = op.name;
       row.comm = e.args[1];  // the process group
+      if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
       if (op.tensor_arg >= 0) {
         uint64_t dtype = e.deref[4] & 0xffffffff, tensors = e.deref[4] >> 32;
         if (e.deref[0] != ~0ULL) {

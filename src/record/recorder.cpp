@@ -28,6 +28,8 @@
 #include "probe/proc_maps.h"
 #include "probe/symbolizer.h"
 #include "probe/target.h"
+#include "python/python_decoder.h"
+#include "python/python_layer.h"
 #include "record/decoder.h"
 #include "report/report.h"
 #include "store/recording.h"
@@ -80,9 +82,6 @@ void check_layers(const std::vector<std::string>& layers) {
     if (!known.count(l))
       throw UsageError(fmt::format(
           "unknown layer '{}' (choose from cuda, comm, python, torch, gpu, host)", l));
-    if (l == "python")
-      throw UsageError(fmt::format("layer '{}' is not implemented yet in this version (cuda, "
-                                   "comm, torch, gpu and host are; see the issue tracker)", l));
   }
 }
 
@@ -105,7 +104,8 @@ class Session {
   explicit Session(const RecordOptions& o)
       : opts_(o),
         writer_(o.output, o.force),
-        tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024}),
+        tracer_(CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024, has_layer("python"),
+                                  o.python_stack_depth}),
         decoder_(writer_, symbols_),
         torch_ops_(std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops))),
         probes_(probe_set(o.layers, torch_ops_,
@@ -114,6 +114,7 @@ class Session {
     decoder_.set_torch_ops(torch_ops_);
     if (has_layer("host"))
       host_ = std::make_unique<HostTracer>(o.all ? -1 : tracer_.traced_map_fd(), o.all);
+    if (has_layer("python")) start_python();
     decoder_.on_code_mapped = [this](uint32_t pid) {
       // Snapshot the maps now, while the process surely runs (exec and dlopen wake the reader
       // at once): a short-lived process may be gone by the time its calls are decoded, and its
@@ -127,6 +128,7 @@ class Session {
     decoder_.on_process_exit = [this](uint32_t pid, int) {
       live_.erase(pid);
       symbols_.forget(pid);
+      if (python_) python_->forget(pid), python_decoder_->forget(pid);
     };
   }
 
@@ -142,6 +144,8 @@ class Session {
   void progress(uint64_t now_ns);
   void write_samples();
   void start_gpu();
+  void start_python();
+  void finish_python();
   bool has_layer(const std::string& l) const {
     return std::find(opts_.layers.begin(), opts_.layers.end(), l) != opts_.layers.end();
   }
@@ -156,6 +160,8 @@ class Session {
   ProbePlanner planner_;
   std::unique_ptr<HostTracer> host_;
   std::unique_ptr<GpuLayer> gpu_;
+  std::unique_ptr<PythonLayer> python_;
+  std::unique_ptr<PythonDecoder> python_decoder_;
   std::unique_ptr<SamplingThread> sampling_;  // after the layers it reads: destroyed first
   uint64_t host_rows_ = 0;
   std::unique_ptr<LaunchedCommand> command_;
@@ -202,8 +208,46 @@ void Session::use_torch_layout(const std::string& path) {
 }
 
 void Session::plan_dirty() {
-  for (uint32_t pid : dirty_) planner_.plan_process(pid);
+  for (uint32_t pid : dirty_) {
+    planner_.plan_process(pid);
+    if (python_) python_->plan_process(pid);
+  }
   dirty_.clear();
+}
+
+void Session::start_python() {
+  python_ = std::make_unique<PythonLayer>(tracer_, !opts_.python_no_hook);
+  PythonLayer* layer = python_.get();
+  python_decoder_ = std::make_unique<PythonDecoder>(
+      writer_, PythonFilter(opts_.python_filter),
+      [layer](const eacgm_py_code_key& key, uint32_t verdict) { layer->set_verdict(key, verdict); });
+  python_decoder_->on_hook_request = [layer](const eacgm_py_hook_event& r) {
+    layer->install_hook(r);
+  };
+  decoder_.set_python(python_decoder_.get());
+}
+
+void Session::finish_python() {
+  // The job may outlive the recording (-p, --duration): give it back its inlined calls.
+  int restored = python_->restore_hooks();
+  const PythonDecoderStats& s = python_decoder_->stats();
+  writer_.set_meta("python_filter", opts_.python_filter);
+  writer_.set_meta("python_interpreters", join(python_->interpreters(), ";"));
+  writer_.set_meta("python_calls", std::to_string(s.calls));
+  writer_.set_meta("python_code_objects", std::to_string(s.code_objects));
+  writer_.set_meta("python_calls_filtered", std::to_string(s.filtered));
+  writer_.set_meta("python_calls_unnamed", std::to_string(s.unnamed));
+  writer_.set_meta("python_hooks_restored", std::to_string(restored));
+  writer_.set_meta("python_hook", opts_.python_no_hook ? "off" : "on");
+  std::string lines;
+  for (const auto& w : python_->warnings()) {
+    fprintf(stderr, "eacgm: %s\n", w.c_str());
+    lines += (lines.empty() ? "" : "\n") + w;
+  }
+  writer_.set_meta("python_warnings", lines);
+  if (python_->interpreters().empty() && lines.empty())
+    fprintf(stderr, "eacgm: layer python: no CPython interpreter was found in the traced "
+            "processes\n");
 }
 
 void Session::drain() {
@@ -260,6 +304,7 @@ int Session::run() {
     command_ = std::make_unique<LaunchedCommand>(opts_.command);
     target = join(opts_.command, " ");
     tracer_.trace_pid(uint32_t(command_->pid()));
+    if (python_) python_->plan_program(command_->program());
     const char* ldp = getenv("LD_LIBRARY_PATH");
     for (const auto& lib : candidate_libraries(probes_, ldp ? ldp : "")) planner_.plan_file(lib);
   } else if (opts_.all) {
@@ -311,7 +356,10 @@ int Session::run() {
     if (!dirty_.empty()) plan_dirty();
     if (opts_.all && now - last_rescan > 2'000'000'000ull) {
       // --all has no mmap events (too many host-wide): look for new CUDA processes on a timer
-      for (uint32_t p : descendants_of(1)) planner_.plan_process(p);
+      for (uint32_t p : descendants_of(1)) {
+        planner_.plan_process(p);
+        if (python_) python_->plan_process(p);
+      }
       last_rescan = now;
     }
     if (writer_.pending() > 50'000 || now - last_flush > 100'000'000ull) {
@@ -377,6 +425,7 @@ void Session::finish(std::optional<int> exit_status) {
       writer_.set_meta("netns", std::to_string(ns.st_ino));
     writer_.set_meta("host_samples", std::to_string(host_rows_));
   }
+  if (python_) finish_python();
   writer_.set_meta("dropped_events", std::to_string(c.ring_drops));
   writer_.set_meta("unmatched_returns", std::to_string(c.entry_missing));
   writer_.set_meta("nesting_overflows", std::to_string(c.entry_overflow));
@@ -440,6 +489,7 @@ void Session::finish(std::optional<int> exit_status) {
 
 int run_record(const RecordOptions& options) {
   check_layers(options.layers);
+  PythonFilter check_filter(options.python_filter);  // a bad pattern is a usage error, now
   int targets = (!options.command.empty()) + (!options.pids.empty()) + options.all;
   if (targets != 1)
     throw UsageError("say what to trace: -- COMMAND [ARGS], -p PID[,PID...], or --all");

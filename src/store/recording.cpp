@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "store/python_tables.h"
 #include "store/sample_tables.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
@@ -25,7 +26,7 @@ CREATE TABLE cuda_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, bytes INTEGER,
                         memcpy_kind TEXT, stream INTEGER, grid_x INTEGER, grid_y INTEGER,
                         grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
-                        shared_mem INTEGER, kernel TEXT, address INTEGER);
+                        shared_mem INTEGER, kernel TEXT, address INTEGER, py_stack INTEGER);
 -- Host layer, one row per scope and sampling interval (counts over the interval ending at ts_ns).
 -- scope 'process' (id = pid), 'net' (id = ifindex in netns), 'disk' (id = major << 20 | minor).
 -- tx/rx bytes: frames with link-layer headers for 'net'; socket payload for 'process'.
@@ -64,10 +65,19 @@ CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
-                        busbw_gbps REAL);
+                        busbw_gbps REAL, py_stack INTEGER);
 -- PyTorch operators (dispatcher entry points). Nested operators lie inside their caller's span.
 CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-                         tid INTEGER NOT NULL, name TEXT NOT NULL);
+                         tid INTEGER NOT NULL, name TEXT NOT NULL, py_stack INTEGER);
+-- Python layer: traced function calls (a generator's resumption is a call of its own); name is
+-- module.qualname, line the function's first line, depth its nesting among traced calls.
+CREATE TABLE python_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                          tid INTEGER NOT NULL, name TEXT NOT NULL, file TEXT, line INTEGER,
+                          depth INTEGER);
+-- Python stacks of calls of the other layers (their py_stack column), deduplicated: one row per
+-- frame, depth 0 the innermost; line is the line executing in that frame.
+CREATE TABLE python_stacks(id INTEGER NOT NULL, depth INTEGER NOT NULL, name TEXT NOT NULL,
+                           file TEXT, line INTEGER, PRIMARY KEY(id, depth));
 -- Written by eacgm detect (each run replaces the previous one's rows).
 CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, layer TEXT NOT NULL,
                        name TEXT NOT NULL, score REAL, threshold REAL, cause TEXT,
@@ -83,7 +93,12 @@ CREATE VIEW trace AS
   UNION ALL
   SELECT ts_ns, dur_ns, pid, tid, 'torch' AS layer, name, NULL AS detail, NULL AS bytes,
          NULL AS ret
-  FROM torch_calls;
+  FROM torch_calls
+  UNION ALL
+
+  SELECT ts_ns, dur_ns, pid, tid, 'python' AS layer, name, file || ':' || line AS detail,
+         NULL AS bytes, NULL AS ret
+  FROM python_calls;
 )sql";
 
 namespace {
@@ -235,7 +250,7 @@ void RecordingWriter::write_batch(const Batch& b) {
   }
   Statement call(db_,
                  "INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-                 "?16,?17,?18)");
+                 "?16,?17,?18,?19)");
   for (const auto& c : b.cuda_calls) {
     call.bind(1, static_cast<int64_t>(c.ts_ns));
     call.bind(2, static_cast<int64_t>(c.dur_ns));
@@ -255,10 +270,12 @@ void RecordingWriter::write_batch(const Batch& b) {
     }
     if (!c.kernel.empty()) call.bind(17, c.kernel);  // launches, and driver kernel lookups
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
+    if (c.py_stack) call.bind(19, c.py_stack);
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
   if (!write_comm_calls(db_, b.comm_calls)) return failed("communication calls");
   if (!write_torch_calls(db_, b.torch_calls)) return failed("torch calls");
+  if (!write_python_rows(db_, b.python_calls, b.python_frames)) return failed("Python calls");
   if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
   if (!write_gpu_rows(db_, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu/gpu_samples.h"
+#include "store/python_rows.h"
 #include "store/rows.h"
 
 struct sqlite3;
@@ -42,6 +43,8 @@ class RecordingWriter {
   void add(const GpuSample& row) { batch_->gpu_samples.push_back(row); }
   void add(const GpuProcessSample& row) { batch_->gpu_process_samples.push_back(row); }
   void add(const GpuXidEvent& row) { batch_->gpu_xids.push_back(row); }
+  void add(const PythonCallRow& row) { batch_->python_calls.push_back(row); }
+  void add(const PythonStackFrameRow& row) { batch_->python_frames.push_back(row); }
   size_t pending() const { return batch_->size(); }
   void flush();
 
@@ -67,10 +70,13 @@ class RecordingWriter {
     std::vector<GpuSample> gpu_samples;
     std::vector<GpuProcessSample> gpu_process_samples;
     std::vector<GpuXidEvent> gpu_xids;
+    std::vector<PythonCallRow> python_calls;
+    std::vector<PythonStackFrameRow> python_frames;
     size_t size() const {
       return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() + processes.size() + exits.size() + threads.size() +
              host_samples.size() + gpu_devices.size() + gpu_samples.size() +
-             gpu_process_samples.size() + gpu_xids.size();
+             gpu_process_samples.size() + gpu_xids.size() + python_calls.size() +
+             python_frames.size();
     }
   };
   void writer_loop();

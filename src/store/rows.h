@@ -24,6 +24,7 @@ struct CudaCallRow {
   uint64_t shared_mem = 0;
   std::string_view kernel;  // demangled kernel name for launches
   uint64_t address = 0;     // allocation result, freed pointer, or launched function
+  int64_t py_stack = 0;     // python_stacks id of the calling Python code; 0: none
 };
 
 // One traced communication call (NCCL). Durations are host-side: for collectives, which NCCL
@@ -46,6 +47,7 @@ struct CommCallRow {
   uint64_t stream = 0;
   double algbw_gbps = -1;  // nccl-tests formulas over the host-side duration; -1: unknown
   double busbw_gbps = -1;
+  int64_t py_stack = 0;  // python_stacks id of the calling Python code; 0: none
 };
 
 // One traced PyTorch operator call through the dispatcher (at::_ops::<op>::call). Calls nest:
@@ -55,6 +57,7 @@ struct TorchCallRow {
   uint64_t dur_ns = 0;
   uint32_t pid = 0, tid = 0;
   std::string_view name;  // "aten::addmm", "aten::add.Tensor"
+  int64_t py_stack = 0;   // python_stacks id of the calling Python code; 0: none
 };
 
 // An anomaly found by `eacgm detect`: a call or a time window whose log-density under its

@@ -81,7 +81,7 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
   if (rows.empty()) return true;
   Statement insert(db,
                    "INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
-                   "?15,?16,?17)");
+                   "?15,?16,?17,?18)");
   for (const auto& c : rows) {
     insert.bind(1, static_cast<int64_t>(c.ts_ns));
     insert.bind(2, static_cast<int64_t>(c.dur_ns));
@@ -100,6 +100,7 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
     if (c.has_stream) insert.bind(15, static_cast<int64_t>(c.stream));
     if (c.algbw_gbps >= 0) insert.bind_double(16, c.algbw_gbps);
     if (c.busbw_gbps >= 0) insert.bind_double(17, c.busbw_gbps);
+    if (c.py_stack) insert.bind(18, c.py_stack);
     if (insert.run() != SQLITE_DONE) return false;
   }
   return true;
@@ -107,13 +108,14 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
 
 bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows) {
   if (rows.empty()) return true;
-  Statement insert(db, "INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5)");
+  Statement insert(db, "INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5,?6)");
   for (const auto& c : rows) {
     insert.bind(1, static_cast<int64_t>(c.ts_ns));
     insert.bind(2, static_cast<int64_t>(c.dur_ns));
     insert.bind(3, int64_t(c.pid));
     insert.bind(4, int64_t(c.tid));
     insert.bind(5, c.name);
+    if (c.py_stack) insert.bind(6, c.py_stack);
     if (insert.run() != SQLITE_DONE) return false;
   }
   return true;

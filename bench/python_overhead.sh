@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Per-call cost of the python layer, measured in one run against no tracing: a call-heavy loop
+# on each supported interpreter here (every call recorded, and every call filtered out, which
+# leaves the probe hit and, on 3.11+, the un-inlined call), then a small PyTorch training loop.
+# Run as root after `cmake --build build --target eacgm`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EACGM=build/eacgm
+N=${N:-1000000}
+STEPS=${STEPS:-300}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+value() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+best_of() {  # KEY CMD...: runs CMD 3 times, prints the lowest KEY value
+  local key=$1 best=""
+  shift
+  for _ in 1 2 3; do
+    v=$("$@" | value "$key")
+    best=$(awk -v a="$v" -v b="$best" 'BEGIN{print (b=="" || a<b) ? a : b}')
+  done
+  echo "$best"
+}
+traced() { $EACGM record -q -f -o "$out/r.db" --layers python "$@"; }
+ratio() {  # NAME OURS BASE UNIT
+  awk -v n="$1" -v o="$2" -v b="$3" -v u="$4" \
+    'BEGIN { printf "%s: ours %.4g %s, baseline (untraced) %.4g %s, ratio %.2f\n", n, o, u, b, u, o / b }'
+}
+
+for py in /usr/bin/python3.11 /root/.pyenv/versions/3.10.13/bin/python3.10 \
+          /root/.pyenv/versions/3.12.1/bin/python3.12; do
+  [ -x "$py" ] || { echo "$py: not installed, skipped"; continue; }
+  v=$($py -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  base=$(best_of ns_per_call $py bench/python_call_loop.py "$N")
+  all=$(best_of ns_per_call traced -- $py bench/python_call_loop.py "$N")
+  calls=$(sqlite3 "$out/r.db" "select count(*) from python_calls where name like '%.tiny'")
+  none=$(best_of ns_per_call traced --python-filter 'no.such.module' -- $py bench/python_call_loop.py "$N")
+  ratio "python $v call loop, every call recorded ($calls recorded)" "$all" "$base" ns/call
+  ratio "python $v call loop, every call filtered out" "$none" "$base" ns/call
+done
+
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  base=$(best_of ms_per_step /usr/bin/python3 bench/python_train_loop.py "$STEPS")
+  dflt=$(best_of ms_per_step traced -- /usr/bin/python3 bench/python_train_loop.py "$STEPS")
+  calls=$(sqlite3 "$out/r.db" "select count(*) from python_calls")
+  ratio "torch MLP training step, default filter (user code + torch.nn, $calls calls recorded)" \
+    "$dflt" "$base" ms/step
+else
+  echo "torch training loop: /usr/bin/python3 has no torch, skipped"
+fi

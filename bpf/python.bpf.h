@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The python layer's kernel side, included by calls.bpf.c so that it shares the ring buffer, the
+ * traced-process filter and the counters. It reads CPython's own structures with the offsets
+ * userspace put in py_layouts (one entry per probed interpreter file; the probe cookie says
+ * which), and does three things:
+ *  - times each call of _PyEval_EvalFrameDefault (entry + return probe; arg 2 is the frame),
+ *    for code objects userspace said to trace (py_codes), and names each new code object once;
+ *  - on 3.11+, makes every Python call enter _PyEval_EvalFrameDefault from C: userspace writes
+ *    that function's own address into interp->eval_frame (PEP 523), after which the interpreter stops
+ *    inlining Python-to-Python calls (their specialised instructions deoptimise) and calls
+ *    _PyEval_EvalFrame -> eval_frame -> _PyEval_EvalFrameDefault, i.e. the very same function;
+ *  - gives the call layers the Python stack of the calling thread (py_emit_stack).
+ */
+#ifndef EACGM_PYTHON_BPF_H
+#define EACGM_PYTHON_BPF_H
+
+/* Set before load: the python layer is on (else the stack reads compile away), and how many
+ * frames a stack keeps. */
+const volatile bool python_enabled = false;
+const volatile __u32 py_stack_depth = 8;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EACGM_PY_MAX_LAYOUTS);
+	__type(key, __u32);
+	__type(value, struct eacgm_py_layout);
+} py_layouts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct eacgm_py_process);
+} py_procs SEC(".maps");
+
+/* Code objects seen, with userspace's verdict; LRU: one evicted is simply named again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct eacgm_py_code_key);
+	__type(value, __u32);
+} py_codes SEC(".maps");
+
+/* Python calls in flight per thread. The kernel keeps at most 64 return probes pending per
+ * task, so deeper calls could not be timed anyway. */
+#define PY_MAX_DEPTH 64
+
+struct py_open_call {
+	__u64 sp;
+	__u64 ts_ns;
+	__u64 code;
+	__u64 name_obj;
+	__u32 firstlineno;
+	__u32 pad;
+};
+
+struct py_task {
+	__u64 tstate; /* the thread's PyThreadState, as the last eval call passed it */
+	__u32 depth;
+	__u32 pad;
+	struct py_open_call calls[PY_MAX_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct py_task);
+} py_tasks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct eacgm_py_stack_event);
+} py_stack_scratch SEC(".maps");
+
+static __always_inline __u32 py_slot(__u32 depth)
+{
+	asm volatile("" : "+r"(depth));
+	return depth & (PY_MAX_DEPTH - 1);
+}
+
+static __always_inline __u64 py_ptr(__u64 addr)
+{
+	__u64 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+	return v;
+}
+
+static __always_inline __u32 py_u32(__u64 addr)
+{
+	__u32 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+	return v;
+}
+
+/* The characters of a str object: compact ASCII NUL-terminated, other compact strings raw with
+ * their width in *kind (userspace converts). Returns the bytes copied. */
+#define PY_READ_STR(dst, obj, l, kind_out)                                                        \
+	({                                                                                        \
+		__u32 _n = 0;                                                                     \
+		__u8 _state = 0;                                                                  \
+		bpf_probe_read_user(&_state, 1, (void *)((obj) + (l)->unicode_state));           \
+		if (_state & 0x40) {                                                              \
+			long _r = bpf_probe_read_user_str(dst, sizeof(dst),                      \
+							  (void *)((obj) + (l)->unicode_ascii_data)); \
+			_n = _r > 0 ? _r - 1 : 0;                                                 \
+			kind_out = 0;                                                             \
+		} else {                                                                          \
+			__u8 _kind = (_state >> 2) & 7;                                           \
+			__u64 _len = py_ptr((obj) + (l)->unicode_length) * _kind;                 \
+			if (_len > sizeof(dst))                                                   \
+				_len = sizeof(dst);                                               \
+			asm volatile("" : "+r"(_len));                                            \
+			if (_len > 0 && _len <= sizeof(dst) &&                                    \
+			    bpf_probe_read_user(dst, _len,                                        \
+						(void *)((obj) + (l)->unicode_compact_data)) == 0) \
+				_n = _len;                                                        \
+			kind_out = _kind;                                                         \
+		}                                                                                 \
+		_n;                                                                               \
+	})
+
+/*
+ * Userspace's verdict on a code object; the first time one is seen in a process, a CODE record
+ * with its names and line table asks for it (PENDING until answered). A global function: the
+ * verifier checks it once, not at each of its call sites.
+ */
+__noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 firstlineno,
+				__u32 layout)
+{
+	struct eacgm_py_code_key key = {
+		.code = code, .name_obj = name_obj, .pid = pid, .firstlineno = firstlineno};
+	__u32 *v = bpf_map_lookup_elem(&py_codes, &key);
+	if (v)
+		return *v;
+	__u32 pending = EACGM_PY_PENDING;
+	if (bpf_map_update_elem(&py_codes, &key, &pending, BPF_NOEXIST) != 0)
+		return EACGM_PY_PENDING; /* another CPU got there first */
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &layout);
+	if (!l)
+		return EACGM_PY_PENDING;
+	struct eacgm_py_code_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		bpf_map_delete_elem(&py_codes, &key); /* ask again next time */
+		return EACGM_PY_PENDING;
+	}
+	e->kind = EACGM_REC_PY_CODE;
+	e->version = l->version;
+	e->key = key;
+	__u8 kind = 0;
+	e->name_bytes = PY_READ_STR(e->name, name_obj, l, kind);
+	e->name_kind = kind;
+	__u64 file = py_ptr(code + l->code_filename);
+	e->file_bytes = PY_READ_STR(e->file, file, l, kind);
+	e->file_kind = kind;
+	__u64 table = py_ptr(code + l->code_linetable);
+	__u64 size = py_ptr(table + l->bytes_size);
+	if (size > sizeof(e->linetable))
+		size = sizeof(e->linetable);
+	asm volatile("" : "+r"(size));
+	e->linetable_bytes = 0;
+	if (size > 0 && size <= sizeof(e->linetable) &&
+	    bpf_probe_read_user(e->linetable, size, (void *)(table + l->bytes_data)) == 0)
+		e->linetable_bytes = size;
+	/* userspace answers these: do not let them wait for the fill mark */
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return EACGM_PY_PENDING;
+}
+
+static __always_inline void py_code_identity(__u64 code, const struct eacgm_py_layout *l,
+					     __u64 *name_obj, __u32 *firstlineno)
+{
+	*name_obj = py_ptr(code + l->code_name);
+	*firstlineno = py_u32(code + l->code_firstlineno);
+}
+
+/* 3.11+: asks userspace to route every Python call through _PyEval_EvalFrameDefault (see the
+ * top of this file), at the process's first eval call after attach, which is normally during
+ * interpreter start-up, well before the user's code runs. Userspace writes the hook (with
+ * process_vm_writev): bpf_probe_write_user is not available on every kernel (not on ours). */
+static __always_inline void py_request_hook(struct eacgm_py_process *p,
+					    const struct eacgm_py_layout *l, __u32 pid,
+					    __u64 tstate, __u64 eval_addr)
+{
+	__u64 interp = py_ptr(tstate + l->tstate_interp);
+	if (!interp)
+		return;
+	struct eacgm_py_hook_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return;
+	}
+	p->hook_addr = interp + l->interp_eval_frame;
+	p->hook_value = eval_addr;
+	p->hook = EACGM_PY_HOOK_REQUESTED;
+	e->kind = EACGM_REC_PY_HOOK;
+	e->pid = pid;
+	e->hook_addr = p->hook_addr;
+	e->hook_value = eval_addr;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+SEC("uprobe")
+int py_eval_entry(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 pid = id >> 32;
+	if (!is_traced(pid))
+		return 0;
+	__u32 li = bpf_get_attach_cookie(ctx) & (EACGM_PY_MAX_LAYOUTS - 1);
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
+	if (!l || !l->version)
+		return 0;
+	__u64 tstate = PT_REGS_PARM1(ctx);
+	__u64 frame = PT_REGS_PARM2(ctx);
+	__u64 ip = PT_REGS_IP(ctx); /* the probed address: _PyEval_EvalFrameDefault itself */
+	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!p) {
+		struct eacgm_py_process fresh = {.runtime = ip + l->runtime_from_eval, .layout = li};
+		bpf_map_update_elem(&py_procs, &pid, &fresh, BPF_NOEXIST);
+		p = bpf_map_lookup_elem(&py_procs, &pid);
+		if (!p)
+			return 0;
+	}
+	if (p->hook == EACGM_PY_HOOK_NONE && l->version >= 311)
+		py_request_hook(p, l, pid, tstate, ip);
+
+	struct py_task *t = bpf_task_storage_get(&py_tasks, bpf_get_current_task_btf(), 0,
+						 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	t->tstate = tstate;
+	__u64 code = py_ptr(frame + l->frame_code);
+	if (!code)
+		return 0;
+	__u64 name_obj;
+	__u32 firstlineno;
+	py_code_identity(code, l, &name_obj, &firstlineno);
+	if (py_register_code(code, name_obj, pid, firstlineno, li) == EACGM_PY_SKIP)
+		return 0;
+
+	__u64 sp = PT_REGS_SP(ctx);
+	__u32 depth = t->depth;
+	/* entries at or below this stack pointer are calls that already left */
+	for (int i = 0; i < PY_MAX_DEPTH && depth > 0; i++) {
+		if (t->calls[py_slot(depth - 1)].sp > sp)
+			break;
+		depth--;
+	}
+	if (depth >= PY_MAX_DEPTH) {
+		t->depth = depth;
+		return 0;
+	}
+	struct py_open_call *c = &t->calls[py_slot(depth)];
+	c->sp = sp;
+	c->ts_ns = bpf_ktime_get_ns();
+	c->code = code;
+	c->name_obj = name_obj;
+	c->firstlineno = firstlineno;
+	t->depth = depth + 1;
+	return 0;
+}
+
+SEC("uretprobe")
+int py_eval_return(struct pt_regs *ctx)
+{
+	struct py_task *t = bpf_task_storage_get(&py_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	__u64 entry_sp = PT_REGS_SP(ctx) - 8;
+	__u32 depth = t->depth;
+	/* entries below this frame lost their returns (the kernel's nesting limit): drop them */
+	for (int i = 0; i < PY_MAX_DEPTH && depth > 0; i++) {
+		if (t->calls[py_slot(depth - 1)].sp >= entry_sp)
+			break;
+		depth--;
+	}
+	if (depth == 0) {
+		t->depth = 0;
+		return 0;
+	}
+	struct py_open_call *c = &t->calls[py_slot(depth - 1)];
+	if (c->sp != entry_sp) {
+		t->depth = depth; /* a skipped function returned */
+		return 0;
+	}
+	t->depth = depth - 1;
+	struct eacgm_py_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return 0;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	e->kind = EACGM_REC_PY_CALL;
+	e->depth = depth - 1;
+	e->ts_ns = c->ts_ns;
+	e->dur_ns = bpf_ktime_get_ns() - c->ts_ns;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->code = c->code;
+	e->name_obj = c->name_obj;
+	e->firstlineno = c->firstlineno;
+	e->pad = 0;
+	bpf_ringbuf_submit(e, wake_flags());
+	return 0;
+}
+
+/* The calling thread's PyThreadState: the one its last eval call passed, if it still belongs to
+ * this thread, else found in the interpreter's thread list. 3.11+ threads are known by their
+ * native (kernel) id; 3.10's by pthread_self(), which on x86_64 glibc is the fs base. */
+static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
+					     const struct eacgm_py_layout *l, __u32 tid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 want = l->version == 310 ? BPF_CORE_READ(task, thread.fsbase) : tid;
+	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0, 0);
+	if (t && t->tstate && py_ptr(t->tstate + l->tstate_thread_id) == want)
+		return t->tstate;
+	__u64 interp = py_ptr(p->runtime + l->runtime_interp_main);
+	__u64 ts = interp ? py_ptr(interp + l->interp_threads_head) : 0;
+	for (int i = 0; i < 64 && ts; i++) {
+		__u64 thread_id = py_ptr(ts + l->tstate_thread_id);
+		if (l->version != 310)
+			thread_id &= 0xffffffff; /* native_thread_id is an unsigned long too, but a tid */
+		if (thread_id == want)
+			return ts;
+		ts = py_ptr(ts + l->tstate_next);
+	}
+	return 0;
+}
+
+/* The innermost Python frames of the calling thread, as a STACK record that precedes the call
+ * record stamped call_ts. Names come from CODE records, sent first for code not yet seen. */
+__noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
+{
+	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!p)
+		return 0;
+	__u32 li = p->layout;
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
+	if (!l || !l->version)
+		return 0;
+	__u64 tstate = py_thread_state(p, l, tid);
+	if (!tstate)
+		return 0;
+	__u64 frame = py_ptr(tstate + l->tstate_frame);
+	if (l->version != 310)
+		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
+	if (!frame)
+		return 0;
+	__u32 zero = 0;
+	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
+	if (!s)
+		return 0;
+	__u32 n = 0;
+	for (int i = 0; i < EACGM_PY_MAX_STACK + 8 && frame; i++) {
+		if (n >= py_stack_depth || n >= EACGM_PY_MAX_STACK)
+			break;
+		__u64 next = py_ptr(frame + l->frame_back);
+		__u64 code = py_ptr(frame + l->frame_code);
+		__u8 owner = 0;
+		if (l->frame_owner)
+			bpf_probe_read_user(&owner, 1, (void *)(frame + l->frame_owner));
+		if (!code || owner == 3) { /* 3.12's C-stack shim frames are no Python code */
+			frame = next;
+			continue;
+		}
+		struct eacgm_py_frame *f = &s->frames[n & (EACGM_PY_MAX_STACK - 1)];
+		f->code = code;
+		py_code_identity(code, l, &f->name_obj, &f->firstlineno);
+		if (l->version == 310) {
+			__s32 lasti = (__s32)py_u32(frame + l->frame_instr);
+			f->instr = lasti < 0 ? ~0u : (__u32)lasti;
+		} else {
+			__u64 first = code + l->code_instructions;
+			__u64 prev = py_ptr(frame + l->frame_instr);
+			f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
+		}
+		py_register_code(code, f->name_obj, pid, f->firstlineno, li);
+		n++;
+		frame = next;
+	}
+	if (n == 0)
+		return 0;
+	s->kind = EACGM_REC_PY_STACK;
+	s->pid = pid;
+	s->tid = tid;
+	s->depth = n;
+	s->call_ts = call_ts;
+	if (bpf_ringbuf_output(&events, s, sizeof(*s), BPF_RB_NO_WAKEUP) != 0)
+		count(EACGM_CNT_RING_DROPS);
+	return 0;
+}
+
+#endif

@@ -1,0 +1,172 @@
+// The python layer's decoding; like the other decoders, no allocation per call record.
+#include "python/python_decoder.h"
+
+#include <cstring>
+
+#include "python/line_table.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+static_assert(sizeof(eacgm_py_call_event) == 56, "event layout");
+static_assert(sizeof(eacgm_py_code_event) == 8 + 24 + 8 + EACGM_PY_NAME_BYTES +
+                                                 EACGM_PY_FILE_BYTES + EACGM_PY_LINETABLE_BYTES,
+              "event layout");
+static_assert(sizeof(eacgm_py_stack_event) == 24 + 24 * EACGM_PY_MAX_STACK, "event layout");
+
+void append_utf8(std::string& out, uint32_t c) {
+  if (c < 0x80) {
+    out += char(c);
+  } else if (c < 0x800) {
+    out += char(0xc0 | (c >> 6));
+    out += char(0x80 | (c & 0x3f));
+  } else if (c < 0x10000) {
+    out += char(0xe0 | (c >> 12));
+    out += char(0x80 | ((c >> 6) & 0x3f));
+    out += char(0x80 | (c & 0x3f));
+  } else {
+    out += char(0xf0 | (c >> 18));
+    out += char(0x80 | ((c >> 12) & 0x3f));
+    out += char(0x80 | ((c >> 6) & 0x3f));
+    out += char(0x80 | (c & 0x3f));
+  }
+}
+
+// A str object's characters as the BPF side copied them (ASCII, or 1/2/4 bytes per character).
+std::string to_utf8(const char* data, size_t bytes, uint8_t kind) {
+  if (kind == 0) return std::string(data, strnlen(data, bytes));
+  if (kind != 1 && kind != 2 && kind != 4) return "?";
+  std::string out;
+  for (size_t i = 0; i + kind <= bytes; i += kind) {
+    uint32_t c = 0;
+    std::memcpy(&c, data + i, kind);  // little endian
+    append_utf8(out, c);
+  }
+  return out;
+}
+
+}  // namespace
+
+PythonDecoder::PythonDecoder(RecordingWriter& out, PythonFilter filter, VerdictSink set_verdict)
+    : out_(out), filter_(std::move(filter)), set_verdict_(std::move(set_verdict)) {}
+
+bool PythonDecoder::on_record(uint32_t kind, const void* data, size_t size) {
+  switch (kind) {
+    case EACGM_REC_PY_CALL:
+      if (size < sizeof(eacgm_py_call_event)) break;
+      decode_call(*static_cast<const eacgm_py_call_event*>(data));
+      return true;
+    case EACGM_REC_PY_CODE:
+      if (size < sizeof(eacgm_py_code_event)) break;
+      decode_code(*static_cast<const eacgm_py_code_event*>(data));
+      return true;
+    case EACGM_REC_PY_STACK:
+      if (size < sizeof(eacgm_py_stack_event)) break;
+      decode_stack(*static_cast<const eacgm_py_stack_event*>(data));
+      return true;
+    case EACGM_REC_PY_HOOK:
+      if (size < sizeof(eacgm_py_hook_event)) break;
+      if (on_hook_request) on_hook_request(*static_cast<const eacgm_py_hook_event*>(data));
+      return true;
+    default:
+      return false;
+  }
+  ++malformed_;
+  return true;
+}
+
+void PythonDecoder::decode_code(const eacgm_py_code_event& e) {
+  CodeInfo info;
+  std::string qualname = to_utf8(e.name, std::min<size_t>(e.name_bytes, sizeof(e.name)),
+                                 e.name_kind);
+  std::string file = to_utf8(e.file, std::min<size_t>(e.file_bytes, sizeof(e.file)), e.file_kind);
+  std::string module = python_module_of(file);
+  std::string name = module.empty() ? qualname : module + "." + qualname;
+  info.name = strings_.intern(name);
+  info.file = strings_.intern(file);
+  info.firstlineno = int(e.key.firstlineno);
+  info.minor = int(e.version % 100);
+  info.traced = filter_.wants(info.name, info.file);
+  size_t table = std::min<size_t>(e.linetable_bytes, sizeof(e.linetable));
+  info.linetable.assign(e.linetable, e.linetable + table);
+  codes_[e.key] = std::move(info);
+  ++stats_.code_objects;
+  if (set_verdict_) set_verdict_(e.key, codes_[e.key].traced ? EACGM_PY_TRACE : EACGM_PY_SKIP);
+}
+
+const PythonDecoder::CodeInfo* PythonDecoder::find(const eacgm_py_code_key& key) const {
+  auto it = codes_.find(key);
+  return it == codes_.end() ? nullptr : &it->second;
+}
+
+void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
+  const CodeInfo* info = find({e.code, e.name_obj, e.pid, e.firstlineno});
+  if (!info) {
+    ++stats_.unnamed;
+    return;
+  }
+  if (!info->traced) {
+    ++stats_.filtered;
+    return;
+  }
+  if (note_thread) note_thread(e.pid, e.tid);
+  PythonCallRow row;
+  row.ts_ns = e.ts_ns;
+  row.dur_ns = e.dur_ns;
+  row.pid = e.pid;
+  row.tid = e.tid;
+  row.name = info->name;
+  row.file = info->file;
+  row.line = info->firstlineno;
+  row.depth = e.depth;
+  out_.add(row);
+  ++stats_.calls;
+}
+
+void PythonDecoder::decode_stack(const eacgm_py_stack_event& e) {
+  std::string text;  // the frames as they will be stored: the deduplication key
+  struct Frame {
+    std::string_view name, file;
+    int64_t line;
+  };
+  Frame frames[EACGM_PY_MAX_STACK];
+  uint32_t n = std::min<uint32_t>(e.depth, EACGM_PY_MAX_STACK);
+  for (uint32_t i = 0; i < n; ++i) {
+    const eacgm_py_frame& f = e.frames[i];
+    const CodeInfo* info = find({f.code, f.name_obj, e.pid, f.firstlineno});
+    Frame& out = frames[i];
+    if (info) {
+      out.name = info->name;
+      out.file = info->file;
+      out.line = cpython_line_of(info->minor, info->linetable, info->firstlineno, f.instr);
+    } else {
+      out.name = strings_.intern(fmt::format("<code object {:#x}>", f.code));
+      out.file = {};
+      out.line = -1;
+    }
+    text += fmt::format("{}\t{}\t{}\n", out.name, out.file, out.line);
+  }
+  auto [it, fresh] = stack_ids_.try_emplace(std::move(text), int64_t(stack_ids_.size() + 1));
+  if (fresh) {
+    ++stats_.stacks;
+    for (uint32_t i = 0; i < n; ++i)
+      out_.add(PythonStackFrameRow{it->second, i, frames[i].name, frames[i].file, frames[i].line});
+  }
+  pending_[e.tid] = {e.call_ts, it->second};
+}
+
+int64_t PythonDecoder::take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns) {
+  (void)pid;  // tids are unique host-wide while both records are in flight
+  auto it = pending_.find(tid);
+  if (it == pending_.end() || it->second.call_ts != ts_ns) return 0;
+  int64_t id = it->second.id;
+  pending_.erase(it);
+  return id;
+}
+
+void PythonDecoder::forget(uint32_t pid) {
+  std::erase_if(codes_, [pid](const auto& kv) { return kv.first.pid == pid; });
+}
+
+}  // namespace eacgm

@@ -1,0 +1,90 @@
+// Decodes the python layer's records: names code objects (and gives the BPF side its verdict
+// on each), turns returns into python_calls rows, and stacks into deduplicated python_stacks.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "events.h"
+#include "python/code_filter.h"
+#include "store/recording.h"
+#include "util/interner.h"
+
+namespace eacgm {
+
+struct PythonDecoderStats {
+  uint64_t calls = 0;         // rows written
+  uint64_t filtered = 0;      // calls of code objects the filter rejected (sent while pending)
+  uint64_t unnamed = 0;       // calls whose code object was never named (its record was lost)
+  uint64_t code_objects = 0;  // code objects named
+  uint64_t stacks = 0;        // distinct stacks
+};
+
+class PythonDecoder {
+ public:
+  using VerdictSink = std::function<void(const eacgm_py_code_key&, uint32_t verdict)>;
+  PythonDecoder(RecordingWriter& out, PythonFilter filter, VerdictSink set_verdict);
+
+  // Handles a record of the python layer; false if `kind` is not one.
+  bool on_record(uint32_t kind, const void* data, size_t size);
+
+  // The python_stacks id of the call record (pid, tid, ts_ns) when its stack record came just
+  // before it; 0 otherwise.
+  int64_t take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns);
+
+  // A process exited: forget its code objects (their addresses mean nothing any more).
+  void forget(uint32_t pid);
+
+  // Called when a 3.11+ process asks for its eval-frame hook (see bpf/python.bpf.h).
+  std::function<void(const eacgm_py_hook_event&)> on_hook_request;
+
+  // Called for each thread a row names (the recording's threads table).
+  std::function<void(uint32_t pid, uint32_t tid)> note_thread;
+
+  const PythonDecoderStats& stats() const { return stats_; }
+  uint64_t malformed() const { return malformed_; }
+
+ private:
+  struct CodeInfo {
+    std::string_view name, file;
+    int firstlineno = 0;
+    int minor = 0;
+    bool traced = false;
+    std::vector<uint8_t> linetable;
+  };
+  struct KeyHash {
+    size_t operator()(const eacgm_py_code_key& k) const {
+      return std::hash<uint64_t>()(k.code ^ (k.name_obj << 1) ^ (uint64_t(k.pid) << 40) ^
+                                   k.firstlineno);
+    }
+  };
+  struct KeyEq {
+    bool operator()(const eacgm_py_code_key& a, const eacgm_py_code_key& b) const {
+      return a.code == b.code && a.name_obj == b.name_obj && a.pid == b.pid &&
+             a.firstlineno == b.firstlineno;
+    }
+  };
+  struct PendingStack {
+    uint64_t call_ts = 0;
+    int64_t id = 0;
+  };
+
+  void decode_code(const eacgm_py_code_event& e);
+  void decode_call(const eacgm_py_call_event& e);
+  void decode_stack(const eacgm_py_stack_event& e);
+  const CodeInfo* find(const eacgm_py_code_key& key) const;
+
+  RecordingWriter& out_;
+  PythonFilter filter_;
+  VerdictSink set_verdict_;
+  Interner strings_;
+  std::unordered_map<eacgm_py_code_key, CodeInfo, KeyHash, KeyEq> codes_;
+  std::unordered_map<std::string, int64_t> stack_ids_;  // frames, as text, to their id
+  std::unordered_map<uint32_t, PendingStack> pending_;  // by tid
+  PythonDecoderStats stats_;
+  uint64_t malformed_ = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,220 @@
+// End to end: the python layer on real CPython interpreters (Debian's python3.11 and the pyenv
+// 3.10, 3.11 and 3.12 builds): exact calls, counts and nesting, Python stacks of CUDA calls,
+// filters, attaching to a running interpreter, and unsupported versions.
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+inline const std::string kPyWorkloads = EACGM_PY_WORKLOADS;
+
+struct Interpreter {
+  std::string path;
+  int minor;
+  std::string label;
+};
+
+std::string PrintTo(const Interpreter& i) { return i.label; }
+void PrintTo(const Interpreter& i, std::ostream* os) { *os << i.label; }
+
+const Interpreter kInterpreters[] = {
+    {"/usr/bin/python3.11", 11, "debian311"},
+    {"/root/.pyenv/versions/3.10.13/bin/python3.10", 10, "pyenv310"},
+    {"/root/.pyenv/versions/3.11.7/bin/python3.11", 11, "pyenv311"},
+    {"/root/.pyenv/versions/3.12.1/bin/python3.12", 12, "pyenv312"},
+};
+
+class RecordPython : public RecordingTest, public ::testing::WithParamInterface<Interpreter> {
+ protected:
+  void SetUp() override {
+    RecordingTest::SetUp();
+    if (IsSkipped()) return;
+    if (!std::filesystem::exists(GetParam().path))
+      GTEST_SKIP() << GetParam().path << " is not installed: CPython 3." << GetParam().minor
+                   << " is not covered here";
+  }
+  // 3.10 code objects carry no qualified name: a method is module.method there.
+  std::string method(const std::string& module, const std::string& cls, const std::string& m) {
+    return GetParam().minor == 10 ? module + "." + m : module + "." + cls + "." + m;
+  }
+};
+
+TEST_P(RecordPython, CallsCountsAndNestingAreExact) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--",
+                GetParam().path, kPyWorkloads + "/nesting.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  std::string forward = method("nesting", "Model", "forward");
+  // A generator's resumptions are calls of their own: 3 yields and the final StopIteration.
+  // From 3.11 on, calling a generator function runs its frame once more, to its first
+  // instruction (RETURN_GENERATOR), which makes the generator object.
+  int64_t gens = GetParam().minor >= 11 ? 5 : 4;
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM python_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"nesting.<module>", 1}, {"nesting.Model", 1},
+                                            {"nesting.main", 1}, {"nesting.f", 1},
+                                            {"nesting.g", 4}, {"nesting.h", 61},
+                                            {forward, 1}, {"nesting.loop", 1},
+                                            {"nesting.consume", 1}, {"nesting.gen", gens}}));
+  // each call's parent: the traced call one level up that contains it in time, same thread
+  EXPECT_EQ(db.pairs("SELECT c.name || ' <- ' || p.name, count(*) FROM python_calls c "
+                     "JOIN python_calls p ON p.tid = c.tid AND p.depth = c.depth - 1 AND "
+                     "p.ts_ns <= c.ts_ns AND c.ts_ns + c.dur_ns <= p.ts_ns + p.dur_ns "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"nesting.Model <- nesting.<module>", 1},
+                                            {"nesting.main <- nesting.<module>", 1},
+                                            {"nesting.f <- nesting.main", 1},
+                                            {forward + " <- nesting.main", 1},
+                                            {"nesting.loop <- nesting.main", 1},
+                                            {"nesting.consume <- nesting.main", 1},
+                                            {"nesting.g <- nesting.f", 3},
+                                            {"nesting.g <- " + forward, 1},
+                                            {"nesting.h <- nesting.g", 8},
+                                            {"nesting.h <- nesting.loop", 50},
+                                            {"nesting.gen <- nesting.consume", gens},
+                                            {"nesting.h <- nesting.gen", 3}}));
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE depth = 0"), 1);
+  EXPECT_EQ(db.pairs("SELECT name, line FROM python_calls WHERE name IN ('nesting.h', "
+                     "'nesting.g', 'nesting.main') GROUP BY name"),
+            (std::map<std::string, int64_t>{{"nesting.h", 5}, {"nesting.g", 9},
+                                            {"nesting.main", 42}}));
+  // the standard library is not the user's code: not recorded by default
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE file != '" + kPyWorkloads +
+                      "/nesting.py'"),
+            0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM trace WHERE layer = 'python'"), 72 + gens);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_calls'"), std::to_string(72 + gens));
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE dur_ns <= 0"), 0);
+}
+
+TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
+  E2E_REQUIRE_CUDA();
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python", "--",
+                GetParam().path, kPyWorkloads + "/cuda_stack.py",
+                std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
+  auto frames = [&](const std::string& call) {
+    std::map<std::string, int64_t> m;
+    db.each("SELECT s.depth, s.name, s.file, s.line FROM cuda_calls c JOIN python_stacks s "
+            "ON s.id = c.py_stack WHERE c.name = '" + call + "' ORDER BY s.depth",
+            [&](sqlite3_stmt* s) {
+              std::string file = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
+              EXPECT_EQ(file, kPyWorkloads + "/cuda_stack.py");
+              m[std::to_string(sqlite3_column_int64(s, 0)) + " " +
+                reinterpret_cast<const char*>(sqlite3_column_text(s, 1))] =
+                  sqlite3_column_int64(s, 3);
+            });
+    return m;
+  };
+  EXPECT_EQ(frames("cudaMalloc"),
+            (std::map<std::string, int64_t>{{"0 cuda_stack.allocate", 11},
+                                            {"1 cuda_stack.layer", 15},
+                                            {"2 " + method("cuda_stack", "Trainer", "step"), 20},
+                                            {"3 cuda_stack.<module>", 23}}));
+  EXPECT_EQ(frames("cudaFree"), (std::map<std::string, int64_t>{{"0 cuda_stack.<module>", 24}}));
+  // the call lies inside the Python call that made it
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls c JOIN python_calls p ON p.tid = c.tid "
+                      "AND p.name = 'cuda_stack.allocate' AND p.ts_ns <= c.ts_ns AND "
+                      "c.ts_ns + c.dur_ns <= p.ts_ns + p.dur_ns WHERE c.name = 'cudaMalloc'"),
+            1);
+}
+
+TEST_P(RecordPython, FilterChoosesTheFunctions) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-filter",
+                "nesting.?,json", "--", GetParam().path, kPyWorkloads + "/nesting.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM python_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"nesting.f", 1}, {"nesting.g", 4},
+                                            {"nesting.h", 61}}));
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_filter'"), "nesting.?,json");
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, RecordPython, ::testing::ValuesIn(kInterpreters),
+                         [](const auto& info) { return info.param.label; });
+
+TEST_F(RecordingTest, PythonAttachRecordsAndGivesBackTheHook) {
+  const std::string python = "/usr/bin/python3.11";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  Process target({python, kPyWorkloads + "/busy_loop.py", "4"});
+  ASSERT_TRUE(target.wait_for_stderr("ready", 20)) << target.err();
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--duration", "1",
+                "-p", std::to_string(target.pid())});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(target.wait(30), 0) << target.err();
+  EXPECT_EQ(target.out(), "True\n");
+  Db db(db_);
+  // the loop's calls, inlined by 3.11 until the hook, are seen once it is in
+  EXPECT_GT(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'busy_loop.work'"), 1000);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hooks_restored'"), "1");
+}
+
+TEST_F(RecordingTest, PythonUnsupportedVersionIsNamed) {
+  std::string python = "/root/.pyenv/versions/3.13.0/bin/python3.13";
+  if (!std::filesystem::exists(python)) python = "/root/.pyenv/versions/3.9.18/bin/python3.9";
+  if (!std::filesystem::exists(python))
+    GTEST_SKIP() << "no unsupported CPython (pyenv 3.13.0 or 3.9.18) is installed";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", python,
+                kPyWorkloads + "/nesting.py"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // the job runs; only its Python calls are not traced
+  EXPECT_NE(r.err.find("which eacgm cannot read (supported: 3.10, 3.11, 3.12); its Python calls "
+                       "and stacks are not traced"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("eacgm: layer python: /root/.pyenv/versions/"), std::string::npos) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls"), 0);
+  EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'python_warnings'").find("is CPython 3."),
+            std::string::npos);
+}
+
+TEST_F(RecordingTest, PythonBadFilterIsAUsageError) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-filter", ",",
+                "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--python-filter ',': no pattern"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db_));
+}
+
+TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
+  E2E_REQUIRE_CUDA();
+  const std::string python = "/usr/bin/python3.11";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", python, kPyWorkloads + "/cuda_stack.py",
+                std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 2);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE py_stack IS NOT NULL"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_stacks"), 0);
+}
+
+}  // namespace
+}  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// Without the hook, CPython 3.12 inlines Python-to-Python calls: only frames entered from C
+// (the module, the class body run by __build_class__) reach the probe. This is what the hook
+// is for, and --python-no-hook gives it up for the user's recursion depth.
+TEST_F(RecordingTest, PythonNoHookSeesOnlyCallsFromC) {
+  const std::string python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-no-hook", "--",
+                python, kPyWorkloads + "/nesting.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'nesting.<module>'"), 1);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'nesting.Model'"), 1);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name IN ('nesting.h', "
+                      "'nesting.g', 'nesting.f', 'nesting.main')"),
+            0);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hook'"), "off");
+}
+
+}  // namespace
+}  // namespace e2e

@@ -1,0 +1,268 @@
+// The python layer's userspace parts: CPython layouts against the installed headers, version
+// detection on the installed interpreters, line tables against CPython's own co_lines(), and
+// the function filter.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "python/code_filter.h"
+#include "python/cpython_build.h"
+#include "python/layouts.h"
+#include "python/line_table.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kPythonTests = EACGM_PYTHON_TEST_DIR;
+
+std::string run_output(const std::string& command, int* status) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+// Header sets on this machine: Debian's python3.11-dev and the pyenv builds.
+struct HeaderSet {
+  int minor;
+  std::string include;  // the folder holding Python.h and internal/
+};
+
+std::vector<HeaderSet> header_sets(int minor) {
+  std::vector<HeaderSet> out;
+  std::string name = "python3." + std::to_string(minor);
+  if (fs::exists("/usr/include/" + name + "/internal/pycore_interp.h"))
+    out.push_back({minor, "/usr/include/" + name});
+  std::error_code ec;
+  for (const auto& v : fs::directory_iterator("/root/.pyenv/versions", ec)) {
+    fs::path inc = v.path() / "include" / name;
+    if (fs::exists(inc / "internal" / "pycore_interp.h")) out.push_back({minor, inc.string()});
+  }
+  return out;
+}
+
+std::map<std::string, uint64_t> layout_fields(const eacgm_py_layout& l) {
+  std::map<std::string, uint64_t> m = {
+      {"runtime_interp_main", l.runtime_interp_main},
+      {"interp_threads_head", l.interp_threads_head},
+      {"interp_eval_frame", l.interp_eval_frame},
+      {"tstate_next", l.tstate_next},
+      {"tstate_interp", l.tstate_interp},
+      {"tstate_thread_id", l.tstate_thread_id},
+      {"tstate_frame", l.tstate_frame},
+      {"frame_back", l.frame_back},
+      {"frame_code", l.frame_code},
+      {"frame_instr", l.frame_instr},
+      {"code_name", l.code_name},
+      {"code_filename", l.code_filename},
+      {"code_firstlineno", l.code_firstlineno},
+      {"code_linetable", l.code_linetable},
+      {"bytes_size", l.bytes_size},
+      {"bytes_data", l.bytes_data},
+      {"unicode_state", l.unicode_state},
+      {"unicode_length", l.unicode_length},
+      {"unicode_ascii_data", l.unicode_ascii_data},
+      {"unicode_compact_data", l.unicode_compact_data}};
+  if (l.version >= 311) {
+    m["cframe_current_frame"] = l.cframe_current_frame;
+    m["code_instructions"] = l.code_instructions;
+  }
+  if (l.version >= 312) m["frame_owner"] = l.frame_owner;
+  return m;
+}
+
+class PythonLayouts : public ::testing::TestWithParam<int> {};
+
+TEST_P(PythonLayouts, MatchOffsetofInEveryInstalledHeaderSet) {
+  int minor = GetParam();
+  auto layout = cpython_layout(minor);
+  ASSERT_TRUE(layout.has_value());
+  auto sets = header_sets(minor);
+  if (sets.empty())
+    GTEST_SKIP() << "no CPython 3." << minor << " internal headers here (Debian python3." << minor
+                 << "-dev or a pyenv build); the 3." << minor << " layout is unchecked";
+  fs::path dir = fs::temp_directory_path() / ("eacgm-layout-3." + std::to_string(minor));
+  fs::create_directories(dir);
+  for (const auto& set : sets) {
+    SCOPED_TRACE(set.include);
+    std::string exe = (dir / "offsets").string();
+    int status = 0;
+    std::string log = run_output("cc -I" + set.include + " -I" + set.include + "/internal " +
+                                     kPythonTests + "/cpython_offsets.c -o " + exe + " 2>&1",
+                                 &status);
+    ASSERT_EQ(status, 0) << "cannot compile the offsetof program: " << log;
+    std::string out = run_output(exe, &status);
+    ASSERT_EQ(status, 0);
+    std::map<std::string, uint64_t> from_headers;
+    std::istringstream in(out);
+    std::string name;
+    uint64_t value;
+    while (in >> name >> value) from_headers[name] = value;
+    EXPECT_EQ(layout_fields(*layout), from_headers);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, PythonLayouts, ::testing::Values(10, 11, 12));
+
+TEST(PythonLayouts, OnlyTheSupportedVersions) {
+  EXPECT_FALSE(cpython_layout(9).has_value());
+  EXPECT_FALSE(cpython_layout(13).has_value());
+  EXPECT_STREQ(supported_cpython_versions(), "3.10, 3.11, 3.12");
+}
+
+std::string pyenv_lib(const std::string& version) {
+  std::string minor = version.substr(0, version.rfind('.'));
+  return "/root/.pyenv/versions/" + version + "/lib/libpython" + minor + ".so.1.0";
+}
+
+TEST(CPythonBuildDetection, DebianPython311ByItsPyVersion) {
+  if (!fs::exists("/usr/bin/python3.11")) GTEST_SKIP() << "/usr/bin/python3.11 is not installed";
+  auto b = inspect_cpython("/usr/bin/python3.11");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->major, 3);
+  EXPECT_EQ(b->minor, 11);
+  EXPECT_EQ(b->version_source, "Py_Version");
+  EXPECT_TRUE(b->layout.has_value());
+  EXPECT_NE(b->runtime_vaddr, 0u);
+  EXPECT_EQ(b->layout->runtime_from_eval, int64_t(b->runtime_vaddr) - int64_t(b->eval_vaddr));
+}
+
+TEST(CPythonBuildDetection, PyenvBuildsSupportedOrNot) {
+  struct Case {
+    std::string version;
+    int minor;
+    const char* source;
+    bool supported;
+  };
+  int seen = 0;
+  for (const Case& c : {Case{"3.10.13", 10, "file name", true}, Case{"3.12.1", 12, "Py_Version", true},
+                        Case{"3.13.0", 13, "Py_Version", false},
+                        Case{"3.9.18", 9, "file name", false}}) {
+    std::string lib = pyenv_lib(c.version);
+    if (!fs::exists(lib)) continue;
+    ++seen;
+    SCOPED_TRACE(lib);
+    auto b = inspect_cpython(lib);
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ(b->minor, c.minor);
+    EXPECT_EQ(b->version_source, c.source);
+    EXPECT_EQ(b->layout.has_value(), c.supported);
+    if (!c.supported)
+      EXPECT_EQ(b->unsupported_message(),
+                "layer python: " + lib + " is CPython " + b->version() +
+                    ", which eacgm cannot read (supported: 3.10, 3.11, 3.12); its Python calls and "
+                    "stacks are not traced (run the job with a supported interpreter)");
+  }
+  if (seen == 0) GTEST_SKIP() << "no pyenv CPython builds under /root/.pyenv/versions";
+}
+
+TEST(CPythonBuildDetection, NamesAndNonPythonFiles) {
+  EXPECT_EQ(cpython_minor_from_name("/usr/lib/libpython3.12.so.1.0"), 12);
+  EXPECT_EQ(cpython_minor_from_name("/usr/bin/python3.10"), 10);
+  EXPECT_EQ(cpython_minor_from_name("/usr/bin/python3.11d"), 11);
+  EXPECT_EQ(cpython_minor_from_name("/usr/lib/libpython3.so"), -1);  // the stable-ABI stub
+  EXPECT_EQ(cpython_minor_from_name("/usr/bin/python"), -1);
+  EXPECT_EQ(cpython_minor_from_name("/usr/lib/libcudart.so.13"), -1);
+  EXPECT_FALSE(inspect_cpython("/bin/true").has_value());
+  EXPECT_FALSE(inspect_cpython("/nonexistent/python3.11").has_value());
+}
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(uint8_t(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+class PythonLineTables : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PythonLineTables, AgreeWithCoLinesAtEveryInstruction) {
+  const std::string& python = GetParam();
+  if (!fs::exists(python)) GTEST_SKIP() << python << " is not installed";
+  int status = 0;
+  std::string out = run_output(python + " " + kPythonTests + "/dump_linetables.py", &status);
+  ASSERT_EQ(status, 0) << out;
+  std::istringstream in(out);
+  int functions = 0;
+  int minor, first;
+  std::string hex;
+  while (in >> minor >> first >> hex) {
+    ++functions;
+    std::vector<uint8_t> table = from_hex(hex);
+    std::string start;
+    int checked = 0;
+    while (in >> start && start != "end") {
+      int end, line;
+      in >> end >> line;
+      for (int offset = std::stoi(start); offset < end; offset += 2, ++checked)
+        ASSERT_EQ(cpython_line_of(minor, table, first, uint32_t(offset / 2)), line)
+            << "function " << functions << " at byte offset " << offset;
+    }
+    EXPECT_GT(checked, 3);
+  }
+  EXPECT_EQ(functions, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLineTables,
+                         ::testing::Values("/usr/bin/python3.11",
+                                           "/root/.pyenv/versions/3.10.13/bin/python3.10",
+                                           "/root/.pyenv/versions/3.12.1/bin/python3.12"));
+
+TEST(PythonLineTables, UnknownInstructionAndTruncatedTable) {
+  std::vector<uint8_t> table = {0x08, 0x01, 0x04, 0x01};  // 3.10: 8 bytes +1 line, 4 bytes +1
+  EXPECT_EQ(cpython_line_of(10, table, 5, 0), 6);
+  EXPECT_EQ(cpython_line_of(10, table, 5, 4), 7);
+  EXPECT_EQ(cpython_line_of(10, table, 5, 6), -1);   // past the table
+  EXPECT_EQ(cpython_line_of(10, table, 5, ~0u), -1);  // a frame that has not started
+}
+
+TEST(PythonFilter, ModulesFromPaths) {
+  EXPECT_EQ(python_module_of("/usr/lib/python3/dist-packages/torch/nn/modules/linear.py"),
+            "torch.nn.modules.linear");
+  EXPECT_EQ(python_module_of("/venv/lib/python3.12/site-packages/numpy/__init__.py"), "numpy");
+  EXPECT_EQ(python_module_of("/usr/lib/python3.11/json/decoder.py"), "json.decoder");
+  EXPECT_EQ(python_module_of("<frozen importlib._bootstrap>"), "importlib._bootstrap");
+  EXPECT_EQ(python_module_of("/home/me/project/train.py"), "train");
+  EXPECT_EQ(python_module_of("train.py"), "train");
+}
+
+TEST(PythonFilter, DefaultIsTheUsersCodeAndTorchNn) {
+  PythonFilter f;
+  EXPECT_TRUE(f.wants("train.main", "/home/me/train.py"));
+  EXPECT_TRUE(f.wants("torch.nn.modules.linear.Linear.forward",
+                      "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py"));
+  EXPECT_FALSE(f.wants("torch.functional.norm", "/usr/lib/python3/dist-packages/torch/functional.py"));
+  EXPECT_FALSE(f.wants("torch.nnx.f", "/usr/lib/python3/dist-packages/torch/nnx.py"));
+  EXPECT_FALSE(f.wants("json.decoder.JSONDecoder.decode", "/usr/lib/python3.11/json/decoder.py"));
+  EXPECT_FALSE(f.wants("importlib._bootstrap._find_and_load", "<frozen importlib._bootstrap>"));
+  EXPECT_FALSE(f.wants("<string>.__new__", "<string>"));
+}
+
+TEST(PythonFilter, NamesGlobsAndPaths) {
+  PythonFilter f("json.*Decoder.decode,mypkg,/srv/app/");
+  EXPECT_TRUE(f.wants("json.decoder.JSONDecoder.decode", "/usr/lib/python3.11/json/decoder.py"));
+  EXPECT_FALSE(f.wants("json.decoder.JSONDecoder.raw_decode", "/usr/lib/python3.11/json/decoder.py"));
+  EXPECT_TRUE(f.wants("mypkg.sub.f", "/x/site-packages/mypkg/sub.py"));
+  EXPECT_TRUE(f.wants("mypkg", "/x/site-packages/mypkg/__init__.py"));
+  EXPECT_FALSE(f.wants("mypkg2.f", "/x/site-packages/mypkg2.py"));
+  EXPECT_TRUE(f.wants("server.handle", "/srv/app/server.py"));
+  EXPECT_FALSE(f.wants("train.main", "/home/me/train.py"));  // no "user" in this filter
+  EXPECT_TRUE(PythonFilter("*").wants("importlib._bootstrap._find_and_load",
+                                      "<frozen importlib._bootstrap>"));
+  EXPECT_THROW(PythonFilter(","), UsageError);
+}
+
+}  // namespace
+}  // namespace eacgm
