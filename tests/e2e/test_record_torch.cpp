@@ -87,6 +87,40 @@ TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
                                             {"aten::nll_loss_backward", kSteps}}));
 }
 
+// With the python layer, each operator carries the Python stack that called it: the
+// nn.Module's forward, and the model code above it.
+TEST_F(RecordTorch, OperatorsAreAttributedToTheirPythonCallers) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--", kPython,
+                kTinyGpt, std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE py_stack IS NULL"), 0);
+  auto frame_at = [&](int depth, const std::string& function) {
+    return db.scalar("SELECT count(*) FROM torch_calls t JOIN python_stacks s ON "
+                     "s.id = t.py_stack WHERE t.name = 'aten::linear' AND s.depth = " +
+                     std::to_string(depth) + " AND s.name = '" + function + "'");
+  };
+  EXPECT_EQ(frame_at(0, "torch.nn.modules.linear.Linear.forward"), 9 * kSteps);
+  // two frames up (past Module._call_impl): the block's four linears, and the head
+  EXPECT_EQ(frame_at(2, "tiny_gpt.Block.forward"), 8 * kSteps);
+  EXPECT_EQ(frame_at(2, "tiny_gpt.TinyGPT.forward"), kSteps);
+  // the line executing in Block.forward: qkv (line 26), proj (28), fc1 and fc2 (29) of
+  // tiny_gpt.py, two blocks per step
+  EXPECT_EQ(db.pairs("SELECT s.line, count(*) FROM torch_calls t JOIN python_stacks s "
+                     "ON s.id = t.py_stack WHERE t.name = 'aten::linear' AND "
+                     "s.name = 'tiny_gpt.Block.forward' GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"26", 2 * kSteps}, {"28", 2 * kSteps}, {"29", 4 * kSteps}}));
+  // and the Python calls themselves: the model's forwards, with the operators inside them
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'tiny_gpt.Block.forward'"),
+            2 * kSteps);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls t JOIN python_calls p ON "
+                      "p.name = 'tiny_gpt.Block.forward' AND p.tid = t.tid AND "
+                      "t.ts_ns >= p.ts_ns AND t.ts_ns + t.dur_ns <= p.ts_ns + p.dur_ns "
+                      "WHERE t.name = 'aten::linear'"),
+            8 * kSteps);
+}
+
 // An exception thrown through a uretprobe's trampoline aborts a C++ program (the trampoline has
 // no unwind info): operators are probed at their exit instructions instead.
 TEST_F(RecordTorch, OperatorsThatThrowKeepWorking) {
@@ -166,6 +200,23 @@ TEST_F(RecordTorch, GlooCollectivesOfBothRanksUntilTheyComplete) {
             db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce'"));
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'c10d_incomplete'"), "0");
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'torch_version'"), "1.13.0");
+}
+
+TEST_F(RecordTorch, GlooCollectivesCarryTheirPythonCallers) {
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "comm,python", "--", kPython,
+                w + "/launch_ranks.py", "2", w + "/gloo_train.py", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  // the explicit all_reduce of float32[1000]: torch.distributed's wrapper, called by main
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls c JOIN python_stacks s ON "
+                      "s.id = c.py_stack WHERE c.bytes = 4000 AND s.depth = 0 AND "
+                      "s.name = 'torch.distributed.distributed_c10d.all_reduce'"),
+            2 * 3);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls c JOIN python_stacks s ON "
+                      "s.id = c.py_stack WHERE c.bytes = 4000 AND s.depth = 1 AND "
+                      "s.name = 'gloo_train.main'"),
+            2 * 3);
 }
 
 }  // namespace
