@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Slowdown of a small GPT training loop on CPU (steps/s) under eacgm's torch and comm layers
-# (and python, once available) against no tracing, torch.profiler with stacks and cProfile,
+# and python against no tracing, torch.profiler with stacks and cProfile,
 # all measured in one run, alternating, best of ROUNDS. Run as root after the build.
 # LAYERS overrides the eacgm layer sets measured (space-separated list of --layers values).
 set -euo pipefail
@@ -9,7 +9,7 @@ EACGM=build/eacgm
 PY=/usr/bin/python3
 STEPS=${STEPS:-300}
 ROUNDS=${ROUNDS:-3}
-LAYERS=${LAYERS:-"torch torch,comm"}
+LAYERS=${LAYERS:-"torch torch,comm python,torch,comm"}
 SIZE=${SIZE:-small}  # small (about 1 ms per step) or medium (tens of ms)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -270,9 +270,14 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	/* after `ret` the stack pointer is one word above where it was at entry; on the exit
-	 * instruction itself (ret, or the jump of a tail call) it is where it was at entry */
-	__u64 entry_sp = PT_REGS_SP(ctx) - ((cookie & EACGM_COOKIE_EXIT_INSN) ? 0 : 8);
+	/* after `ret` the stack pointer is one word above where it was at entry; at an exit
+	 * instruction, the cookie says where it was */
+	/* both read at fixed offsets: the verifier refuses a computed context offset */
+	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx);
+	__u64 entry_sp = sp - 8;
+	if (cookie & EACGM_COOKIE_EXIT_INSN)
+		entry_sp = ((cookie & EACGM_COOKIE_EXIT_RBP) ? fp : sp) +
+			   (__s16)(cookie >> EACGM_COOKIE_EXIT_OFFSET_SHIFT);
 	__u32 depth = t->depth;
 	/* drop entries deeper than this frame: their returns were skipped (longjmp) */
 	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {

@@ -29,9 +29,14 @@ enum eacgm_record_kind {
 						  the string at arg2 (cuModuleGetFunction) */
 #define EACGM_COOKIE_DEREF_OUT3 (1ULL << 20)   /* at return, deref[1] = the u64 arg3 points to
 						  (ncclCommSplit's new communicator) */
-#define EACGM_COOKIE_EXIT_INSN (1ULL << 21)    /* a probe on one of the function's exit
-						  instructions (ret, tail jump), not a uretprobe:
-						  the stack pointer there is the entry's */
+#define EACGM_COOKIE_EXIT_INSN (1ULL << 21)    /* a probe where the function leaves (ret,
+						  tail jump, the stack-protector check before a
+						  ret), not a uretprobe: the entry's stack
+						  pointer is rsp (or rbp, with EXIT_RBP) plus the
+						  signed 16-bit offset in bits 32..47; the return
+						  register is not meaningful there */
+#define EACGM_COOKIE_EXIT_RBP (1ULL << 30)
+#define EACGM_COOKIE_EXIT_OFFSET_SHIFT 32
 /* PyTorch c10d: calls whose completion comes later, elsewhere (a Gloo worker thread), are
  * traced by entry probes alone; userspace pairs a call with its Work object's completion. */
 #define EACGM_COOKIE_ENTRY_ONLY (1ULL << 22)   /* emit the record at entry, duration 0 */

@@ -139,9 +139,9 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
       offsets[1].push_back(p.file_offset);
       cookies[1].push_back(p.cookie);
     }
-    for (uint64_t exit : p.exits) {
-      offsets[2].push_back(exit);
-      cookies[2].push_back(p.cookie | EACGM_COOKIE_EXIT_INSN);
+    for (const auto& exit : p.exits) {
+      offsets[2].push_back(exit.file_offset);
+      cookies[2].push_back(p.cookie | exit.cookie_bits);
     }
   }
   bpf_program* progs[3] = {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
@@ -182,9 +182,9 @@ std::string CallTracer::attach_one(const std::string& path, const ProbePoint& po
   std::string err = attach(skel_->progs.call_entry, point.file_offset, point.cookie, false);
   if (err.empty() && point.exits.empty() && !point.entry_only)
     err = attach(skel_->progs.call_return, point.file_offset, point.cookie, true);
-  for (uint64_t exit : point.exits)
+  for (const auto& exit : point.exits)
     if (err.empty())
-      err = attach(skel_->progs.call_exit, exit, point.cookie | EACGM_COOKIE_EXIT_INSN, false);
+      err = attach(skel_->progs.call_exit, exit.file_offset, point.cookie | exit.cookie_bits, false);
   return err;
 }
 

@@ -46,7 +46,11 @@ class CallTracer {
     // File offsets of the function's exit instructions (ret, tail jumps). Empty: the return is
     // caught by a uretprobe. C++ functions that may throw need these: an exception unwinding
     // through a uretprobe's trampoline aborts the process.
-    std::vector<uint64_t> exits;
+    struct Exit {
+      uint64_t file_offset;
+      uint64_t cookie_bits;  // EACGM_COOKIE_EXIT_INSN and how to find the entry's stack pointer
+    };
+    std::vector<Exit> exits;
     bool entry_only = false;  // no return or exit probe: the record goes out at entry
   };
   // Attaches the entry and return (or exit) programs at each point of the ELF file `path`, for

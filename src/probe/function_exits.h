@@ -12,8 +12,20 @@
 
 namespace eacgm {
 
+// Where a probe marks a function's exit, and how to find the stack pointer the function had at
+// entry from the registers there: `base` (rsp or rbp at the probe) + `offset`.
+struct ExitPoint {
+  uint64_t address = 0;
+  bool from_rbp = false;
+  int32_t offset = 0;
+  bool operator==(const ExitPoint&) const = default;
+};
+
 struct FunctionExits {
-  std::vector<uint64_t> exits;  // addresses of ret and tail-jump instructions
+  // ret and tail-jump instructions, or in their place the stack-protector check just before a
+  // ret: a uprobe on `ret` is single-stepped (costly; about 15 us in a VM where debug traps
+  // exit to the hypervisor), one on a conditional jump is emulated in the kernel
+  std::vector<ExitPoint> exits;
   // Conditional jumps out of the function (conditional tail calls): no instruction marks their
   // exit, so calls leaving that way are not seen to end (their entries are dropped later).
   size_t conditional_tail_jumps = 0;

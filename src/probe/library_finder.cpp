@@ -14,6 +14,7 @@
 #include "probe/cuda_ops.h"
 #include "probe/elf_symbols.h"
 #include "probe/function_exits.h"
+#include "events.h"
 #include "probe/proc_maps.h"
 #include "util/error.h"
 
@@ -136,7 +137,7 @@ void add_comm_probes(ProbeSet& set) {
 
 // The file offsets of a function's exit instructions, from its code in the file.
 static bool exit_offsets(const ElfSymbols& elf, const ElfSymbol& sym, uint64_t offset,
-                         std::vector<uint64_t>& out, std::string& why) {
+                         std::vector<CallTracer::ProbePoint::Exit>& out, std::string& why) {
   if (sym.size == 0 || sym.size > (1u << 20)) {
     why = "its symbol has no usable size, so its exits cannot be found";
     return false;
@@ -156,7 +157,15 @@ static bool exit_offsets(const ElfSymbols& elf, const ElfSymbol& sym, uint64_t o
   };
   auto exits = find_function_exits(code, sym.value, starts_function, &why);
   if (!exits) return false;
-  for (uint64_t vaddr : exits->exits) out.push_back(offset + (vaddr - sym.value));
+  for (const ExitPoint& e : exits->exits) {
+    if (e.offset < INT16_MIN || e.offset > INT16_MAX) {
+      why = fmt::format("its frame at {:#x} is too large to follow", e.address);
+      return false;
+    }
+    uint64_t bits = EACGM_COOKIE_EXIT_INSN | (e.from_rbp ? EACGM_COOKIE_EXIT_RBP : 0) |
+                    (uint64_t(uint16_t(int16_t(e.offset))) << EACGM_COOKIE_EXIT_OFFSET_SHIFT);
+    out.push_back({offset + (e.address - sym.value), bits});
+  }
   return true;
 }
 
@@ -213,7 +222,7 @@ bool ProbePlanner::plan_file(const std::string& path) {
       continue;
     }
     if (!offsets.insert(*offset).second) continue;
-    std::vector<uint64_t> exits;
+    std::vector<CallTracer::ProbePoint::Exit> exits;
     if (spec.end == ProbeSpec::End::ExitInstructions) {
       std::string why;
       if (!exit_offsets(*elf, *sym, *offset, exits, why)) {

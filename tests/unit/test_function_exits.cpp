@@ -28,8 +28,59 @@ TEST(FunctionExits, FindsReturnsAndTailCallsButNotColdJumps) {
   std::string why;
   auto exits = find_function_exits(code, kBase, starts_function, &why);
   ASSERT_TRUE(exits) << why;
-  EXPECT_EQ(exits->exits, (std::vector<uint64_t>{0x1006, 0x100d, 0x1017, 0x101f}));
+  EXPECT_EQ(exits->exits, (std::vector<ExitPoint>{{0x1006, false, 0},
+                                                   {0x100d, false, 0},
+                                                   {0x1017, false, 0},
+                                                   {0x101f, false, 0}}));
   EXPECT_EQ(exits->conditional_tail_jumps, 1u);
+}
+
+// A ret guarded by a stack-protector check: the check's jump is probed instead (the kernel
+// emulates jumps; it single-steps ret), with the entry's stack pointer worked out from the
+// epilogue between them.
+TEST(FunctionExits, UsesTheStackProtectorCheckBeforeARet) {
+  std::vector<uint8_t> frame = {
+      0x55,                                            // 1000 push rbp
+      0x48, 0x89, 0xe5,                                // 1001 mov rbp, rsp
+      0x53,                                            // 1004 push rbx
+      0x48, 0x83, 0xec, 0x18,                          // 1005 sub rsp, 0x18
+      0x48, 0x8b, 0x45, 0xe8,                          // 1009 mov rax, [rbp-0x18]
+      0x64, 0x48, 0x2b, 0x04, 0x25, 0x28, 0, 0, 0,     // 100d sub rax, fs:[0x28]
+      0x75, 0x07,                                      // 1016 jne 101f
+      0x48, 0x8b, 0x5d, 0xf8,                          // 1018 mov rbx, [rbp-8]
+      0xc9,                                            // 101c leave
+      0xc3,                                            // 101d ret
+      0x90,                                            // 101e nop
+      0xe8, 0xdc, 0x1f, 0x00, 0x00,                    // 101f call 3000 (__stack_chk_fail)
+  };
+  std::string why;
+  auto exits = find_function_exits(frame, kBase, starts_function, &why);
+  ASSERT_TRUE(exits) << why;
+  // leave: rsp = rbp + 8, the stack pointer at entry
+  EXPECT_EQ(exits->exits, (std::vector<ExitPoint>{{0x1016, true, 8}}));
+
+  std::vector<uint8_t> no_frame = {
+      0x53,                                            // 1000 push rbx
+      0x48, 0x83, 0xec, 0x18,                          // 1001 sub rsp, 0x18
+      0x48, 0x8b, 0x44, 0x24, 0x08,                    // 1005 mov rax, [rsp+8]
+      0x64, 0x48, 0x2b, 0x04, 0x25, 0x28, 0, 0, 0,     // 100a sub rax, fs:[0x28]
+      0x75, 0x06,                                      // 1013 jne 101b
+      0x48, 0x83, 0xc4, 0x18,                          // 1015 add rsp, 0x18
+      0x5b,                                            // 1019 pop rbx
+      0xc3,                                            // 101a ret
+      0xe8, 0xe0, 0x1f, 0x00, 0x00,                    // 101b call 3000
+  };
+  exits = find_function_exits(no_frame, kBase, starts_function, &why);
+  ASSERT_TRUE(exits) << why;
+  EXPECT_EQ(exits->exits, (std::vector<ExitPoint>{{0x1013, false, 0x20}}));
+
+  // a call between the check and the ret: the ret itself is probed
+  std::vector<uint8_t> call_after = no_frame;
+  call_after[0x15] = 0xe8;  // 1015: call (replaces add rsp, 0x18 and pop rbx)
+  call_after[0x16] = 0xe6, call_after[0x17] = 0x1f, call_after[0x18] = 0, call_after[0x19] = 0;
+  exits = find_function_exits(call_after, kBase, starts_function, &why);
+  ASSERT_TRUE(exits) << why;
+  EXPECT_EQ(exits->exits, (std::vector<ExitPoint>{{0x101a, false, 0}}));
 }
 
 TEST(FunctionExits, RefusesCodeWithoutAnExit) {
