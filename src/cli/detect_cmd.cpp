@@ -20,9 +20,10 @@ namespace {
 using nlohmann::json;
 
 struct DetectArgs {
-  std::string recording, train, model, save_model, layers = "cuda,comm,window", components = "auto";
+  std::string recording, train, model, save_model, layers = "cuda,comm,torch,python,window", components = "auto";
   std::string features_out;
-  double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 3;
+  double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 3,
+         min_excess_us = 1000;
   double threshold = 0;
   bool has_threshold = false, json_out = false;
 };
@@ -32,8 +33,9 @@ std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t
   std::vector<std::string> wanted;
   std::stringstream ss(layers);
   for (std::string l; std::getline(ss, l, ',');) {
-    if (l != "cuda" && l != "comm" && l != "window")
-      throw UsageError(fmt::format("--layers: unknown '{}' (choose from cuda, comm, window)", l));
+    if (l != "cuda" && l != "comm" && l != "torch" && l != "python" && l != "window")
+      throw UsageError(fmt::format(
+          "--layers: unknown '{}' (choose from cuda, comm, torch, python, window)", l));
     wanted.push_back(l);
   }
   auto want = [&](const std::string& l) {
@@ -127,7 +129,8 @@ int run_detect(const DetectArgs& a) {
   }
   auto tables = tables_of(rec, window_ns, a.layers);
   if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
-  auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown);
+  auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
+                                          a.min_excess_us);
 
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies) {
@@ -208,7 +211,9 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--window", a->window_s, "seconds per cross-layer window")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 3600.0));
-  cmd->add_option("--layers", a->layers, "what to model: cuda, comm (calls), window")
+  cmd->add_option("--layers", a->layers,
+                  "what to model: cuda, comm, torch, python (calls, one model per operation), "
+                  "window (time windows across layers)")
       ->capture_default_str();
   cmd->add_option("--components", a->components, "mixture components per model, or auto (BIC)")
       ->capture_default_str();
@@ -221,6 +226,11 @@ std::function<int()> add_detect(CLI::App& app) {
                   "its usual duration")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--min-excess-us", a->min_excess_us,
+                  "... and at least this many microseconds slower (0: no minimum); shorter "
+                  "delays are what interrupts and preemption do to any call")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
       ->each([a](const std::string&) { a->has_threshold = true; });
   cmd->add_flag("--json", a->json_out, "print the result as JSON");

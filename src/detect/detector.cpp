@@ -50,13 +50,15 @@ double quantile_of(Eigen::VectorXd v, double q) {
 // usual duration: a call quicker than usual is no fault, and one 7% slower than a very tight
 // mode is unusual to a density but not to anyone reading the report.
 bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::MatrixXd& x,
-                     Eigen::Index r, double min_slowdown) {
+                     Eigen::Index r, double min_slowdown, double min_excess_us) {
   if (g.layer == "window" || g.features.empty() || g.features[0] != "log_duration_us")
     return false;
   Eigen::Index best = 0;
   s.contributions.row(r).maxCoeff(&best);
   int k = s.component(r);
-  return best == 0 && x(r, 0) - g.model.means()(k, 0) < std::log(min_slowdown);
+  double mean = g.model.means()(k, 0);  // log of the component's typical duration in us
+  return best == 0 && (x(r, 0) - mean < std::log(min_slowdown) ||
+                       std::exp(x(r, 0)) - std::exp(mean) < min_excess_us);
 }
 
 // Components below this share of the training samples are not kept (see train_detector).
@@ -114,7 +116,7 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
 }
 
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
-                    double min_slowdown, std::vector<Anomaly>& out) {
+                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us) {
   if (g.features != t.feature_names) return;
   std::vector<size_t> idx;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
@@ -126,7 +128,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
     if (score >= g.threshold) continue;
-    if (not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown)) continue;
+    if (not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us)) continue;
     Anomaly a;
     a.ts_ns = t.ts_ns[idx[r]];
     a.dur_ns = t.dur_ns[idx[r]];
@@ -146,12 +148,12 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
 
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
-                                    double min_slowdown) {
+                                    double min_slowdown, double min_excess_us) {
   std::vector<Anomaly> out;
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
                           [&](const GroupModel& m) { return m.group == t.group; });
-    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out);
+    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;
@@ -163,6 +165,8 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   if (layer != "window") {
     if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
     if (layer == "comm") return fmt::format("slow collective: {}", name);
+    if (layer == "torch") return fmt::format("slow operator: {}", name);
+    if (layer == "python") return fmt::format("slow Python function: {}", name);
     return fmt::format("slow {} call: {}", layer, name);
   }
   // A resource that explains the window (the host or the GPU doing something to the job)

@@ -56,14 +56,15 @@ struct Anomaly {
 // Scores the rows of each table that start at or after `from_ns` against the model of its
 // group (tables without a model are not scored) and returns those below their threshold,
 // except calls flagged mostly for their duration that are not at least `min_slowdown` times
-// slower than their component's typical duration (quicker or barely slower is no fault).
+// and `min_excess_us` microseconds slower than their component's typical duration (quicker or
+// barely slower is no fault; a 15 us operator taking 60 us is an interrupt, not a problem).
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
-                                    double min_slowdown = 3);
+                                    double min_slowdown = 3, double min_excess_us = 0);
 
 // The same for one group's table against its model, appending to `out` in row order.
 void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,
-                    double min_slowdown, std::vector<Anomaly>& out);
+                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us = 0);
 
 // What most likely made a sample anomalous, from its layer and its top features.
 std::string probable_cause(const std::string& layer, const std::string& name,

@@ -1,0 +1,80 @@
+"""The tiny GPT training loop of the tests with a fault switch, for eval/run.
+
+Usage: faulty_gpt.py STEPS FAULT TRUTH.json [START_FRAC END_FRAC PROB DELAY_MS]
+FAULT is one of:
+  python  Block.forward sleeps DELAY_MS (a slow Python function, like pytorchfi's delays)
+  torch   aten::gelu runs DELAY_MS longer: its CPU kernel is replaced by one, in Python
+          (torch.library), that computes the same values and sleeps when the fault is on
+  none    no fault
+The fault is on, with probability PROB per call, during steps [START_FRAC, END_FRAC) x STEPS.
+Each faulty call's interval (CLOCK_MONOTONIC ns) goes to TRUTH.json with the fault's layer."""
+import json
+import math
+import os
+import random
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "e2e", "workloads"))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import tiny_gpt  # noqa: E402
+
+steps, fault, truth_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+start_frac, end_frac, prob, delay_ms = (float(a) for a in (sys.argv[4:8] or [0.6, 0.8, 0.2, 5]))
+rng = random.Random(1)
+active = False
+intervals = []
+
+
+def maybe_delay():
+    """Sleeps when the fault is on for this call; returns the time it started."""
+    if active and rng.random() < prob:
+        t0 = time.monotonic_ns()
+        time.sleep(delay_ms / 1000)
+        return t0
+    return None
+
+
+class SlowBlock(tiny_gpt.Block):
+    def forward(self, x):
+        t0 = maybe_delay() if fault == "python" else None
+        y = super().forward(x)
+        if t0 is not None:
+            intervals.append([t0, time.monotonic_ns()])
+        return y
+
+
+if fault == "torch":
+    warnings.filterwarnings("ignore", "Overriding a previously registered kernel")
+    _lib = torch.library.Library("aten", "IMPL")
+
+    def gelu(x, approximate="none"):
+        t0 = maybe_delay()
+        # the exact gelu, from ops the traced set does not include
+        y = x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+        if t0 is not None:
+            intervals.append([t0, time.monotonic_ns()])
+        return y
+
+    _lib.impl("gelu", gelu, "CPU")
+
+tiny_gpt.Block = SlowBlock
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = tiny_gpt.TinyGPT()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+V, B, T = tiny_gpt.V, tiny_gpt.B, tiny_gpt.T
+for step in range(steps):
+    active = fault != "none" and start_frac * steps <= step < end_frac * steps
+    idx = torch.randint(0, V, (B, T))
+    loss = F.cross_entropy(model(idx).view(-1, V), idx.view(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+layer = {"python": "python", "torch": "torch"}.get(fault, "none")
+with open(truth_path, "w") as f:
+    json.dump({"fault": f"{fault}_latency", "layer": layer, "intervals": intervals}, f)
+print(f"steps {steps} faulty calls {len(intervals)}")
