@@ -62,28 +62,51 @@ def baselines(x, train):
     return {"z-score": z, "k-means": kmeans, "isolation forest": iso}
 
 
+def scores(out, name):
+    """method -> (windows, faulty, acc, prec, recall, F1) for one scenario's run"""
+    truth, det, table = load(out, name)
+    y = labels(table, truth["intervals"])
+    n = len(y)
+    test = np.arange(n) >= n // 2  # detect trained on the first half
+    feats = [c for c in table.dtype.names if c not in ("ts_ns", "dur_ns")]
+    x = np.column_stack([table[c] for c in feats]).astype(float)
+    an = det["anomalies"]
+    methods = {
+        "eacgm (GMM)": flagged_by_detect(table, an),
+        "eacgm windows": flagged_by_detect(table, [a for a in an if a["layer"] == "window"]),
+        "eacgm calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
+    }
+    methods.update(baselines(x, ~test))
+    return truth, {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])
+                   for m, p in methods.items()}
+
+
+def summary(outs, names):
+    """Mean and standard deviation of each score over several runs."""
+    print(f"over {len(outs)} runs: mean +- standard deviation")
+    print(f"{'fault':<18} {'layer':<6} {'method':<17} {'acc':>12} {'prec':>12} {'recall':>12} "
+          f"{'F1':>12} {'F1 min':>6}")
+    for name in names:
+        per_run = [scores(out, name) for out in outs]
+        truth = per_run[0][0]
+        for method in per_run[0][1]:
+            v = np.array([r[1][method][2:] for r in per_run])
+            cells = " ".join(f"{m:>5.3f}+-{s:<5.3f}" for m, s in zip(v.mean(0), v.std(0)))
+            print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {cells} "
+                  f"{v[:, 3].min():>6.3f}")
+
+
 def main():
+    if sys.argv[1] == "--summary":
+        return summary(sys.argv[2].split(","), sys.argv[3:])
     out, names = sys.argv[1], sys.argv[2:]
     print(f"{'fault':<18} {'layer':<6} {'method':<17} {'windows':>7} {'faulty':>6} "
           f"{'acc':>6} {'prec':>6} {'recall':>6} {'F1':>6}")
     for name in names:
-        truth, det, table = load(out, name)
-        y = labels(table, truth["intervals"])
-        n = len(y)
-        test = np.arange(n) >= n // 2  # detect trained on the first half
-        feats = [c for c in table.dtype.names if c not in ("ts_ns", "dur_ns")]
-        x = np.column_stack([table[c] for c in feats]).astype(float)
-        an = det["anomalies"]
-        methods = {
-            "eacgm (GMM)": flagged_by_detect(table, an),
-            "eacgm windows": flagged_by_detect(table, [a for a in an if a["layer"] == "window"]),
-            "eacgm calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
-        }
-        methods.update(baselines(x, ~test))
-        for method, p in methods.items():
-            acc, prec, rec, f1 = metrics(y[test], p[test])
-            print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {int(test.sum()):>7} "
-                  f"{int(y[test].sum()):>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}")
+        truth, results = scores(out, name)
+        for method, (windows, faulty, acc, prec, rec, f1) in results.items():
+            print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {windows:>7} "
+                  f"{faulty:>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}")
 
 
 if __name__ == "__main__":
