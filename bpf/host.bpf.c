@@ -253,15 +253,22 @@ int BPF_PROG(host_rq_issue, struct request *rq)
 	return 0;
 }
 
+/*
+ * A request may complete in parts (the driver finishing some of its bytes at a time): each part
+ * fires this tracepoint with its own byte count, before the request's remaining length drops.
+ * Bytes count at every part; the request, and its latency, at the last one.
+ */
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(host_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
 {
 	__u64 key = (__u64)rq;
+	bool last = nr_bytes >= rq->__data_len;
 	struct rq_start *start = bpf_map_lookup_elem(&rq_started, &key);
-	if (!start)
-		return 0;
-	__u64 latency = bpf_ktime_get_ns() - start->ts;
-	bpf_map_delete_elem(&rq_started, &key);
+	__u64 latency = 0;
+	if (start && last) {
+		latency = bpf_ktime_get_ns() - start->ts;
+		bpf_map_delete_elem(&rq_started, &key);
+	}
 
 	__u32 dev = disk_of(rq);
 	struct eacgm_disk_stats *d = bpf_map_lookup_elem(&disk_stats, &dev);
@@ -273,22 +280,24 @@ int BPF_PROG(host_rq_complete, struct request *rq, blk_status_t error, unsigned 
 	/* REQ_OP_READ = 0, REQ_OP_WRITE = 1 in the low bits of cmd_flags; the rest (flush,
 	 * discard, ...) moves no data and is left out */
 	__u32 op = rq->cmd_flags & 0xff;
-	if (d && op <= 1) {
-		if (op == 0) {
-			d->read_ops++;
-			d->read_bytes += nr_bytes;
-		} else {
-			d->write_ops++;
-			d->write_bytes += nr_bytes;
-		}
-		d->latency_ns += latency;
-		if (d->latency_epoch != epoch) {
-			d->latency_epoch = epoch;
-			d->latency_max_ns = 0;
-		}
-		if (latency > d->latency_max_ns)
-			d->latency_max_ns = latency;
+	if (!d || op > 1)
+		return 0;
+	if (op == 0) {
+		d->read_ops += last;
+		d->read_bytes += nr_bytes;
+	} else {
+		d->write_ops += last;
+		d->write_bytes += nr_bytes;
 	}
+	if (!latency)
+		return 0;
+	d->latency_ns += latency;
+	if (d->latency_epoch != epoch) {
+		d->latency_epoch = epoch;
+		d->latency_max_ns = 0;
+	}
+	if (latency > d->latency_max_ns)
+		d->latency_max_ns = latency;
 	return 0;
 }
 
