@@ -17,17 +17,12 @@
 #include "events.h"
 #include "probe/proc_maps.h"
 #include "util/error.h"
+#include "util/file_key.h"
 
 namespace eacgm {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string file_key(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return {};
-  return fmt::format("{}:{}", st.st_dev, st.st_ino);
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;

@@ -14,18 +14,13 @@
 #include "probe/proc_maps.h"
 #include "python/layouts.h"
 #include "util/error.h"
+#include "util/file_key.h"
 #include "util/file_descriptor.h"
 
 namespace eacgm {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string file_key(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return {};
-  return fmt::format("{}:{}", st.st_dev, st.st_ino);
-}
 
 // DT_NEEDED libpython* of an ELF executable and its DT_RUNPATH/DT_RPATH folders.
 void needed_libpython(const std::string& path, std::string& needed, std::vector<std::string>& dirs) {

@@ -7,6 +7,20 @@
 
 namespace eacgm {
 
+namespace {
+
+// The columns every call table starts with: ts_ns, dur_ns, pid, tid, name.
+template <typename Row>
+void bind_call(Statement& insert, const Row& c) {
+  insert.bind(1, static_cast<int64_t>(c.ts_ns));
+  insert.bind(2, static_cast<int64_t>(c.dur_ns));
+  insert.bind(3, int64_t(c.pid));
+  insert.bind(4, int64_t(c.tid));
+  insert.bind(5, c.name);
+}
+
+}  // namespace
+
 const char* host_scope_name(HostScope scope) {
   switch (scope) {
     case HostScope::Process: return "process";
@@ -83,11 +97,7 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
                    "INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
                    "?15,?16,?17,?18)");
   for (const auto& c : rows) {
-    insert.bind(1, static_cast<int64_t>(c.ts_ns));
-    insert.bind(2, static_cast<int64_t>(c.dur_ns));
-    insert.bind(3, int64_t(c.pid));
-    insert.bind(4, int64_t(c.tid));
-    insert.bind(5, c.name);
+    bind_call(insert, c);
     insert.bind(6, c.ret);
     if (c.count >= 0) insert.bind(7, c.count);
     if (!c.datatype.empty()) insert.bind(8, c.datatype);
@@ -110,11 +120,7 @@ bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows) {
   if (rows.empty()) return true;
   Statement insert(db, "INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5,?6)");
   for (const auto& c : rows) {
-    insert.bind(1, static_cast<int64_t>(c.ts_ns));
-    insert.bind(2, static_cast<int64_t>(c.dur_ns));
-    insert.bind(3, int64_t(c.pid));
-    insert.bind(4, int64_t(c.tid));
-    insert.bind(5, c.name);
+    bind_call(insert, c);
     if (c.py_stack) insert.bind(6, c.py_stack);
     if (insert.run() != SQLITE_DONE) return false;
   }
