@@ -43,7 +43,7 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--layers", *layers,
                   "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
                   "(NCCL collectives and communicators), torch (PyTorch operators through the "
-                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.12 "
+                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.13 "
                   "function calls, and the Python stack of each cuda/comm call), gpu (NVML: "
                   "utilization, memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process "
                   "use; sampled), host (scheduler, network and block I/O counters, sampled)")
