@@ -158,7 +158,9 @@ INSTANTIATE_TEST_SUITE_P(Interpreters, RecordPython, ::testing::ValuesIn(kInterp
 TEST_F(RecordingTest, PythonAttachRecordsAndGivesBackTheHook) {
   const std::string python = "/usr/bin/python3.11";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
-  Process target({python, kPyWorkloads + "/busy_loop.py", "4"});
+  // 8 s: eacgm takes 2-3 s to start on a loaded 2-core machine, and the hook can only be given
+  // back to a process that outlives the 1 s recording
+  Process target({python, kPyWorkloads + "/busy_loop.py", "8"});
   ASSERT_TRUE(target.wait_for_stderr("ready", 20)) << target.err();
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--duration", "1",
                 "-p", std::to_string(target.pid())});
