@@ -28,7 +28,7 @@ ratio() {  # NAME OURS BASE UNIT
 }
 
 for py in /usr/bin/python3.11 /root/.pyenv/versions/3.10.13/bin/python3.10 \
-          /root/.pyenv/versions/3.12.1/bin/python3.12; do
+          /root/.pyenv/versions/3.12.1/bin/python3.12 /root/.pyenv/versions/3.13.0/bin/python3.13; do
   [ -x "$py" ] || { echo "$py: not installed, skipped"; continue; }
   v=$($py -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   base=$(best_of ns_per_call $py bench/python_call_loop.py "$N")

@@ -6,7 +6,7 @@
  * which), and does three things:
  *  - times each call of _PyEval_EvalFrameDefault (entry + return probe; arg 2 is the frame),
  *    for code objects userspace said to trace (py_codes), and names each new code object once;
- *  - on 3.11+, makes every Python call enter _PyEval_EvalFrameDefault from C: userspace writes
+ *  - on 3.11+ (3.13 included), makes every Python call enter _PyEval_EvalFrameDefault from C: userspace writes
  *    that function's own address into interp->eval_frame (PEP 523), after which the interpreter stops
  *    inlining Python-to-Python calls (their specialised instructions deoptimise) and calls
  *    _PyEval_EvalFrame -> eval_frame -> _PyEval_EvalFrameDefault, i.e. the very same function;
@@ -171,6 +171,15 @@ __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 fir
 	return EACGM_PY_PENDING;
 }
 
+/* 3.13 frames hold f_executable, a code object or (the C-stack shim frames) None: whatever else
+ * it is must not be read as code. Builds whose frames hold only code skip the check. */
+static __always_inline bool py_is_code(__u64 obj, const struct eacgm_py_layout *l, __u64 runtime)
+{
+	if (!l->code_type_from_runtime)
+		return obj != 0;
+	return obj && py_ptr(obj + l->object_type) == runtime + l->code_type_from_runtime;
+}
+
 static __always_inline void py_code_identity(__u64 code, const struct eacgm_py_layout *l,
 					     __u64 *name_obj, __u32 *firstlineno)
 {
@@ -226,7 +235,7 @@ int py_eval_entry(struct pt_regs *ctx)
 		if (!p)
 			return 0;
 	}
-	if (p->hook == EACGM_PY_HOOK_NONE && l->version >= 311)
+	if (p->hook == EACGM_PY_HOOK_NONE && l->version >= 311 && l->interp_eval_frame)
 		py_request_hook(p, l, pid, tstate, ip);
 
 	struct py_task *t = bpf_task_storage_get(&py_tasks, bpf_get_current_task_btf(), 0,
@@ -235,7 +244,7 @@ int py_eval_entry(struct pt_regs *ctx)
 		return 0;
 	t->tstate = tstate;
 	__u64 code = py_ptr(frame + l->frame_code);
-	if (!code)
+	if (!py_is_code(code, l, p->runtime))
 		return 0;
 	__u64 name_obj;
 	__u32 firstlineno;
@@ -348,7 +357,7 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 	if (!tstate)
 		return 0;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);
-	if (l->version != 310)
+	if (l->version == 311 || l->version == 312) /* through the cframe; 3.13 has none */
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
 	if (!frame)
 		return 0;
@@ -365,7 +374,8 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 		__u8 owner = 0;
 		if (l->frame_owner)
 			bpf_probe_read_user(&owner, 1, (void *)(frame + l->frame_owner));
-		if (!code || owner == 3) { /* 3.12's C-stack shim frames are no Python code */
+		/* C-stack shim frames (3.12+) are no Python code */
+		if (owner == 3 || !py_is_code(code, l, p->runtime)) {
 			frame = next;
 			continue;
 		}

@@ -19,19 +19,20 @@ enum eacgm_py_record_kind {
 
 /* Where things are in one CPython build, in bytes (see src/python/layouts.cpp). */
 struct eacgm_py_layout {
-	__u32 version;              /* 310, 311, 312 */
+	__u32 version;              /* 310, 311, 312, 313 */
 	__u32 runtime_interp_main;  /* _PyRuntime.interpreters.main */
 	__u32 interp_threads_head;  /* first PyThreadState of the interpreter */
-	__u32 interp_eval_frame;    /* PEP 523 eval-frame hook */
+	__u32 interp_eval_frame;    /* PEP 523 eval-frame hook; 0: unknown in this build, no hook */
 	__u32 tstate_next;
 	__u32 tstate_interp;
 	__u32 tstate_thread_id;     /* 3.11+: native_thread_id (the tid); 3.10: thread_id (pthread_t) */
-	__u32 tstate_frame;         /* 3.10: frame; 3.11+: cframe */
-	__u32 cframe_current_frame; /* 3.11+ */
+	__u32 tstate_frame;         /* 3.10: frame; 3.11, 3.12: cframe; 3.13: current_frame */
+	__u32 cframe_current_frame; /* 3.11, 3.12 */
 	__u32 frame_back;           /* f_back / previous */
-	__u32 frame_code;           /* f_code */
-	__u32 frame_instr;          /* 3.10: f_lasti (int, code units); 3.11+: prev_instr (pointer) */
-	__u32 frame_owner;          /* 3.12: owner byte (3: a C-stack shim frame); 0: no owner */
+	__u32 frame_code;           /* f_code; 3.13: f_executable (a code object or None) */
+	__u32 frame_instr;          /* 3.10: f_lasti (int, code units); 3.11, 3.12: prev_instr,
+	                             * 3.13: instr_ptr (pointers to the instruction executing) */
+	__u32 frame_owner;          /* 3.12+: owner byte (3: a C-stack shim frame); 0: no owner */
 	__u32 code_name;            /* co_qualname (3.11+), co_name (3.10) */
 	__u32 code_filename;
 	__u32 code_firstlineno;
@@ -43,7 +44,10 @@ struct eacgm_py_layout {
 	__u32 unicode_length;
 	__u32 unicode_ascii_data;
 	__u32 unicode_compact_data;
+	__u32 object_type;          /* PyObject.ob_type */
+	__u32 pad;
 	__s64 runtime_from_eval;    /* in the file: &_PyRuntime - &_PyEval_EvalFrameDefault */
+	__s64 code_type_from_runtime; /* &PyCode_Type - &_PyRuntime; 0: frames hold only code */
 };
 
 /* What the BPF side knows of a traced CPython process (py_procs map, keyed by tgid). */

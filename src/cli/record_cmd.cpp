@@ -43,7 +43,7 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--layers", *layers,
                   "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
                   "(NCCL collectives and communicators), torch (PyTorch operators through the "
-                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.12 "
+                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.13 "
                   "function calls, and the Python stack of each cuda/comm call), gpu (NVML: "
                   "utilization, memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process "
                   "use; sampled), host (scheduler, network and block I/O counters, sampled)")
@@ -71,7 +71,8 @@ std::function<int()> add_record(CLI::App& app) {
                 "python layer: leave CPython 3.11+'s inlined Python-to-Python calls alone; then "
                 "only calls entered from C are recorded there (stacks are complete either way). "
                 "The hook eacgm sets otherwise makes each call a C call, which on 3.12 lowers "
-                "the deepest Python recursion to about 745 frames (RecursionError beyond)");
+                "the deepest Python recursion to about 745 frames (RecursionError beyond), and "
+                "on 3.13 caps a raised sys.setrecursionlimit at about 5,000 frames");
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "probe/elf_symbols.h"
+#include "python/debug_offsets.h"
 #include "python/layouts.h"
 #include "util/error.h"
 #include "util/file_descriptor.h"
@@ -36,6 +37,39 @@ std::optional<uint32_t> read_py_version(const ElfSymbols& elf) {
   return hex;
 }
 
+// 3.13: the offsets the build publishes override the built-in ones, and frames are checked to
+// hold code objects (f_executable may be None), which takes PyCode_Type's address.
+void use_published_offsets(const ElfSymbols& elf, CPythonBuild& b) {
+  const ElfSymbol* code_type = find_symbol(elf, "PyCode_Type", false);
+  if (!code_type) {
+    b.layout.reset();  // every frame would have to be trusted to hold code: not on 3.13
+    return;
+  }
+  b.layout->code_type_from_runtime = int64_t(code_type->value) - int64_t(b.runtime_vaddr);
+  auto offset = elf.file_offset_of(b.runtime_vaddr);
+  auto published = offset ? read_cpython_debug_offsets(b.path, *offset, b.minor) : std::nullopt;
+  if (!published) {
+    b.layout_notes.push_back(fmt::format(
+        "layer python: {} publishes no readable _Py_DebugOffsets; using eacgm's own CPython "
+        "3.{} offsets, written for 3.{}.0",
+        b.path, b.minor, b.minor));
+    return;
+  }
+  if (published->free_threaded) {
+    b.free_threaded = true;
+    b.layout.reset();
+    return;
+  }
+  b.layout_source = "_Py_DebugOffsets";
+  apply_cpython_debug_offsets(*published, *b.layout);  // where they differ, the build is right
+  if (!b.layout->interp_eval_frame)
+    b.layout_notes.push_back(fmt::format(
+        "layer python: {}'s interpreter state differs from CPython 3.{}.0's, so eacgm does not "
+        "know where its eval-frame hook is: calls between Python functions are not seen "
+        "(stacks and calls made from C are)",
+        b.path, b.minor));
+}
+
 }  // namespace
 
 std::string CPythonBuild::version() const {
@@ -44,6 +78,11 @@ std::string CPythonBuild::version() const {
 }
 
 std::string CPythonBuild::unsupported_message() const {
+  if (free_threaded)
+    return fmt::format("layer python: {} is a free-threaded CPython {} build, which eacgm cannot "
+                       "read; its Python calls and stacks are not traced (run the job with the "
+                       "default, GIL build)",
+                       path, version());
   return fmt::format("layer python: {} is CPython {}, which eacgm cannot read (supported: {}); "
                      "its Python calls and stacks are not traced (run the job with a supported "
                      "interpreter)",
@@ -91,7 +130,10 @@ std::optional<CPythonBuild> inspect_cpython(const std::string& path) {
     return std::nullopt;  // a CPython we cannot date: better untraced than misread
   }
   if (b.major == 3) b.layout = cpython_layout(b.minor);
-  if (b.layout) b.layout->runtime_from_eval = int64_t(b.runtime_vaddr) - int64_t(b.eval_vaddr);
+  if (!b.layout) return b;
+  b.layout_source = "built-in";
+  b.layout->runtime_from_eval = int64_t(b.runtime_vaddr) - int64_t(b.eval_vaddr);
+  if (b.minor >= 13) use_published_offsets(*elf, b);
   return b;
 }
 

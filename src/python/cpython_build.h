@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "events.h"
 
@@ -17,6 +18,11 @@ struct CPythonBuild {
   uint64_t eval_vaddr = 0;              // _PyEval_EvalFrameDefault
   uint64_t eval_file_offset = 0;        // where the uprobe goes
   std::optional<eacgm_py_layout> layout;  // nullopt: this version is not supported
+  // Where the layout came from: "built-in" (layouts.cpp) or "_Py_DebugOffsets" (3.13+: the
+  // offsets the build publishes in its _PyRuntime, over the built-in ones).
+  std::string layout_source;
+  std::vector<std::string> layout_notes;  // what the user should know about it (one line each)
+  bool free_threaded = false;             // a 3.13t build: no layout
 
   std::string version() const;  // "3.11.7" or "3.11"
   // The one line a user reads when the version is not supported.

@@ -7,7 +7,8 @@ namespace eacgm {
 
 std::optional<eacgm_py_layout> cpython_layout(int minor) {
   eacgm_py_layout l{};
-  // Stable across 3.10-3.12: PyObject_VAR_HEAD, PyBytesObject, the PyASCIIObject header.
+  // Stable across 3.10-3.13: PyObject_VAR_HEAD, PyBytesObject, the PyASCIIObject header.
+  l.object_type = 8;
   l.bytes_size = 16;
   l.bytes_data = 32;
   l.unicode_length = 16;
@@ -71,11 +72,32 @@ std::optional<eacgm_py_layout> cpython_layout(int minor) {
       l.unicode_ascii_data = 40;     // 3.12 dropped the wstr pointer
       l.unicode_compact_data = 56;
       return l;
+    case 13:
+      // 3.13 publishes most of these in _PyRuntime.debug_offsets (python/debug_offsets.h),
+      // which overrides them; the interpreter's main and eval_frame fields it does not publish.
+      l.version = 313;
+      l.runtime_interp_main = 640;
+      l.interp_threads_head = 7344;
+      l.interp_eval_frame = 8472;
+      l.tstate_thread_id = 160;
+      l.tstate_frame = 72;           // current_frame: the cframe indirection is gone
+      l.frame_back = 8;
+      l.frame_code = 0;              // f_executable: a code object, or None in shim frames
+      l.frame_instr = 56;            // instr_ptr
+      l.frame_owner = 70;
+      l.code_name = 128;
+      l.code_filename = 112;
+      l.code_firstlineno = 68;
+      l.code_linetable = 136;
+      l.code_instructions = 200;
+      l.unicode_ascii_data = 40;
+      l.unicode_compact_data = 56;
+      return l;
     default:
       return std::nullopt;
   }
 }
 
-const char* supported_cpython_versions() { return "3.10, 3.11, 3.12"; }
+const char* supported_cpython_versions() { return "3.10, 3.11, 3.12, 3.13"; }
 
 }  // namespace eacgm

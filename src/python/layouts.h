@@ -10,7 +10,7 @@ namespace eacgm {
 // The offsets of CPython 3.<minor>, or nullopt when that version is not supported.
 std::optional<eacgm_py_layout> cpython_layout(int minor);
 
-// The minor versions cpython_layout knows, for messages: "3.10, 3.11, 3.12".
+// The minor versions cpython_layout knows, for messages: "3.10, 3.11, 3.12, 3.13".
 const char* supported_cpython_versions();
 
 }  // namespace eacgm

@@ -82,6 +82,7 @@ bool PythonLayer::plan_file(const std::string& path) {
     problems_.push_back(build->unsupported_message());
     return false;
   }
+  for (const std::string& note : build->layout_notes) problems_.push_back(note);
   if (builds_.size() >= EACGM_PY_MAX_LAYOUTS) {
     problems_.push_back(fmt::format("layer python: more than {} CPython builds; {} is not traced",
                                     EACGM_PY_MAX_LAYOUTS, path));
@@ -124,7 +125,7 @@ void PythonLayer::plan_process(uint32_t pid) {
     p.runtime = bias + b.runtime_vaddr;
     p.layout = uint32_t(index);
     bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST);
-    if (hook_ && b.layout->version >= 311) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
+    if (hook_ && b.layout->version >= 311 && b.layout->interp_eval_frame) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
   }
 }
 

@@ -1,5 +1,5 @@
 // End to end: the python layer on real CPython interpreters (Debian's python3.11 and the pyenv
-// 3.10, 3.11 and 3.12 builds): exact calls, counts and nesting, Python stacks of CUDA calls,
+// 3.10, 3.11, 3.12 and 3.13 builds): exact calls, counts and nesting, Python stacks of CUDA calls,
 // filters, attaching to a running interpreter, and unsupported versions.
 #include "e2e_util.h"
 
@@ -22,6 +22,7 @@ const Interpreter kInterpreters[] = {
     {"/root/.pyenv/versions/3.10.13/bin/python3.10", 10, "pyenv310"},
     {"/root/.pyenv/versions/3.11.7/bin/python3.11", 11, "pyenv311"},
     {"/root/.pyenv/versions/3.12.1/bin/python3.12", 12, "pyenv312"},
+    {"/root/.pyenv/versions/3.13.0/bin/python3.13", 13, "pyenv313"},
 };
 
 class RecordPython : public RecordingTest, public ::testing::WithParamInterface<Interpreter> {
@@ -133,13 +134,33 @@ TEST_P(RecordPython, FilterChoosesTheFunctions) {
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_filter'"), "nesting.?,json");
 }
 
+// The eval-frame hook (3.11+) turns inlined calls into C calls and deoptimises specialised
+// instructions: what the program does must not change (generators, asyncio, tracebacks, ...).
+TEST_P(RecordPython, ProgramOutputIsUnchanged) {
+  const std::string script = kPyWorkloads + "/behaviour.py";
+  auto plain = run({GetParam().path, script});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", GetParam().path,
+                script});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+  Db db(db_);
+  // recurse(500) nests 501 calls; the kernel keeps 64 return probes per thread, <module> holds
+  // one: the 63 outermost are timed, the rest are not recorded
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'behaviour.recurse'"), 63);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'behaviour.leaf'"),
+            GetParam().minor >= 11 ? 15 : 10);  // each coroutine: created (3.11+), run, resumed
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, RecordPython, ::testing::ValuesIn(kInterpreters),
                          [](const auto& info) { return info.param.label; });
 
 TEST_F(RecordingTest, PythonAttachRecordsAndGivesBackTheHook) {
   const std::string python = "/usr/bin/python3.11";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
-  Process target({python, kPyWorkloads + "/busy_loop.py", "4"});
+  // 8 s: eacgm takes 2-3 s to start on a loaded 2-core machine, and the hook can only be given
+  // back to a process that outlives the 1 s recording
+  Process target({python, kPyWorkloads + "/busy_loop.py", "8"});
   ASSERT_TRUE(target.wait_for_stderr("ready", 20)) << target.err();
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--duration", "1",
                 "-p", std::to_string(target.pid())});
@@ -153,15 +174,16 @@ TEST_F(RecordingTest, PythonAttachRecordsAndGivesBackTheHook) {
 }
 
 TEST_F(RecordingTest, PythonUnsupportedVersionIsNamed) {
-  std::string python = "/root/.pyenv/versions/3.13.0/bin/python3.13";
+  // 3.14 (a newer, unread layout) where installed, else the older 3.9
+  std::string python = "/root/.pyenv/versions/3.14.0/bin/python3.14";
   if (!std::filesystem::exists(python)) python = "/root/.pyenv/versions/3.9.18/bin/python3.9";
   if (!std::filesystem::exists(python))
-    GTEST_SKIP() << "no unsupported CPython (pyenv 3.13.0 or 3.9.18) is installed";
+    GTEST_SKIP() << "no unsupported CPython (pyenv 3.14.0 or 3.9.18) is installed";
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", python,
                 kPyWorkloads + "/nesting.py"});
   EXPECT_EQ(r.exit_code, 0) << r.err;  // the job runs; only its Python calls are not traced
-  EXPECT_NE(r.err.find("which eacgm cannot read (supported: 3.10, 3.11, 3.12); its Python calls "
-                       "and stacks are not traced"),
+  EXPECT_NE(r.err.find("which eacgm cannot read (supported: 3.10, 3.11, 3.12, 3.13); its Python "
+                       "calls and stacks are not traced"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("eacgm: layer python: /root/.pyenv/versions/"), std::string::npos) << r.err;
@@ -198,11 +220,13 @@ TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
 namespace e2e {
 namespace {
 
-// Without the hook, CPython 3.12 inlines Python-to-Python calls: only frames entered from C
-// (the module, the class body run by __build_class__) reach the probe. This is what the hook
-// is for, and --python-no-hook gives it up for the user's recursion depth.
-TEST_F(RecordingTest, PythonNoHookSeesOnlyCallsFromC) {
-  const std::string python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+// Without the hook, CPython 3.12 and 3.13 inline Python-to-Python calls: only frames entered
+// from C (the module, the class body run by __build_class__) reach the probe. This is what the
+// hook is for, and --python-no-hook gives it up for the user's recursion depth.
+class PythonNoHook : public RecordingTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(PythonNoHook, SeesOnlyCallsFromC) {
+  const std::string python = GetParam();
   if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-no-hook", "--",
                 python, kPyWorkloads + "/nesting.py"});
@@ -215,6 +239,13 @@ TEST_F(RecordingTest, PythonNoHookSeesOnlyCallsFromC) {
             0);
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hook'"), "off");
 }
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PythonNoHook,
+                         ::testing::Values("/root/.pyenv/versions/3.12.1/bin/python3.12",
+                                           "/root/.pyenv/versions/3.13.0/bin/python3.13"),
+                         [](const auto& info) {
+                           return "pyenv3" + info.param.substr(info.param.rfind('.') + 1);
+                         });
 
 }  // namespace
 }  // namespace e2e

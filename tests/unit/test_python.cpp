@@ -4,14 +4,18 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "python/code_filter.h"
+#include "probe/elf_symbols.h"
 #include "python/cpython_build.h"
+#include "python/debug_offsets.h"
 #include "python/layouts.h"
 #include "python/line_table.h"
 #include "util/error.h"
@@ -74,11 +78,10 @@ std::map<std::string, uint64_t> layout_fields(const eacgm_py_layout& l) {
       {"unicode_state", l.unicode_state},
       {"unicode_length", l.unicode_length},
       {"unicode_ascii_data", l.unicode_ascii_data},
-      {"unicode_compact_data", l.unicode_compact_data}};
-  if (l.version >= 311) {
-    m["cframe_current_frame"] = l.cframe_current_frame;
-    m["code_instructions"] = l.code_instructions;
-  }
+      {"unicode_compact_data", l.unicode_compact_data},
+      {"object_type", l.object_type}};
+  if (l.version >= 311) m["code_instructions"] = l.code_instructions;
+  if (l.version == 311 || l.version == 312) m["cframe_current_frame"] = l.cframe_current_frame;
   if (l.version >= 312) m["frame_owner"] = l.frame_owner;
   return m;
 }
@@ -114,12 +117,13 @@ TEST_P(PythonLayouts, MatchOffsetofInEveryInstalledHeaderSet) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, PythonLayouts, ::testing::Values(10, 11, 12));
+INSTANTIATE_TEST_SUITE_P(Versions, PythonLayouts, ::testing::Values(10, 11, 12, 13));
 
 TEST(PythonLayouts, OnlyTheSupportedVersions) {
   EXPECT_FALSE(cpython_layout(9).has_value());
-  EXPECT_FALSE(cpython_layout(13).has_value());
-  EXPECT_STREQ(supported_cpython_versions(), "3.10, 3.11, 3.12");
+  EXPECT_TRUE(cpython_layout(13).has_value());
+  EXPECT_FALSE(cpython_layout(14).has_value());
+  EXPECT_STREQ(supported_cpython_versions(), "3.10, 3.11, 3.12, 3.13");
 }
 
 std::string pyenv_lib(const std::string& version) {
@@ -148,7 +152,7 @@ TEST(CPythonBuildDetection, PyenvBuildsSupportedOrNot) {
   };
   int seen = 0;
   for (const Case& c : {Case{"3.10.13", 10, "file name", true}, Case{"3.12.1", 12, "Py_Version", true},
-                        Case{"3.13.0", 13, "Py_Version", false},
+                        Case{"3.13.0", 13, "Py_Version", true},
                         Case{"3.9.18", 9, "file name", false}}) {
     std::string lib = pyenv_lib(c.version);
     if (!fs::exists(lib)) continue;
@@ -162,10 +166,72 @@ TEST(CPythonBuildDetection, PyenvBuildsSupportedOrNot) {
     if (!c.supported)
       EXPECT_EQ(b->unsupported_message(),
                 "layer python: " + lib + " is CPython " + b->version() +
-                    ", which eacgm cannot read (supported: 3.10, 3.11, 3.12); its Python calls and "
-                    "stacks are not traced (run the job with a supported interpreter)");
+                    ", which eacgm cannot read (supported: 3.10, 3.11, 3.12, 3.13); its Python calls "
+                    "and stacks are not traced (run the job with a supported interpreter)");
   }
   if (seen == 0) GTEST_SKIP() << "no pyenv CPython builds under /root/.pyenv/versions";
+}
+
+// 3.13 publishes its offsets in _PyRuntime.debug_offsets; read from the file, they must agree
+// with the built-in layout that offsetof checks against the headers.
+TEST(CPythonDebugOffsets, Pyenv313PublishesTheBuiltInLayout) {
+  std::string lib = pyenv_lib("3.13.0");
+  if (!fs::exists(lib)) GTEST_SKIP() << lib << " is not installed: 3.13's published offsets are unchecked";
+  auto b = inspect_cpython(lib);
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(b->layout.has_value());
+  EXPECT_EQ(b->layout_source, "_Py_DebugOffsets");
+  EXPECT_TRUE(b->layout_notes.empty());
+  EXPECT_FALSE(b->free_threaded);
+  ElfSymbols elf = ElfSymbols::load(lib);
+  uint64_t code_type = 0;
+  for (const ElfSymbol& s : elf.symbols())
+    if (s.name == "PyCode_Type" && s.value) code_type = s.value;
+  ASSERT_NE(code_type, 0u);
+  EXPECT_EQ(b->layout->code_type_from_runtime, int64_t(code_type) - int64_t(b->runtime_vaddr));
+  auto published = read_cpython_debug_offsets(lib, *elf.file_offset_of(b->runtime_vaddr), 13);
+  ASSERT_TRUE(published.has_value());
+  EXPECT_EQ(published->version_hex, 0x030d00f0u);
+  eacgm_py_layout built_in = *cpython_layout(13);
+  EXPECT_EQ(apply_cpython_debug_offsets(*published, built_in), std::vector<std::string>{});
+  EXPECT_EQ(layout_fields(built_in), layout_fields(*b->layout));
+  EXPECT_EQ(b->layout->interp_eval_frame, 8472u);
+  // another version's runtime holds no 3.13 offsets
+  EXPECT_FALSE(read_cpython_debug_offsets(lib, *elf.file_offset_of(b->runtime_vaddr), 14));
+}
+
+// Bytes that are not 3.13's debug offsets are not believed; an unknown interpreter state costs
+// the hook (its offset is not published), not the layout.
+TEST(CPythonDebugOffsets, CookieVersionAndInterpreterStateAreChecked) {
+  fs::path file = fs::temp_directory_path() / "eacgm-debug-offsets.bin";
+  auto write = [&](const char* cookie, uint64_t version, uint64_t free_threaded) {
+    std::vector<uint64_t> words(80, 0);
+    std::memcpy(words.data(), cookie, 8);
+    words[1] = version;
+    words[2] = free_threaded;
+    words[6] = 190000;  // interp size: not 3.13.0's
+    words[9] = 7000;    // threads.head
+    std::ofstream(file, std::ios::binary)
+        .write(reinterpret_cast<const char*>(words.data()), std::streamsize(words.size() * 8));
+  };
+  write("xdebugpy", 0x030d05f0, 0);
+  auto d = read_cpython_debug_offsets(file.string(), 0, 13);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(d->free_threaded);
+  EXPECT_EQ(d->interp_threads_head, 7000u);
+  eacgm_py_layout l = *cpython_layout(13);
+  auto differed = apply_cpython_debug_offsets(*d, l);
+  EXPECT_NE(std::find(differed.begin(), differed.end(), "interp_eval_frame"), differed.end());
+  EXPECT_EQ(l.interp_eval_frame, 0u);
+  EXPECT_EQ(l.interp_threads_head, 7000u);
+  write("xdebugpy", 0x030d00f0, 1);
+  EXPECT_TRUE(read_cpython_debug_offsets(file.string(), 0, 13)->free_threaded);
+  write("xdebugpz", 0x030d00f0, 0);
+  EXPECT_FALSE(read_cpython_debug_offsets(file.string(), 0, 13).has_value());
+  write("xdebugpy", 0x030c00f0, 0);  // says 3.12
+  EXPECT_FALSE(read_cpython_debug_offsets(file.string(), 0, 13).has_value());
+  EXPECT_FALSE(read_cpython_debug_offsets(file.string(), 1 << 20, 13).has_value());  // past the end
+  fs::remove(file);
 }
 
 TEST(CPythonBuildDetection, NamesAndNonPythonFiles) {
@@ -218,7 +284,8 @@ TEST_P(PythonLineTables, AgreeWithCoLinesAtEveryInstruction) {
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonLineTables,
                          ::testing::Values("/usr/bin/python3.11",
                                            "/root/.pyenv/versions/3.10.13/bin/python3.10",
-                                           "/root/.pyenv/versions/3.12.1/bin/python3.12"));
+                                           "/root/.pyenv/versions/3.12.1/bin/python3.12",
+                                           "/root/.pyenv/versions/3.13.0/bin/python3.13"));
 
 TEST(PythonLineTables, UnknownInstructionAndTruncatedTable) {
   std::vector<uint8_t> table = {0x08, 0x01, 0x04, 0x01};  // 3.10: 8 bytes +1 line, 4 bytes +1

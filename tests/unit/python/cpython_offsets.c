@@ -29,18 +29,28 @@ int main(void)
 #else
 	P("interp_threads_head", offsetof(PyInterpreterState, threads.head));
 	P("tstate_thread_id", offsetof(PyThreadState, native_thread_id));
-	P("tstate_frame", offsetof(PyThreadState, cframe));
-	P("cframe_current_frame", offsetof(_PyCFrame, current_frame));
 	P("frame_back", offsetof(_PyInterpreterFrame, previous));
-	P("frame_code", offsetof(_PyInterpreterFrame, f_code));
-	P("frame_instr", offsetof(_PyInterpreterFrame, prev_instr));
 	P("code_name", offsetof(PyCodeObject, co_qualname));
 	P("code_instructions", offsetof(PyCodeObject, co_code_adaptive));
 #endif
-#if PY_MINOR_VERSION == 12
+#if PY_MINOR_VERSION == 11 || PY_MINOR_VERSION == 12
+	P("tstate_frame", offsetof(PyThreadState, cframe));
+	P("cframe_current_frame", offsetof(_PyCFrame, current_frame));
+	P("frame_code", offsetof(_PyInterpreterFrame, f_code));
+	P("frame_instr", offsetof(_PyInterpreterFrame, prev_instr));
+#endif
+#if PY_MINOR_VERSION >= 12
 	P("frame_owner", offsetof(_PyInterpreterFrame, owner));
 #endif
+#if PY_MINOR_VERSION >= 13
+	/* no _PyCFrame; frames may run other things than code (f_executable), and say where they
+	 * are with instr_ptr */
+	P("tstate_frame", offsetof(PyThreadState, current_frame));
+	P("frame_code", offsetof(_PyInterpreterFrame, f_executable));
+	P("frame_instr", offsetof(_PyInterpreterFrame, instr_ptr));
+#endif
 	P("interp_eval_frame", offsetof(PyInterpreterState, eval_frame));
+	P("object_type", offsetof(PyObject, ob_type));
 	P("tstate_next", offsetof(PyThreadState, next));
 	P("tstate_interp", offsetof(PyThreadState, interp));
 	P("code_filename", offsetof(PyCodeObject, co_filename));
