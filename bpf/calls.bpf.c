@@ -198,8 +198,9 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!is_traced(id >> 32))
 		return 0;
-	if (bpf_get_attach_cookie(ctx) & EACGM_COOKIE_ENTRY_ONLY)
-		return emit_entry_only(ctx, bpf_get_attach_cookie(ctx), id);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	if (cookie & EACGM_COOKIE_ENTRY_ONLY)
+		return emit_entry_only(ctx, cookie, id);
 	struct task_calls *t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 						    BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
@@ -221,7 +222,6 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		return 0;
 	}
 	struct inflight_call *c = &t->calls[slot(depth)];
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	c->sp = sp;
 	c->op = cookie;
 	c->ts_ns = bpf_ktime_get_ns();

@@ -75,6 +75,17 @@ uint64_t alloc_key(uint32_t pid, uint64_t addr) { return addr ^ (uint64_t(pid) <
 
 }  // namespace
 
+void set_bandwidths(CommCallRow& row, Collective collective) {
+  if (row.ret != 0 || row.bytes < 0 || row.dur_ns == 0 || collective == Collective::None) return;
+  uint32_t n = row.nranks > 0 ? uint32_t(row.nranks) : 0;
+  bool needs_n = collective == Collective::AllGather || collective == Collective::ReduceScatter ||
+                 collective == Collective::AllReduce;
+  if (!n && needs_n) return;
+  // bytes per ns = GB/s
+  row.algbw_gbps = nccl_algo_bytes(collective, uint64_t(row.bytes), n) / double(row.dur_ns);
+  row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(collective, n);
+}
+
 uint64_t call_arg(const eacgm_call_event& e, int index) {
   if (index < 0) return 0;
   if (index < 6) return e.args[index];
@@ -165,17 +176,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
         row.rank = it->second.rank;
         row.nranks = it->second.nranks;
       }
-      if (row.ret == 0 && row.bytes >= 0 && row.dur_ns > 0) {
-        uint32_t n = row.nranks > 0 ? uint32_t(row.nranks) : 0;
-        double size = nccl_algo_bytes(op.collective, uint64_t(row.bytes), n);
-        bool needs_n = op.collective == Collective::AllGather ||
-                       op.collective == Collective::ReduceScatter ||
-                       op.collective == Collective::AllReduce;
-        if (n || !needs_n) {
-          row.algbw_gbps = size / double(row.dur_ns);  // bytes per ns = GB/s
-          row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(op.collective, n);
-        }
-      }
+      set_bandwidths(row, op.collective);
       break;
     }
     case CommKind::InitRank:
@@ -196,7 +197,11 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
 }
 
 void EventDecoder::decode_torch(const eacgm_call_event& e) {
-  std::string_view name = torch_ops_ ? torch_ops_->name(uint16_t(e.op)) : std::string_view();
+  // names are kept here: the registry takes a lock, and every operator call comes this way
+  size_t index = e.op - kTorchOpBase;
+  if (index >= torch_names_.size()) torch_names_.resize(index + 1);
+  std::string_view& name = torch_names_[index];
+  if (name.empty() && torch_ops_) name = torch_ops_->name(uint16_t(e.op));
   if (name.empty()) {
     ++stats_.malformed;
     return;

@@ -80,6 +80,7 @@ class EventDecoder {
   std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
   Interner names_;
   std::shared_ptr<const TorchOps> torch_ops_;
+  std::vector<std::string_view> torch_names_;  // by op id - kTorchOpBase, filled on first use
   PythonDecoder* python_ = nullptr;
   // NCCL communicators created while traced: rank and size, per process
   struct CommInfo {
@@ -96,6 +97,10 @@ class EventDecoder {
   std::unordered_map<uint32_t, C10dCall> c10d_pending_;  // by tid
   std::map<std::pair<uint32_t, uint64_t>, C10dCall> c10d_works_;  // by (pid, Work*)
 };
+
+// The nccl-tests algorithm and bus bandwidths of a completed collective, over its duration
+// (left unknown when it failed, or when the formula needs a rank count that is not known).
+void set_bandwidths(CommCallRow& row, Collective collective);
 
 // argument `index` of a call (0..5 registers, 6..8 stack words)
 uint64_t call_arg(const eacgm_call_event& e, int index);

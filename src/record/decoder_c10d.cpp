@@ -10,16 +10,7 @@ void EventDecoder::emit_c10d(C10dCall call, uint64_t end_ns, int64_t ret) {
   CommCallRow& row = call.row;
   row.dur_ns = end_ns > row.ts_ns ? end_ns - row.ts_ns : 0;
   row.ret = ret;
-  if (ret == 0 && row.bytes >= 0 && row.dur_ns > 0 && call.collective != Collective::None) {
-    uint32_t n = row.nranks > 0 ? uint32_t(row.nranks) : 0;
-    bool needs_n = call.collective == Collective::AllGather ||
-                   call.collective == Collective::ReduceScatter ||
-                   call.collective == Collective::AllReduce;
-    if (n || !needs_n) {
-      row.algbw_gbps = nccl_algo_bytes(call.collective, uint64_t(row.bytes), n) / double(row.dur_ns);
-      row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(call.collective, n);
-    }
-  }
+  set_bandwidths(row, call.collective);
   ++stats_.calls;
   out_.add(row);
 }
