@@ -3,6 +3,7 @@
 
 #include <capstone/capstone.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "util/error.h"
@@ -22,8 +23,14 @@ struct CsHandle {
   }
 };
 
-struct InsnFree {
-  void operator()(cs_insn* i) const { cs_free(i, 1); }
+// The instructions cs_disasm decoded, with their details, freed together.
+struct Insns {
+  cs_insn* insn = nullptr;
+  size_t count = 0;
+  ~Insns() {
+    if (insn) cs_free(insn, count);
+  }
+  std::span<const cs_insn> all() const { return {insn, count}; }
 };
 
 }  // namespace
@@ -42,7 +49,7 @@ bool writes_reg(csh h, const cs_insn& i, x86_reg reg) {
 // From just after a stack-protector check to the ret it guards, straight-line code (epilogue
 // pops, lea/add to rsp, moves): the stack pointer at the ret, as rsp or rbp at the check plus
 // an offset. nullopt when the path branches, calls or moves rsp in a way not followed here.
-std::optional<ExitPoint> entry_sp_at_check(csh h, const std::vector<cs_insn>& code, size_t from,
+std::optional<ExitPoint> entry_sp_at_check(csh h, std::span<const cs_insn> code, size_t from,
                                            uint64_t check_address) {
   ExitPoint p{check_address, false, 0};
   bool rbp_valid = true;  // rbp still holds its value at the check
@@ -119,26 +126,21 @@ std::optional<FunctionExits> find_function_exits(
     if (error) *error = "capstone could not be initialised";
     return std::nullopt;
   }
-  // decode the whole function first: an exit may be marked by an instruction before it
-  std::vector<cs_insn> code;
-  std::vector<std::unique_ptr<cs_insn, InsnFree>> owned;
-  const uint8_t* p = bytes.data();
-  size_t left = bytes.size();
-  uint64_t pc = address;
+  // decode the whole function first (up to the first undecodable byte): an exit may be
+  // marked by an instruction before it
+  Insns decoded;
+  decoded.count = cs_disasm(cs.h, bytes.data(), bytes.size(), address, 0, &decoded.insn);
+  std::span<const cs_insn> code = decoded.all();
   const uint64_t end = address + bytes.size();
-  bool has_ret = false;
-  while (left > 0) {
-    std::unique_ptr<cs_insn, InsnFree> insn(cs_malloc(cs.h));
-    if (!cs_disasm_iter(cs.h, &p, &left, &pc, insn.get())) {
-      // padding after the last instruction (int3, nops) may not decode as a whole: only an
-      // undecodable byte before any exit is an error
-      if (has_ret) break;
-      if (error) *error = fmt::format("cannot decode the instruction at {:#x}", pc);
-      return std::nullopt;
-    }
-    has_ret = has_ret || insn->id == X86_INS_RET || insn->id == X86_INS_RETF;
-    code.push_back(*insn);
-    owned.push_back(std::move(insn));  // keeps each instruction's detail alive
+  bool has_ret = std::any_of(code.begin(), code.end(), [](const cs_insn& i) {
+    return i.id == X86_INS_RET || i.id == X86_INS_RETF;
+  });
+  uint64_t decoded_end = code.empty() ? address : code.back().address + code.back().size;
+  // padding after the last instruction (int3, nops) may not decode as a whole: only an
+  // undecodable byte before any exit is an error
+  if (decoded_end < end && !has_ret) {
+    if (error) *error = fmt::format("cannot decode the instruction at {:#x}", decoded_end);
+    return std::nullopt;
   }
   FunctionExits out;
   for (size_t k = 0; k < code.size(); ++k) {
