@@ -11,16 +11,7 @@ STEPS=${STEPS:-300}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-value() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
-best_of() {  # KEY CMD...: runs CMD 3 times, prints the lowest KEY value
-  local key=$1 best=""
-  shift
-  for _ in 1 2 3; do
-    v=$("$@" | value "$key")
-    best=$(awk -v a="$v" -v b="$best" 'BEGIN{print (b=="" || a<b) ? a : b}')
-  done
-  echo "$best"
-}
+source bench/common.sh
 traced() { $EACGM record -q -f -o "$out/r.db" --layers python "$@"; }
 ratio() {  # NAME OURS BASE UNIT
   awk -v n="$1" -v o="$2" -v b="$3" -v u="$4" \

@@ -13,15 +13,7 @@ LIB=$(ldconfig -p | awk '/libcudart.so.13 / {print $NF; exit}')
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-ns_per_call() { sed -n 's/.*ns_per_call=\([0-9.]*\).*/\1/p'; }
-best_of() {  # runs "$@" 3 times, prints the lowest ns per call
-  local best=""
-  for _ in 1 2 3; do
-    v=$("$@" | ns_per_call)
-    best=$(awk -v a="$v" -v b="$best" 'BEGIN{print (b=="" || a<b) ? a : b}')
-  done
-  echo "$best"
-}
+source bench/common.sh
 bpftrace_run() {
   bpftrace -q -c "$LOOP $N" -e "uprobe:$LIB:cudaMalloc { @s[tid] = nsecs; }
     uretprobe:$LIB:cudaMalloc /@s[tid]/ { @c = count(); delete(@s[tid]); } END { clear(@s); clear(@c); }" \
@@ -29,9 +21,9 @@ bpftrace_run() {
 }
 eacgm_run() { $EACGM record -q -f -o "$out/r.db" -- $LOOP "$N"; }
 
-base=$(best_of $LOOP "$N")
-bt=$(best_of bpftrace_run)
-ea=$(best_of eacgm_run)
+base=$(best_of ns_per_call $LOOP "$N")
+bt=$(best_of ns_per_call bpftrace_run)
+ea=$(best_of ns_per_call eacgm_run)
 awk -v b="$base" -v t="$bt" -v e="$ea" 'BEGIN {
   printf "untraced: %.1f ns/call\n", b
   printf "per-call added cost: ours %.0f ns, baseline bpftrace %.0f ns, ratio %.2f (target <= 1.15)\n",

@@ -14,24 +14,16 @@ SYM=$(nm -D --defined-only "$LIB" | awk '/ _ZN2at4_ops2mm4callE/ && !s {s = $3} 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-rate() { sed -n 's/.*ns_per_call=\([0-9.]*\).*/\1/p'; }
-best_of() {
-  local best=""
-  for _ in 1 2 3; do
-    v=$("$@" | rate)
-    best=$(awk -v a="$v" -v b="$best" 'BEGIN{print (b=="" || a<b) ? a : b}')
-  done
-  echo "$best"
-}
+source bench/common.sh
 untraced() { $PY bench/torch_op_loop.py "$N"; }
 ours() { $EACGM record -q -f -o "$out/r.db" --layers torch --torch-ops mm -- $PY bench/torch_op_loop.py "$N"; }
 bpftrace_run() {
   bpftrace -q -c "$PY bench/torch_op_loop.py $N" \
     -e "uprobe:$LIB:$SYM { @s[tid] = nsecs; } uretprobe:$LIB:$SYM /@s[tid]/ { @c = count(); delete(@s[tid]); } END { clear(@s); clear(@c); }" 2>/dev/null
 }
-base=$(best_of untraced)
-ea=$(best_of ours)
-bt=$(best_of bpftrace_run)
+base=$(best_of ns_per_call untraced)
+ea=$(best_of ns_per_call ours)
+bt=$(best_of ns_per_call bpftrace_run)
 awk -v b="$base" -v e="$ea" -v t="$bt" 'BEGIN {
   printf "torch.mm untraced: %.0f ns/call\n", b
   printf "added per call: eacgm %.0f ns, baseline bpftrace uprobe+uretprobe %.0f ns, ratio %.2f\n",
