@@ -2,9 +2,10 @@
 /*
  * Host layer: what the machine did to the traced processes, from tracepoints only (this kernel
  * class has no kprobes). Scheduler: run-queue latency, voluntary and involuntary switches, time
- * on and off CPU. Network: bytes and packets per interface, socket bytes per process. Block I/O:
- * requests, bytes and latency per disk (and issued per process). Everything is aggregated in
- * per-CPU maps and sampled by userspace; nothing goes through the ring buffer.
+ * on and off CPU. Network: bytes and packets per interface, socket bytes and TCP retransmits per
+ * process. Block I/O: requests, bytes and latency per disk (and issued per process). Memory: page
+ * faults, reclaim stalls and page-cache fills per process. Everything is aggregated in per-CPU
+ * maps and sampled by userspace; nothing goes through the ring buffer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -22,6 +23,7 @@ struct thread_sched {
 	__u64 runnable_since; /* woken or preempted, waiting for a CPU; 0 when not */
 	__u64 off_since;      /* switched out */
 	__u64 on_since;       /* switched in */
+	__u64 reclaim_since;  /* in direct or cgroup reclaim since */
 };
 
 struct {
@@ -51,6 +53,14 @@ struct {
 	__type(key, __u32); /* dev_t, the kernel's encoding: major << 20 | minor */
 	__type(value, struct eacgm_disk_stats);
 } disk_stats SEC(".maps");
+
+/* Which traced process a socket belongs to: retransmits fire in softirq or timer context. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* struct sock * */
+	__type(value, __u32); /* tgid */
+} sock_owner SEC(".maps");
 
 struct rq_start {
 	__u64 ts;
@@ -185,6 +195,14 @@ int BPF_PROG(host_xmit, struct sk_buff *skb, int rc, struct net_device *dev, uns
  * Per process, the socket layer: these fire in the sending or receiving thread itself, unlike
  * the device tracepoints, which often run in softirq context on behalf of whoever.
  */
+static __always_inline void remember_owner(struct sock *sk, __u32 tgid)
+{
+	__u64 key = (__u64)sk;
+	__u32 *owner = bpf_map_lookup_elem(&sock_owner, &key);
+	if (!owner || *owner != tgid)
+		bpf_map_update_elem(&sock_owner, &key, &tgid, BPF_ANY);
+}
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(host_sock_send, struct sock *sk, int ret, int flags)
 {
@@ -194,6 +212,28 @@ int BPF_PROG(host_sock_send, struct sock *sk, int ret, int flags)
 	struct eacgm_host_proc_stats *p = proc_entry(tgid, bpf_get_current_task_btf());
 	if (p)
 		p->sock_tx_bytes += ret;
+	remember_owner(sk, tgid);
+	return 0;
+}
+
+/*
+ * TCP segments sent again (timeout, fast retransmit, loss probe): loss or a stalled peer. A
+ * packet may carry several segments (TSO/GSO): counted as the kernel's own total_retrans
+ * counts them (tcp_info), whether or not the packet got out this time.
+ */
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(host_tcp_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
+{
+	__u64 key = (__u64)sk;
+	__u32 *owner = bpf_map_lookup_elem(&sock_owner, &key);
+	if (!owner)
+		return 0;
+	__u32 tgid = *owner;
+	struct eacgm_host_proc_stats *p = bpf_map_lookup_elem(&proc_stats, &tgid);
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)skb->cb;
+	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
+	if (p)
+		p->tcp_retransmits += segs ? segs : 1;
 	return 0;
 }
 
@@ -206,6 +246,7 @@ int BPF_PROG(host_sock_recv, struct sock *sk, int ret, int flags)
 	struct eacgm_host_proc_stats *p = proc_entry(tgid, bpf_get_current_task_btf());
 	if (p)
 		p->sock_rx_bytes += ret;
+	remember_owner(sk, tgid);
 	return 0;
 }
 
@@ -319,5 +360,98 @@ int BPF_PROG(host_bio_queue, struct bio *bio)
 		p->io_ops++;
 		p->io_bytes += BPF_CORE_READ(bio, bi_iter.bi_size);
 	}
+	return 0;
+}
+
+/*
+ * Memory. These fire in the task that faults, reclaims or reads, so they are the traced
+ * process's own; the loader leaves out any this kernel lacks (page_fault_user is x86 only).
+ */
+static __always_inline struct eacgm_host_proc_stats *current_proc(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_traced(tgid))
+		return 0;
+	return proc_entry(tgid, bpf_get_current_task_btf());
+}
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(host_page_fault)
+{
+	struct eacgm_host_proc_stats *p = current_proc();
+	if (p)
+		p->page_faults++;
+	return 0;
+}
+
+static __always_inline void reclaim_begin(void)
+{
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		return;
+	struct thread_sched *t = bpf_task_storage_get(&sched_state, bpf_get_current_task_btf(), 0,
+						      BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t)
+		t->reclaim_since = bpf_ktime_get_ns();
+}
+
+static __always_inline void reclaim_end(void)
+{
+	struct eacgm_host_proc_stats *p = current_proc();
+	struct thread_sched *t = bpf_task_storage_get(&sched_state, bpf_get_current_task_btf(), 0, 0);
+	if (!p || !t || !t->reclaim_since)
+		return;
+	p->reclaim_ns += bpf_ktime_get_ns() - t->reclaim_since;
+	p->reclaims++;
+	t->reclaim_since = 0;
+}
+
+/* The allocation found too little free memory: the task reclaims before it may go on. */
+SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
+int BPF_PROG(host_direct_reclaim_begin)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_direct_reclaim_end")
+int BPF_PROG(host_direct_reclaim_end)
+{
+	reclaim_end();
+	return 0;
+}
+
+/* The task's memory cgroup is at its limit (v1 limit_in_bytes, v2 memory.max or .high). */
+SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
+int BPF_PROG(host_memcg_reclaim_begin)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_end")
+int BPF_PROG(host_memcg_reclaim_end)
+{
+	reclaim_end();
+	return 0;
+}
+
+/*
+ * File data the task brought into the page cache (reads and page faults that missed it): under
+ * memory pressure, the code and data it had to read again.
+ */
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(host_page_cache_add, struct folio *folio)
+{
+	struct eacgm_host_proc_stats *p = current_proc();
+	if (!p)
+		return 0;
+	__u64 flags = 0, flags_1 = 0;
+	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	__u32 order = 0;
+	if (flags & (1ull << bpf_core_enum_value(enum pageflags, PG_head))) {
+		bpf_core_read(&flags_1, sizeof(flags_1), &folio->_flags_1);
+		order = flags_1 & 0xff; /* folio_order(): the order sits in the second page's flags */
+	}
+	p->pagein_bytes += 4096ull << (order & 31); /* base pages of 4 KiB (x86-64) */
 	return 0;
 }

@@ -146,6 +146,11 @@ struct eacgm_host_proc_stats {
 	__u64 sock_rx_bytes;
 	__u64 io_ops; /* block I/O (bios) submitted by the process's threads */
 	__u64 io_bytes;
+	__u64 tcp_retransmits; /* segments its TCP sockets sent again */
+	__u64 page_faults;     /* user-mode page faults, minor and major */
+	__u64 reclaim_ns;      /* time its threads spent reclaiming memory (direct or cgroup) */
+	__u64 reclaims;
+	__u64 pagein_bytes; /* file data it read into the page cache (reads, major faults) */
 	char comm[16]; /* the process's name when first seen */
 };
 

@@ -175,6 +175,8 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   auto resource = [](const std::string& feature) -> std::string {
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
     if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
+    if (has("tcp_retransmits")) return "network packet loss";
+    if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
     if (has("nic") || has("socket")) return "network contention";
     if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
       return "GPU thermal or power throttling";

@@ -76,7 +76,11 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   if (rec.has_table("host_samples")) {
     rec.query(
         "SELECT ts_ns - interval_ns / 2, scope, runq_wait_ns, runq_waits, "
-        "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes FROM host_samples",
+        "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, " +
+            rec.column_or("host_samples", "tcp_retransmits") + ", " +
+            rec.column_or("host_samples", "page_faults") + ", " +
+            rec.column_or("host_samples", "reclaim_ns") + ", " +
+            rec.column_or("host_samples", "pagein_bytes") + " FROM host_samples",
         [&](Statement& s) {
           int64_t w = window_of(s.int_at(0));  // by the middle of the sampled interval
           std::string scope(s.text_at(1));
@@ -87,6 +91,10 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
             m["cpu_cores"].add(w, double(s.int_at(5)) / double(window_ns));
             m["socket_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
             m["block_mb_per_s"].add(w, double(s.int_at(8)) / 1e6 * per_s);
+            m["tcp_retransmits_per_s"].add(w, double(s.int_at(9)) * per_s);
+            m["page_faults_per_s"].add(w, double(s.int_at(10)) * per_s);
+            m["reclaim_ms_per_s"].add(w, double(s.int_at(11)) / 1e6 * per_s);
+            m["pagein_mb_per_s"].add(w, double(s.int_at(12)) / 1e6 * per_s);
           } else if (scope == "net") {
             m["nic_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
           }

@@ -152,7 +152,11 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
   rec.query(
       "SELECT ts_ns, interval_ns, scope, id, netns, name, runq_wait_ns, runq_waits, "
       "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, read_bytes, write_bytes, "
-      "io_ops, io_latency_ns FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
+      "io_ops, io_latency_ns, " + rec.column_or("host_samples", "tcp_retransmits") + ", " +
+          rec.column_or("host_samples", "page_faults") + ", " +
+          rec.column_or("host_samples", "reclaim_ns") + ", " +
+          rec.column_or("host_samples", "pagein_bytes") +
+          " FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
       [&](Statement& s) {
         uint64_t end = uint64_t(s.int_at(0) + to_real), dt = uint64_t(s.int_at(1));
         double per_s = 1e9 / double(dt), mb_per_s = per_s / 1e6;
@@ -169,6 +173,10 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
           put(pid, "socket tx (MB/s)", double(s.int_at(10)) * mb_per_s);
           put(pid, "socket rx (MB/s)", double(s.int_at(11)) * mb_per_s);
           put(pid, "block I/O (MB/s)", double(s.int_at(12)) * mb_per_s);
+          put(pid, "TCP retransmits (/s)", double(s.int_at(17)) * per_s);
+          put(pid, "page faults (/s)", double(s.int_at(18)) * per_s);
+          put(pid, "memory reclaim (ms/s)", double(s.int_at(19)) / 1e6 * per_s);
+          put(pid, "page-cache fills (MB/s)", double(s.int_at(20)) * mb_per_s);
         } else if (scope == "net") {
           if (std::to_string(s.int_at(4)) != own_netns)
             name += fmt::format(" (netns {})", s.int_at(4));

@@ -2,11 +2,13 @@
 #include "probe/host_tracer.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <signal.h>
 
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -70,6 +72,34 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
     if (int err = bpf_map__reuse_fd(skel_->maps.traced, traced_map_fd); err)
       fail("cannot share the traced-process set with the host layer: {}", errno_text(-err));
   }
+  // Memory and TCP tracepoints are not on every kernel (page_fault_user is x86's): leave out
+  // what this one lacks, and say so, rather than refuse the whole layer.
+  struct Optional {
+    bpf_program* prog;
+    const char* tracepoint;
+    const char* metric;
+  } optional[] = {{skel_->progs.host_tcp_retransmit, "tcp_retransmit_skb", "tcp_retransmits"},
+                  {skel_->progs.host_page_fault, "page_fault_user", "page_faults"},
+                  {skel_->progs.host_direct_reclaim_begin, "mm_vmscan_direct_reclaim_begin",
+                   "reclaim_ns"},
+                  {skel_->progs.host_direct_reclaim_end, "mm_vmscan_direct_reclaim_end",
+                   "reclaim_ns"},
+                  {skel_->progs.host_memcg_reclaim_begin, "mm_vmscan_memcg_reclaim_begin",
+                   "reclaim_ns (cgroup limits)"},
+                  {skel_->progs.host_memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end",
+                   "reclaim_ns (cgroup limits)"},
+                  {skel_->progs.host_page_cache_add, "mm_filemap_add_to_page_cache",
+                   "pagein_bytes"}};
+  btf* vmlinux = btf__load_vmlinux_btf();
+  for (auto& o : optional) {
+    std::string type = std::string("btf_trace_") + o.tracepoint;
+    if (vmlinux && btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0) continue;
+    bpf_program__set_autoload(o.prog, false);
+    std::string what = fmt::format("{} (no {} tracepoint in this kernel)", o.metric, o.tracepoint);
+    if (std::find(unavailable_.begin(), unavailable_.end(), what) == unavailable_.end())
+      unavailable_.push_back(what);
+  }
+  btf__free(vmlinux);
   if (int err = host_bpf__load(skel_.get()); err)
     fail("cannot load the host-layer BPF programs: {} (needs BTF tracepoints, Linux 6.6+; run "
          "'eacgm doctor')",
@@ -87,6 +117,12 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
                      {skel_->progs.host_rq_issue, "block_rq_issue"},
                      {skel_->progs.host_rq_complete, "block_rq_complete"},
                      {skel_->progs.host_bio_queue, "block_bio_queue"}};
+  for (auto& o : optional) {
+    if (!bpf_program__autoload(o.prog)) continue;
+    bpf_link* link = bpf_program__attach(o.prog);
+    if (!link) fail("cannot attach to the {} tracepoint: {}", o.tracepoint, errno_text(errno));
+    links_.emplace_back(link);
+  }
   for (auto& tp : tracepoints) {
     bpf_link* link = bpf_program__attach(tp.prog);
     if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, errno_text(errno));
@@ -152,6 +188,11 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSamp
       total.sock_rx_bytes += v.sock_rx_bytes;
       total.io_ops += v.io_ops;
       total.io_bytes += v.io_bytes;
+      total.tcp_retransmits += v.tcp_retransmits;
+      total.page_faults += v.page_faults;
+      total.reclaim_ns += v.reclaim_ns;
+      total.reclaims += v.reclaims;
+      total.pagein_bytes += v.pagein_bytes;
       if (v.runq_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.runq_max_ns);
       if (v.comm[0]) std::memcpy(total.comm, v.comm, sizeof(total.comm));
     }
@@ -172,8 +213,14 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSamp
     row.rx_bytes = delta(total.sock_rx_bytes, before.sock_rx_bytes);
     row.io_ops = delta(total.io_ops, before.io_ops);
     row.io_bytes = delta(total.io_bytes, before.io_bytes);
+    row.tcp_retransmits = delta(total.tcp_retransmits, before.tcp_retransmits);
+    row.page_faults = delta(total.page_faults, before.page_faults);
+    row.reclaim_ns = delta(total.reclaim_ns, before.reclaim_ns);
+    row.reclaims = delta(total.reclaims, before.reclaims);
+    row.pagein_bytes = delta(total.pagein_bytes, before.pagein_bytes);
     bool active = row.runq_waits || row.voluntary_switches || row.involuntary_switches ||
-                  row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops;
+                  row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops ||
+                  row.tcp_retransmits || row.page_faults || row.reclaims || row.pagein_bytes;
     if (active) out.push_back(std::move(row));
     if (gone) {
       bpf_map_delete_elem(fd, &pid);

@@ -30,6 +30,10 @@ class HostTracer {
   // programs were attached). `now_ns` is CLOCK_MONOTONIC.
   std::vector<HostSampleRow> sample(uint64_t now_ns);
 
+  // Metrics this kernel cannot give (its tracepoint is missing), with the reason; the rest of
+  // the layer works.
+  const std::vector<std::string>& unavailable() const { return unavailable_; }
+
   // The name to give a process's samples (it exec'd since the kernel side first saw it).
   // Safe to call while another thread samples.
   void name_process(uint32_t pid, const std::string& name) {
@@ -59,6 +63,7 @@ class HostTracer {
   std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;
+  std::vector<std::string> unavailable_;
 };
 
 // "sda", "nvme0n1", or "MAJ:MIN" for a dev_t in the kernel's encoding.

@@ -112,8 +112,15 @@ class Session {
                           [this](const std::string& path) { use_torch_layout(path); })),
         planner_(tracer_, probes_) {
     decoder_.set_torch_ops(torch_ops_);
-    if (has_layer("host"))
+    if (has_layer("host")) {
       host_ = std::make_unique<HostTracer>(o.all ? -1 : tracer_.traced_map_fd(), o.all);
+      std::string lines;
+      for (const auto& m : host_->unavailable()) {
+        if (!o.quiet) fprintf(stderr, "eacgm: layer host: %s is not recorded\n", m.c_str());
+        lines += (lines.empty() ? "" : "\n") + m;
+      }
+      if (!lines.empty()) writer_.set_meta("host_unavailable_metrics", lines);
+    }
     if (has_layer("python")) start_python();
     decoder_.on_code_mapped = [this](uint32_t pid) {
       // Snapshot the maps now, while the process surely runs (exec and dlopen wake the reader

@@ -183,6 +183,8 @@ void print_report(const std::string& path, bool json, FILE* out) {
   }
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
+  if (std::string gaps = rec.meta_or("host_unavailable_metrics", ""); !gaps.empty())
+    fmt::print(out, "\nHost metrics not recorded:\n{}\n", gaps);
   print_anomalies(rec, out);
 }
 

@@ -39,8 +39,12 @@ std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
   rec.query(
       "SELECT interval_ns, scope, id, name, runq_wait_ns, runq_waits, runq_max_ns, "
       "voluntary_switches, involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, "
-      "read_bytes, write_bytes, io_ops, io_latency_ns, io_latency_max_ns FROM host_samples "
-      "WHERE interval_ns > 0 ORDER BY scope, id, ts_ns",
+      "read_bytes, write_bytes, io_ops, io_latency_ns, io_latency_max_ns, " +
+          rec.column_or("host_samples", "tcp_retransmits") + ", " +
+          rec.column_or("host_samples", "page_faults") + ", " +
+          rec.column_or("host_samples", "reclaim_ns") + ", " +
+          rec.column_or("host_samples", "pagein_bytes") +
+          " FROM host_samples WHERE interval_ns > 0 ORDER BY scope, id, ts_ns",
       [&](Statement& s) {
         double dt = double(s.int_at(0)), per_s = 1e9 / dt, mb_s = per_s / 1e6;
         std::string scope(s.text_at(1)), name(s.text_at(3));
@@ -57,6 +61,10 @@ std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
           acc.add(scope, who, "socket tx", "MB/s", v(10) * mb_s);
           acc.add(scope, who, "socket rx", "MB/s", v(11) * mb_s);
           acc.add(scope, who, "block I/O", "MB/s", v(12) * mb_s);
+          acc.add(scope, who, "TCP retransmits", "/s", v(18) * per_s);
+          acc.add(scope, who, "page faults", "/s", v(19) * per_s);
+          acc.add(scope, who, "memory reclaim", "ms/s", v(20) / 1e6 * per_s);
+          acc.add(scope, who, "page-cache fills", "MB/s", v(21) * mb_s);
         } else if (scope == "net") {
           acc.add(scope, name, "tx", "MB/s", v(10) * mb_s);
           acc.add(scope, name, "rx", "MB/s", v(11) * mb_s);

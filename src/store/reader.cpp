@@ -70,6 +70,14 @@ bool RecordingReader::has_table(const std::string& name) const {
   return found;
 }
 
+std::string RecordingReader::column_or(const std::string& table, const std::string& column,
+                                       const std::string& fallback) const {
+  bool found = false;
+  query("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = '" + column + "'",
+        [&](Statement&) { found = true; });
+  return found ? column : fallback;
+}
+
 void RecordingReader::query(const std::string& sql,
                             const std::function<void(Statement&)>& row) const {
   Statement s(db_, sql);

@@ -27,6 +27,10 @@ class RecordingReader {
   // Runs a query and calls `row` for each result row.
   void query(const std::string& sql, const std::function<void(Statement&)>& row) const;
   bool has_table(const std::string& name) const;
+  // `column` when the table has it, else `fallback` (an SQL expression): recordings from older
+  // versions lack the columns added since.
+  std::string column_or(const std::string& table, const std::string& column,
+                        const std::string& fallback = "0") const;
   const std::string& path() const { return path_; }
 
  private:

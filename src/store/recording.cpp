@@ -38,7 +38,9 @@ CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
                           tx_bytes INTEGER, tx_packets INTEGER, rx_bytes INTEGER,
                           rx_packets INTEGER, io_ops INTEGER, io_bytes INTEGER,
                           read_ops INTEGER, read_bytes INTEGER, write_ops INTEGER,
-                          write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER);
+                          write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER,
+                          tcp_retransmits INTEGER, page_faults INTEGER, reclaim_ns INTEGER,
+                          reclaims INTEGER, pagein_bytes INTEGER);
 -- GPU layer (NVML), sampled every interval. NULL: not supported by this GPU or driver.
 CREATE TABLE gpu_devices(gpu INTEGER PRIMARY KEY, name TEXT, uuid TEXT, pci_bus_id TEXT);
 CREATE TABLE gpu_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, sm_util_pct INTEGER,

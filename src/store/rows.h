@@ -114,6 +114,9 @@ struct HostSampleRow {
   uint64_t io_ops = 0, io_bytes = 0;
   uint64_t read_ops = 0, read_bytes = 0, write_ops = 0, write_bytes = 0;
   uint64_t io_latency_ns = 0, io_latency_max_ns = 0;
+  // Process: TCP segments sent again; memory (user page faults, time and count of reclaim
+  // stalls, file data read into the page cache)
+  uint64_t tcp_retransmits = 0, page_faults = 0, reclaim_ns = 0, reclaims = 0, pagein_bytes = 0;
 };
 
 }  // namespace eacgm

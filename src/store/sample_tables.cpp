@@ -34,7 +34,7 @@ bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows) {
   if (rows.empty()) return true;
   Statement insert(db,
                    "INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
-                   "?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25)");
+                   "?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
   auto num = [&](int col, uint64_t v) { insert.bind(col, static_cast<int64_t>(v)); };
   for (const auto& r : rows) {
     num(1, r.ts_ns);
@@ -51,6 +51,11 @@ bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows) {
       num(11, r.involuntary_switches);
       num(12, r.offcpu_ns);
       num(13, r.oncpu_ns);
+      num(26, r.tcp_retransmits);
+      num(27, r.page_faults);
+      num(28, r.reclaim_ns);
+      num(29, r.reclaims);
+      num(30, r.pagein_bytes);
     }
     if (r.scope != HostScope::Disk) {
       num(14, r.tx_bytes);

@@ -1,6 +1,7 @@
 // End to end: the host layer (`--layers host`) measures what the machine did to the traced
 // processes: run-queue waits and preemptions against a real CPU hog, interface bytes against the
 // kernel's own counters on a veth pair in a namespace made here, and block I/O of direct writes.
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -176,6 +177,7 @@ class VethPair {
     (void)system(cmd.c_str());
   }
   bool ok() const { return ok_; }
+  const std::string& ns() const { return ns_; }
   const std::string& a() const { return a_; }
   const std::string& b() const { return b_; }
   int64_t a_counter(const std::string& which) const {
@@ -243,6 +245,125 @@ TEST_F(RecordHost, DirectWritesShowUpPerProcessAndPerDisk) {
   EXPECT_GE(db.scalar("SELECT sum(write_bytes) FROM host_samples WHERE scope = 'disk'"),
             kMiB << 20);
   EXPECT_GT(db.scalar("SELECT max(io_latency_max_ns) FROM host_samples WHERE scope = 'disk'"), 0);
+}
+
+// A file of `mib` MiB written here, then evicted from the page cache (so a reader must fetch it
+// again). False where eviction cannot be relied on (not a block device: tmpfs, overlay).
+bool make_cold_file(const std::string& path, int64_t mib) {
+  struct stat st {};
+  if (stat(path.substr(0, path.rfind('/')).c_str(), &st) != 0 || major(st.st_dev) == 0) return false;
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  std::vector<char> buf(1 << 20, 'x');
+  for (int64_t i = 0; i < mib; ++i)
+    if (write(fd, buf.data(), buf.size()) != ssize_t(buf.size())) return close(fd), false;
+  bool ok = fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  close(fd);
+  return ok;
+}
+
+int64_t process_sum(Db& db, const std::string& name, const std::string& column) {
+  return db.scalar("SELECT COALESCE(sum(" + column + "), 0) FROM host_samples WHERE scope = "
+                   "'process' AND name = '" + name + "'");
+}
+
+TEST_F(RecordHost, PageFaultsCountTouchedPages) {
+  constexpr int64_t kPages = 20000;
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
+                kWorkloads + "/mem_probe", "touch", std::to_string(kPages)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  std::string missing = db.text("SELECT COALESCE((SELECT value FROM meta WHERE key = "
+                                "'host_unavailable_metrics'), '')");
+  if (missing.find("page_faults") != std::string::npos)
+    GTEST_SKIP() << "this kernel has no page_fault_user tracepoint (x86 only): " << missing;
+  int64_t faults = process_sum(db, "mem_probe", "page_faults");
+  // one fault per fresh page, plus the program's own start (loader, libc): a few hundred
+  EXPECT_GE(faults, kPages);
+  EXPECT_LE(faults, kPages + 1000);
+}
+
+TEST_F(RecordHost, PageCacheFillsCountFileDataReadFromDisk) {
+  constexpr int64_t kMiB = 32;
+  std::string file = dir_ + "/cold";
+  if (!make_cold_file(file, kMiB))
+    GTEST_SKIP() << dir_ << " is not on a block device (tmpfs or overlay): its pages cannot be "
+                 << "evicted to be read again";
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
+                kWorkloads + "/mem_probe", "read", file});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  int64_t bytes = process_sum(db, "mem_probe", "pagein_bytes");
+  EXPECT_GE(bytes, kMiB << 20);
+  EXPECT_LE(bytes, (kMiB + 2) << 20);  // plus any of its libraries not cached
+  EXPECT_EQ(process_sum(db, "mem_probe", "reclaims"), 0) << "no memory pressure here";
+}
+
+// The memory controller's mount: cgroup v1's, or v2's where it is enabled. Empty when neither.
+std::string memory_cgroup_root(bool* v2) {
+  struct stat st {};
+  *v2 = false;
+  if (stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) == 0) return "/sys/fs/cgroup/memory";
+  for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    std::ifstream in(std::string(root) + "/cgroup.controllers");
+    std::string words((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (words.find("memory") != std::string::npos) {
+      *v2 = true;
+      return root;
+    }
+  }
+  return "";
+}
+
+TEST_F(RecordHost, CgroupLimitMakesTheProcessReclaim) {
+  bool v2 = false;
+  std::string root = memory_cgroup_root(&v2);
+  if (root.empty()) GTEST_SKIP() << "no memory cgroup controller on this machine";
+  constexpr int64_t kMiB = 96;
+  std::string file = dir_ + "/cold";
+  if (!make_cold_file(file, kMiB))
+    GTEST_SKIP() << dir_ << " is not on a block device (tmpfs or overlay)";
+  std::string cg = root + "/eacgm-e2e-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << "cannot create " << cg;
+  if (v2) (void)system(("echo +memory > " + root + "/cgroup.subtree_control").c_str());
+  {
+    std::ofstream limit(cg + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+    limit << (16 << 20) << "\n";
+  }
+  // reading 96 MiB through a 16 MiB limit: the reader must reclaim its own page cache
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
+                kWorkloads + "/mem_probe", "read", file, cg + "/cgroup.procs"});
+  rmdir(cg.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_GT(process_sum(db, "mem_probe", "reclaims"), 0);
+  EXPECT_GT(process_sum(db, "mem_probe", "reclaim_ns"), 0);
+  EXPECT_GE(process_sum(db, "mem_probe", "pagein_bytes"), kMiB << 20);
+}
+
+TEST_F(RecordHost, TcpRetransmitsOfACongestedLink) {
+  VethPair veth;
+  ASSERT_TRUE(veth.ok()) << "could not create a veth pair in a new network namespace";
+  // a link of 20 Mbit/s with a queue of 8 KiB: a sender faster than that loses segments
+  ASSERT_EQ(system(("tc qdisc add dev " + veth.a() + " root tbf rate 20mbit burst 8kb limit 8kb")
+                       .c_str()),
+            0);
+  Process receiver({"/usr/sbin/ip", "netns", "exec", veth.ns(), kWorkloads + "/tcp_probe", "recv",
+                    "5001"});
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
+                kWorkloads + "/tcp_probe", "send", "10.231.0.2", "5001", "4000000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  receiver.wait(10);
+  unsigned kernel = 0;
+  ASSERT_EQ(sscanf(r.out.c_str(), "tcp_probe: sent %*lld retransmitted segments %u", &kernel), 1)
+      << r.out;
+  Db db(db_);
+  int64_t ours = process_sum(db, "tcp_probe", "tcp_retransmits");
+  std::cerr << "retransmits: kernel " << kernel << ", recorded " << ours << "\n";
+  ASSERT_GT(kernel, 0u) << "the congested link lost nothing";
+  // segments, as the socket's own tcp_info counts them (a retransmitted SYN, which comes before
+  // the process's first send names the socket's owner, would be the only difference)
+  EXPECT_NEAR(double(ours), double(kernel), std::max(3.0, 0.02 * kernel));
 }
 
 }  // namespace
