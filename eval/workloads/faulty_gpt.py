@@ -7,7 +7,9 @@ FAULT is one of:
           (torch.library), that computes the same values and sleeps when the fault is on
   none    no fault
 The fault is on, with probability PROB per call, during steps [START_FRAC, END_FRAC) x STEPS.
-Each faulty call's interval (CLOCK_MONOTONIC ns) goes to TRUTH.json with the fault's layer."""
+Each faulty call's interval (CLOCK_MONOTONIC ns) goes to TRUTH.json with the fault's layer.
+With EVAL_DATASET=PATH (a file of token bytes), each step reads its batch from a random offset
+of that file instead of drawing it, like a data loader over a dataset in the page cache."""
 import json
 import math
 import os
@@ -67,9 +69,19 @@ torch.set_num_threads(1)
 model = tiny_gpt.TinyGPT()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 V, B, T = tiny_gpt.V, tiny_gpt.B, tiny_gpt.T
+dataset = os.environ.get("EVAL_DATASET")
+if dataset:
+    data_fd, data_size = os.open(dataset, os.O_RDONLY), os.path.getsize(dataset)
+    while os.read(data_fd, 1 << 20):  # a first pass: the dataset is in the page cache
+        pass
 for step in range(steps):
     active = fault != "none" and start_frac * steps <= step < end_frac * steps
-    idx = torch.randint(0, V, (B, T))
+    if dataset:
+        # 64 KiB per step, of which the batch uses its first B x T bytes
+        chunk = os.pread(data_fd, 1 << 16, rng.randrange(0, data_size - (1 << 16)) & ~4095)
+        idx = torch.frombuffer(bytearray(chunk[:B * T]), dtype=torch.uint8).long().view(B, T) % V
+    else:
+        idx = torch.randint(0, V, (B, T))
     loss = F.cross_entropy(model(idx).view(-1, V), idx.view(-1))
     opt.zero_grad()
     loss.backward()

@@ -185,6 +185,10 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (has("block")) return "storage I/O";
     return "";
   };
+  // Reclaim explains the page-cache refills and disk reads that come with it.
+  for (const auto& [feature, weight] : top)
+    if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos)
+      return "memory pressure";
   for (const auto& [feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;
     if (std::string cause = resource(feature); !cause.empty()) return cause;

@@ -3,7 +3,10 @@ torch.distributed job on this host (env:// rendezvous on a free loopback port).
 
 Debian's torchrun (python3-torch 1.13 under Python 3.11) fails before starting any worker
 (AttributeError in torch.distributed.elastic's to_map), so the tests launch ranks themselves.
-Usage: launch_ranks.py NPROC SCRIPT [ARGS...]; exits non-zero if any rank does."""
+Usage: launch_ranks.py NPROC SCRIPT [ARGS...]; exits non-zero if any rank does.
+With LAUNCH_NETNS=ns0,ns1,... each rank runs in its own network namespace (`ip netns exec`),
+talks through the interface named in LAUNCH_IFNAMES (GLOO_SOCKET_IFNAME), and rank 0's store
+listens on LAUNCH_MASTER_ADDR (eval/inject.py net-up makes such a pair)."""
 import os
 import socket
 import subprocess
@@ -12,14 +15,26 @@ import sys
 
 def main():
     nproc, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    netns = [n for n in os.environ.get("LAUNCH_NETNS", "").split(",") if n]
+    ifnames = os.environ.get("LAUNCH_IFNAMES", "").split(",")
+    if netns and (len(netns) < nproc or len(ifnames) < nproc):
+        sys.exit("launch_ranks.py: LAUNCH_NETNS and LAUNCH_IFNAMES need one entry per rank")
+    if netns:
+        addr, port = os.environ.get("LAUNCH_MASTER_ADDR", "127.0.0.1"), 29500  # fresh namespace
+    else:
+        addr = "127.0.0.1"
+        with socket.socket() as s:
+            s.bind((addr, 0))
+            port = s.getsockname()[1]
     procs = []
     for rank in range(nproc):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+        env = dict(os.environ, MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, script, *args], env=env))
+        cmd = [sys.executable, script, *args]
+        if netns:
+            env["GLOO_SOCKET_IFNAME"] = ifnames[rank]
+            cmd = ["ip", "netns", "exec", netns[rank], *cmd]
+        procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     sys.exit(next((c for c in codes if c != 0), 0))
 
