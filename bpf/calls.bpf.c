@@ -28,6 +28,7 @@ struct inflight_call {
 	__u64 sp; /* stack pointer at entry: pairs the return with its entry */
 	__u64 op;
 	__u64 ts_ns;
+	__u64 run_delay; /* the thread's run-queue wait so far, at entry */
 	__u64 args[6];
 	__u64 stack[EACGM_STACK_WORDS];
 	__u64 deref[EACGM_DEREF_WORDS];
@@ -154,6 +155,19 @@ static __always_inline void sum_tensors(struct eacgm_call_event *e, __u64 arg, b
 	e->deref[4] = first_dtype | (n << 32);
 }
 
+/*
+ * The calling thread's total wait on a run queue (runnable, not running), kept by the kernel
+ * (CONFIG_SCHED_INFO): its change over a call is how long the call was kept off a CPU it was
+ * ready to use, which tells a preempted call from a slow one.
+ */
+static __always_inline __u64 run_delay(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (!bpf_core_field_exists(task->sched_info.run_delay))
+		return EACGM_RUNQ_UNKNOWN;
+	return task->sched_info.run_delay;
+}
+
 /* A call traced at its entry alone (c10d): the record goes out at once. */
 static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __u64 id)
 {
@@ -168,6 +182,7 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 		return 0;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
+	e->runq_ns = EACGM_RUNQ_UNKNOWN; /* the call lasts until its Work completes, elsewhere */
 	e->kind = EACGM_REC_CALL;
 	e->op = cookie & EACGM_COOKIE_OP_MASK;
 	e->ts_ns = now;
@@ -225,6 +240,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	c->sp = sp;
 	c->op = cookie;
 	c->ts_ns = bpf_ktime_get_ns();
+	c->run_delay = run_delay();
 	c->args[0] = PT_REGS_PARM1(ctx);
 	c->args[1] = PT_REGS_PARM2(ctx);
 	c->args[2] = PT_REGS_PARM3(ctx);
@@ -310,6 +326,9 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	e->op = cookie & EACGM_COOKIE_OP_MASK;
 	e->ts_ns = c->ts_ns;
 	e->dur_ns = now - c->ts_ns;
+	__u64 waited = run_delay();
+	e->runq_ns = waited == EACGM_RUNQ_UNKNOWN || c->run_delay == EACGM_RUNQ_UNKNOWN ?
+			     EACGM_RUNQ_UNKNOWN : waited - c->run_delay;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->ret = ret;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "detect/call_context.h"
 #include "detect/detector.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
@@ -131,6 +132,7 @@ int run_detect(const DetectArgs& a) {
   if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
   auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
                                           a.min_excess_us);
+  detect::CallContext(rec).explain(anomalies);
 
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies) {

@@ -132,16 +132,22 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     Anomaly a;
     a.ts_ns = t.ts_ns[idx[r]];
     a.dur_ns = t.dur_ns[idx[r]];
+    if (idx[r] < t.pid.size()) a.pid = t.pid[idx[r]];
+    if (idx[r] < t.runq_ns.size()) a.runq_ns = t.runq_ns[idx[r]];
     a.layer = t.layer;
     a.name = t.name;
     a.score = score;
     a.threshold = g.threshold;
-    for (Eigen::Index j = 0; j < x.cols(); ++j)
+    std::set<std::string> lowered;
+    for (Eigen::Index j = 0; j < x.cols(); ++j) {
       a.top_features.emplace_back(t.feature_names[size_t(j)], s.contributions(Eigen::Index(r), j));
+      if (x(Eigen::Index(r), j) < g.model.means()(s.component(Eigen::Index(r)), j))
+        lowered.insert(t.feature_names[size_t(j)]);
+    }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
     if (a.top_features.size() > 3) a.top_features.resize(3);
-    a.cause = probable_cause(a.layer, a.name, a.top_features);
+    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered);
     out.push_back(std::move(a));
   }
 }
@@ -160,7 +166,8 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
 }
 
 std::string probable_cause(const std::string& layer, const std::string& name,
-                           const std::vector<std::pair<std::string, double>>& top) {
+                           const std::vector<std::pair<std::string, double>>& top,
+                           const std::set<std::string>& lowered) {
   std::string f = top.empty() ? "" : top.front().first;
   if (layer != "window") {
     if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
@@ -172,8 +179,10 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   // A resource that explains the window (the host or the GPU doing something to the job)
   // outranks the symptoms (fewer or slower calls), when it is among the top features with a
   // tenth of the top one's weight or more.
-  auto resource = [](const std::string& feature) -> std::string {
+  auto resource = [&](const std::string& feature) -> std::string {
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
+    // the direction that hurts: a lower clock, more of anything else
+    if (lowered.count(feature) != has("clock")) return "";
     if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
     if (has("tcp_retransmits")) return "network packet loss";
     if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
@@ -187,7 +196,8 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   };
   // Reclaim explains the page-cache refills and disk reads that come with it.
   for (const auto& [feature, weight] : top)
-    if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos)
+    if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos &&
+        !lowered.count(feature))
       return "memory pressure";
   for (const auto& [feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;

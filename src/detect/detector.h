@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,8 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
 
 struct Anomaly {
   uint64_t ts_ns = 0, dur_ns = 0;
+  uint32_t pid = 0;      // calls: the calling process; 0 for windows
+  int64_t runq_ns = -1;  // calls: the thread's wait for a CPU during the call; -1: unknown
   std::string layer, name;
   double score = 0, threshold = 0;  // log-density under the most likely component
   std::vector<std::pair<std::string, double>> top_features;  // largest contributions first
@@ -66,8 +69,12 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
 void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us = 0);
 
-// What most likely made a sample anomalous, from its layer and its top features.
+// What most likely made a sample anomalous, from its layer and its top features. `lowered`
+// names the features that were below normal (the most likely component's mean): a resource
+// explains a window only in the direction that hurts (more run-queue wait, more retransmits,
+// more reclaim, a lower SM clock); less of it is a symptom of waiting elsewhere.
 std::string probable_cause(const std::string& layer, const std::string& name,
-                           const std::vector<std::pair<std::string, double>>& top);
+                           const std::vector<std::pair<std::string, double>>& top,
+                           const std::set<std::string>& lowered = {});
 
 }  // namespace eacgm::detect

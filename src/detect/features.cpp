@@ -1,6 +1,7 @@
 // Reads calls and samples out of a recording into feature tables.
 #include "detect/features.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -12,6 +13,8 @@ namespace {
 
 struct CallGroup {
   std::vector<uint64_t> ts, dur;
+  std::vector<uint32_t> pid;
+  std::vector<int64_t> runq;
   std::vector<double> log_dur, log_bytes;
   bool has_bytes = false;
 };
@@ -20,10 +23,13 @@ struct CallGroup {
 
 std::vector<FeatureTable> call_features(const RecordingReader& rec) {
   std::map<std::pair<std::string, std::string>, CallGroup> groups;
-  rec.query("SELECT layer, name, ts_ns, dur_ns, bytes FROM trace ORDER BY ts_ns",
+  rec.query("SELECT layer, name, ts_ns, dur_ns, bytes, pid, " +
+                rec.column_or("trace", "runq_ns", "NULL") + " FROM trace ORDER BY ts_ns",
             [&](Statement& s) {
               CallGroup& g = groups[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
               g.ts.push_back(uint64_t(s.int_at(2)));
+              g.pid.push_back(uint32_t(s.int_at(5)));
+              g.runq.push_back(s.null_at(6) ? -1 : s.int_at(6));
               g.dur.push_back(uint64_t(s.int_at(3)));
               g.log_dur.push_back(std::log(double(std::max<int64_t>(s.int_at(3), 1)) / 1e3));
               bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
@@ -45,6 +51,8 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec) {
     }
     t.ts_ns = std::move(g.ts);
     t.dur_ns = std::move(g.dur);
+    t.pid = std::move(g.pid);
+    t.runq_ns = std::move(g.runq);
     out.push_back(std::move(t));
   }
   return out;
@@ -125,6 +133,13 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
     m[layer + "_calls_per_s"].add(w, per_s);
     m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.int_at(2), 1)) / 1e3));
   });
+  // Rare-event counts are 0 in most training windows, so any small amount would be far in the
+  // tail; only what exceeds a noise floor counts (a few spurious retransmits or tail-loss
+  // probes, a library paged in at exit, a reclaim pass of microseconds are normal).
+  const std::map<std::string, double> noise_floor = {{"tcp_retransmits_per_s", 50},
+                                                     {"pagein_mb_per_s", 4},
+                                                     {"reclaim_ms_per_s", 1},
+                                                     {"page_faults_per_s", 1000}};
   // whole windows only: a last, partial one would show low rates (and the job's exit)
   int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
   // Keep the metrics that vary: a constant one carries no information and no variance.
@@ -142,6 +157,8 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
         col[size_t(w)] = wm.level ? last : 0.0;
       }
     }
+    if (auto floor = noise_floor.find(name); floor != noise_floor.end())
+      for (double& v : col) v = std::max(0.0, v - floor->second);
     bool varies = false;
     for (double v : col) varies |= v != col.front();
     if (varies) columns.emplace_back(name, std::move(col));

@@ -22,6 +22,8 @@ struct FeatureTable {
   std::string name;   // the operation, or "window"
   std::vector<std::string> feature_names;
   std::vector<uint64_t> ts_ns, dur_ns;
+  std::vector<uint32_t> pid;      // calls: the process of each row (empty for windows)
+  std::vector<int64_t> runq_ns;   // calls: the thread's wait for a CPU during it; -1: unknown
   Eigen::MatrixXd values;  // rows x features
 };
 

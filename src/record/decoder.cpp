@@ -19,7 +19,7 @@
 namespace eacgm {
 namespace {
 
-static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40, "event layout");
+static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8, "event layout");
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
@@ -86,6 +86,11 @@ void set_bandwidths(CommCallRow& row, Collective collective) {
   row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(collective, n);
 }
 
+// The calling thread's wait for a CPU during the call; -1 where the kernel side could not tell.
+int64_t runq_of(const eacgm_call_event& e) {
+  return e.runq_ns == EACGM_RUNQ_UNKNOWN || e.runq_ns > e.dur_ns ? -1 : int64_t(e.runq_ns);
+}
+
 uint64_t call_arg(const eacgm_call_event& e, int index) {
   if (index < 0) return 0;
   if (index < 6) return e.args[index];
@@ -150,6 +155,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   CommCallRow row;
   row.ts_ns = e.ts_ns;
   row.dur_ns = e.dur_ns;
+  row.runq_ns = runq_of(e);
   row.pid = e.pid;
   row.tid = e.tid;
   row.name = op.symbol;
@@ -209,6 +215,7 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
   ++stats_.calls;
   note_thread(e.pid, e.tid);
   TorchCallRow row{e.ts_ns, e.dur_ns, e.pid, e.tid, name};
+  row.runq_ns = runq_of(e);
   if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
   out_.add(row);
 }
@@ -229,6 +236,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   CudaCallRow row;
   row.ts_ns = e.ts_ns;
   row.dur_ns = e.dur_ns;
+  row.runq_ns = runq_of(e);
   row.pid = e.pid;
   row.tid = e.tid;
   row.name = op.symbol;

@@ -26,7 +26,8 @@ CREATE TABLE cuda_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, bytes INTEGER,
                         memcpy_kind TEXT, stream INTEGER, grid_x INTEGER, grid_y INTEGER,
                         grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
-                        shared_mem INTEGER, kernel TEXT, address INTEGER, py_stack INTEGER);
+                        shared_mem INTEGER, kernel TEXT, address INTEGER, py_stack INTEGER,
+                        runq_ns INTEGER);
 -- Host layer, one row per scope and sampling interval (counts over the interval ending at ts_ns).
 -- scope 'process' (id = pid), 'net' (id = ifindex in netns), 'disk' (id = major << 20 | minor).
 -- tx/rx bytes: frames with link-layer headers for 'net'; socket payload for 'process'.
@@ -67,10 +68,11 @@ CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
-                        busbw_gbps REAL, py_stack INTEGER);
+                        busbw_gbps REAL, py_stack INTEGER, runq_ns INTEGER);
 -- PyTorch operators (dispatcher entry points). Nested operators lie inside their caller's span.
 CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-                         tid INTEGER NOT NULL, name TEXT NOT NULL, py_stack INTEGER);
+                         tid INTEGER NOT NULL, name TEXT NOT NULL, py_stack INTEGER,
+                         runq_ns INTEGER);
 -- Python layer: traced function calls (a generator's resumption is a call of its own); name is
 -- module.qualname, line the function's first line, depth its nesting among traced calls.
 CREATE TABLE python_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
@@ -86,20 +88,19 @@ CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, layer TE
                        features TEXT);
 CREATE VIEW trace AS
   SELECT ts_ns, dur_ns, pid, tid, 'cuda' AS layer, name,
-         COALESCE(kernel, memcpy_kind) AS detail, bytes, ret
+         COALESCE(kernel, memcpy_kind) AS detail, bytes, ret, runq_ns
   FROM cuda_calls
   UNION ALL
   SELECT ts_ns, dur_ns, pid, tid, 'comm' AS layer, name,
-         datatype || COALESCE(' ' || redop, '') AS detail, bytes, ret
+         datatype || COALESCE(' ' || redop, '') AS detail, bytes, ret, runq_ns
   FROM comm_calls
   UNION ALL
   SELECT ts_ns, dur_ns, pid, tid, 'torch' AS layer, name, NULL AS detail, NULL AS bytes,
-         NULL AS ret
+         NULL AS ret, runq_ns
   FROM torch_calls
   UNION ALL
-
   SELECT ts_ns, dur_ns, pid, tid, 'python' AS layer, name, file || ':' || line AS detail,
-         NULL AS bytes, NULL AS ret
+         NULL AS bytes, NULL AS ret, NULL AS runq_ns
   FROM python_calls;
 )sql";
 
@@ -252,7 +253,7 @@ void RecordingWriter::write_batch(const Batch& b) {
   }
   Statement call(db_,
                  "INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-                 "?16,?17,?18,?19)");
+                 "?16,?17,?18,?19,?20)");
   for (const auto& c : b.cuda_calls) {
     call.bind(1, static_cast<int64_t>(c.ts_ns));
     call.bind(2, static_cast<int64_t>(c.dur_ns));
@@ -273,6 +274,7 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (!c.kernel.empty()) call.bind(17, c.kernel);  // launches, and driver kernel lookups
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
     if (c.py_stack) call.bind(19, c.py_stack);
+    if (c.runq_ns >= 0) call.bind(20, c.runq_ns);
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
   if (!write_comm_calls(db_, b.comm_calls)) return failed("communication calls");

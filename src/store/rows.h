@@ -15,6 +15,7 @@ struct CudaCallRow {
   std::string_view name;  // the API function
   int64_t ret = 0;
   int64_t bytes = -1;            // -1: not applicable or unknown
+  int64_t runq_ns = -1;          // waited for a CPU during the call; -1: unknown
   std::string_view memcpy_kind;  // empty: not a copy
   bool has_stream = false;
   uint64_t stream = 0;
@@ -35,6 +36,7 @@ struct CommCallRow {
   uint32_t pid = 0, tid = 0;
   std::string_view name;
   int64_t ret = 0;
+  int64_t runq_ns = -1;  // waited for a CPU during the call; -1: unknown (c10d)
   int64_t count = -1;  // elements, as passed; -1: not applicable
   std::string_view datatype;
   int64_t bytes = -1;  // count x datatype size
@@ -58,6 +60,7 @@ struct TorchCallRow {
   uint32_t pid = 0, tid = 0;
   std::string_view name;  // "aten::addmm", "aten::add.Tensor"
   int64_t py_stack = 0;   // python_stacks id of the calling Python code; 0: none
+  int64_t runq_ns = -1;   // waited for a CPU during the call; -1: unknown
 };
 
 // An anomaly found by `eacgm detect`: a call or a time window whose log-density under its

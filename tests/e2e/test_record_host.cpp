@@ -113,6 +113,39 @@ TEST_F(RecordHost, CpuHogRaisesRunQueueLatencyAndPreemptions) {
   EXPECT_GT(busy.involuntary, quiet.involuntary + 40);
 }
 
+// Per call, the calling thread's own wait for a CPU: torch.mm on 400x400 matrices (a few ms of
+// computing each) pinned to one CPU, alone and then beside two hogs on that CPU.
+TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
+  if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0)
+    GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
+  std::string cpu = std::to_string(probe_cpu());
+  auto record = [&] {
+    auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch", "-o", db_, "--", "taskset",
+                  "-c", cpu, "/usr/bin/python3", "-c",
+                  "import torch; torch.set_num_threads(1); a = torch.randn(400, 400)\n"
+                  "for _ in range(60): torch.mm(a, a)"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    Db db(db_);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE name = 'aten::mm'"), 60);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE runq_ns IS NULL OR "
+                        "runq_ns > dur_ns"),
+              0);
+    return double(db.scalar("SELECT sum(runq_ns) FROM torch_calls WHERE name = 'aten::mm'")) /
+           double(db.scalar("SELECT sum(dur_ns) FROM torch_calls WHERE name = 'aten::mm'"));
+  };
+  double quiet = record();
+  double busy;
+  {
+    CpuHog hog1(probe_cpu()), hog2(probe_cpu());
+    busy = record();
+  }
+  std::cerr << "share of aten::mm time spent waiting for a CPU: alone " << quiet
+            << ", beside two hogs " << busy << "\n";
+  // three runnable threads on one CPU: the traced one waits about two thirds of the time
+  EXPECT_GT(busy, 0.4);
+  EXPECT_LT(quiet, busy / 2);
+}
+
 TEST_F(RecordHost, SamplesComeAtTheInterval) {
   auto r = run({kEacgm, "record", "-q", "--layers", "host", "--interval", "25", "-o", db_, "--",
                 kWorkloads + "/sched_probe", "0", "600"});

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "detect/call_context.h"
 #include "detect/detector.h"
 #include "detect/features.h"
 #include "detect/online.h"
@@ -185,6 +186,76 @@ TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
   EXPECT_EQ(model.groups.size(), 1u);
 }
 
+// 10 s of host samples of process 10 every 100 ms: 1 ms of run-queue wait per sample, 60 ms
+// from 4 s to 5 s (interference); 50 ms of reclaim per sample from 7 s to 8 s; 3 retransmitted
+// segments per sample from 2 s to 3 s.
+TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
+  std::string path = (fs::temp_directory_path() /
+                      ("eacgm_context_" + std::to_string(getpid()) + ".eacgm.db")).string();
+  constexpr uint64_t ms = 1'000'000;
+  {
+    RecordingWriter w(path, true);
+    for (uint64_t t = kStart + 100 * ms; t <= kStart + 10'000 * ms; t += 100 * ms) {
+      HostSampleRow h;
+      h.ts_ns = t;
+      h.interval_ns = 100 * ms;
+      h.scope = HostScope::Process;
+      h.id = 10;
+      h.name = "train";
+      uint64_t at = t - kStart;  // end of the sample
+      h.runq_waits = 10;
+      h.runq_wait_ns = (at > 4000 * ms && at <= 5000 * ms) ? 60 * ms : 1 * ms;
+      h.reclaim_ns = (at > 7000 * ms && at <= 8000 * ms) ? 50 * ms : 0;
+      h.reclaims = h.reclaim_ns ? 100 : 0;
+      h.tcp_retransmits = (at > 2000 * ms && at <= 3000 * ms) ? 3 : 0;
+      h.oncpu_ns = 50 * ms;
+      w.add(h);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  CallContext ctx(rec);
+  // a call over half of one sample and half of the next: their shares, prorated
+  HostContext c = ctx.over(10, kStart + 4050 * ms, 100 * ms);
+  EXPECT_NEAR(c.runq_wait_ns, 60 * ms, 1);
+  c = ctx.over(10, kStart + 3950 * ms, 100 * ms);  // half before the interference
+  EXPECT_NEAR(c.runq_wait_ns, 30.5 * ms, 1);
+  EXPECT_EQ(ctx.over(99, kStart + 4050 * ms, 100 * ms).runq_wait_ns, 0) << "another process";
+
+  auto call = [&](const char* layer, uint32_t pid, uint64_t at_ms, uint64_t dur_ms,
+                  int64_t runq_ms = -1) {
+    Anomaly a;
+    a.runq_ns = runq_ms < 0 ? -1 : runq_ms * int64_t(ms);
+    a.layer = layer;
+    a.name = "op";
+    a.pid = pid;
+    a.ts_ns = kStart + at_ms * ms;
+    a.dur_ns = dur_ms * ms;
+    a.cause = "slow operator: op";
+    return a;
+  };
+  std::vector<Anomaly> found = {call("torch", 10, 4200, 20, 12), call("torch", 10, 1200, 20, 0),
+                                call("torch", 10, 7300, 20),  call("comm", 10, 2500, 50),
+                                call("torch", 10, 2500, 50),  call("torch", 99, 4200, 20),
+                                call("window", 0, 4200, 100),   call("torch", 10, 4200, 20, 2),
+                                call("torch", 10, 4200, 20)};
+  ctx.explain(found);
+  // the thread itself waited 12 of the call's 20 ms
+  EXPECT_EQ(found[0].cause, "slow operator: op; preempted: waited 12.0 ms for a CPU (CPU "
+                            "interference)");
+  EXPECT_EQ(found[1].cause, "slow operator: op") << "it never waited";
+  // the process waited a lot meanwhile, but this thread only 2 of 20 ms, or nobody knows
+  EXPECT_EQ(found[7].cause, "slow operator: op");
+  EXPECT_EQ(found[8].cause, "slow operator: op");
+  EXPECT_EQ(found[2].cause, "slow operator: op; 10.0 ms reclaiming memory (memory pressure)");
+  EXPECT_EQ(found[3].cause, "slow operator: op; 2 TCP segments retransmitted (packet loss)");
+  EXPECT_EQ(found[4].cause, "slow operator: op") << "retransmits explain collectives only";
+  EXPECT_EQ(found[5].cause, "slow operator: op") << "no samples of that process";
+  EXPECT_EQ(found[6].cause, "slow operator: op") << "windows have causes of their own";
+  fs::remove(path);
+}
+
 TEST(ProbableCause, FromLayerAndTopFeature) {
   using F = std::vector<std::pair<std::string, double>>;
   EXPECT_EQ(probable_cause("comm", "ncclAllReduce", F{{"log_duration_us", 9}}),
@@ -203,6 +274,21 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window",
                            F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}}),
             "slow CUDA calls");
+  // less run-queue wait and CPU than usual is a job waiting elsewhere (a slow link), not
+  // interference; a lower SM clock is throttling, a higher one is not
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"comm_call_log_duration_us", 280}, {"cpu_cores", 150},
+                             {"runq_wait_ms_per_s", 50}},
+                           {"cpu_cores", "runq_wait_ms_per_s"}),
+            "slow collectives");
+  EXPECT_EQ(probable_cause("window", "window", F{{"gpu_sm_clock_mhz", 9}}, {"gpu_sm_clock_mhz"}),
+            "GPU thermal or power throttling");
+  EXPECT_EQ(probable_cause("window", "window", F{{"gpu_sm_clock_mhz", 9}}),
+            "unusual window: gpu_sm_clock_mhz");
+  EXPECT_EQ(probable_cause("window", "window", F{{"reclaim_ms_per_s", 9}, {"block_mb_per_s", 8}}),
+            "memory pressure");
+  EXPECT_EQ(probable_cause("window", "window", F{{"tcp_retransmits_per_s", 9}}),
+            "network packet loss");
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// What the host did to a process while one of its calls ran: a slow call is not always slow
+// code. From the host layer's per-process samples, prorated to the call's span.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "detect/detector.h"
+
+namespace eacgm {
+class RecordingReader;
+}
+
+namespace eacgm::detect {
+
+// Host activity of one process over an interval, in ns and counts.
+struct HostContext {
+  double runq_wait_ns = 0;  // runnable, waiting for a CPU (summed over its threads)
+  double reclaim_ns = 0;    // reclaiming memory
+  double retransmits = 0;   // TCP segments its sockets sent again
+};
+
+class CallContext {
+ public:
+  // Reads the process samples of `host_samples` (none: every context is empty).
+  explicit CallContext(const RecordingReader& rec);
+
+  // Each sample's counts spread evenly over its interval, and the share that overlaps
+  // [ts_ns, ts_ns + dur_ns) summed.
+  HostContext over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) const;
+
+  // Adds the host's part to the cause of each call anomaly where it explains a quarter or more
+  // of the call's duration, or where a collective's sockets retransmitted, e.g. "slow operator:
+  // aten::gelu; preempted: waited 4.1 ms for a CPU (CPU interference)". The wait for a CPU is
+  // the calling thread's own, measured over the call (Anomaly::runq_ns); reclaim and
+  // retransmits are the process's, prorated from its samples. Calls the host does not explain
+  // keep their cause: slow code.
+  void explain(std::vector<Anomaly>& anomalies) const;
+
+ private:
+  struct Sample {
+    uint64_t end_ns, interval_ns;
+    HostContext v;
+  };
+  std::map<uint32_t, std::vector<Sample>> by_pid_;  // each sorted by end_ns
+};
+
+}  // namespace eacgm::detect
