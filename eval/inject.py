@@ -93,6 +93,11 @@ def net_fault(kind, value, after, hold, truth):
                  for ns, dev in zip(NS, DEV)]
         undo = [("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root")
                 for ns, dev in zip(NS, DEV)]
+        if kind == "throttle":
+            # open the link up before removing the queue, which would drop what it holds
+            undo = [("ip", "netns", "exec", ns, "tc", "qdisc", "change", "dev", dev, "root",
+                     "tbf", "rate", "10gbit", "burst", "1mb", "latency", "50ms")
+                    for ns, dev in zip(NS, DEV)] + [("sleep", "0.2")] + undo
     else:
         sys.exit(f"inject.py: unknown network fault {kind!r} (loss, throttle or delay)")
     start = time.monotonic_ns()

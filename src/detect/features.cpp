@@ -127,7 +127,9 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
           }
         });
   }
+  int64_t last_call_end = 0;
   rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
+    last_call_end = std::max(last_call_end, s.int_at(1) + s.int_at(2));
     int64_t w = window_of(s.int_at(1));
     std::string layer(s.text_at(0));
     m[layer + "_calls_per_s"].add(w, per_s);
@@ -140,7 +142,9 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
                                                      {"pagein_mb_per_s", 4},
                                                      {"reclaim_ms_per_s", 1},
                                                      {"page_faults_per_s", 1000}};
-  // whole windows only: a last, partial one would show low rates (and the job's exit)
+  // Whole windows only, up to the last traced call: what follows is the job's exit (rates
+  // falling to nothing, exit paths paging in code never run before), not its behaviour.
+  if (last_call_end > start) end = std::min(end, last_call_end);
   int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
   // Keep the metrics that vary: a constant one carries no information and no variance.
   std::vector<std::pair<std::string, std::vector<double>>> columns;
