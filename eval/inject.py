@@ -23,6 +23,7 @@ truth (CLOCK_MONOTONIC ns intervals and the layer) to a JSON file. Run as root.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,15 +102,15 @@ def net_fault(kind, value, after, hold, truth):
     else:
         sys.exit(f"inject.py: unknown network fault {kind!r} (loss, throttle or delay)")
     start = time.monotonic_ns()
-    for cmd in apply:
-        r = sh(*cmd, check=False)
-        if r.returncode != 0:
-            for u in undo:
-                sh(*u, check=False)
-            sys.exit(f"inject.py: cannot inject {kind}: {' '.join(cmd)}: {r.stderr.strip()}")
-    time.sleep(hold)
-    for cmd in undo:
-        sh(*cmd, check=False)
+    try:
+        for cmd in apply:
+            r = sh(*cmd, check=False)
+            if r.returncode != 0:
+                sys.exit(f"inject.py: cannot inject {kind}: {' '.join(cmd)}: {r.stderr.strip()}")
+        time.sleep(hold)
+    finally:  # also when stopped (SIGTERM, Ctrl-C): the link must not stay faulty
+        for cmd in undo:
+            sh(*cmd, check=False)
     write_truth(truth, f"net_{mode}", "comm", [[start, time.monotonic_ns()]], value=value)
 
 
@@ -177,6 +178,8 @@ def mem_squeeze(cgroup, headroom_mb, after, hold, truth):
 
 
 def main():
+    # stopped by eval/run's cleanup or Ctrl-C: unwind, so the `finally` blocks lift the fault
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("inject.py: stopped"))
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     cmd, args = sys.argv[1], sys.argv[2:]
