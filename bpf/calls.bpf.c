@@ -83,6 +83,19 @@ static __always_inline __u64 wake_flags(void)
 									      : BPF_RB_NO_WAKEUP;
 }
 
+/*
+ * The calling thread's total wait on a run queue (runnable, not running), kept by the kernel
+ * (CONFIG_SCHED_INFO): its change over a call is how long the call was kept off a CPU it was
+ * ready to use, which tells a preempted call from a slow one.
+ */
+static __always_inline __u64 run_delay(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (!bpf_core_field_exists(task->sched_info.run_delay))
+		return EACGM_RUNQ_UNKNOWN;
+	return task->sched_info.run_delay;
+}
+
 #include "python.bpf.h"
 
 /*
@@ -153,19 +166,6 @@ static __always_inline void sum_tensors(struct eacgm_call_event *e, __u64 arg, b
 	e->deref[0] = known ? bytes : ~0ULL;
 	e->deref[1] = elems;
 	e->deref[4] = first_dtype | (n << 32);
-}
-
-/*
- * The calling thread's total wait on a run queue (runnable, not running), kept by the kernel
- * (CONFIG_SCHED_INFO): its change over a call is how long the call was kept off a CPU it was
- * ready to use, which tells a preempted call from a slow one.
- */
-static __always_inline __u64 run_delay(void)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	if (!bpf_core_field_exists(task->sched_info.run_delay))
-		return EACGM_RUNQ_UNKNOWN;
-	return task->sched_info.run_delay;
 }
 
 /* A call traced at its entry alone (c10d): the record goes out at once. */

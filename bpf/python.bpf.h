@@ -49,6 +49,7 @@ struct {
 struct py_open_call {
 	__u64 sp;
 	__u64 ts_ns;
+	__u64 run_delay; /* the thread's run-queue wait so far, at entry */
 	__u64 code;
 	__u64 name_obj;
 	__u32 firstlineno;
@@ -267,6 +268,7 @@ int py_eval_entry(struct pt_regs *ctx)
 	struct py_open_call *c = &t->calls[py_slot(depth)];
 	c->sp = sp;
 	c->ts_ns = bpf_ktime_get_ns();
+	c->run_delay = run_delay();
 	c->code = code;
 	c->name_obj = name_obj;
 	c->firstlineno = firstlineno;
@@ -314,6 +316,9 @@ int py_eval_return(struct pt_regs *ctx)
 	e->name_obj = c->name_obj;
 	e->firstlineno = c->firstlineno;
 	e->pad = 0;
+	__u64 waited = run_delay();
+	e->runq_ns = waited == EACGM_RUNQ_UNKNOWN || c->run_delay == EACGM_RUNQ_UNKNOWN ?
+			     EACGM_RUNQ_UNKNOWN : waited - c->run_delay;
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
 }

@@ -103,6 +103,7 @@ struct eacgm_py_call_event {
 	__u64 name_obj;
 	__u32 firstlineno; /* with code and name_obj: the code object's key (eacgm_py_code_key) */
 	__u32 pad;
+	__u64 runq_ns; /* the thread's wait for a CPU during the call, as eacgm_call_event's */
 };
 
 struct eacgm_py_code_event {

@@ -31,7 +31,10 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec) {
               g.pid.push_back(uint32_t(s.int_at(5)));
               g.runq.push_back(s.null_at(6) ? -1 : s.int_at(6));
               g.dur.push_back(uint64_t(s.int_at(3)));
-              g.log_dur.push_back(std::log(double(std::max<int64_t>(s.int_at(3), 1)) / 1e3));
+              // Net of the time the thread waited for a CPU (where known): preemption is the
+              // host's doing, which the window model sees; the call itself was not slower.
+              int64_t dur = s.int_at(3) - (s.null_at(6) ? 0 : s.int_at(6));
+              g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
               bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
               g.has_bytes |= bytes;
               g.log_bytes.push_back(bytes ? std::log2(1.0 + double(s.int_at(4))) : 0.0);

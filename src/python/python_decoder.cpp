@@ -9,7 +9,7 @@
 namespace eacgm {
 namespace {
 
-static_assert(sizeof(eacgm_py_call_event) == 56, "event layout");
+static_assert(sizeof(eacgm_py_call_event) == 64, "event layout");
 static_assert(sizeof(eacgm_py_code_event) == 8 + 24 + 8 + EACGM_PY_NAME_BYTES +
                                                  EACGM_PY_FILE_BYTES + EACGM_PY_LINETABLE_BYTES,
               "event layout");
@@ -120,6 +120,7 @@ void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
   row.file = info->file;
   row.line = info->firstlineno;
   row.depth = e.depth;
+  if (e.runq_ns != EACGM_RUNQ_UNKNOWN && e.runq_ns <= e.dur_ns) row.runq_ns = int64_t(e.runq_ns);
   out_.add(row);
   ++stats_.calls;
 }

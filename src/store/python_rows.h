@@ -15,6 +15,7 @@ struct PythonCallRow {
   std::string_view file;
   int64_t line = 0;   // the function's first line (co_firstlineno)
   uint32_t depth = 0;  // traced calls of the thread it is nested in (0: outermost)
+  int64_t runq_ns = -1;  // waited for a CPU during the call; -1: unknown
 };
 
 // One frame of a deduplicated Python stack (python_stacks): depth 0 is the innermost.

@@ -8,7 +8,7 @@ namespace eacgm {
 bool write_python_rows(sqlite3* db, const std::vector<PythonCallRow>& calls,
                        const std::vector<PythonStackFrameRow>& frames) {
   if (!calls.empty()) {
-    Statement insert(db, "INSERT INTO python_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8)");
+    Statement insert(db, "INSERT INTO python_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
     for (const auto& c : calls) {
       insert.bind(1, int64_t(c.ts_ns));
       insert.bind(2, int64_t(c.dur_ns));
@@ -18,6 +18,7 @@ bool write_python_rows(sqlite3* db, const std::vector<PythonCallRow>& calls,
       insert.bind(6, c.file);
       insert.bind(7, c.line);
       insert.bind(8, int64_t(c.depth));
+      if (c.runq_ns >= 0) insert.bind(9, c.runq_ns);
       if (insert.run() != SQLITE_DONE) return false;
     }
   }

@@ -77,7 +77,7 @@ CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid IN
 -- module.qualname, line the function's first line, depth its nesting among traced calls.
 CREATE TABLE python_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                           tid INTEGER NOT NULL, name TEXT NOT NULL, file TEXT, line INTEGER,
-                          depth INTEGER);
+                          depth INTEGER, runq_ns INTEGER);
 -- Python stacks of calls of the other layers (their py_stack column), deduplicated: one row per
 -- frame, depth 0 the innermost; line is the line executing in that frame.
 CREATE TABLE python_stacks(id INTEGER NOT NULL, depth INTEGER NOT NULL, name TEXT NOT NULL,
@@ -100,7 +100,7 @@ CREATE VIEW trace AS
   FROM torch_calls
   UNION ALL
   SELECT ts_ns, dur_ns, pid, tid, 'python' AS layer, name, file || ':' || line AS detail,
-         NULL AS bytes, NULL AS ret, NULL AS runq_ns
+         NULL AS bytes, NULL AS ret, runq_ns
   FROM python_calls;
 )sql";
 

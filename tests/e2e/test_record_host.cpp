@@ -118,32 +118,46 @@ TEST_F(RecordHost, CpuHogRaisesRunQueueLatencyAndPreemptions) {
 TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
   if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0)
     GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
-  std::string cpu = std::to_string(probe_cpu());
+  std::string cpu = std::to_string(probe_cpu()), script = dir_ + "/mm_loop.py";
+  std::ofstream(script) << "import torch\n"
+                           "def main():\n"
+                           "    torch.set_num_threads(1)\n"
+                           "    a = torch.randn(400, 400)\n"
+                           "    for _ in range(60):\n"
+                           "        torch.mm(a, a)\n"
+                           "main()\n";
   auto record = [&] {
-    auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch", "-o", db_, "--", "taskset",
-                  "-c", cpu, "/usr/bin/python3", "-c",
-                  "import torch; torch.set_num_threads(1); a = torch.randn(400, 400)\n"
-                  "for _ in range(60): torch.mm(a, a)"});
+    auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch,python", "-o", db_, "--",
+                  "taskset", "-c", cpu, "/usr/bin/python3", script});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     Db db(db_);
     EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE name = 'aten::mm'"), 60);
-    EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE runq_ns IS NULL OR "
-                        "runq_ns > dur_ns"),
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM trace WHERE layer IN ('torch', 'python') AND "
+                        "(runq_ns IS NULL OR runq_ns > dur_ns)"),
               0);
-    return double(db.scalar("SELECT sum(runq_ns) FROM torch_calls WHERE name = 'aten::mm'")) /
-           double(db.scalar("SELECT sum(dur_ns) FROM torch_calls WHERE name = 'aten::mm'"));
+    // the Python function that makes the calls waits as they do
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'mm_loop.main'"), 1);
+    return std::pair(
+        double(db.scalar("SELECT sum(runq_ns) FROM torch_calls WHERE name = 'aten::mm'")) /
+            double(db.scalar("SELECT sum(dur_ns) FROM torch_calls WHERE name = 'aten::mm'")),
+        double(db.scalar("SELECT runq_ns FROM python_calls WHERE name = 'mm_loop.main'")) /
+            double(db.scalar("SELECT dur_ns FROM python_calls WHERE name = 'mm_loop.main'")));
   };
-  double quiet = record();
-  double busy;
+  auto [quiet, quiet_module] = record();
+  std::pair<double, double> busy_shares;
   {
     CpuHog hog1(probe_cpu()), hog2(probe_cpu());
-    busy = record();
+    busy_shares = record();
   }
-  std::cerr << "share of aten::mm time spent waiting for a CPU: alone " << quiet
-            << ", beside two hogs " << busy << "\n";
+  auto [busy, busy_module] = busy_shares;
+  std::cerr << "share of the time spent waiting for a CPU: aten::mm alone " << quiet
+            << ", beside two hogs " << busy << "; the Python function " << quiet_module << ", "
+            << busy_module << "\n";
   // three runnable threads on one CPU: the traced one waits about two thirds of the time
   EXPECT_GT(busy, 0.4);
   EXPECT_LT(quiet, busy / 2);
+  EXPECT_GT(busy_module, 0.3);
+  EXPECT_LT(quiet_module, busy_module / 2);
 }
 
 TEST_F(RecordHost, SamplesComeAtTheInterval) {

@@ -86,6 +86,10 @@ TEST_P(RecordPython, CallsCountsAndNestingAreExact) {
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_calls'"), std::to_string(72 + gens));
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
   EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE dur_ns <= 0"), 0);
+  // each call knows how long its thread waited for a CPU meanwhile, within its duration
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE runq_ns IS NULL OR runq_ns < 0 "
+                      "OR runq_ns > dur_ns"),
+            0);
 }
 
 TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
