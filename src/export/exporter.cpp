@@ -49,14 +49,22 @@ void add_python_stack(TimelineSlice& slice, const Statement& s, int col,
     slice.args.push_back({"python_stack", it->second});
 }
 
+// How long the calling thread waited for a CPU during the call (runq_ns at `col`), when it did.
+void add_cpu_wait(TimelineSlice& slice, const Statement& s, int col) {
+  if (!s.null_at(col) && s.int_at(col) > 0)
+    slice.args.push_back({"cpu_wait_us", double(s.int_at(col)) / 1e3});
+}
+
 void add_python_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
   if (!rec.has_table("python_calls")) return;
-  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, file, line, depth FROM python_calls "
-            "ORDER BY ts_ns",
+  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, file, line, depth, " +
+                rec.column_or("python_calls", "runq_ns", "NULL") +
+                " FROM python_calls ORDER BY ts_ns",
             [&](Statement& s) {
               TimelineSlice slice = call_slice(s, to_real, "python");
               slice.args.push_back({"file", std::string(s.text_at(5))});
               slice.args.push_back({"line", s.int_at(6)});
+              add_cpu_wait(slice, s, 8);
               sink.add_slice(slice);
             });
 }
@@ -66,7 +74,8 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
   rec.query(
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, bytes, memcpy_kind, stream, grid_x, grid_y, "
       "grid_z, block_x, block_y, block_z, shared_mem, kernel, " +
-          std::string(stacks.empty() ? "NULL" : "py_stack") + " FROM cuda_calls ORDER BY ts_ns",
+          std::string(stacks.empty() ? "NULL" : "py_stack") + ", " +
+          rec.column_or("cuda_calls", "runq_ns", "NULL") + " FROM cuda_calls ORDER BY ts_ns",
       [&](Statement& s) {
         TimelineSlice slice = call_slice(s, to_real, "cuda");
         if (!s.null_at(16)) slice.args.push_back({"kernel", std::string(s.text_at(16))});
@@ -81,6 +90,7 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
           slice.args.push_back({"shared_mem", s.int_at(15)});
         }
         slice.args.push_back({"ret", s.int_at(5)});
+        add_cpu_wait(slice, s, 18);
         add_python_stack(slice, s, 17, stacks);
         sink.add_slice(slice);
       });
@@ -91,8 +101,8 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
   if (!rec.has_table("comm_calls")) return;
   rec.query(
       "SELECT ts_ns, dur_ns, pid, tid, name, ret, count, datatype, bytes, redop, peer, comm, "
-      "rank, nranks, stream, " + std::string(stacks.empty() ? "NULL" : "py_stack") +
-          " FROM comm_calls ORDER BY ts_ns",
+      "rank, nranks, stream, " + std::string(stacks.empty() ? "NULL" : "py_stack") + ", " +
+          rec.column_or("comm_calls", "runq_ns", "NULL") + " FROM comm_calls ORDER BY ts_ns",
       [&](Statement& s) {
         TimelineSlice slice = call_slice(s, to_real, "comm");
         if (!s.null_at(6)) slice.args.push_back({"count", s.int_at(6)});
@@ -105,6 +115,7 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
         if (!s.null_at(13)) slice.args.push_back({"nranks", s.int_at(13)});
         if (!s.null_at(14)) slice.args.push_back({"stream", uint64_t(s.int_at(14))});
         slice.args.push_back({"ret", s.int_at(5)});
+        add_cpu_wait(slice, s, 16);
         add_python_stack(slice, s, 15, stacks);
         sink.add_slice(slice);
       });
@@ -114,10 +125,12 @@ void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
 void add_torch_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
                       const PythonStacks& stacks) {
   if (!rec.has_table("torch_calls")) return;
-  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, py_stack FROM torch_calls "
-            "ORDER BY ts_ns, dur_ns DESC",
+  rec.query("SELECT ts_ns, dur_ns, pid, tid, name, py_stack, " +
+                rec.column_or("torch_calls", "runq_ns", "NULL") +
+                " FROM torch_calls ORDER BY ts_ns, dur_ns DESC",
             [&](Statement& s) {
               TimelineSlice slice = call_slice(s, to_real, "torch");
+              add_cpu_wait(slice, s, 6);
               add_python_stack(slice, s, 5, stacks);
               sink.add_slice(slice);
             });

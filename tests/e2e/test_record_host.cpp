@@ -150,6 +150,12 @@ TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
     busy_shares = record();
   }
   auto [busy, busy_module] = busy_shares;
+  // the wait is shown with each slice of the exported timeline
+  std::string json_path = dir_ + "/run.json";
+  ASSERT_EQ(run({kEacgm, "export", db_, "--chrome", json_path}).exit_code, 0);
+  std::ifstream in(json_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("cpu_wait_us":)"), std::string::npos);
   std::cerr << "share of the time spent waiting for a CPU: aten::mm alone " << quiet
             << ", beside two hogs " << busy << "; the Python function " << quiet_module << ", "
             << busy_module << "\n";
