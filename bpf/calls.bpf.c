@@ -96,6 +96,18 @@ static __always_inline __u64 run_delay(void)
 	return task->sched_info.run_delay;
 }
 
+/*
+ * The wait since `at_entry` (run_delay() then), never more than the call's `dur_ns`: the
+ * scheduler's clock and ktime differ by microseconds at the call's edges.
+ */
+static __always_inline __u64 runq_since(__u64 at_entry, __u64 dur_ns)
+{
+	if (at_entry == EACGM_RUNQ_UNKNOWN) /* the field is missing: at exit too */
+		return EACGM_RUNQ_UNKNOWN;
+	__u64 waited = run_delay() - at_entry;
+	return waited < dur_ns ? waited : dur_ns;
+}
+
 #include "python.bpf.h"
 
 /*
@@ -326,9 +338,7 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	e->op = cookie & EACGM_COOKIE_OP_MASK;
 	e->ts_ns = c->ts_ns;
 	e->dur_ns = now - c->ts_ns;
-	__u64 waited = run_delay();
-	e->runq_ns = waited == EACGM_RUNQ_UNKNOWN || c->run_delay == EACGM_RUNQ_UNKNOWN ?
-			     EACGM_RUNQ_UNKNOWN : waited - c->run_delay;
+	e->runq_ns = runq_since(c->run_delay, e->dur_ns);
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->ret = ret;

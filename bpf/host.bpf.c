@@ -230,10 +230,11 @@ int BPF_PROG(host_tcp_retransmit, const struct sock *sk, const struct sk_buff *s
 		return 0;
 	__u32 tgid = *owner;
 	struct eacgm_host_proc_stats *p = bpf_map_lookup_elem(&proc_stats, &tgid);
+	if (!p)
+		return 0;
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)skb->cb;
 	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
-	if (p)
-		p->tcp_retransmits += segs ? segs : 1;
+	p->tcp_retransmits += segs ? segs : 1;
 	return 0;
 }
 
@@ -396,12 +397,14 @@ static __always_inline void reclaim_begin(void)
 
 static __always_inline void reclaim_end(void)
 {
-	struct eacgm_host_proc_stats *p = current_proc();
 	struct thread_sched *t = bpf_task_storage_get(&sched_state, bpf_get_current_task_btf(), 0, 0);
-	if (!p || !t || !t->reclaim_since)
+	if (!t || !t->reclaim_since) /* no begin seen: not traced, or attached mid-reclaim */
 		return;
-	p->reclaim_ns += bpf_ktime_get_ns() - t->reclaim_since;
-	p->reclaims++;
+	struct eacgm_host_proc_stats *p = current_proc();
+	if (p) {
+		p->reclaim_ns += bpf_ktime_get_ns() - t->reclaim_since;
+		p->reclaims++;
+	}
 	t->reclaim_since = 0;
 }
 

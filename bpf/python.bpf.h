@@ -316,9 +316,7 @@ int py_eval_return(struct pt_regs *ctx)
 	e->name_obj = c->name_obj;
 	e->firstlineno = c->firstlineno;
 	e->pad = 0;
-	__u64 waited = run_delay();
-	e->runq_ns = waited == EACGM_RUNQ_UNKNOWN || c->run_delay == EACGM_RUNQ_UNKNOWN ?
-			     EACGM_RUNQ_UNKNOWN : waited - c->run_delay;
+	e->runq_ns = runq_since(c->run_delay, e->dur_ns);
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
 }

@@ -67,7 +67,7 @@ struct eacgm_call_event {
 	__u64 deref[EACGM_DEREF_WORDS]; /* DEREF_ARG0 bytes, or deref[0] = *arg0 after DEREF_OUT0,
 					 deref[1] = *arg3 after DEREF_OUT3 */
 	__u64 runq_ns; /* time the calling thread waited for a CPU during the call (the kernel's
-			  sched_info.run_delay); EACGM_RUNQ_UNKNOWN where not known */
+			  sched_info.run_delay), at most dur_ns; EACGM_RUNQ_UNKNOWN where not known */
 };
 
 #define EACGM_RUNQ_UNKNOWN (~0ULL)

@@ -1,5 +1,5 @@
-// Prorates per-process host samples over a call's span to tell a preempted or starved call from
-// a slow one.
+// Prorates per-process host samples over a call's span to tell a call slowed by the host from a
+// slow one.
 #include "detect/call_context.h"
 
 #include <algorithm>
@@ -13,13 +13,12 @@ namespace eacgm::detect {
 
 CallContext::CallContext(const RecordingReader& rec) {
   if (!rec.has_table("host_samples")) return;
-  rec.query("SELECT ts_ns, interval_ns, id, runq_wait_ns, " +
-                rec.column_or("host_samples", "reclaim_ns") + ", " +
-                rec.column_or("host_samples", "tcp_retransmits") +
+  rec.query("SELECT ts_ns, interval_ns, id, " +
+                rec.columns_or("host_samples", {"reclaim_ns", "tcp_retransmits"}) +
                 " FROM host_samples WHERE scope = 'process' AND interval_ns > 0 ORDER BY ts_ns",
             [&](Statement& s) {
               Sample x{uint64_t(s.int_at(0)), uint64_t(s.int_at(1)),
-                       {double(s.int_at(3)), double(s.int_at(4)), double(s.int_at(5))}};
+                       {double(s.int_at(3)), double(s.int_at(4))}};
               by_pid_[uint32_t(s.int_at(2))].push_back(x);
             });
 }
@@ -37,7 +36,6 @@ HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) con
     uint64_t from = std::max(ts_ns, s->end_ns - s->interval_ns), to = std::min(end, s->end_ns);
     if (to <= from) continue;
     double share = double(to - from) / double(s->interval_ns);
-    sum.runq_wait_ns += s->v.runq_wait_ns * share;
     sum.reclaim_ns += s->v.reclaim_ns * share;
     sum.retransmits += s->v.retransmits * share;
   }
@@ -49,8 +47,9 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
     if (a.layer == "window" || !a.pid || !a.dur_ns) continue;
     HostContext c = over(a.pid, a.ts_ns, a.dur_ns);
     double dur = double(a.dur_ns);
-    // The process's run-queue wait sums all its threads: other threads' waits would blame
-    // this one. Only the thread's own, measured over the call, can say it was preempted.
+    // Only the thread's own wait, measured over the call, can say it was preempted: the
+    // process's run-queue wait in the host samples sums all its threads, and other threads'
+    // waits would blame this one.
     if (a.runq_ns >= 0 && double(a.runq_ns) >= 0.25 * dur)
       a.cause += fmt::format("; preempted: waited {:.1f} ms for a CPU (CPU interference)",
                              double(a.runq_ns) / 1e6);

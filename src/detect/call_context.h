@@ -16,9 +16,8 @@ namespace eacgm::detect {
 
 // Host activity of one process over an interval, in ns and counts.
 struct HostContext {
-  double runq_wait_ns = 0;  // runnable, waiting for a CPU (summed over its threads)
-  double reclaim_ns = 0;    // reclaiming memory
-  double retransmits = 0;   // TCP segments its sockets sent again
+  double reclaim_ns = 0;   // reclaiming memory
+  double retransmits = 0;  // TCP segments its sockets sent again
 };
 
 class CallContext {

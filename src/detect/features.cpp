@@ -88,10 +88,9 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
     rec.query(
         "SELECT ts_ns - interval_ns / 2, scope, runq_wait_ns, runq_waits, "
         "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, " +
-            rec.column_or("host_samples", "tcp_retransmits") + ", " +
-            rec.column_or("host_samples", "page_faults") + ", " +
-            rec.column_or("host_samples", "reclaim_ns") + ", " +
-            rec.column_or("host_samples", "pagein_bytes") + " FROM host_samples",
+            rec.columns_or("host_samples",
+                           {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
+            " FROM host_samples",
         [&](Statement& s) {
           int64_t w = window_of(s.int_at(0));  // by the middle of the sampled interval
           std::string scope(s.text_at(1));

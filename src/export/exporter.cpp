@@ -165,10 +165,9 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
   rec.query(
       "SELECT ts_ns, interval_ns, scope, id, netns, name, runq_wait_ns, runq_waits, "
       "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, read_bytes, write_bytes, "
-      "io_ops, io_latency_ns, " + rec.column_or("host_samples", "tcp_retransmits") + ", " +
-          rec.column_or("host_samples", "page_faults") + ", " +
-          rec.column_or("host_samples", "reclaim_ns") + ", " +
-          rec.column_or("host_samples", "pagein_bytes") +
+      "io_ops, io_latency_ns, " +
+          rec.columns_or("host_samples",
+                         {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
           " FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
       [&](Statement& s) {
         uint64_t end = uint64_t(s.int_at(0) + to_real), dt = uint64_t(s.int_at(1));

@@ -1,7 +1,6 @@
 // The python layer's decoding; like the other decoders, no allocation per call record.
 #include "python/python_decoder.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "python/line_table.h"
@@ -121,8 +120,7 @@ void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
   row.file = info->file;
   row.line = info->firstlineno;
   row.depth = e.depth;
-  // never longer than the call (the scheduler's clock and the probes' differ slightly)
-  if (e.runq_ns != EACGM_RUNQ_UNKNOWN) row.runq_ns = int64_t(std::min(e.runq_ns, e.dur_ns));
+  if (e.runq_ns != EACGM_RUNQ_UNKNOWN) row.runq_ns = int64_t(e.runq_ns);
   out_.add(row);
   ++stats_.calls;
 }

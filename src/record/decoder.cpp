@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,10 +87,8 @@ void set_bandwidths(CommCallRow& row, Collective collective) {
 }
 
 // The calling thread's wait for a CPU during the call; -1 where the kernel side could not tell.
-// The scheduler's clock (run_delay) and the probes' (ktime) may differ by a few microseconds at
-// the call's edges: a wait is never longer than the call.
 int64_t runq_of(const eacgm_call_event& e) {
-  return e.runq_ns == EACGM_RUNQ_UNKNOWN ? -1 : int64_t(std::min(e.runq_ns, e.dur_ns));
+  return e.runq_ns == EACGM_RUNQ_UNKNOWN ? -1 : int64_t(e.runq_ns);
 }
 
 uint64_t call_arg(const eacgm_call_event& e, int index) {

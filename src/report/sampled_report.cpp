@@ -40,10 +40,8 @@ std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
       "SELECT interval_ns, scope, id, name, runq_wait_ns, runq_waits, runq_max_ns, "
       "voluntary_switches, involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, "
       "read_bytes, write_bytes, io_ops, io_latency_ns, io_latency_max_ns, " +
-          rec.column_or("host_samples", "tcp_retransmits") + ", " +
-          rec.column_or("host_samples", "page_faults") + ", " +
-          rec.column_or("host_samples", "reclaim_ns") + ", " +
-          rec.column_or("host_samples", "pagein_bytes") +
+          rec.columns_or("host_samples",
+                         {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
           " FROM host_samples WHERE interval_ns > 0 ORDER BY scope, id, ts_ns",
       [&](Statement& s) {
         double dt = double(s.int_at(0)), per_s = 1e9 / dt, mb_s = per_s / 1e6;

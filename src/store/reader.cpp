@@ -70,12 +70,15 @@ bool RecordingReader::has_table(const std::string& name) const {
   return found;
 }
 
-std::string RecordingReader::column_or(const std::string& table, const std::string& column,
-                                       const std::string& fallback) const {
-  bool found = false;
-  query("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = '" + column + "'",
-        [&](Statement&) { found = true; });
-  return found ? column : fallback;
+std::string RecordingReader::columns_or(const std::string& table,
+                                        const std::vector<std::string>& columns,
+                                        const std::string& fallback) const {
+  std::set<std::string> present;
+  query("SELECT name FROM pragma_table_info('" + table + "')",
+        [&](Statement& s) { present.emplace(s.text_at(0)); });
+  std::string out;
+  for (const auto& c : columns) out += (out.empty() ? "" : ", ") + (present.count(c) ? c : fallback);
+  return out;
 }
 
 void RecordingReader::query(const std::string& sql,

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 struct sqlite3;
 
@@ -30,7 +32,12 @@ class RecordingReader {
   // `column` when the table has it, else `fallback` (an SQL expression): recordings from older
   // versions lack the columns added since.
   std::string column_or(const std::string& table, const std::string& column,
-                        const std::string& fallback = "0") const;
+                        const std::string& fallback = "0") const {
+    return columns_or(table, {column}, fallback);
+  }
+  // The same for several columns: "a, b, 0, d".
+  std::string columns_or(const std::string& table, const std::vector<std::string>& columns,
+                         const std::string& fallback = "0") const;
   const std::string& path() const { return path_; }
 
  private:

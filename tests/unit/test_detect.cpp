@@ -219,11 +219,13 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   RecordingReader rec(path);
   CallContext ctx(rec);
   // a call over half of one sample and half of the next: their shares, prorated
-  HostContext c = ctx.over(10, kStart + 4050 * ms, 100 * ms);
-  EXPECT_NEAR(c.runq_wait_ns, 60 * ms, 1);
-  c = ctx.over(10, kStart + 3950 * ms, 100 * ms);  // half before the interference
-  EXPECT_NEAR(c.runq_wait_ns, 30.5 * ms, 1);
-  EXPECT_EQ(ctx.over(99, kStart + 4050 * ms, 100 * ms).runq_wait_ns, 0) << "another process";
+  HostContext c = ctx.over(10, kStart + 7050 * ms, 100 * ms);
+  EXPECT_NEAR(c.reclaim_ns, 50 * ms, 1);
+  c = ctx.over(10, kStart + 6950 * ms, 100 * ms);  // half before the reclaim
+  EXPECT_NEAR(c.reclaim_ns, 25 * ms, 1);
+  c = ctx.over(10, kStart + 2950 * ms, 100 * ms);  // half in the last retransmitting sample
+  EXPECT_NEAR(c.retransmits, 1.5, 1e-9);
+  EXPECT_EQ(ctx.over(99, kStart + 7050 * ms, 100 * ms).reclaim_ns, 0) << "another process";
 
   auto call = [&](const char* layer, uint32_t pid, uint64_t at_ms, uint64_t dur_ms,
                   int64_t runq_ms = -1) {
