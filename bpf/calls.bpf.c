@@ -195,6 +195,7 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->runq_ns = EACGM_RUNQ_UNKNOWN; /* the call lasts until its Work completes, elsewhere */
+	e->entry_run_delay = run_delay();
 	e->kind = EACGM_REC_CALL;
 	e->op = cookie & EACGM_COOKIE_OP_MASK;
 	e->ts_ns = now;
@@ -339,6 +340,7 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	e->ts_ns = c->ts_ns;
 	e->dur_ns = now - c->ts_ns;
 	e->runq_ns = runq_since(c->run_delay, e->dur_ns);
+	e->entry_run_delay = c->run_delay;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->ret = ret;

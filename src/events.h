@@ -68,6 +68,8 @@ struct eacgm_call_event {
 					 deref[1] = *arg3 after DEREF_OUT3 */
 	__u64 runq_ns; /* time the calling thread waited for a CPU during the call (the kernel's
 			  sched_info.run_delay), at most dur_ns; EACGM_RUNQ_UNKNOWN where not known */
+	__u64 entry_run_delay; /* the thread's sched_info.run_delay at entry: its whole wait for a
+				  CPU so far; EACGM_RUNQ_UNKNOWN where not known */
 };
 
 #define EACGM_RUNQ_UNKNOWN (~0ULL)

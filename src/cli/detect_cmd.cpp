@@ -8,8 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "cli/commands.h"
 #include "detect/call_context.h"
+#include "detect/collectives.h"
 #include "detect/detector.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
@@ -30,7 +33,8 @@ struct DetectArgs {
 };
 
 std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t window_ns,
-                                            const std::string& layers) {
+                                            const std::string& layers,
+                                            const detect::Collectives& collectives) {
   std::vector<std::string> wanted;
   std::stringstream ss(layers);
   for (std::string l; std::getline(ss, l, ',');) {
@@ -43,7 +47,7 @@ std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t
     return std::find(wanted.begin(), wanted.end(), l) != wanted.end();
   };
   std::vector<detect::FeatureTable> tables;
-  for (auto& t : detect::call_features(rec))
+  for (auto& t : detect::call_features(rec, &collectives))
     if (want(t.layer)) tables.push_back(std::move(t));
   if (want("window")) tables.push_back(detect::window_features(rec, window_ns));
   return tables;
@@ -111,15 +115,18 @@ int run_detect(const DetectArgs& a) {
     trained_on = "model " + a.model;
   } else if (!a.train.empty()) {
     RecordingReader train(a.train);
-    model = detect::train_detector(tables_of(train, window_ns, a.layers), UINT64_MAX, opts,
-                                   &skipped);
+    detect::Collectives train_collectives(train);
+    model = detect::train_detector(tables_of(train, window_ns, a.layers, train_collectives),
+                                   UINT64_MAX, opts, &skipped);
     model.window_ns = window_ns;
     trained_on = "recording " + a.train;
-  } else {
+  }
+  detect::Collectives collectives(rec);
+  if (a.model.empty() && a.train.empty()) {
     if (end <= start) fail("{} has no end time (was its recording interrupted?)", a.recording);
     score_from = uint64_t(start + int64_t(double(end - start) * a.train_fraction));
-    model = detect::train_detector(tables_of(rec, window_ns, a.layers), score_from, opts,
-                                   &skipped);
+    model = detect::train_detector(tables_of(rec, window_ns, a.layers, collectives), score_from,
+                                   opts, &skipped);
     model.window_ns = window_ns;
     trained_on = fmt::format("the first {:.0f}% of the recording", 100 * a.train_fraction);
   }
@@ -128,10 +135,18 @@ int run_detect(const DetectArgs& a) {
     out << detect::detector_to_json(model).dump(1) << "\n";
     if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
   }
-  auto tables = tables_of(rec, window_ns, a.layers);
+  auto tables = tables_of(rec, window_ns, a.layers, collectives);
   if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
+  for (const auto& t : tables)
+    for (const auto& g : model.groups)
+      if (g.group == t.group && g.features != t.feature_names)
+        skipped.push_back(fmt::format("{}: its features ({}) differ from the model's "
+                                      "({}); train on a recording of the same kind",
+                                      t.group, fmt::join(t.feature_names, ", "),
+                                      fmt::join(g.features, ", ")));
   auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
                                           a.min_excess_us);
+  collectives.explain(anomalies);
   detect::CallContext(rec).explain(anomalies);
 
   std::vector<AnomalyRow> rows;
@@ -152,6 +167,7 @@ int run_detect(const DetectArgs& a) {
     j["trained_on"] = trained_on;
     j["groups"] = model.groups.size();
     j["skipped_groups"] = skipped;
+    j["collectives_not_lined_up"] = collectives.notes();
     j["anomalies"] = json::array();
     for (const auto& r : rows)
       j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -163,6 +179,7 @@ int run_detect(const DetectArgs& a) {
   fmt::print("eacgm detect: {} models trained on {}; {} anomalies written to {} (table anomalies)\n",
              model.groups.size(), trained_on, rows.size(), a.recording);
   for (const auto& s : skipped) fmt::print("  not modelled: {}\n", s);
+  for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
   std::map<std::string, size_t> by_cause;
   for (const auto& r : rows) ++by_cause[r.cause];
   for (const auto& [cause, n] : by_cause) fmt::print("  {:>6}  {}\n", n, cause);

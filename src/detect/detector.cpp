@@ -48,17 +48,21 @@ double quantile_of(Eigen::VectorXd v, double q) {
 
 // A call flagged mostly for its duration must also be clearly slower than its component's
 // usual duration: a call quicker than usual is no fault, and one 7% slower than a very tight
-// mode is unusual to a density but not to anyone reading the report.
+// mode is unusual to a density but not to anyone reading the report. Likewise a collective
+// flagged mostly for its wait for a late rank must have waited clearly longer than usual.
 bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::MatrixXd& x,
                      Eigen::Index r, double min_slowdown, double min_excess_us) {
-  if (g.layer == "window" || g.features.empty() || g.features[0] != "log_duration_us")
-    return false;
+  if (g.layer == "window") return false;
   Eigen::Index best = 0;
   s.contributions.row(r).maxCoeff(&best);
-  int k = s.component(r);
-  double mean = g.model.means()(k, 0);  // log of the component's typical duration in us
-  return best == 0 && (x(r, 0) - mean < std::log(min_slowdown) ||
-                       std::exp(x(r, 0)) - std::exp(mean) < min_excess_us);
+  const std::string& f = g.features[size_t(best)];
+  // both in log microseconds: log(us) for durations, log(1 + us) for waits (they may be 0)
+  double offset = f == "log_duration_us" ? 0 : f == "log_straggler_wait_us" ? 1 : -1;
+  if (offset < 0) return false;
+  double v = x(r, best), mean = g.model.means()(s.component(r), best);
+  return std::log(std::exp(v) - offset + 1e-9) - std::log(std::exp(mean) - offset + 1e-9) <
+             std::log(min_slowdown) ||
+         std::exp(v) - std::exp(mean) < min_excess_us;
 }
 
 // Components below this share of the training samples are not kept (see train_detector).
@@ -171,6 +175,7 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   std::string f = top.empty() ? "" : top.front().first;
   if (layer != "window") {
     if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
+    if (f == "log_straggler_wait_us") return fmt::format("straggling rank: {} waited for a peer", name);
     if (layer == "comm") return fmt::format("slow collective: {}", name);
     if (layer == "torch") return fmt::format("slow operator: {}", name);
     if (layer == "python") return fmt::format("slow Python function: {}", name);

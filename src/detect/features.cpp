@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "detect/collectives.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 
@@ -15,13 +16,13 @@ struct CallGroup {
   std::vector<uint64_t> ts, dur;
   std::vector<uint32_t> pid;
   std::vector<int64_t> runq;
-  std::vector<double> log_dur, log_bytes;
-  bool has_bytes = false;
+  std::vector<double> log_dur, log_bytes, log_peer_wait;
+  bool has_bytes = false, has_peer_wait = false;
 };
 
 }  // namespace
 
-std::vector<FeatureTable> call_features(const RecordingReader& rec) {
+std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collectives* collectives) {
   std::map<std::pair<std::string, std::string>, CallGroup> groups;
   rec.query("SELECT layer, name, ts_ns, dur_ns, bytes, pid, " +
                 rec.column_or("trace", "runq_ns", "NULL") + " FROM trace ORDER BY ts_ns",
@@ -34,6 +35,15 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec) {
               // Net of the time the thread waited for a CPU (where known): preemption is the
               // host's doing, which the window model sees; the call itself was not slower.
               int64_t dur = s.int_at(3) - (s.null_at(6) ? 0 : s.int_at(6));
+              // And net of a collective's wait for the last rank to join. The part of that wait
+              // the late rank's own progress explains (straggling: it took longer since the
+              // previous instance, not for want of a CPU) is a feature of its own.
+              const PeerWait* w = collectives && s.text_at(0) == std::string_view("comm")
+                                      ? collectives->find(g.pid.back(), g.ts.back())
+                                      : nullptr;
+              g.has_peer_wait |= w != nullptr;
+              g.log_peer_wait.push_back(w ? std::log1p(double(w->straggling_ns()) / 1e3) : 0.0);
+              if (w) dur -= int64_t(w->wait_ns);
               g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
               bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
               g.has_bytes |= bytes;
@@ -47,10 +57,13 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec) {
     t.group = key.first + "/" + key.second;
     t.feature_names = {"log_duration_us"};
     if (g.has_bytes) t.feature_names.push_back("log2_bytes");
+    if (g.has_peer_wait) t.feature_names.push_back("log_straggler_wait_us");
     t.values.resize(Eigen::Index(g.ts.size()), Eigen::Index(t.feature_names.size()));
     for (size_t i = 0; i < g.ts.size(); ++i) {
-      t.values(Eigen::Index(i), 0) = g.log_dur[i];
-      if (g.has_bytes) t.values(Eigen::Index(i), 1) = g.log_bytes[i];
+      Eigen::Index c = 0;
+      t.values(Eigen::Index(i), c++) = g.log_dur[i];
+      if (g.has_bytes) t.values(Eigen::Index(i), c++) = g.log_bytes[i];
+      if (g.has_peer_wait) t.values(Eigen::Index(i), c++) = g.log_peer_wait[i];
     }
     t.ts_ns = std::move(g.ts);
     t.dur_ns = std::move(g.dur);

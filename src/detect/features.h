@@ -27,9 +27,14 @@ struct FeatureTable {
   Eigen::MatrixXd values;  // rows x features
 };
 
-// Per call of each (layer, name): log duration (us), and log2 of bytes where the operation
-// moves data (a size unlike the usual ones is itself worth a look).
-std::vector<FeatureTable> call_features(const RecordingReader& rec);
+class Collectives;
+
+// Per call of each (layer, name): log duration (us), net of the thread's wait for a CPU; log2
+// of bytes where the operation moves data (a size unlike the usual ones is itself worth a
+// look); for collectives matched across ranks (`collectives`), the duration net of the wait for
+// the last rank to join, and log(1 + us of that wait the late rank straggled: see PeerWait).
+std::vector<FeatureTable> call_features(const RecordingReader& rec,
+                                        const Collectives* collectives = nullptr);
 
 // Fixed windows over the recording (whole windows only): per window, the traced processes' run-queue wait, CPU,
 // involuntary switches, socket and block throughput; interface throughput; GPU utilization,

@@ -19,7 +19,7 @@
 namespace eacgm {
 namespace {
 
-static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8, "event layout");
+static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8 + 8, "event layout");
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
@@ -91,6 +91,10 @@ int64_t runq_of(const eacgm_call_event& e) {
   return e.runq_ns == EACGM_RUNQ_UNKNOWN ? -1 : int64_t(e.runq_ns);
 }
 
+int64_t run_delay_of(const eacgm_call_event& e) {
+  return e.entry_run_delay == EACGM_RUNQ_UNKNOWN ? -1 : int64_t(e.entry_run_delay);
+}
+
 uint64_t call_arg(const eacgm_call_event& e, int index) {
   if (index < 0) return 0;
   if (index < 6) return e.args[index];
@@ -156,6 +160,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   row.ts_ns = e.ts_ns;
   row.dur_ns = e.dur_ns;
   row.runq_ns = runq_of(e);
+  row.entry_run_delay_ns = run_delay_of(e);
   row.pid = e.pid;
   row.tid = e.tid;
   row.name = op.symbol;

@@ -105,4 +105,7 @@ void set_bandwidths(CommCallRow& row, Collective collective);
 // argument `index` of a call (0..5 registers, 6..8 stack words)
 uint64_t call_arg(const eacgm_call_event& e, int index);
 
+// the calling thread's whole wait for a CPU at the call's entry; -1 where not known
+int64_t run_delay_of(const eacgm_call_event& e);
+
 }  // namespace eacgm

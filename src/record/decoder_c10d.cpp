@@ -36,6 +36,7 @@ void EventDecoder::decode_c10d(const eacgm_call_event& e) {
       call.collective = op.collective;
       CommCallRow& row = call.row;
       row.ts_ns = e.ts_ns;
+      row.entry_run_delay_ns = run_delay_of(e);
       row.pid = e.pid;
       row.tid = e.tid;
       row.name = op.name;

@@ -63,12 +63,14 @@ CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGE
 -- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
 -- creation, when it was traced. PyTorch c10d rows (gloo:*): dur_ns lasts until the collective
 -- completed; comm is the process group; ret 0 completed, 1 completed with an error, -1 raised
--- before being queued.
+-- before being queued. entry_run_delay_ns: the calling thread's whole wait for a CPU so far, at
+-- entry (kernel sched_info.run_delay); between two calls of a thread, its wait in between.
 CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
-                        busbw_gbps REAL, py_stack INTEGER, runq_ns INTEGER);
+                        busbw_gbps REAL, py_stack INTEGER, runq_ns INTEGER,
+                        entry_run_delay_ns INTEGER);
 -- PyTorch operators (dispatcher entry points). Nested operators lie inside their caller's span.
 CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                          tid INTEGER NOT NULL, name TEXT NOT NULL, py_stack INTEGER,

@@ -37,6 +37,9 @@ struct CommCallRow {
   std::string_view name;
   int64_t ret = 0;
   int64_t runq_ns = -1;  // waited for a CPU during the call; -1: unknown (c10d)
+  // the calling thread's whole wait for a CPU so far, at entry (differences between two calls
+  // of a thread: its wait between them); -1: unknown
+  int64_t entry_run_delay_ns = -1;
   int64_t count = -1;  // elements, as passed; -1: not applicable
   std::string_view datatype;
   int64_t bytes = -1;  // count x datatype size

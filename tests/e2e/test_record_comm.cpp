@@ -51,6 +51,11 @@ TEST_F(RecordComm, RealNcclCallsWithExactCountsAndBytes) {
                     "'ncclCommInitRank'"),
             "2/4");
   EXPECT_EQ(db.scalar("SELECT count(*) FROM trace WHERE layer = 'comm'"), 13);
+  // every call knows its thread's whole wait for a CPU at entry, which never shrinks
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE entry_run_delay_ns IS NULL"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls a JOIN comm_calls b ON a.tid = b.tid AND "
+                      "b.ts_ns > a.ts_ns AND b.entry_run_delay_ns < a.entry_run_delay_ns"),
+            0);
 }
 
 TEST_F(RecordComm, CollectivesKnowTheirCommunicatorsRankAndSize) {

@@ -1,7 +1,9 @@
 // End to end: the torch layer traces Debian's PyTorch (python3-torch, CPU) running a small
 // GPT-style training loop: exact operator counts for a known number of steps, nesting
 // (aten::linear around aten::addmm), --torch-ops selection, and the exported timeline.
+#include "detect/collectives.h"
 #include "e2e_util.h"
+#include "store/reader.h"
 
 namespace e2e {
 namespace {
@@ -200,6 +202,26 @@ TEST_F(RecordTorch, GlooCollectivesOfBothRanksUntilTheyComplete) {
             db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce'"));
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'c10d_incomplete'"), "0");
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'torch_version'"), "1.13.0");
+  // each call knows its thread's whole wait for a CPU at entry, which never shrinks
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE entry_run_delay_ns IS NULL"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls a JOIN comm_calls b ON a.tid = b.tid AND "
+                      "b.ts_ns > a.ts_ns AND b.entry_run_delay_ns < a.entry_run_delay_ns"),
+            0);
+  // Lined up across the ranks, every collective (send and recv are not): rank 0 waited 0.2 s
+  // for rank 1 in that all_reduce, and rank 1 straggled (it slept; no CPU wait explains it).
+  eacgm::RecordingReader rec(db_);
+  eacgm::detect::Collectives collectives(rec);
+  EXPECT_TRUE(collectives.notes().empty()) << collectives.notes().front();
+  EXPECT_EQ(int64_t(collectives.matched_instances()),
+            db.scalar("SELECT count(*) / 2 FROM comm_calls WHERE name NOT IN ('gloo:send', "
+                      "'gloo:recv')"));
+  const auto* wait = collectives.find(
+      uint32_t(db.scalar("SELECT pid FROM comm_calls WHERE rank = 0 AND bytes = 16")),
+      uint64_t(db.scalar("SELECT ts_ns FROM comm_calls WHERE rank = 0 AND bytes = 16")));
+  ASSERT_NE(wait, nullptr);
+  EXPECT_EQ(wait->last_rank, 1);
+  EXPECT_GE(wait->wait_ns, 150'000'000u);
+  EXPECT_GE(wait->straggling_ns(), 150'000'000u);
 }
 
 TEST_F(RecordTorch, GlooCollectivesCarryTheirPythonCallers) {

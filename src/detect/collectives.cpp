@@ -1,0 +1,167 @@
+// Lines up each collective's calls across ranks to measure how long early ranks waited.
+#include "detect/collectives.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "store/reader.h"
+#include "store/sqlite_util.h"
+
+namespace eacgm::detect {
+namespace {
+
+struct Call {
+  uint64_t ts, end;
+  int64_t tid, run_delay;  // the thread's whole wait for a CPU at entry; -1: unknown
+  // The process's previous collective on the same communicator (of any kind: every rank issues
+  // them in the same order), the last point where the ranks were in step.
+  bool has_prev = false;
+  uint64_t prev_end = 0;
+  int64_t prev_tid = -1, prev_run_delay = -1;
+};
+
+struct Stream {  // one process's calls of one collective on one communicator
+  int64_t rank = -1;
+  uint32_t pid = 0;
+  std::vector<Call> calls;
+};
+
+// Clocks of probes on different threads (a c10d call ends on a worker thread) may disagree by
+// microseconds at the edges of an instance.
+constexpr uint64_t kEdgeSlackNs = 100'000;
+
+}  // namespace
+
+bool is_collective(const std::string& name) {
+  for (const char* not_one : {"send", "Send", "recv", "Recv", "Group", "Init", "Split", "Abort",
+                              "Destroy", "Finalize"})
+    if (name.find(not_one) != std::string::npos) return false;
+  return true;
+}
+
+Collectives::Collectives(const RecordingReader& rec) {
+  if (!rec.has_table("comm_calls")) return;
+  // (name, nranks) -> (pid, communicator) -> stream
+  std::map<std::pair<std::string, int64_t>, std::map<std::pair<uint32_t, uint64_t>, Stream>> groups;
+  std::map<std::pair<uint32_t, uint64_t>, Call> previous;  // (pid, communicator) -> last call
+  rec.query(
+      "SELECT name, pid, comm, rank, nranks, ts_ns, dur_ns, tid, " +
+          rec.column_or("comm_calls", "entry_run_delay_ns", "NULL") +
+          " FROM comm_calls WHERE rank >= 0 AND nranks > 1 ORDER BY ts_ns",
+      [&](Statement& s) {
+        std::string name(s.text_at(0));
+        if (!is_collective(name)) return;
+        std::pair<uint32_t, uint64_t> id{uint32_t(s.int_at(1)), uint64_t(s.int_at(2))};
+        Stream& st = groups[{name, s.int_at(4)}][id];
+        st.rank = s.int_at(3);
+        st.pid = id.first;
+        Call c{uint64_t(s.int_at(5)), uint64_t(s.int_at(5) + s.int_at(6)), s.int_at(7),
+               s.null_at(8) ? -1 : s.int_at(8)};
+        if (auto p = previous.find(id); p != previous.end())
+          c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
+          c.prev_run_delay = p->second.run_delay;
+        previous[id] = c;
+        st.calls.push_back(c);
+      });
+  for (auto& [key, by_stream] : groups) {
+    const auto& [name, nranks] = key;
+    std::vector<const Stream*> ranks(size_t(nranks), nullptr);
+    bool one_per_rank = by_stream.size() == size_t(nranks);
+    for (const auto& [id, st] : by_stream) {
+      if (st.rank >= nranks || ranks[size_t(st.rank)]) one_per_rank = false;
+      else ranks[size_t(st.rank)] = &st;
+    }
+    if (!one_per_rank) {
+      notes_.push_back(
+          by_stream.size() < size_t(nranks)
+              ? fmt::format("{}: {} of its {} ranks traced", name, by_stream.size(), nranks)
+              : fmt::format("{}: {} streams of calls for {} ranks (several communicators of "
+                            "that size cannot be told apart)",
+                            name, by_stream.size(), nranks));
+      continue;
+    }
+    size_t n = ranks[0]->calls.size();
+    if (std::any_of(ranks.begin(), ranks.end(), [&](const Stream* r) { return r->calls.size() != n; })) {
+      std::string counts;
+      for (const Stream* r : ranks) counts += fmt::format("{}{}", counts.empty() ? "" : ", ", r->calls.size());
+      notes_.push_back(fmt::format("{}: the ranks made different numbers of calls ({}; calls lost "
+                                   "or a rank stopped early), instances cannot be lined up",
+                                   name, counts));
+      continue;
+    }
+    // c10d durations run until the collective completes, and no rank completes an instance
+    // before the last has joined it: instances that break this are not lined up.
+    bool completes = name.find(':') != std::string::npos;
+    size_t broken = 0;
+    std::vector<char> ok(n, 1);
+    for (size_t k = 0; k < n && completes; ++k) {
+      uint64_t last_start = 0, first_end = UINT64_MAX;
+      for (const Stream* r : ranks) {
+        last_start = std::max(last_start, r->calls[k].ts);
+        first_end = std::min(first_end, r->calls[k].end);
+      }
+      if (first_end + kEdgeSlackNs < last_start) ok[k] = 0, ++broken;
+    }
+    if (broken * 100 > n) {
+      notes_.push_back(fmt::format("{}: {} of {} instances end on one rank before another "
+                                   "joined them (calls lost?), instances cannot be lined up",
+                                   name, broken, n));
+      continue;
+    }
+    // a rank's wait for a CPU since its previous collective; -1: unknown
+    auto cpu_wait = [](const Call& c) -> int64_t {
+      if (!c.has_prev || c.tid != c.prev_tid || c.run_delay < 0 || c.prev_run_delay < 0) return -1;
+      return std::max<int64_t>(c.run_delay - c.prev_run_delay, 0);
+    };
+    for (size_t k = 0; k < n; ++k) {
+      if (!ok[k]) continue;
+      const Stream* last = ranks[0];
+      for (const Stream* r : ranks)
+        if (r->calls[k].ts > last->calls[k].ts) last = r;
+      const Call& late = last->calls[k];
+      int64_t late_cpu = cpu_wait(late);
+      // In a synchronous loop each rank starts a collective after its previous one completed
+      // (not so for asynchronous ones, issued while others are in flight).
+      bool in_turn = std::all_of(ranks.begin(), ranks.end(), [&](const Stream* r) {
+        return r->calls[k].has_prev && r->calls[k].prev_end <= r->calls[k].ts;
+      });
+      for (const Stream* r : ranks) {
+        const Call& c = r->calls[k];
+        PeerWait w{late.ts - c.ts, 0, 0, last->rank, last->pid};
+        if (in_turn && late.prev_end > c.prev_end)
+          w.carried_ns = std::min(late.prev_end - c.prev_end, w.wait_ns);
+        if (late_cpu > 0 && r != last) {
+          int64_t own = std::max<int64_t>(cpu_wait(c), 0);
+          w.cpu_ns = std::min(uint64_t(std::max<int64_t>(late_cpu - own, 0)),
+                              w.wait_ns - w.carried_ns);
+        }
+        waits_[{r->pid, c.ts}] = w;
+      }
+      ++instances_;
+    }
+  }
+}
+
+const PeerWait* Collectives::find(uint32_t pid, uint64_t ts_ns) const {
+  auto it = waits_.find({pid, ts_ns});
+  return it == waits_.end() ? nullptr : &it->second;
+}
+
+void Collectives::explain(std::vector<Anomaly>& anomalies) const {
+  for (auto& a : anomalies) {
+    if (a.layer != "comm" || !a.dur_ns) continue;
+    const PeerWait* w = find(a.pid, a.ts_ns);
+    if (!w) continue;
+    double quarter = 0.25 * double(a.dur_ns);
+    if (double(w->straggling_ns()) >= quarter)
+      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late (straggler)", w->last_rank,
+                             w->last_pid, double(w->straggling_ns()) / 1e6);
+    else if (double(w->cpu_ns) >= quarter)
+      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late, kept off a CPU (CPU "
+                             "interference)",
+                             w->last_rank, w->last_pid, double(w->cpu_ns) / 1e6);
+  }
+}
+
+}  // namespace eacgm::detect

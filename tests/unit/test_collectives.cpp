@@ -1,0 +1,287 @@
+// Collectives lined up across ranks: how long each rank waited for the last to join, and how
+// much of that the late rank straggled (against what its previous collective finishing late,
+// or its wait for a CPU, explain); the straggler found by detect on a recording made here.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "detect/collectives.h"
+#include "detect/detector.h"
+#include "detect/features.h"
+#include "store/reader.h"
+#include "store/recording.h"
+
+namespace eacgm::detect {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kStart = 1'000'000'000'000;
+constexpr uint64_t ms = 1'000'000, us = 1'000;
+
+std::string temp_path(const char* what) {
+  return (fs::temp_directory_path() /
+          (std::string("eacgm_") + what + "_" + std::to_string(getpid()) + ".eacgm.db"))
+      .string();
+}
+
+// Two ranks (pids 100 and 200, threads of the same ids) in a synchronous loop over one
+// communicator: each computes for `gap` after its previous collective completed, then joins;
+// the instance completes `transfer` after the last rank joined, `extra` later on some ranks.
+class Loop {
+ public:
+  explicit Loop(RecordingWriter& w) : w_(w) {}
+  struct Step {
+    uint64_t gap[2] = {300 * us, 300 * us};
+    uint64_t cpu[2] = {0, 0};    // of which waiting for a CPU
+    uint64_t extra[2] = {0, 0};  // completes this much later on that rank
+    const char* name = "gloo:all_reduce";
+  };
+  // Returns each rank's start.
+  std::array<uint64_t, 2> step(const Step& s) {
+    std::array<uint64_t, 2> start{};
+    for (int r = 0; r < 2; ++r) {
+      start[r] = end_[r] + s.gap[r];
+      run_delay_[r] += s.cpu[r];
+    }
+    uint64_t joined = std::max(start[0], start[1]);
+    for (int r = 0; r < 2; ++r) {
+      CommCallRow c;
+      c.ts_ns = start[r];
+      end_[r] = joined + 200 * us + s.extra[r];
+      c.dur_ns = end_[r] - start[r];
+      c.pid = c.tid = r == 0 ? 100 : 200;
+      c.name = s.name;
+      c.bytes = 65536;
+      c.comm = r == 0 ? 0xa0 : 0xb0;
+      c.rank = r;
+      c.nranks = 2;
+      c.entry_run_delay_ns = int64_t(run_delay_[r]);
+      w_.add(c);
+    }
+    return start;
+  }
+
+ private:
+  RecordingWriter& w_;
+  uint64_t end_[2] = {kStart, kStart};
+  uint64_t run_delay_[2] = {5 * ms, 9 * ms};
+};
+
+TEST(Collectives, TellStragglingFromCarriedLatenessAndCpuWait) {
+  std::string path = temp_path("collectives");
+  std::array<uint64_t, 2> straggled{}, carried{}, starved{}, mixed{}, after_broadcast{};
+  {
+    RecordingWriter w(path, true);
+    Loop loop(w);
+    for (int k = 0; k < 40; ++k) {
+      Loop::Step s;
+      if (k == 5) s.gap[1] += 10 * ms;  // rank 1 straggles
+      if (k == 9) s.extra[1] = 3 * ms;  // instance 9 completes 3 ms later on rank 1
+      if (k == 15) s.gap[1] += 4 * ms, s.cpu[1] = 4 * ms;  // rank 1 kept off a CPU
+      // 6 ms late, 2 ms of it waiting for a CPU while rank 0 waited 1 ms
+      if (k == 20) s.gap[1] += 6 * ms, s.cpu[1] = 2 * ms, s.cpu[0] = 1 * ms;
+      if (k == 25) {  // a broadcast in between completes 2 ms later on rank 1
+        Loop::Step b;
+        b.name = "gloo:broadcast";
+        b.extra[1] = 2 * ms;
+        loop.step(b);
+      }
+      auto start = loop.step(s);
+      if (k == 5) straggled = start;
+      if (k == 10) carried = start;
+      if (k == 15) starved = start;
+      if (k == 20) mixed = start;
+      if (k == 25) after_broadcast = start;
+    }
+    CommCallRow send;  // point-to-point: not a collective, not lined up
+    send.ts_ns = kStart + 10 * ms;
+    send.pid = send.tid = 100;
+    send.name = "gloo:send";
+    send.comm = 0xa0, send.rank = 0, send.nranks = 2;
+    w.add(send);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  EXPECT_TRUE(c.notes().empty()) << c.notes().front();
+  EXPECT_EQ(c.matched_instances(), 41u);
+
+  const PeerWait* w = c.find(100, straggled[0]);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->wait_ns, 10 * ms);
+  EXPECT_EQ(w->straggling_ns(), 10 * ms);
+  EXPECT_EQ(w->last_rank, 1);
+  EXPECT_EQ(w->last_pid, 200u);
+  ASSERT_NE(c.find(200, straggled[1]), nullptr);
+  EXPECT_EQ(c.find(200, straggled[1])->wait_ns, 0u) << "the last rank waits for nobody";
+
+  w = c.find(100, carried[0]);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->wait_ns, 3 * ms);
+  EXPECT_EQ(w->carried_ns, 3 * ms);
+  EXPECT_EQ(w->straggling_ns(), 0u) << "late only because its previous one completed late";
+
+  w = c.find(100, starved[0]);
+  EXPECT_EQ(w->wait_ns, 4 * ms);
+  EXPECT_EQ(w->cpu_ns, 4 * ms);
+  EXPECT_EQ(w->straggling_ns(), 0u);
+
+  w = c.find(100, mixed[0]);
+  EXPECT_EQ(w->wait_ns, 6 * ms);
+  EXPECT_EQ(w->cpu_ns, 1 * ms) << "2 ms waiting for a CPU, less the 1 ms rank 0 waited";
+  EXPECT_EQ(w->straggling_ns(), 5 * ms);
+
+  w = c.find(100, after_broadcast[0]);
+  EXPECT_EQ(w->carried_ns, 2 * ms) << "the previous collective is the broadcast";
+  EXPECT_EQ(w->straggling_ns(), 0u);
+
+  auto anomaly = [](uint64_t ts, uint64_t dur) {
+    Anomaly a;
+    a.layer = "comm";
+    a.name = "gloo:all_reduce";
+    a.pid = 100;
+    a.ts_ns = ts;
+    a.dur_ns = dur;
+    a.cause = "x";
+    return a;
+  };
+  std::vector<Anomaly> found = {anomaly(straggled[0], 10 * ms + 200 * us),
+                                anomaly(starved[0], 4 * ms + 200 * us),
+                                anomaly(carried[0], 3 * ms + 200 * us),
+                                anomaly(straggled[0] + 1, 10 * ms)};
+  c.explain(found);
+  EXPECT_EQ(found[0].cause, "x; rank 1 (pid 200) joined 10.0 ms late (straggler)");
+  EXPECT_EQ(found[1].cause,
+            "x; rank 1 (pid 200) joined 4.0 ms late, kept off a CPU (CPU interference)");
+  EXPECT_EQ(found[2].cause, "x") << "its collective was slow on the other rank, not late";
+  EXPECT_EQ(found[3].cause, "x") << "no such call";
+  fs::remove(path);
+}
+
+TEST(Collectives, SayWhyTheyCannotBeLinedUp) {
+  std::string path = temp_path("collectives_unmatched");
+  {
+    RecordingWriter w(path, true);
+    auto call = [&](const char* name, int rank, uint64_t ts, uint64_t dur) {
+      CommCallRow c;
+      c.ts_ns = kStart + ts;
+      c.dur_ns = dur;
+      c.pid = c.tid = 100 + uint32_t(rank);
+      c.name = name;
+      c.comm = 0xa0 + uint64_t(rank);
+      c.rank = rank;
+      c.nranks = 2;
+      w.add(c);
+    };
+    call("gloo:all_gather", 0, 0, ms);  // rank 1 not traced
+    for (int i = 0; i < 3; ++i) call("gloo:barrier", 0, 10 * ms * i, ms);
+    for (int i = 0; i < 2; ++i) call("gloo:barrier", 1, 10 * ms * i, ms);  // one lost
+    // rank 0 completes each before rank 1 joins: these are not the same instances
+    for (int i = 0; i < 4; ++i) {
+      call("gloo:reduce_scatter", 0, 100 * ms + 10 * ms * i, ms);
+      call("gloo:reduce_scatter", 1, 100 * ms + 10 * ms * i + 5 * ms, ms);
+    }
+    // NCCL's host-side durations are enqueue times: no completion to check, lined up
+    for (int i = 0; i < 4; ++i) {
+      call("ncclAllReduce", 0, 200 * ms + 10 * ms * i, 10 * us);
+      call("ncclAllReduce", 1, 200 * ms + 10 * ms * i + 2 * ms, 10 * us);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  std::set<std::string> notes(c.notes().begin(), c.notes().end());
+  EXPECT_EQ(notes, (std::set<std::string>{
+                       "gloo:all_gather: 1 of its 2 ranks traced",
+                       "gloo:barrier: the ranks made different numbers of calls (3, 2; calls "
+                       "lost or a rank stopped early), instances cannot be lined up",
+                       "gloo:reduce_scatter: 4 of 4 instances end on one rank before another "
+                       "joined them (calls lost?), instances cannot be lined up"}));
+  EXPECT_EQ(c.matched_instances(), 4u);
+  ASSERT_NE(c.find(100, kStart + 200 * ms), nullptr);
+  EXPECT_EQ(c.find(100, kStart + 200 * ms)->wait_ns, 2 * ms);
+  EXPECT_EQ(c.find(100, kStart + 100 * ms), nullptr);
+  fs::remove(path);
+}
+
+TEST(Collectives, WhatEveryRankJoins) {
+  for (const char* yes : {"gloo:all_reduce", "gloo:barrier", "ncclAllGather", "ncclBcast",
+                          "gloo:all_to_all", "ncclReduceScatter"})
+    EXPECT_TRUE(is_collective(yes)) << yes;
+  for (const char* no : {"gloo:send", "gloo:recv", "ncclSend", "ncclRecv", "ncclGroupStart",
+                         "ncclCommInitRank", "ncclCommSplit"})
+    EXPECT_FALSE(is_collective(no)) << no;
+}
+
+// The detector on a 2-rank loop with noise: the instances where rank 1 straggled (10 ms) are
+// flagged on rank 0, named as such; those where rank 1 was as late for want of a CPU, or because
+// its previous collective completed late there, are not. That previous one is: a slow
+// collective on rank 1.
+TEST(Collectives, DetectFindsTheStragglerAndOnlyIt) {
+  std::string path = temp_path("collectives_detect");
+  std::set<uint64_t> straggled, slow;
+  uint64_t half = 0;
+  {
+    RecordingWriter w(path, true);
+    Loop loop(w);
+    std::mt19937_64 rng(3);
+    std::lognormal_distribution<double> gap(std::log(300e3), 0.2);
+    const int steps = 4000;
+    for (int k = 0; k < steps; ++k) {
+      Loop::Step s;
+      s.gap[0] = uint64_t(gap(rng)), s.gap[1] = uint64_t(gap(rng));
+      bool second_half = k > steps / 2;
+      if (second_half && k % 300 == 0) s.gap[1] += 10 * ms;
+      if (second_half && k % 300 == 100) s.gap[1] += 10 * ms, s.cpu[1] = 10 * ms;
+      if (second_half && k % 300 == 199) s.extra[1] = 10 * ms;
+      auto start = loop.step(s);
+      if (k == steps / 2) half = start[0];
+      if (second_half && k % 300 == 0) straggled.insert(start[0]);
+      if (second_half && k % 300 == 199) slow.insert(start[1]);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  auto tables = call_features(rec, &c);
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].feature_names,
+            (std::vector<std::string>{"log_duration_us", "log2_bytes", "log_straggler_wait_us"}));
+  DetectOptions opts;
+  auto model = train_detector(tables, half, opts, nullptr);
+  auto found = find_anomalies(model, tables, half, 3, 1000);
+  c.explain(found);
+  std::set<uint64_t> waited, slowed;
+  for (const auto& a : found) {
+    if (a.pid == 100) {
+      waited.insert(a.ts_ns);
+      EXPECT_EQ(a.cause.substr(0, a.cause.find(';')),
+                "straggling rank: gloo:all_reduce waited for a peer");
+      // 10 ms, give or take the difference of the two ranks' usual gaps
+      double late_ms = 0;
+      ASSERT_EQ(std::sscanf(a.cause.c_str(),
+                            "straggling rank: gloo:all_reduce waited for a peer; rank 1 (pid 200) "
+                            "joined %lf ms late (straggler)",
+                            &late_ms),
+                1)
+          << a.cause;
+      EXPECT_NEAR(late_ms, 10, 0.5) << a.cause;
+    } else {
+      slowed.insert(a.ts_ns);
+      EXPECT_EQ(a.cause, "slow collective: gloo:all_reduce");
+    }
+  }
+  EXPECT_EQ(waited, straggled);
+  EXPECT_EQ(slowed, slow);
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace eacgm::detect
