@@ -2,12 +2,16 @@
 
 The unit is the time window detect used (0.1 s): a window is a fault when a ground-truth
 interval overlaps it, and flagged when an anomaly (a call or the window itself) lies in it.
-Baselines see the same window features, trained on the same first half: a z-score rule (any
-feature beyond 3 standard deviations), k-means distance (beyond the 99.5th percentile of the
-training distances) and an Isolation Forest (scores below the training 0.5% quantile).
+Baselines see the same features as the GMM, trained on the same first half: the window features,
+and per operation the features of its calls (one model per group, like eacgm's). Each flags a
+window when the window itself or a call in it is an outlier: a z-score rule (any feature beyond
+3 standard deviations), k-means distance (beyond the 99.5th percentile of the training
+distances) and an Isolation Forest (scores below the training 0.5% quantile).
 Only the second half (the detect period) is scored.
 """
+import glob
 import json
+import os
 import sys
 
 import numpy as np
@@ -50,6 +54,7 @@ def metrics(y, p):
 
 
 def baselines(x, train):
+    """method -> outlier flag per row, fitted on the `train` rows"""
     mu, sd = x[train].mean(0), x[train].std(0) + 1e-9
     z = (np.abs((x - mu) / sd) > 3).any(1)
     xs = (x - mu) / sd
@@ -60,6 +65,27 @@ def baselines(x, train):
     s = forest.score_samples(xs)
     iso = s < np.quantile(s[train], 0.005)
     return {"z-score": z, "k-means": kmeans, "isolation forest": iso}
+
+
+def call_baselines(out, name, table, split_ns):
+    """method -> windows holding a call that the method, fitted per operation on the calls
+    before split_ns, calls an outlier"""
+    flags = {}
+    for path in sorted(glob.glob(f"{out}/{name}/features/*.csv")):
+        if os.path.basename(path) == "window.csv":
+            continue
+        calls = np.genfromtxt(path, delimiter=",", names=True, ndmin=1)
+        cols = [c for c in calls.dtype.names if c not in ("ts_ns", "dur_ns")]
+        train = calls["ts_ns"] < split_ns
+        if train.sum() < 30 or (~train).sum() == 0:  # eacgm models no group this small
+            continue
+        x = np.column_stack([calls[c] for c in cols]).astype(float)
+        for method, outlier in baselines(x, train).items():
+            hit = [{"ts_ns": int(t), "dur_ns": int(d)}
+                   for t, d in zip(calls["ts_ns"][outlier & ~train], calls["dur_ns"][outlier & ~train])]
+            f = flagged_by_detect(table, hit)
+            flags[method] = flags.get(method, np.zeros(len(f), dtype=bool)) | f
+    return flags
 
 
 def scores(out, name):
@@ -76,7 +102,10 @@ def scores(out, name):
         "eacgm windows": flagged_by_detect(table, [a for a in an if a["layer"] == "window"]),
         "eacgm calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
     }
-    methods.update(baselines(x, ~test))
+    windows = baselines(x, ~test)
+    calls = call_baselines(out, name, table, int(table["ts_ns"][n // 2]))
+    for method, flagged in windows.items():
+        methods[method] = flagged | calls.get(method, np.zeros(n, dtype=bool))
     return truth, {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])
                    for m, p in methods.items()}
 

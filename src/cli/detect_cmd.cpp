@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "detect/call_context.h"
-#include "detect/collectives.h"
+#include "report/collectives.h"
 #include "detect/detector.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
@@ -34,7 +34,7 @@ struct DetectArgs {
 
 std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t window_ns,
                                             const std::string& layers,
-                                            const detect::Collectives& collectives) {
+                                            const Collectives& collectives) {
   std::vector<std::string> wanted;
   std::stringstream ss(layers);
   for (std::string l; std::getline(ss, l, ',');) {
@@ -115,13 +115,13 @@ int run_detect(const DetectArgs& a) {
     trained_on = "model " + a.model;
   } else if (!a.train.empty()) {
     RecordingReader train(a.train);
-    detect::Collectives train_collectives(train);
+    Collectives train_collectives(train);
     model = detect::train_detector(tables_of(train, window_ns, a.layers, train_collectives),
                                    UINT64_MAX, opts, &skipped);
     model.window_ns = window_ns;
     trained_on = "recording " + a.train;
   }
-  detect::Collectives collectives(rec);
+  Collectives collectives(rec);
   if (a.model.empty() && a.train.empty()) {
     if (end <= start) fail("{} has no end time (was its recording interrupted?)", a.recording);
     score_from = uint64_t(start + int64_t(double(end - start) * a.train_fraction));
@@ -146,7 +146,7 @@ int run_detect(const DetectArgs& a) {
                                       fmt::join(g.features, ", ")));
   auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
                                           a.min_excess_us);
-  collectives.explain(anomalies);
+  detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
 
   std::vector<AnomalyRow> rows;

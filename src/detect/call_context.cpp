@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "report/collectives.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 
@@ -57,6 +58,22 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
       a.cause += fmt::format("; {:.1f} ms reclaiming memory (memory pressure)", c.reclaim_ns / 1e6);
     else if (a.layer == "comm" && c.retransmits >= 0.5)
       a.cause += fmt::format("; {:.0f} TCP segments retransmitted (packet loss)", c.retransmits);
+  }
+}
+
+void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies) {
+  for (auto& a : anomalies) {
+    if (a.layer != "comm" || !a.dur_ns) continue;
+    const PeerWait* w = collectives.find(a.pid, a.ts_ns);
+    if (!w) continue;
+    double quarter = 0.25 * double(a.dur_ns);
+    if (double(w->straggling_ns()) >= quarter)
+      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late (straggler)", w->last_rank,
+                             w->last_pid, double(w->straggling_ns()) / 1e6);
+    else if (double(w->cpu_ns) >= quarter)
+      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late, kept off a CPU (CPU "
+                             "interference)",
+                             w->last_rank, w->last_pid, double(w->cpu_ns) / 1e6);
   }
 }
 

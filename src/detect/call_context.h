@@ -9,6 +9,7 @@
 #include "detect/detector.h"
 
 namespace eacgm {
+class Collectives;
 class RecordingReader;
 }
 
@@ -44,5 +45,11 @@ class CallContext {
   };
   std::map<uint32_t, std::vector<Sample>> by_pid_;  // each sorted by end_ns
 };
+
+// Adds the late rank to the cause of each collective anomaly that spent a quarter or more of
+// its duration waiting for it, when it straggled ("...; rank 1 (pid 4242) joined 10.1 ms late
+// (straggler)") or was kept off a CPU ("..., kept off a CPU (CPU interference)"). A wait that
+// the previous collective's late completion explains adds nothing: that one was slow.
+void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies);
 
 }  // namespace eacgm::detect

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "detect/collectives.h"
+#include "report/collectives.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 

@@ -9,6 +9,7 @@
 #include <Eigen/Core>
 
 namespace eacgm {
+class Collectives;
 class RecordingReader;
 }
 
@@ -26,8 +27,6 @@ struct FeatureTable {
   std::vector<int64_t> runq_ns;   // calls: the thread's wait for a CPU during it; -1: unknown
   Eigen::MatrixXd values;  // rows x features
 };
-
-class Collectives;
 
 // Per call of each (layer, name): log duration (us), net of the thread's wait for a CPU; log2
 // of bytes where the operation moves data (a size unlike the usual ones is itself worth a

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "report/collectives.h"
 #include "report/sampled_report.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
@@ -146,6 +147,26 @@ void print_report(const std::string& path, bool json, FILE* out) {
                        {"cause", std::string(s.text_at(6))},
                        {"features", nlohmann::json::parse(std::string(s.text_at(7)))}});
                 });
+    Collectives collectives(rec);
+    j["collectives"] = nlohmann::json::array();
+    for (const auto& [key, v] : collectives.instances()) {
+      nlohmann::json c{{"name", key.first}, {"nranks", key.second}, {"instances", v.size()}};
+      std::vector<uint64_t> waits;
+      nlohmann::json straggled = nlohmann::json::array();
+      for (const auto& i : v) {
+        waits.push_back(i.wait_ns);
+        if (i.straggling_ns >= 1'000'000)
+          straggled.push_back({{"ts_ns", i.ts_ns}, {"rank", i.last_rank}, {"pid", i.last_pid},
+                               {"straggling_ns", i.straggling_ns}, {"wait_ns", i.wait_ns}});
+      }
+      std::sort(waits.begin(), waits.end());
+      c["wait_p50_ns"] = percentile(waits, 50);
+      c["wait_p99_ns"] = percentile(waits, 99);
+      c["wait_max_ns"] = waits.back();
+      c["straggled"] = straggled;  // instances the last rank straggled 1 ms or more
+      j["collectives"].push_back(c);
+    }
+    j["collectives_not_lined_up"] = collectives.notes();
     j["gpu_xids"] = nlohmann::json::array();
     for (const auto& x : gpu_xids(rec))
       j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
@@ -181,6 +202,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
     for (const auto& x : xids)
       fmt::print(out, "  +{:.3f} s  GPU {}  XID {}\n", double(x.ts_ns - t0) / 1e9, x.gpu, x.xid);
   }
+  print_collectives(Collectives(rec), out);
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
   if (std::string gaps = rec.meta_or("host_unavailable_metrics", ""); !gaps.empty())

@@ -1,8 +1,8 @@
 // End to end: the torch layer traces Debian's PyTorch (python3-torch, CPU) running a small
 // GPT-style training loop: exact operator counts for a known number of steps, nesting
 // (aten::linear around aten::addmm), --torch-ops selection, and the exported timeline.
-#include "detect/collectives.h"
 #include "e2e_util.h"
+#include "report/collectives.h"
 #include "store/reader.h"
 
 namespace e2e {
@@ -210,7 +210,7 @@ TEST_F(RecordTorch, GlooCollectivesOfBothRanksUntilTheyComplete) {
   // Lined up across the ranks, every collective (send and recv are not): rank 0 waited 0.2 s
   // for rank 1 in that all_reduce, and rank 1 straggled (it slept; no CPU wait explains it).
   eacgm::RecordingReader rec(db_);
-  eacgm::detect::Collectives collectives(rec);
+  eacgm::Collectives collectives(rec);
   EXPECT_TRUE(collectives.notes().empty()) << collectives.notes().front();
   EXPECT_EQ(int64_t(collectives.matched_instances()),
             db.scalar("SELECT count(*) / 2 FROM comm_calls WHERE name NOT IN ('gloo:send', "

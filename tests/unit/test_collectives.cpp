@@ -9,9 +9,10 @@
 #include <random>
 #include <set>
 
-#include "detect/collectives.h"
+#include "detect/call_context.h"
 #include "detect/detector.h"
 #include "detect/features.h"
+#include "report/collectives.h"
 #include "store/reader.h"
 #include "store/recording.h"
 
@@ -154,12 +155,24 @@ TEST(Collectives, TellStragglingFromCarriedLatenessAndCpuWait) {
                                 anomaly(starved[0], 4 * ms + 200 * us),
                                 anomaly(carried[0], 3 * ms + 200 * us),
                                 anomaly(straggled[0] + 1, 10 * ms)};
-  c.explain(found);
+  explain_waits(c, found);
   EXPECT_EQ(found[0].cause, "x; rank 1 (pid 200) joined 10.0 ms late (straggler)");
   EXPECT_EQ(found[1].cause,
             "x; rank 1 (pid 200) joined 4.0 ms late, kept off a CPU (CPU interference)");
   EXPECT_EQ(found[2].cause, "x") << "its collective was slow on the other rank, not late";
   EXPECT_EQ(found[3].cause, "x") << "no such call";
+
+  // the report's section: the straggled instances (1 ms or more) by rank
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  print_collectives(c, out);
+  std::fclose(out);
+  std::string report(text, size);
+  std::free(text);
+  EXPECT_NE(report.find("rank 1 (pid 200): 2 (15.0 ms)"), std::string::npos) << report;
+  EXPECT_NE(report.find("gloo:broadcast                   2         1"), std::string::npos)
+      << report;
   fs::remove(path);
 }
 
@@ -257,7 +270,7 @@ TEST(Collectives, DetectFindsTheStragglerAndOnlyIt) {
   DetectOptions opts;
   auto model = train_detector(tables, half, opts, nullptr);
   auto found = find_anomalies(model, tables, half, 3, 1000);
-  c.explain(found);
+  explain_waits(c, found);
   std::set<uint64_t> waited, slowed;
   for (const auto& a : found) {
     if (a.pid == 100) {

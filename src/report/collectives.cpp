@@ -1,14 +1,15 @@
 // Lines up each collective's calls across ranks to measure how long early ranks waited.
-#include "detect/collectives.h"
+#include "report/collectives.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
+#include "report/report.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 
-namespace eacgm::detect {
+namespace eacgm {
 namespace {
 
 struct Call {
@@ -126,6 +127,7 @@ Collectives::Collectives(const RecordingReader& rec) {
       bool in_turn = std::all_of(ranks.begin(), ranks.end(), [&](const Stream* r) {
         return r->calls[k].has_prev && r->calls[k].prev_end <= r->calls[k].ts;
       });
+      CollectiveInstance inst{UINT64_MAX, 0, 0, last->rank, last->pid};
       for (const Stream* r : ranks) {
         const Call& c = r->calls[k];
         PeerWait w{late.ts - c.ts, 0, 0, last->rank, last->pid};
@@ -137,8 +139,11 @@ Collectives::Collectives(const RecordingReader& rec) {
                               w.wait_ns - w.carried_ns);
         }
         waits_[{r->pid, c.ts}] = w;
+        inst.ts_ns = std::min(inst.ts_ns, c.ts);
+        inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
+        inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());
       }
-      ++instances_;
+      instances_[key].push_back(inst);
     }
   }
 }
@@ -148,20 +153,45 @@ const PeerWait* Collectives::find(uint32_t pid, uint64_t ts_ns) const {
   return it == waits_.end() ? nullptr : &it->second;
 }
 
-void Collectives::explain(std::vector<Anomaly>& anomalies) const {
-  for (auto& a : anomalies) {
-    if (a.layer != "comm" || !a.dur_ns) continue;
-    const PeerWait* w = find(a.pid, a.ts_ns);
-    if (!w) continue;
-    double quarter = 0.25 * double(a.dur_ns);
-    if (double(w->straggling_ns()) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late (straggler)", w->last_rank,
-                             w->last_pid, double(w->straggling_ns()) / 1e6);
-    else if (double(w->cpu_ns) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late, kept off a CPU (CPU "
-                             "interference)",
-                             w->last_rank, w->last_pid, double(w->cpu_ns) / 1e6);
-  }
+size_t Collectives::matched_instances() const {
+  size_t n = 0;
+  for (const auto& [key, v] : instances_) n += v.size();
+  return n;
 }
 
-}  // namespace eacgm::detect
+void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_ns) {
+  if (c.instances().empty() && c.notes().empty()) return;
+  fmt::print(out,
+             "\ncollectives across ranks (the k-th call of every rank lined up; wait: the first "
+             "rank's wait for the last;\nstraggled: the last rank joined {} or more later than "
+             "its previous collective and CPU wait explain):\n",
+             min_straggling_ns >= 1'000'000 ? fmt::format("{} ms", min_straggling_ns / 1'000'000)
+                                            : fmt::format("{} us", min_straggling_ns / 1'000));
+  if (!c.instances().empty())
+    fmt::print(out, "{:<28} {:>5} {:>9} {:>10} {:>10} {:>10} {:>9}  {}\n", "name", "ranks",
+               "instances", "wait p50", "wait p99", "wait max", "straggled", "by rank (total)");
+  for (const auto& [key, v] : c.instances()) {
+    std::vector<uint64_t> waits;
+    std::map<std::pair<int64_t, uint32_t>, std::pair<size_t, uint64_t>> by_rank;
+    size_t straggled = 0;
+    for (const auto& i : v) {
+      waits.push_back(i.wait_ns);
+      if (i.straggling_ns < min_straggling_ns) continue;
+      ++straggled;
+      auto& [n, total] = by_rank[{i.last_rank, i.last_pid}];
+      ++n, total += i.straggling_ns;
+    }
+    std::sort(waits.begin(), waits.end());
+    std::string ranks;
+    for (const auto& [rank, nt] : by_rank)
+      ranks += fmt::format("{}rank {} (pid {}): {} ({:.1f} ms)", ranks.empty() ? "" : ", ",
+                           rank.first, rank.second, nt.first, double(nt.second) / 1e6);
+    auto ms = [](uint64_t ns) { return fmt::format("{:.2f} ms", double(ns) / 1e6); };
+    fmt::print(out, "{:<28} {:>5} {:>9} {:>10} {:>10} {:>10} {:>9}  {}\n", key.first, key.second,
+               v.size(), ms(percentile(waits, 50)), ms(percentile(waits, 99)), ms(waits.back()),
+               straggled, ranks.empty() ? "-" : ranks);
+  }
+  for (const auto& n : c.notes()) fmt::print(out, "  not lined up: {}\n", n);
+}
+
+}  // namespace eacgm

@@ -3,30 +3,35 @@
 // it early waited for the last one. That wait is a straggler's doing, not the collective's.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "detect/detector.h"
-
 namespace eacgm {
+
 class RecordingReader;
-}
 
-namespace eacgm::detect {
-
-// How long one rank's call waited for the last rank to join the same instance.
-// Of that wait, what the last rank's own progress since the previous instance explains: a rank
-// that is late only because the previous instance completed later there (its collective was
-// slow), or because it waited for a CPU (CPU interference), is no straggler.
+// How long one rank's call waited for the last rank to join the same instance, and how much of
+// that the last rank's own progress since the previous collective explains: a rank late only
+// because the previous collective completed later there (its collective was slow), or because
+// it waited for a CPU (CPU interference), is no straggler.
 struct PeerWait {
   uint64_t wait_ns = 0;     // last rank's start minus this call's start
-  uint64_t carried_ns = 0;  // the previous instance completed this much later on the last rank
+  uint64_t carried_ns = 0;  // the previous collective completed this much later on the last rank
   uint64_t cpu_ns = 0;      // the last rank waited this much longer for a CPU since then
   int64_t last_rank = -1;   // the rank that joined last
   uint32_t last_pid = 0;
   uint64_t straggling_ns() const { return wait_ns - carried_ns - cpu_ns; }
+};
+
+// One instance: what its earliest rank waited, and what the last rank straggled.
+struct CollectiveInstance {
+  uint64_t ts_ns = 0;  // the earliest rank's start
+  uint64_t wait_ns = 0, straggling_ns = 0;
+  int64_t last_rank = -1;
+  uint32_t last_pid = 0;
 };
 
 // Is `name` (as in comm_calls) an operation that every rank of the communicator joins?
@@ -46,16 +51,21 @@ class Collectives {
   const PeerWait* find(uint32_t pid, uint64_t ts_ns) const;
 
   const std::vector<std::string>& notes() const { return notes_; }
-  size_t matched_instances() const { return instances_; }
-
-  // Adds the late rank to the cause of each collective anomaly that spent a quarter or more
-  // of its duration waiting for it: "...; waited 10.1 ms for rank 1 (pid 4242) to join".
-  void explain(std::vector<Anomaly>& anomalies) const;
+  size_t matched_instances() const;
+  // per (collective name, number of ranks), in time order
+  const std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>>& instances()
+      const {
+    return instances_;
+  }
 
  private:
   std::map<std::pair<uint32_t, uint64_t>, PeerWait> waits_;  // (pid, ts_ns)
+  std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>> instances_;
   std::vector<std::string> notes_;
-  size_t instances_ = 0;
 };
 
-}  // namespace eacgm::detect
+// `eacgm report`'s section: per collective, its instances, the longest wait per instance
+// (p50, p99, max) and the instances a rank straggled at least `min_straggling_ns`, by rank.
+void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_ns = 1'000'000);
+
+}  // namespace eacgm
