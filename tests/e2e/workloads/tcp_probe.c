@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <linux/sockios.h>
 
 static int receive(int port)
 {
@@ -55,13 +58,19 @@ static int send_all(const char *addr, int port, long long bytes)
 		}
 		left -= n;
 	}
-	/* everything acknowledged, so no retransmit can come after the count below */
+	/* Everything, the FIN included, sent and acknowledged, so no retransmit can come after
+	 * the count below. No unacknowledged packets is not enough: after a loss the rest of the
+	 * data may still wait in the send queue, unsent. The peer closes once it read to the end. */
+	shutdown(s, SHUT_WR);
+	while (read(s, buf, sizeof(buf)) > 0)
+		;
 	struct tcp_info info;
 	socklen_t len = sizeof(info);
 	for (int i = 0; i < 3000; ++i) {
+		int queued = 0;
 		len = sizeof(info);
 		getsockopt(s, IPPROTO_TCP, TCP_INFO, &info, &len);
-		if (!info.tcpi_unacked)
+		if (ioctl(s, SIOCOUTQ, &queued) == 0 && queued == 0 && !info.tcpi_unacked)
 			break;
 		usleep(10000);
 	}
