@@ -10,7 +10,10 @@ truth (CLOCK_MONOTONIC ns intervals and the layer) to a JSON file. Run as root.
                                    HOLD s applies KIND to both directions of the link:
                                      loss      VALUE % of TCP segments dropped at random (nftables)
                                      throttle  the link limited to VALUE Mbit/s (tc tbf)
-                                     delay     VALUE ms added (tc netem; not every kernel has it)
+                                     delay     VALUE ms added to every TCP packet leaving
+                                               either side (tc netem where the kernel has it;
+                                               otherwise held in a netfilter queue by
+                                               nfq_delay.py, through iptables NFQUEUE)
   inject.py mem-create NAME        creates a memory cgroup and prints its path
   inject.py mem-join CGROUP CMD..  moves itself into CGROUP, then runs CMD in its place
   inject.py mem-squeeze CGROUP HEADROOM_MB AFTER HOLD TRUTH
@@ -83,6 +86,8 @@ def net_fault(kind, value, after, hold, truth):
                       (*nft, "add", "rule", "inet", "eacgm_eval", "pre", "meta", "l4proto", "tcp",
                        "numgen", "random", "mod", "1000", "lt", str(per_mille), "drop")]
             undo.append((*nft, "delete", "table", "inet", "eacgm_eval"))
+    elif kind == "delay" and not has_netem():
+        return net_delay_nfqueue(value, hold, truth)
     elif kind in ("throttle", "delay"):
         if kind == "delay":
             qdisc = ("netem", "delay", f"{value}ms")
@@ -175,6 +180,50 @@ def mem_squeeze(cgroup, headroom_mb, after, hold, truth):
             f.write("max" if v2 else "-1")
     write_truth(truth, "memory_pressure", "host", [[start, time.monotonic_ns()]],
                 limit_mib=limit >> 20)
+
+
+def has_netem():
+    """Whether tc can add a netem queue (this kernel may lack sch_netem)."""
+    probe = ("ip", "netns", "exec", NS[0], "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+             "delay", "1ms")
+    if sh(*probe, check=False).returncode != 0:
+        return False
+    sh("ip", "netns", "exec", NS[0], "tc", "qdisc", "del", "dev", "lo", "root", check=False)
+    return True
+
+
+def net_delay_nfqueue(value, hold, truth):
+    """Delay without netem: in each namespace, outgoing TCP packets go to a netfilter queue that
+    nfq_delay.py releases VALUE ms later. --queue-bypass lets packets through whenever no
+    program holds the queue, so the link never stays cut."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rule = ["OUTPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-num", "7", "--queue-bypass"]
+    daemons, added = [], []
+    start = end = None
+    try:
+        for ns in NS:
+            d = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
+                                  os.path.join(here, "nfq_delay.py"), "7", str(value)],
+                                 stdout=subprocess.PIPE, text=True)
+            daemons.append(d)
+            if d.stdout.readline().strip() != "ready":
+                sys.exit(f"inject.py: nfq_delay.py did not start in {ns}")
+        start = time.monotonic_ns()
+        for ns in NS:
+            r = sh("ip", "netns", "exec", ns, "iptables", "-w", "-A", *rule, check=False)
+            if r.returncode != 0:
+                sys.exit(f"inject.py: cannot queue packets in {ns} (iptables NFQUEUE): "
+                         f"{r.stderr.strip()}")
+            added.append(ns)
+        time.sleep(hold)
+    finally:  # also when stopped: rules out first, then the queues let go of what they hold
+        for ns in added:
+            sh("ip", "netns", "exec", ns, "iptables", "-w", "-D", *rule, check=False)
+        end = time.monotonic_ns()  # no packet is delayed from here on
+        for d in daemons:
+            d.terminate()
+            d.wait(timeout=10)
+    write_truth(truth, "net_delay", "comm", [[start, end]], value=value, method="nfqueue")
 
 
 def main():

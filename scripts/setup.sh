@@ -10,7 +10,7 @@ packages=(
   bpftrace iproute2
   libeigen3-dev python3-sklearn libopenblas0-pthread
   python3-torch python3.11-dev libcapstone-dev
-  nftables
+  nftables iptables
 )
 
 if [ "$(id -u)" -ne 0 ]; then
