@@ -93,7 +93,9 @@ def scores(out, name):
     truth, det, table = load(out, name)
     y = labels(table, truth["intervals"])
     n = len(y)
-    test = np.arange(n) >= n // 2  # detect trained on the first half
+    # detect trained on what starts before this (the first half of the recording)
+    split_ns = det["scored_from_ns"]
+    test = table["ts_ns"].astype(np.int64) >= split_ns
     feats = [c for c in table.dtype.names if c not in ("ts_ns", "dur_ns")]
     x = np.column_stack([table[c] for c in feats]).astype(float)
     an = det["anomalies"]
@@ -103,7 +105,7 @@ def scores(out, name):
         "eacgm calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
     }
     windows = baselines(x, ~test)
-    calls = call_baselines(out, name, table, int(table["ts_ns"][n // 2]))
+    calls = call_baselines(out, name, table, split_ns)
     for method, flagged in windows.items():
         methods[method] = flagged | calls.get(method, np.zeros(n, dtype=bool))
     return truth, {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])

@@ -165,6 +165,7 @@ int run_detect(const DetectArgs& a) {
     json j;
     j["recording"] = a.recording;
     j["trained_on"] = trained_on;
+    j["scored_from_ns"] = score_from;  // calls and windows that start here or later
     j["groups"] = model.groups.size();
     j["skipped_groups"] = skipped;
     j["collectives_not_lined_up"] = collectives.notes();
