@@ -12,8 +12,8 @@
 
 #include "cli/commands.h"
 #include "detect/call_context.h"
-#include "report/collectives.h"
 #include "detect/detector.h"
+#include "report/collectives.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
 #include "util/error.h"

@@ -56,13 +56,12 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
   Eigen::Index best = 0;
   s.contributions.row(r).maxCoeff(&best);
   const std::string& f = g.features[size_t(best)];
-  // both in log microseconds: log(us) for durations, log(1 + us) for waits (they may be 0)
+  // back to microseconds: log(us) for durations, log(1 + us) for waits (they may be 0)
   double offset = f == "log_duration_us" ? 0 : f == "log_straggler_wait_us" ? 1 : -1;
   if (offset < 0) return false;
-  double v = x(r, best), mean = g.model.means()(s.component(r), best);
-  return std::log(std::exp(v) - offset + 1e-9) - std::log(std::exp(mean) - offset + 1e-9) <
-             std::log(min_slowdown) ||
-         std::exp(v) - std::exp(mean) < min_excess_us;
+  double us = std::exp(x(r, best)) - offset;
+  double usual_us = std::exp(g.model.means()(s.component(r), best)) - offset;
+  return us < min_slowdown * usual_us || us - usual_us < min_excess_us;
 }
 
 // Components below this share of the training samples are not kept (see train_detector).

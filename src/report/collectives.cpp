@@ -159,6 +159,21 @@ size_t Collectives::matched_instances() const {
   return n;
 }
 
+CollectiveSummary summarize(const std::vector<CollectiveInstance>& instances,
+                            uint64_t min_straggling_ns) {
+  CollectiveSummary s;
+  std::vector<uint64_t> waits;
+  for (const auto& i : instances) {
+    waits.push_back(i.wait_ns);
+    if (i.straggling_ns >= min_straggling_ns) s.straggled.push_back(&i);
+  }
+  std::sort(waits.begin(), waits.end());
+  s.wait_p50_ns = percentile(waits, 50);
+  s.wait_p99_ns = percentile(waits, 99);
+  s.wait_max_ns = waits.empty() ? 0 : waits.back();
+  return s;
+}
+
 void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_ns) {
   if (c.instances().empty() && c.notes().empty()) return;
   fmt::print(out,
@@ -171,25 +186,20 @@ void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_
     fmt::print(out, "{:<28} {:>5} {:>9} {:>10} {:>10} {:>10} {:>9}  {}\n", "name", "ranks",
                "instances", "wait p50", "wait p99", "wait max", "straggled", "by rank (total)");
   for (const auto& [key, v] : c.instances()) {
-    std::vector<uint64_t> waits;
+    CollectiveSummary s = summarize(v, min_straggling_ns);
     std::map<std::pair<int64_t, uint32_t>, std::pair<size_t, uint64_t>> by_rank;
-    size_t straggled = 0;
-    for (const auto& i : v) {
-      waits.push_back(i.wait_ns);
-      if (i.straggling_ns < min_straggling_ns) continue;
-      ++straggled;
-      auto& [n, total] = by_rank[{i.last_rank, i.last_pid}];
-      ++n, total += i.straggling_ns;
+    for (const auto* i : s.straggled) {
+      auto& [n, total] = by_rank[{i->last_rank, i->last_pid}];
+      ++n, total += i->straggling_ns;
     }
-    std::sort(waits.begin(), waits.end());
     std::string ranks;
     for (const auto& [rank, nt] : by_rank)
       ranks += fmt::format("{}rank {} (pid {}): {} ({:.1f} ms)", ranks.empty() ? "" : ", ",
                            rank.first, rank.second, nt.first, double(nt.second) / 1e6);
     auto ms = [](uint64_t ns) { return fmt::format("{:.2f} ms", double(ns) / 1e6); };
     fmt::print(out, "{:<28} {:>5} {:>9} {:>10} {:>10} {:>10} {:>9}  {}\n", key.first, key.second,
-               v.size(), ms(percentile(waits, 50)), ms(percentile(waits, 99)), ms(waits.back()),
-               straggled, ranks.empty() ? "-" : ranks);
+               v.size(), ms(s.wait_p50_ns), ms(s.wait_p99_ns), ms(s.wait_max_ns),
+               s.straggled.size(), ranks.empty() ? "-" : ranks);
   }
   for (const auto& n : c.notes()) fmt::print(out, "  not lined up: {}\n", n);
 }

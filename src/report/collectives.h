@@ -64,6 +64,15 @@ class Collectives {
   std::vector<std::string> notes_;
 };
 
+// What report shows of one collective's instances: the longest wait per instance (p50, p99,
+// max), and the instances whose last rank straggled at least `min_straggling_ns`.
+struct CollectiveSummary {
+  uint64_t wait_p50_ns = 0, wait_p99_ns = 0, wait_max_ns = 0;
+  std::vector<const CollectiveInstance*> straggled;
+};
+CollectiveSummary summarize(const std::vector<CollectiveInstance>& instances,
+                            uint64_t min_straggling_ns = 1'000'000);
+
 // `eacgm report`'s section: per collective, its instances, the longest wait per instance
 // (p50, p99, max) and the instances a rank straggled at least `min_straggling_ns`, by rank.
 void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_ns = 1'000'000);

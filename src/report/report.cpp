@@ -150,20 +150,15 @@ void print_report(const std::string& path, bool json, FILE* out) {
     Collectives collectives(rec);
     j["collectives"] = nlohmann::json::array();
     for (const auto& [key, v] : collectives.instances()) {
-      nlohmann::json c{{"name", key.first}, {"nranks", key.second}, {"instances", v.size()}};
-      std::vector<uint64_t> waits;
+      CollectiveSummary s = summarize(v);
       nlohmann::json straggled = nlohmann::json::array();
-      for (const auto& i : v) {
-        waits.push_back(i.wait_ns);
-        if (i.straggling_ns >= 1'000'000)
-          straggled.push_back({{"ts_ns", i.ts_ns}, {"rank", i.last_rank}, {"pid", i.last_pid},
-                               {"straggling_ns", i.straggling_ns}, {"wait_ns", i.wait_ns}});
-      }
-      std::sort(waits.begin(), waits.end());
-      c["wait_p50_ns"] = percentile(waits, 50);
-      c["wait_p99_ns"] = percentile(waits, 99);
-      c["wait_max_ns"] = waits.back();
-      c["straggled"] = straggled;  // instances the last rank straggled 1 ms or more
+      for (const auto* i : s.straggled)
+        straggled.push_back({{"ts_ns", i->ts_ns}, {"rank", i->last_rank}, {"pid", i->last_pid},
+                             {"straggling_ns", i->straggling_ns}, {"wait_ns", i->wait_ns}});
+      nlohmann::json c{{"name", key.first},           {"nranks", key.second},
+                       {"instances", v.size()},       {"wait_p50_ns", s.wait_p50_ns},
+                       {"wait_p99_ns", s.wait_p99_ns}, {"wait_max_ns", s.wait_max_ns},
+                       {"straggled", straggled}};  // instances straggled 1 ms or more
       j["collectives"].push_back(c);
     }
     j["collectives_not_lined_up"] = collectives.notes();
