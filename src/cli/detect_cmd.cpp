@@ -144,8 +144,9 @@ int run_detect(const DetectArgs& a) {
                                       "({}); train on a recording of the same kind",
                                       t.group, fmt::join(t.feature_names, ", "),
                                       fmt::join(g.features, ", ")));
+  size_t busier = 0;
   auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
-                                          a.min_excess_us);
+                                          a.min_excess_us, &busier);
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
 
@@ -169,6 +170,7 @@ int run_detect(const DetectArgs& a) {
     j["groups"] = model.groups.size();
     j["skipped_groups"] = skipped;
     j["collectives_not_lined_up"] = collectives.notes();
+    j["windows_busier_than_training"] = busier;  // unusual only in running faster: not flagged
     j["anomalies"] = json::array();
     for (const auto& r : rows)
       j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -181,6 +183,9 @@ int run_detect(const DetectArgs& a) {
              model.groups.size(), trained_on, rows.size(), a.recording);
   for (const auto& s : skipped) fmt::print("  not modelled: {}\n", s);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
+  if (busier)
+    fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
+               "training (more calls or traffic per second, nothing slower)\n", busier);
   std::map<std::string, size_t> by_cause;
   for (const auto& r : rows) ++by_cause[r.cause];
   for (const auto& [cause, n] : by_cause) fmt::print("  {:>6}  {}\n", n, cause);

@@ -64,6 +64,35 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
   return us < min_slowdown * usual_us || us - usual_us < min_excess_us;
 }
 
+// A window unusual only because the job did more per second than in training is a job
+// running faster, no fault: every feature that pulls its score down (a tenth of the top
+// contribution or more) must be a work rate above usual (calls, the job's own socket and NIC
+// traffic, CPU), a call duration below usual, or a pressure below usual (run-queue wait,
+// preemptions, retransmits, reclaim, faults, disk). More run-queue waits per second count as
+// more work while the time spent waiting did not grow. `all` is sorted, largest first.
+bool only_busier(const std::vector<std::pair<std::string, double>>& all,
+                 const std::set<std::string>& lowered) {
+  if (all.empty()) return false;
+  auto up = [&](const std::string& f) {
+    for (const auto& [g, c] : all)
+      if (g == f) return !lowered.count(f);
+    return false;
+  };
+  static const std::set<std::string> pressures = {
+      "runq_wait_ms_per_s", "involuntary_switches_per_s", "tcp_retransmits_per_s",
+      "page_faults_per_s",  "reclaim_ms_per_s",           "pagein_mb_per_s",
+      "block_mb_per_s"};
+  for (const auto& [f, c] : all) {
+    if (c < 0.1 * all.front().second) break;
+    bool busier = up(f) ? f.ends_with("_calls_per_s") || f == "socket_mb_per_s" ||
+                              f == "cpu_cores" || (f == "nic_mb_per_s" && up("socket_mb_per_s")) ||
+                              (f == "runq_waits_per_s" && !up("runq_wait_ms_per_s"))
+                        : f.ends_with("_call_log_duration_us") || pressures.count(f);
+    if (!busier) return false;
+  }
+  return true;
+}
+
 // Components below this share of the training samples are not kept (see train_detector).
 constexpr double kMinWeight = 0.01;
 
@@ -119,7 +148,8 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
 }
 
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
-                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us) {
+                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us,
+                    size_t* busier_windows) {
   if (g.features != t.feature_names) return;
   std::vector<size_t> idx;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
@@ -149,6 +179,10 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
+    if (a.layer == "window" && only_busier(a.top_features, lowered)) {
+      if (busier_windows) ++*busier_windows;
+      continue;
+    }
     if (a.top_features.size() > 3) a.top_features.resize(3);
     a.cause = probable_cause(a.layer, a.name, a.top_features, lowered);
     out.push_back(std::move(a));
@@ -157,12 +191,13 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
 
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
-                                    double min_slowdown, double min_excess_us) {
+                                    double min_slowdown, double min_excess_us,
+                                    size_t* busier_windows) {
   std::vector<Anomaly> out;
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
                           [&](const GroupModel& m) { return m.group == t.group; });
-    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us);
+    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us, busier_windows);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;

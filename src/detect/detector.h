@@ -60,14 +60,18 @@ struct Anomaly {
 // group (tables without a model are not scored) and returns those below their threshold,
 // except calls flagged mostly for their duration that are not at least `min_slowdown` times
 // and `min_excess_us` microseconds slower than their component's typical duration (quicker or
-// barely slower is no fault; a 15 us operator taking 60 us is an interrupt, not a problem).
+// barely slower is no fault; a 15 us operator taking 60 us is an interrupt, not a problem),
+// and windows unusual only in that the job did more per second than in training (more calls,
+// more of its own traffic, more CPU, quicker calls: it ran faster), counted in `busier_windows`.
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
-                                    double min_slowdown = 3, double min_excess_us = 0);
+                                    double min_slowdown = 3, double min_excess_us = 0,
+                                    size_t* busier_windows = nullptr);
 
 // The same for one group's table against its model, appending to `out` in row order.
 void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,
-                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us = 0);
+                    double min_slowdown, std::vector<Anomaly>& out, double min_excess_us = 0,
+                    size_t* busier_windows = nullptr);
 
 // What most likely made a sample anomalous, from its layer and its top features. `lowered`
 // names the features that were below normal (the most likely component's mean): a resource

@@ -188,6 +188,40 @@ TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
   EXPECT_EQ(model.groups.size(), 1u);
 }
 
+// Windows of a collective loop: 400 training windows, then three kinds of unusual window. One
+// where the job ran twice as fast (twice the calls and traffic, more but shorter run-queue
+// waits) is no fault and is only counted; one where it ran at a third of its speed, and one as
+// fast but with ten times the run-queue wait, are flagged.
+TEST(DetectWindows, WhereTheJobRanFasterAreCountedNotFlagged) {
+  FeatureTable t;
+  t.group = t.layer = t.name = "window";
+  t.feature_names = {"comm_calls_per_s", "socket_mb_per_s", "runq_waits_per_s",
+                     "runq_wait_ms_per_s"};
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(1.0, 0.05);
+  const double usual[] = {300, 20, 600, 5};
+  const double faster[] = {600, 40, 1200, 2}, slower[] = {100, 6.7, 200, 5},
+               crowded[] = {600, 40, 1200, 50};
+  const size_t n = 403;
+  t.values.resize(n, 4);
+  for (size_t r = 0; r < n; ++r) {
+    const double* v = r == 400 ? faster : r == 401 ? slower : r == 402 ? crowded : usual;
+    for (int c = 0; c < 4; ++c) t.values(Eigen::Index(r), c) = v[c] * noise(rng);
+    t.ts_ns.push_back(kStart + r * 100'000'000);
+    t.dur_ns.push_back(100'000'000);
+  }
+  uint64_t split = kStart + 400 * 100'000'000ull;
+  DetectorModel model = train_detector({t}, split, DetectOptions{}, nullptr);
+  size_t busier = 0;
+  auto found = find_anomalies(model, {t}, split, 3, 0, &busier);
+  EXPECT_EQ(busier, 1u);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].ts_ns, t.ts_ns[401]);
+  EXPECT_EQ(found[0].cause, "slow collectives");
+  EXPECT_EQ(found[1].ts_ns, t.ts_ns[402]);
+  EXPECT_EQ(found[1].cause, "CPU interference");
+}
+
 // 10 s of host samples of process 10 every 100 ms: 1 ms of run-queue wait per sample, 60 ms
 // from 4 s to 5 s (interference); 50 ms of reclaim per sample from 7 s to 8 s; 3 retransmitted
 // segments per sample from 2 s to 3 s.
