@@ -8,8 +8,9 @@ FAULT is one of:
   none    no fault
 The fault is on, with probability PROB per call, during steps [START_FRAC, END_FRAC) x STEPS.
 Each faulty call's interval (CLOCK_MONOTONIC ns) goes to TRUTH.json with the fault's layer.
-With EVAL_DATASET=PATH (a file of token bytes), each step reads its batch from a random offset
-of that file instead of drawing it, like a data loader over a dataset in the page cache."""
+With EVAL_DATASET=PATH (a file of token bytes), each step reads its batch from that file instead
+of drawing it, like a shuffling data loader over a dataset in the page cache: 1 MiB per step, in
+a new random order of the file's 1 MiB chunks every epoch."""
 import json
 import math
 import os
@@ -74,11 +75,15 @@ if dataset:
     data_fd, data_size = os.open(dataset, os.O_RDONLY), os.path.getsize(dataset)
     while os.read(data_fd, 1 << 20):  # a first pass: the dataset is in the page cache
         pass
+    order = []
 for step in range(steps):
     active = fault != "none" and start_frac * steps <= step < end_frac * steps
     if dataset:
-        # 64 KiB per step, of which the batch uses its first B x T bytes
-        chunk = os.pread(data_fd, 1 << 16, rng.randrange(0, data_size - (1 << 16)) & ~4095)
+        # 1 MiB per step, of which the batch uses its first B x T bytes
+        if not order:
+            order = list(range(data_size >> 20))
+            rng.shuffle(order)
+        chunk = os.pread(data_fd, 1 << 20, order.pop() << 20)
         idx = torch.frombuffer(bytearray(chunk[:B * T]), dtype=torch.uint8).long().view(B, T) % V
     else:
         idx = torch.randint(0, V, (B, T))

@@ -1,5 +1,7 @@
 // End to end: eacgm record traces the real libcudart.so.13 and the stub libcuda.so, and the
 // recording holds exactly the calls the workloads made.
+#include <nlohmann/json.hpp>
+
 #include "e2e_util.h"
 
 namespace e2e {
@@ -242,6 +244,47 @@ TEST_F(RecordCuda, CtrlCLeavesACompleteRecording) {
   EXPECT_GT(calls, 100);  // ~1.5 s of a loop with a 100 us sleep
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'events'"), std::to_string(calls));
   EXPECT_FALSE(std::filesystem::exists(db_ + "-wal"));  // folded back into one file
+}
+
+// The evaluation's CUDA latency injector (workloads/cuda_delay.c, LD_PRELOAD): the delays it
+// reports as ground truth lie inside the real libcudart calls eacgm recorded, one slow call per
+// delay, and the workload's calls are all still there.
+TEST_F(RecordCuda, PreloadedDelaysLandInsideTheRecordedRuntimeCalls) {
+  std::string truth = dir_ + "/truth.json";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda", "--", "env",
+                "LD_PRELOAD=" + kWorkloads + "/libcuda_delay.so",
+                "EACGM_DELAY_CALLS=cudaMemcpy,cudaLaunchKernel", "EACGM_DELAY_MS=5",
+                "EACGM_DELAY_FRACTION=0.25", "EACGM_DELAY_TRUTH=" + truth,
+                kWorkloads + "/cuda_api_calls", "--repeat", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(truth);
+  ASSERT_TRUE(in) << "the shim wrote no ground truth: " << r.err;
+  auto t = nlohmann::json::parse(in);
+  EXPECT_EQ(t["missed"], 0);
+  auto intervals = t["intervals"];
+  // 8 x (3 memcpy + 7 launches) calls, a quarter chosen: some of each, far from all
+  ASSERT_GE(intervals.size(), 8u);
+  ASSERT_LE(intervals.size(), 40u);
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            times(kRuntimeCallsPerRun, 8));
+  std::map<std::string, int64_t> slow;
+  for (size_t i = 0; i < intervals.size(); ++i) {
+    int64_t from = intervals[i][0], to = intervals[i][1];
+    std::string call = t["calls"][i];
+    ++slow[call];
+    EXPECT_GE(to - from, 5'000'000);
+    // the recorded call of that name that holds the delay
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE name = '" + call +
+                        "' AND ts_ns <= " + std::to_string(from) + " AND ts_ns + dur_ns >= " +
+                        std::to_string(to)),
+              1)
+        << call << " delayed over [" << from << ", " << to << "]";
+  }
+  EXPECT_GT(slow["cudaMemcpy"], 0);
+  EXPECT_GT(slow["cudaLaunchKernel"], 0);  // <<<...>>> launches too, through __cudaLaunchKernel
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls WHERE dur_ns >= 5000000 GROUP BY name"),
+            slow);
 }
 
 }  // namespace
