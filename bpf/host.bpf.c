@@ -19,6 +19,19 @@ char LICENSE[] SEC("license") = "GPL";
 /* Advanced by userspace at each sample; max fields restart in a new epoch. */
 volatile __u64 epoch = 1;
 
+/*
+ * How many times each kind of map was written, per CPU (one cache line each, so the hot paths
+ * never share one). Userspace reads these through the mapped .bss and walks a map only when
+ * its sum moved: an idle job costs no system calls per sample. Any CPU number fits (masked);
+ * two CPUs sharing a slot still move its sum.
+ */
+struct eacgm_changes changes[EACGM_CHANGE_SLOTS];
+
+static __always_inline struct eacgm_changes *changes_here(void)
+{
+	return &changes[bpf_get_smp_processor_id() & (EACGM_CHANGE_SLOTS - 1)];
+}
+
 struct thread_sched {
 	__u64 runnable_since; /* woken or preempted, waiting for a CPU; 0 when not */
 	__u64 off_since;      /* switched out */
@@ -77,6 +90,7 @@ struct {
 static __always_inline struct eacgm_host_proc_stats *proc_entry(__u32 tgid,
 								  struct task_struct *task)
 {
+	changes_here()->procs++;
 	struct eacgm_host_proc_stats *s = bpf_map_lookup_elem(&proc_stats, &tgid);
 	if (s)
 		return s;
@@ -169,6 +183,7 @@ static __always_inline struct eacgm_net_stats *net_entry(struct net_device *dev)
 		.ifindex = BPF_CORE_READ(dev, ifindex),
 		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
 	};
+	changes_here()->nets++;
 	struct eacgm_net_stats *s = bpf_map_lookup_elem(&net_stats, &key);
 	if (s)
 		return s;
@@ -232,6 +247,7 @@ int BPF_PROG(host_tcp_retransmit, const struct sock *sk, const struct sk_buff *s
 	struct eacgm_host_proc_stats *p = bpf_map_lookup_elem(&proc_stats, &tgid);
 	if (!p)
 		return 0;
+	changes_here()->procs++;
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)skb->cb;
 	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
 	p->tcp_retransmits += segs ? segs : 1;
@@ -313,6 +329,7 @@ int BPF_PROG(host_rq_complete, struct request *rq, blk_status_t error, unsigned 
 	}
 
 	__u32 dev = disk_of(rq);
+	changes_here()->disks++;
 	struct eacgm_disk_stats *d = bpf_map_lookup_elem(&disk_stats, &dev);
 	if (!d) {
 		struct eacgm_disk_stats zero = {};

@@ -134,6 +134,14 @@ enum eacgm_counter {
 	EACGM_CNT_MAX = 4,
 };
 
+/* Writes to the host layer's process, network and disk maps, per CPU slot (host.bpf.c's
+ * `changes`, read by userspace through the mapped .bss to skip walking unchanged maps). */
+#define EACGM_CHANGE_SLOTS 256
+struct eacgm_changes {
+	__u64 procs, nets, disks;
+	__u64 pad[5]; /* one 64-byte cache line per slot */
+};
+
 /*
  * Host layer: counters aggregated in BPF maps (per-CPU), read by userspace at each sampling
  * interval. All are cumulative except the *_max_ns fields, which hold the maximum seen in the

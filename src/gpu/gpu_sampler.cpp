@@ -173,10 +173,15 @@ void GpuSampler::run_pass() {
   uint64_t start = monotonic_now_ns();
   // realtime - monotonic, to place NVML's CLOCK_REALTIME stamps on eacgm's clock.
   int64_t rt_minus_mono = int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns());
+  // due within half a pass: at 10 ms passes and 100 ms for the slow metrics, every 10th pass
+  uint64_t slow_ns = uint64_t(options_.slow_interval.count());
+  bool slow = slow_ns == 0 || last_slow_ns_ == 0 ||
+              start - last_slow_ns_ + uint64_t(options_.interval.count()) / 2 >= slow_ns;
+  if (slow) last_slow_ns_ = start;
   for (size_t i = 0; i < states_.size(); ++i) {
     uint64_t ts = monotonic_now_ns();
-    sample_device(states_[i], devices_[i].index, ts);
-    sample_processes(states_[i], devices_[i].index, ts, rt_minus_mono);
+    sample_device(states_[i], devices_[i].index, ts, slow);
+    if (slow) sample_processes(states_[i], devices_[i].index, ts, rt_minus_mono);
   }
   uint64_t took = monotonic_now_ns() - start;
   passes_.fetch_add(1, std::memory_order_relaxed);
@@ -184,14 +189,14 @@ void GpuSampler::run_pass() {
   if (took > max_pass_ns_.load(std::memory_order_relaxed)) max_pass_ns_ = took;
 }
 
-void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns) {
+void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, bool slow) {
   const NvmlApi& a = nvml_.api();
   nvml::Device h = d.handle;
   GpuSample s;
   s.ts_ns = ts_ns;
   s.gpu = gpu;
   if (nvml::Utilization u{};
-      a.device_get_utilization_rates && ok(kUtilization, gpu, "nvmlDeviceGetUtilizationRates",
+      slow && a.device_get_utilization_rates && ok(kUtilization, gpu, "nvmlDeviceGetUtilizationRates",
                                            a.device_get_utilization_rates(h, &u))) {
     s.sm_util_pct = u.gpu;
     s.mem_util_pct = u.memory;
@@ -202,7 +207,7 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns) {
     s.mem_total_bytes = m.total;
   }
   unsigned v = 0;
-  if (a.device_get_temperature && ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
+  if (slow && a.device_get_temperature && ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
                                      a.device_get_temperature(h, nvml::kTemperatureGpu, &v))) {
     s.temperature_c = v;
   }
@@ -210,7 +215,7 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns) {
       ok(kPower, gpu, "nvmlDeviceGetPowerUsage", a.device_get_power_usage(h, &v))) {
     s.power_w = milliwatts_to_watts(v);
   }
-  if (a.device_get_enforced_power_limit && ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
+  if (slow && a.device_get_enforced_power_limit && ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
                                               a.device_get_enforced_power_limit(h, &v))) {
     s.power_limit_w = milliwatts_to_watts(v);
   }
@@ -240,7 +245,7 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns) {
          a.device_get_clocks_event_reasons(h, &big))) {
     s.throttle_reasons = big;
   }
-  if (a.device_get_total_ecc_errors) {
+  if (slow && a.device_get_total_ecc_errors) {
     if (ok(kEccCorrected, gpu, "nvmlDeviceGetTotalEccErrors(corrected)",
            a.device_get_total_ecc_errors(h, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc,
                                          &big))) {

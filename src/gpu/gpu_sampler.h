@@ -32,6 +32,11 @@ class GpuSink {
 
 struct GpuSamplerOptions {
   std::chrono::nanoseconds interval = std::chrono::milliseconds(100);
+  // What NVML refreshes slowly or what changes slowly (utilization, which NVML averages over
+  // 1/6 s to 1 s; temperature; the power limit; ECC counts; per-process utilization, which
+  // NVML buffers, and memory) is read at most this often, on the first pass due; the rows of
+  // the other passes leave those columns empty. 0: at every pass.
+  std::chrono::nanoseconds slow_interval{0};
   // Which processes to report (called on the sampler thread with NVML's pid); empty: all.
   std::function<bool(uint32_t pid)> keep_pid;
   bool xid_events = true;
@@ -115,7 +120,7 @@ class GpuSampler {
 
   void run();
   void run_pass();
-  void sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns);
+  void sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, bool slow);
   void sample_nvlink(DeviceState& d, uint32_t gpu, GpuSample& s);
   void sample_processes(DeviceState& d, uint32_t gpu, uint64_t ts_ns, int64_t rt_minus_mono);
   void read_process_memory(DeviceState& d, uint32_t gpu);
@@ -138,6 +143,7 @@ class GpuSampler {
   std::vector<nvml::ProcessInfoV1> procs_v1_buffer_;
   std::vector<GpuProcessSample> rows_;
   uint64_t pass_ts_ns_ = 0;
+  uint64_t last_slow_ns_ = 0;  // when the slow metrics were last read (0: never)
   uint32_t pass_gpu_ = 0;
   std::unordered_map<uint32_t, uint32_t> ns_pid_cache_;  // pid -> ns pid, 0: same or unknown
 

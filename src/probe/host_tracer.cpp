@@ -155,10 +155,28 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   // New epoch first: updates from here on belong to the next interval's maxima.
   uint64_t epoch = skel_->data->epoch;
   skel_->data->epoch = epoch + 1;
+  // A map is walked when the programs wrote to it since the last look, and once more after
+  // (a write counted just before this read may land in the entry just after the walk read it).
+  Changes now;
+  for (const auto& c : skel_->bss->changes) {
+    now.procs += __atomic_load_n(&c.procs, __ATOMIC_RELAXED);
+    now.nets += __atomic_load_n(&c.nets, __ATOMIC_RELAXED);
+    now.disks += __atomic_load_n(&c.disks, __ATOMIC_RELAXED);
+  }
+  auto due = [](uint64_t now_sum, uint64_t& seen, bool& again) {
+    bool walk = now_sum != seen || again;
+    again = now_sum != seen;
+    seen = now_sum;
+    return walk;
+  };
+  ++passes_;
   std::vector<HostSampleRow> out;
-  sample_processes(now_ns, epoch, out);
-  sample_net(now_ns, out);
-  sample_disks(now_ns, epoch, out);
+  // processes also every 100th pass: entries of idle processes that exited are dropped
+  bool sweep = passes_ % 100 == 0;
+  if (due(now.procs, seen_.procs, again_.procs) || sweep) sample_processes(now_ns, epoch, out);
+  if (due(now.nets, seen_.nets, again_.nets)) sample_net(now_ns, out);
+  if (due(now.disks, seen_.disks, again_.disks)) sample_disks(now_ns, epoch, out);
+
   for (auto& row : out) {
     row.ts_ns = now_ns;
     row.interval_ns = now_ns - last_ns_;
@@ -170,13 +188,10 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
 void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSampleRow>& out) {
   int fd = bpf_map__fd(skel_->maps.proc_stats);
   std::vector<eacgm_host_proc_stats> per_cpu(static_cast<size_t>(ncpu_));
-  for (uint32_t pid : keys_of<uint32_t>(fd)) {
-    // Liveness before the read: a process already gone has made its last update, so its
-    // entry can go after this read without losing anything.
-    bool gone = kill(pid_t(pid), 0) != 0 && errno == ESRCH;
-    if (!lookup_percpu(fd, &pid, per_cpu)) continue;
-    eacgm_host_proc_stats total{};
-    uint64_t max_ns = 0;
+  auto read = [&](uint32_t pid, eacgm_host_proc_stats& total, uint64_t& max_ns) {
+    if (!lookup_percpu(fd, &pid, per_cpu)) return false;
+    total = {};
+    max_ns = 0;
     for (const auto& v : per_cpu) {
       total.runq_wait_ns += v.runq_wait_ns;
       total.runq_waits += v.runq_waits;
@@ -196,6 +211,10 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSamp
       if (v.runq_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.runq_max_ns);
       if (v.comm[0]) std::memcpy(total.comm, v.comm, sizeof(total.comm));
     }
+    return true;
+  };
+  // What changed since the last sample, as a row; whether anything did.
+  auto emit = [&](uint32_t pid, const eacgm_host_proc_stats& total, uint64_t max_ns) {
     const eacgm_host_proc_stats before = procs_[pid];  // zeros when new
     procs_[pid] = total;
     HostSampleRow row;
@@ -222,12 +241,21 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSamp
                   row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops ||
                   row.tcp_retransmits || row.page_faults || row.reclaims || row.pagein_bytes;
     if (active) out.push_back(std::move(row));
-    if (gone) {
-      bpf_map_delete_elem(fd, &pid);
-      procs_.erase(pid);
-      std::lock_guard lock(names_mu_);
-      names_.erase(pid);
-    }
+    return active;
+  };
+  for (uint32_t pid : keys_of<uint32_t>(fd)) {
+    eacgm_host_proc_stats total;
+    uint64_t max_ns = 0;
+    if (!read(pid, total, max_ns)) continue;
+    if (emit(pid, total, max_ns)) continue;  // it ran this interval: not worth asking if gone
+    // Idle since the last sample: gone? A process already gone has made its last update, so
+    // one more read after the check loses nothing when its entry goes.
+    if (kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+    if (read(pid, total, max_ns)) emit(pid, total, max_ns);
+    bpf_map_delete_elem(fd, &pid);
+    procs_.erase(pid);
+    std::lock_guard lock(names_mu_);
+    names_.erase(pid);
   }
 }
 

@@ -57,6 +57,15 @@ class HostTracer {
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
   int ncpu_ = 1;
   uint64_t last_ns_ = 0;
+  // Sums of the programs' per-CPU write counts at the last sample, and whether each map is to
+  // be walked once more (see sample()).
+  struct Changes {
+    uint64_t procs = 0, nets = 0, disks = 0;
+  } seen_;
+  struct Again {
+    bool procs = true, nets = true, disks = true;
+  } again_;
+  uint64_t passes_ = 0;
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;

@@ -25,6 +25,7 @@ std::unique_ptr<GpuLayer> GpuLayer::start(const std::string& nvml_library, doubl
   }
   GpuSamplerOptions options;
   options.interval = std::chrono::nanoseconds(int64_t(interval_ms * 1e6));
+  options.slow_interval = std::chrono::milliseconds(100);
   options.keep_pid = std::move(keep_pid);
   layer->sampler_ = std::make_unique<GpuSampler>(*layer->nvml_, *layer, options);
   if (!quiet)

@@ -46,10 +46,11 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
   EXPECT_EQ(db.text("SELECT name || '|' || uuid || '|' || pci_bus_id FROM gpu_devices "
                     "WHERE gpu = 0"),
             "Fake H100|GPU-0000aaaa|00000000:17:00.0");
-  // the n-th reading gets the n-th scripted answer, the last one repeats
+  // the n-th reading gets the n-th scripted answer, the last one repeats (utilization, like
+  // every slowly refreshed metric, is read every 100 ms: the other rows leave it empty)
   std::vector<std::string> util;
   db.each("SELECT sm_util_pct || ':' || mem_util_pct FROM gpu_samples WHERE gpu = 0 "
-          "ORDER BY ts_ns LIMIT 4",
+          "AND sm_util_pct IS NOT NULL ORDER BY ts_ns LIMIT 4",
           [&](sqlite3_stmt* s) { util.push_back(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))); });
   EXPECT_EQ(util, (std::vector<std::string>{"10:20", "30:40", "55:66", "55:66"}));
   // units: bytes, degrees C, watts (NVML: mW), MHz, bytes/s (NVML: KB/s), decoded reasons
@@ -57,8 +58,24 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
                     "temperature_c || '|' || power_w || '|' || power_limit_w || '|' || "
                     "sm_clock_mhz || '|' || mem_clock_mhz || '|' || pcie_tx_bytes_per_s || '|' "
                     "|| pcie_rx_bytes_per_s || '|' || ecc_corrected || '|' || ecc_uncorrected "
-                    "FROM gpu_samples WHERE gpu = 0"),
+                    "FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL"),
             "1073741824|85899345920|61|250.5|700.0|1980|2619|102400|2048000|3|0");
+  // the fast metrics at every pass, the slow ones (temperature, power limit, ECC,
+  // utilization, processes) every 100 ms: every 5th pass at 20 ms
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_samples WHERE gpu = 0 AND (mem_used_bytes IS "
+                      "NULL OR power_w IS NULL OR sm_clock_mhz IS NULL OR pcie_tx_bytes_per_s "
+                      "IS NULL OR throttle_reasons IS NULL)"),
+            0);
+  std::vector<int64_t> slow_ts;
+  db.each("SELECT ts_ns FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL ORDER BY ts_ns",
+          [&](sqlite3_stmt* s) { slow_ts.push_back(sqlite3_column_int64(s, 0)); });
+  ASSERT_GE(slow_ts.size(), 4u);
+  for (size_t i = 1; i < slow_ts.size(); ++i)
+    EXPECT_NEAR(double(slow_ts[i] - slow_ts[i - 1]), 100e6, 25e6) << "slow metrics' spacing";
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT "
+                      "NULL AND (power_limit_w IS NULL OR ecc_corrected IS NULL OR sm_util_pct "
+                      "IS NULL)"),
+            0);
   EXPECT_EQ(db.text("SELECT throttle_reasons_text FROM gpu_samples WHERE gpu = 0 "
                     "ORDER BY ts_ns LIMIT 1"),
             "none");
@@ -94,7 +111,8 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
   EXPECT_EQ(db.text("SELECT gpu || ':' || xid FROM gpu_events"), "1:79");
   // per process: only the traced one, with its memory and utilization
   EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_process_samples WHERE pid != " + pid), 0);
-  EXPECT_GE(db.scalar("SELECT count(*) FROM gpu_process_samples WHERE pid = " + pid), n - 1);
+  EXPECT_GE(db.scalar("SELECT count(*) FROM gpu_process_samples WHERE pid = " + pid),
+            int64_t(slow_ts.size()) - 1);
   EXPECT_EQ(db.text("SELECT DISTINCT used_memory_bytes FROM gpu_process_samples"), "536870912");
   EXPECT_EQ(db.text("SELECT sm_util_pct || ':' || mem_util_pct FROM gpu_process_samples WHERE "
                     "sm_util_pct IS NOT NULL LIMIT 1"),
@@ -114,7 +132,7 @@ TEST_F(RecordGpu, OldDriverWithoutNewerFunctionsIsRecordedWithWhatItHas) {
   Db db(db_);
   // the old names answer (unversioned functions, the throttle-reasons name)
   EXPECT_EQ(db.text("SELECT DISTINCT sm_util_pct || '|' || temperature_c || '|' || "
-                    "throttle_reasons_text FROM gpu_samples"),
+                    "throttle_reasons_text FROM gpu_samples WHERE sm_util_pct IS NOT NULL"),
             "42|50|sw_power_cap");
   // what this driver lacks is said, once, and kept in the recording
   std::string missing = db.text("SELECT value FROM meta WHERE key = 'gpu_unavailable_metrics'");
