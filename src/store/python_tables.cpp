@@ -5,10 +5,10 @@
 
 namespace eacgm {
 
-bool write_python_rows(sqlite3* db, const std::vector<PythonCallRow>& calls,
+bool write_python_rows(Statements& db, const std::vector<PythonCallRow>& calls,
                        const std::vector<PythonStackFrameRow>& frames) {
   if (!calls.empty()) {
-    Statement insert(db, "INSERT INTO python_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+    Statement& insert = db("INSERT INTO python_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
     for (const auto& c : calls) {
       insert.bind(1, int64_t(c.ts_ns));
       insert.bind(2, int64_t(c.dur_ns));
@@ -23,7 +23,7 @@ bool write_python_rows(sqlite3* db, const std::vector<PythonCallRow>& calls,
     }
   }
   if (!frames.empty()) {
-    Statement insert(db, "INSERT INTO python_stacks VALUES(?1,?2,?3,?4,?5)");
+    Statement& insert = db("INSERT INTO python_stacks VALUES(?1,?2,?3,?4,?5)");
     for (const auto& f : frames) {
       insert.bind(1, f.id);
       insert.bind(2, int64_t(f.depth));

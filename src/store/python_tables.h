@@ -8,8 +8,10 @@
 
 namespace eacgm {
 
+class Statements;  // store/sqlite_util.h
+
 // Inside the caller's transaction. Returns false on an SQLite error (see sqlite3_errmsg).
-bool write_python_rows(sqlite3* db, const std::vector<PythonCallRow>& calls,
+bool write_python_rows(Statements& db, const std::vector<PythonCallRow>& calls,
                        const std::vector<PythonStackFrameRow>& frames);
 
 }  // namespace eacgm

@@ -153,6 +153,7 @@ RecordingWriter::RecordingWriter(const std::string& path, bool force)
     sqlite3_close(db_);
     fail("cannot create the schema in {}: {}", path, err);
   }
+  statements_ = std::make_unique<Statements>(db_);
   writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -182,6 +183,7 @@ std::string RecordingWriter::close() {
   }
   cv_.notify_one();
   if (writer_.joinable()) writer_.join();
+  statements_.reset();  // finalized before the connection closes
   // Fold the WAL back into the main file so the recording is one self-contained file.
   exec_sql(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
   exec_sql(db_, "PRAGMA journal_mode=DELETE");
@@ -231,13 +233,14 @@ void RecordingWriter::write_batch(const Batch& b) {
   };
   if (!exec_sql(db_, "BEGIN").empty()) return failed("a batch");
 
-  Statement meta(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)");
+  Statements& st = *statements_;
+  Statement& meta = st("INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)");
   for (const auto& [k, v] : b.meta) {
     meta.bind(1, k);
     meta.bind(2, v);
     if (meta.run() != SQLITE_DONE) return failed("metadata");
   }
-  Statement proc(db_, "INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
+  Statement& proc = st("INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
   for (const auto& p : b.processes) {
     proc.bind(1, p.pid);
     proc.bind(2, p.ppid);
@@ -246,14 +249,14 @@ void RecordingWriter::write_batch(const Batch& b) {
     proc.bind(5, static_cast<int64_t>(p.start_ns));
     if (proc.run() != SQLITE_DONE) return failed("processes");
   }
-  Statement thread(db_, "INSERT INTO threads(pid, tid, name) VALUES(?,?,?)");
+  Statement& thread = st("INSERT INTO threads(pid, tid, name) VALUES(?,?,?)");
   for (const auto& t : b.threads) {
     thread.bind(1, t.pid);
     thread.bind(2, t.tid);
     thread.bind(3, t.name);
     if (thread.run() != SQLITE_DONE) return failed("threads");
   }
-  Statement call(db_,
+  Statement& call = st(
                  "INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
                  "?16,?17,?18,?19,?20)");
   for (const auto& c : b.cuda_calls) {
@@ -279,13 +282,13 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (c.runq_ns >= 0) call.bind(20, c.runq_ns);
     if (call.run() != SQLITE_DONE) return failed("CUDA calls");
   }
-  if (!write_comm_calls(db_, b.comm_calls)) return failed("communication calls");
-  if (!write_torch_calls(db_, b.torch_calls)) return failed("torch calls");
-  if (!write_python_rows(db_, b.python_calls, b.python_frames)) return failed("Python calls");
-  if (!write_host_samples(db_, b.host_samples)) return failed("host samples");
-  if (!write_gpu_rows(db_, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
+  if (!write_comm_calls(st, b.comm_calls)) return failed("communication calls");
+  if (!write_torch_calls(st, b.torch_calls)) return failed("torch calls");
+  if (!write_python_rows(st, b.python_calls, b.python_frames)) return failed("Python calls");
+  if (!write_host_samples(st, b.host_samples)) return failed("host samples");
+  if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");
-  Statement exit_row(db_, "UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
+  Statement& exit_row = st("UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
                           "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
   for (const auto& e : b.exits) {
     exit_row.bind(1, e.pid);

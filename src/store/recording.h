@@ -18,6 +18,8 @@ struct sqlite3;
 
 namespace eacgm {
 
+class Statements;  // store/sqlite_util.h
+
 // The schema every recording has (see DESIGN.md "Recording"). Exposed for tests and readers.
 extern const char* const kRecordingSchema;
 
@@ -84,6 +86,7 @@ class RecordingWriter {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  std::unique_ptr<Statements> statements_;  // the writer thread's, kept across batches
   std::unique_ptr<Batch> batch_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

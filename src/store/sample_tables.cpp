@@ -30,10 +30,9 @@ const char* host_scope_name(HostScope scope) {
   return "unknown";
 }
 
-bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows) {
+bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) {
   if (rows.empty()) return true;
-  Statement insert(db,
-                   "INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
+  Statement& insert = db("INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
                    "?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
   auto num = [&](int col, uint64_t v) { insert.bind(col, static_cast<int64_t>(v)); };
   for (const auto& r : rows) {
@@ -96,10 +95,9 @@ void bind_opt(Statement& st, int col, const std::optional<T>& v) {
 
 }  // namespace
 
-bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
+bool write_comm_calls(Statements& db, const std::vector<CommCallRow>& rows) {
   if (rows.empty()) return true;
-  Statement insert(db,
-                   "INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
+  Statement& insert = db("INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
                    "?15,?16,?17,?18,?19,?20)");
   for (const auto& c : rows) {
     bind_call(insert, c);
@@ -123,9 +121,9 @@ bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows) {
   return true;
 }
 
-bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows) {
+bool write_torch_calls(Statements& db, const std::vector<TorchCallRow>& rows) {
   if (rows.empty()) return true;
-  Statement insert(db, "INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5,?6,?7)");
+  Statement& insert = db("INSERT INTO torch_calls VALUES(?1,?2,?3,?4,?5,?6,?7)");
   for (const auto& c : rows) {
     bind_call(insert, c);
     if (c.py_stack) insert.bind(6, c.py_stack);
@@ -135,12 +133,12 @@ bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows) {
   return true;
 }
 
-bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
+bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
                     const std::vector<GpuProcessSample>& processes,
                     const std::vector<GpuXidEvent>& xids) {
   if (!devices.empty()) {
-    Statement insert(db, "INSERT OR REPLACE INTO gpu_devices VALUES(?1,?2,?3,?4)");
+    Statement& insert = db("INSERT OR REPLACE INTO gpu_devices VALUES(?1,?2,?3,?4)");
     for (const auto& d : devices) {
       insert.bind(1, int64_t(d.index));
       insert.bind(2, d.name);
@@ -150,8 +148,7 @@ bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
     }
   }
   if (!samples.empty()) {
-    Statement insert(db,
-                     "INSERT INTO gpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+    Statement& insert = db("INSERT INTO gpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
                      "?14,?15,?16,?17,?18,?19)");
     for (const auto& g : samples) {
       insert.bind(1, static_cast<int64_t>(g.ts_ns));
@@ -179,7 +176,7 @@ bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
     }
   }
   if (!processes.empty()) {
-    Statement insert(db, "INSERT INTO gpu_process_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
+    Statement& insert = db("INSERT INTO gpu_process_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
     for (const auto& p : processes) {
       insert.bind(1, static_cast<int64_t>(p.ts_ns));
       insert.bind(2, int64_t(p.gpu));
@@ -195,7 +192,7 @@ bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
     }
   }
   if (!xids.empty()) {
-    Statement insert(db, "INSERT INTO gpu_events VALUES(?1,?2,?3)");
+    Statement& insert = db("INSERT INTO gpu_events VALUES(?1,?2,?3)");
     for (const auto& x : xids) {
       insert.bind(1, static_cast<int64_t>(x.ts_ns));
       insert.bind(2, int64_t(x.gpu));

@@ -9,15 +9,17 @@
 
 namespace eacgm {
 
+class Statements;  // store/sqlite_util.h
+
 // Inside the caller's transaction. Returns false on an SQLite error (see sqlite3_errmsg).
-bool write_host_samples(sqlite3* db, const std::vector<HostSampleRow>& rows);
+bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows);
 
 const char* host_scope_name(HostScope scope);
 
-bool write_comm_calls(sqlite3* db, const std::vector<CommCallRow>& rows);
-bool write_torch_calls(sqlite3* db, const std::vector<TorchCallRow>& rows);
+bool write_comm_calls(Statements& db, const std::vector<CommCallRow>& rows);
+bool write_torch_calls(Statements& db, const std::vector<TorchCallRow>& rows);
 
-bool write_gpu_rows(sqlite3* db, const std::vector<GpuDevice>& devices,
+bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
                     const std::vector<GpuProcessSample>& processes,
                     const std::vector<GpuXidEvent>& xids);

@@ -2,6 +2,9 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <map>
+#include <memory>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,6 +55,25 @@ class Statement {
  private:
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
+};
+
+// Statements prepared once per connection and reused (each run() resets them): the writer
+// flushes ten times a second and would otherwise compile every INSERT again at each flush.
+// Destroy before closing the connection.
+class Statements {
+ public:
+  explicit Statements(sqlite3* db) : db_(db) {}
+  Statement& operator()(std::string_view sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end())
+      it = cache_.emplace(std::string(sql), std::make_unique<Statement>(db_, sql)).first;
+    return *it->second;
+  }
+  sqlite3* db() const { return db_; }
+
+ private:
+  sqlite3* db_;
+  std::map<std::string, std::unique_ptr<Statement>, std::less<>> cache_;
 };
 
 // Runs SQL without results; returns "" or the error text.
