@@ -77,6 +77,9 @@ TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
             std::to_string(found.size()));
   auto report = run({kEacgm, "report", db});
   EXPECT_NE(report.out.find("slow cuda call: cuLaunchKernel"), std::string::npos) << report.out;
+  // with the features that put it there, readable (not the stored JSON)
+  EXPECT_NE(report.out.find("(log_duration_us="), std::string::npos) << report.out;
+  EXPECT_EQ(report.out.find("[[\""), std::string::npos) << report.out;
   // and on the exported timeline, as markers on an anomalies track
   ASSERT_EQ(run({kEacgm, "export", db, "--chrome", dir_ + "/run.json"}).exit_code, 0);
   std::ifstream in(dir_ + "/run.json");
