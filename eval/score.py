@@ -8,11 +8,17 @@ window when the window itself or a call in it is an outlier: a z-score rule (any
 3 standard deviations), k-means distance (beyond the 99.5th percentile of the training
 distances) and an Isolation Forest (scores below the training 0.5% quantile).
 Only the second half (the detect period) is scored.
+
+For eacgm, "cause" is the share of the fault windows it found where one of its anomalies there
+names the right kind of cause (CAUSES below: the layer or resource at fault, as a reader of the
+report would need it), e.g. "CPU interference" for the CPU hog, not "slow collectives".
 """
 import glob
 import json
 import os
 import sys
+
+import re
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -42,6 +48,29 @@ def flagged_by_detect(table, anomalies):
         s, e = a["ts_ns"], a["ts_ns"] + max(a["dur_ns"], 1)
         f |= (ts < e) & (ts + dur > s)
     return f
+
+
+# fault -> what a right probable cause says (case-insensitive)
+CAUSES = {
+    "cpu_interference": r"CPU interference",
+    "cuda_latency": r"cuda",
+    "python_latency": r"Python",
+    "torch_latency": r"operator",
+    "straggler": r"straggl",
+    "net_loss": r"packet loss",
+    "net_throttle": r"network|collective",
+    "net_delay": r"network|collective",
+    "memory_pressure": r"memory pressure",
+}
+
+
+def cause_share(table, y, test, anomalies, fault):
+    """Share of the found fault windows with an anomaly whose cause is the right kind."""
+    right = [a for a in anomalies if re.search(CAUSES.get(fault, "$^"), a["cause"], re.I)]
+    found = y & test & flagged_by_detect(table, anomalies)
+    if not found.any():
+        return float("nan")
+    return float((found & flagged_by_detect(table, right)).sum() / found.sum())
 
 
 def metrics(y, p):
@@ -108,23 +137,27 @@ def scores(out, name):
     calls = call_baselines(out, name, table, split_ns)
     for method, flagged in windows.items():
         methods[method] = flagged | calls.get(method, np.zeros(n, dtype=bool))
-    return truth, {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])
-                   for m, p in methods.items()}
+    out = {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])
+           for m, p in methods.items()}
+    out["eacgm (GMM)"] += (cause_share(table, y, test, an, truth["fault"]),)
+    return truth, out
 
 
 def summary(outs, names):
     """Mean and standard deviation of each score over several runs."""
     print(f"over {len(outs)} runs: mean +- standard deviation")
     print(f"{'fault':<18} {'layer':<6} {'method':<17} {'acc':>12} {'prec':>12} {'recall':>12} "
-          f"{'F1':>12} {'F1 min':>6}")
+          f"{'F1':>12} {'F1 min':>6} {'cause':>6}")
     for name in names:
         per_run = [scores(out, name) for out in outs]
         truth = per_run[0][0]
         for method in per_run[0][1]:
-            v = np.array([r[1][method][2:] for r in per_run])
+            v = np.array([r[1][method][2:6] for r in per_run])
             cells = " ".join(f"{m:>5.3f}+-{s:<5.3f}" for m, s in zip(v.mean(0), v.std(0)))
+            cause = [r[1][method][6] for r in per_run if len(r[1][method]) > 6]
+            cause = f" {np.nanmean(cause):>6.3f}" if cause and not np.isnan(cause).all() else ""
             print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {cells} "
-                  f"{v[:, 3].min():>6.3f}")
+                  f"{v[:, 3].min():>6.3f}{cause}")
 
 
 def main():
@@ -132,12 +165,13 @@ def main():
         return summary(sys.argv[2].split(","), sys.argv[3:])
     out, names = sys.argv[1], sys.argv[2:]
     print(f"{'fault':<18} {'layer':<6} {'method':<17} {'windows':>7} {'faulty':>6} "
-          f"{'acc':>6} {'prec':>6} {'recall':>6} {'F1':>6}")
+          f"{'acc':>6} {'prec':>6} {'recall':>6} {'F1':>6} {'cause':>6}")
     for name in names:
         truth, results = scores(out, name)
-        for method, (windows, faulty, acc, prec, rec, f1) in results.items():
+        for method, (windows, faulty, acc, prec, rec, f1, *cause) in results.items():
             print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {windows:>7} "
-                  f"{faulty:>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}")
+                  f"{faulty:>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}"
+                  + (f" {cause[0]:>6.3f}" if cause else ""))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ int run_detect(const DetectArgs& a) {
                                           a.min_excess_us, &busier);
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
+  detect::attribute_nested(anomalies);
 
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies) {
@@ -181,7 +182,11 @@ int run_detect(const DetectArgs& a) {
   }
   fmt::print("eacgm detect: {} models trained on {}; {} anomalies written to {} (table anomalies)\n",
              model.groups.size(), trained_on, rows.size(), a.recording);
-  for (const auto& s : skipped) fmt::print("  not modelled: {}\n", s);
+  // a few, then how many more: a Python trace has dozens of functions called once or twice
+  for (size_t i = 0; i < skipped.size() && i < 5; ++i) fmt::print("  not modelled: {}\n", skipped[i]);
+  if (skipped.size() > 5)
+    fmt::print("  not modelled: {} more groups (all in --json's skipped_groups)\n",
+               skipped.size() - 5);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
   if (busier)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "

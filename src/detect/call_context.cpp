@@ -77,4 +77,38 @@ void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomali
   }
 }
 
+void attribute_nested(std::vector<Anomaly>& anomalies) {
+  // calls by thread, in start order, the longer first among equal starts
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<size_t>> by_thread;
+  for (size_t i = 0; i < anomalies.size(); ++i)
+    if (anomalies[i].layer != "window" && anomalies[i].pid)
+      by_thread[{anomalies[i].pid, anomalies[i].tid}].push_back(i);
+  auto end = [&](size_t i) { return anomalies[i].ts_ns + anomalies[i].dur_ns; };
+  auto inside = [&](size_t b, size_t a) {  // b strictly within a
+    const Anomaly &x = anomalies[b], &y = anomalies[a];
+    return x.ts_ns >= y.ts_ns && end(b) <= end(a) && (x.ts_ns != y.ts_ns || end(b) != end(a));
+  };
+  std::vector<std::string> base(anomalies.size());
+  for (size_t i = 0; i < anomalies.size(); ++i)
+    base[i] = anomalies[i].cause.substr(0, anomalies[i].cause.find("; "));
+  for (auto& [thread, calls] : by_thread) {
+    std::sort(calls.begin(), calls.end(), [&](size_t a, size_t b) {
+      return anomalies[a].ts_ns != anomalies[b].ts_ns ? anomalies[a].ts_ns < anomalies[b].ts_ns
+                                                      : end(a) > end(b);
+    });
+    for (size_t k = 0; k < calls.size(); ++k) {
+      size_t a = calls[k];
+      std::vector<size_t> within;
+      for (size_t j = k + 1; j < calls.size() && anomalies[calls[j]].ts_ns < end(a); ++j)
+        if (inside(calls[j], a)) within.push_back(calls[j]);
+      if (within.empty()) continue;
+      // down from the first enclosed call, through the first call inside each, to the innermost
+      size_t leaf = 0;
+      for (size_t c = 1; c < within.size(); ++c)
+        if (inside(within[c], within[leaf])) leaf = c;
+      anomalies[a].cause += "; inside it: " + base[within[leaf]];
+    }
+  }
+}
+
 }  // namespace eacgm::detect

@@ -52,4 +52,11 @@ class CallContext {
 // the previous collective's late completion explains adds nothing: that one was slow.
 void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies);
 
+// Points each call anomaly that encloses others on its thread (a Python function around a slow
+// operator, an operator around a slow CUDA call) to the innermost one, the likelier root:
+// "slow Python function: Block.forward; inside it: slow operator: aten::gelu". The inner
+// cause is named without its own context (after "; "). Calls with the same span as another
+// are not inside it.
+void attribute_nested(std::vector<Anomaly>& anomalies);
+
 }  // namespace eacgm::detect

@@ -166,6 +166,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     a.ts_ns = t.ts_ns[idx[r]];
     a.dur_ns = t.dur_ns[idx[r]];
     if (idx[r] < t.pid.size()) a.pid = t.pid[idx[r]];
+    if (idx[r] < t.tid.size()) a.tid = t.tid[idx[r]];
     if (idx[r] < t.runq_ns.size()) a.runq_ns = t.runq_ns[idx[r]];
     a.layer = t.layer;
     a.name = t.name;

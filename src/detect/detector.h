@@ -49,6 +49,7 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
 struct Anomaly {
   uint64_t ts_ns = 0, dur_ns = 0;
   uint32_t pid = 0;      // calls: the calling process; 0 for windows
+  uint32_t tid = 0;      // calls: and thread
   int64_t runq_ns = -1;  // calls: the thread's wait for a CPU during the call; -1: unknown
   std::string layer, name;
   double score = 0, threshold = 0;  // log-density under the most likely component

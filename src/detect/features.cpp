@@ -14,7 +14,7 @@ namespace {
 
 struct CallGroup {
   std::vector<uint64_t> ts, dur;
-  std::vector<uint32_t> pid;
+  std::vector<uint32_t> pid, tid;
   std::vector<int64_t> runq;
   std::vector<double> log_dur, log_bytes, log_peer_wait;
   bool has_bytes = false, has_peer_wait = false;
@@ -25,11 +25,12 @@ struct CallGroup {
 std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collectives* collectives) {
   std::map<std::pair<std::string, std::string>, CallGroup> groups;
   rec.query("SELECT layer, name, ts_ns, dur_ns, bytes, pid, " +
-                rec.column_or("trace", "runq_ns", "NULL") + " FROM trace ORDER BY ts_ns",
+                rec.column_or("trace", "runq_ns", "NULL") + ", tid FROM trace ORDER BY ts_ns",
             [&](Statement& s) {
               CallGroup& g = groups[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
               g.ts.push_back(uint64_t(s.int_at(2)));
               g.pid.push_back(uint32_t(s.int_at(5)));
+              g.tid.push_back(uint32_t(s.int_at(7)));
               g.runq.push_back(s.null_at(6) ? -1 : s.int_at(6));
               g.dur.push_back(uint64_t(s.int_at(3)));
               // Net of the time the thread waited for a CPU (where known): preemption is the
@@ -68,6 +69,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     t.ts_ns = std::move(g.ts);
     t.dur_ns = std::move(g.dur);
     t.pid = std::move(g.pid);
+    t.tid = std::move(g.tid);
     t.runq_ns = std::move(g.runq);
     out.push_back(std::move(t));
   }

@@ -24,6 +24,7 @@ struct FeatureTable {
   std::vector<std::string> feature_names;
   std::vector<uint64_t> ts_ns, dur_ns;
   std::vector<uint32_t> pid;      // calls: the process of each row (empty for windows)
+  std::vector<uint32_t> tid;      // calls: and its thread
   std::vector<int64_t> runq_ns;   // calls: the thread's wait for a CPU during it; -1: unknown
   Eigen::MatrixXd values;  // rows x features
 };

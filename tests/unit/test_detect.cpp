@@ -294,6 +294,38 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   fs::remove(path);
 }
 
+// A Python function around a slow operator around a slow Python function, on one thread, and
+// a call on another thread at the same time: each enclosing call names the innermost one on its
+// own thread, without that one's context; the innermost and the other thread keep their causes.
+TEST(AttributeNested, EnclosingCallsNameTheInnermostOnTheirThread) {
+  auto call = [](std::string layer, uint32_t tid, uint64_t ts, uint64_t dur, std::string cause) {
+    Anomaly a;
+    a.layer = std::move(layer);
+    a.pid = 7, a.tid = tid, a.ts_ns = ts, a.dur_ns = dur;
+    a.cause = std::move(cause);
+    return a;
+  };
+  std::vector<Anomaly> v = {
+      call("python", 1, 100, 1000, "slow Python function: Block.forward"),
+      call("torch", 1, 200, 500, "slow operator: aten::gelu"),
+      call("python", 1, 300, 100, "slow Python function: maybe_delay; preempted: waited 1 ms"),
+      call("torch", 2, 150, 900, "slow operator: aten::mm"),
+      call("python", 1, 1500, 10, "slow Python function: later"),
+  };
+  Anomaly window;
+  window.layer = window.name = "window";
+  window.ts_ns = 0, window.dur_ns = 5000;
+  window.cause = "CPU interference";
+  v.push_back(window);
+  attribute_nested(v);
+  EXPECT_EQ(v[0].cause, "slow Python function: Block.forward; inside it: slow Python function: maybe_delay");
+  EXPECT_EQ(v[1].cause, "slow operator: aten::gelu; inside it: slow Python function: maybe_delay");
+  EXPECT_EQ(v[2].cause, "slow Python function: maybe_delay; preempted: waited 1 ms");
+  EXPECT_EQ(v[3].cause, "slow operator: aten::mm");
+  EXPECT_EQ(v[4].cause, "slow Python function: later");
+  EXPECT_EQ(v[5].cause, "CPU interference");
+}
+
 TEST(ProbableCause, FromLayerAndTopFeature) {
   using F = std::vector<std::pair<std::string, double>>;
   EXPECT_EQ(probable_cause("comm", "ncclAllReduce", F{{"log_duration_us", 9}}),
