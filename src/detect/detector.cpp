@@ -243,10 +243,17 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (weight < 0.1 * top.front().second) break;
     if (std::string cause = resource(feature); !cause.empty()) return cause;
   }
-  auto has = [&](const char* s) { return f.find(s) != std::string::npos; };
-  if (has("comm_")) return "slow collectives";
-  if (has("cuda_")) return "slow CUDA calls";
-  if (has("gpu_util")) return "GPU utilization change";
+  // No resource: the symptom of a layer among the top features (the job's own CPU falling
+  // while it waits on a slow link is no cause; the collectives it waits in are).
+  for (const auto& [feature, weight] : top) {
+    if (weight < 0.1 * top.front().second) break;
+    auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
+    if (has("comm_")) return "slow collectives";
+    if (has("cuda_")) return "slow CUDA calls";
+    if (has("torch_")) return "slow operators";
+    if (has("python_")) return "slow Python code";
+    if (has("gpu_util")) return "GPU utilization change";
+  }
   return "unusual window: " + f;
 }
 

@@ -359,6 +359,15 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "memory pressure");
   EXPECT_EQ(probable_cause("window", "window", F{{"tcp_retransmits_per_s", 9}}),
             "network packet loss");
+  // no resource: a layer's symptom among the top features, before "unusual"
+  EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 4}},
+                           {"cpu_cores", "comm_calls_per_s"}),
+            "slow collectives");
+  EXPECT_EQ(probable_cause("window", "window", F{{"torch_calls_per_s", 9}}, {"torch_calls_per_s"}),
+            "slow operators");
+  EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 1}},
+                           {"cpu_cores", "comm_calls_per_s"}),
+            "unusual window: cpu_cores");
 }
 
 }  // namespace
