@@ -70,8 +70,14 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
   db.each("SELECT ts_ns FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL ORDER BY ts_ns",
           [&](sqlite3_stmt* s) { slow_ts.push_back(sqlite3_column_int64(s, 0)); });
   ASSERT_GE(slow_ts.size(), 4u);
-  for (size_t i = 1; i < slow_ts.size(); ++i)
-    EXPECT_NEAR(double(slow_ts[i] - slow_ts[i - 1]), 100e6, 25e6) << "slow metrics' spacing";
+  std::vector<int64_t> slow_gaps;
+  for (size_t i = 1; i < slow_ts.size(); ++i) {
+    slow_gaps.push_back(slow_ts[i] - slow_ts[i - 1]);
+    // never sooner than 100 ms less half a pass (a late pass may make one later)
+    EXPECT_GE(slow_gaps.back(), 85'000'000) << "slow metrics read too often";
+  }
+  std::nth_element(slow_gaps.begin(), slow_gaps.begin() + slow_gaps.size() / 2, slow_gaps.end());
+  EXPECT_NEAR(double(slow_gaps[slow_gaps.size() / 2]), 100e6, 15e6) << "slow metrics' spacing";
   EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT "
                       "NULL AND (power_limit_w IS NULL OR ecc_corrected IS NULL OR sm_util_pct "
                       "IS NULL)"),
