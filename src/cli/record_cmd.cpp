@@ -77,7 +77,9 @@ std::function<int()> add_record(CLI::App& app) {
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");
   cmd->add_option("--interval,--gpu-interval", opts->interval_ms,
-                  "sampling interval of the sampled layers (gpu, host), in milliseconds")
+                  "sampling interval of the sampled layers (gpu, host), in milliseconds; GPU "
+                  "utilization, temperature, power limit, ECC and per-process use, which NVML "
+                  "refreshes or which change slowly, are read at most every 100 ms")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 60000.0));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
