@@ -214,17 +214,20 @@ static __always_inline void py_request_hook(struct eacgm_py_process *p,
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
-SEC("uprobe")
-int py_eval_entry(struct pt_regs *ctx)
+enum { PY_NOT_PUSHED = 0, PY_PUSHED = 1 };
+
+/* The eval function's entry: pushes the call when it is to be recorded. Returns whether it did
+ * (a call not pushed needs no return probe). */
+static __always_inline int py_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 pid = id >> 32;
 	if (!is_traced(pid))
-		return 0;
+		return PY_NOT_PUSHED;
 	__u32 li = bpf_get_attach_cookie(ctx) & (EACGM_PY_MAX_LAYOUTS - 1);
 	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
 	if (!l || !l->version)
-		return 0;
+		return PY_NOT_PUSHED;
 	__u64 tstate = PT_REGS_PARM1(ctx);
 	__u64 frame = PT_REGS_PARM2(ctx);
 	__u64 ip = PT_REGS_IP(ctx); /* the probed address: _PyEval_EvalFrameDefault itself */
@@ -234,7 +237,7 @@ int py_eval_entry(struct pt_regs *ctx)
 		bpf_map_update_elem(&py_procs, &pid, &fresh, BPF_NOEXIST);
 		p = bpf_map_lookup_elem(&py_procs, &pid);
 		if (!p)
-			return 0;
+			return PY_NOT_PUSHED;
 	}
 	if (p->hook == EACGM_PY_HOOK_NONE && l->version >= 311 && l->interp_eval_frame)
 		py_request_hook(p, l, pid, tstate, ip);
@@ -242,16 +245,16 @@ int py_eval_entry(struct pt_regs *ctx)
 	struct py_task *t = bpf_task_storage_get(&py_tasks, bpf_get_current_task_btf(), 0,
 						 BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
-		return 0;
+		return PY_NOT_PUSHED;
 	t->tstate = tstate;
 	__u64 code = py_ptr(frame + l->frame_code);
 	if (!py_is_code(code, l, p->runtime))
-		return 0;
+		return PY_NOT_PUSHED;
 	__u64 name_obj;
 	__u32 firstlineno;
 	py_code_identity(code, l, &name_obj, &firstlineno);
 	if (py_register_code(code, name_obj, pid, firstlineno, li) == EACGM_PY_SKIP)
-		return 0;
+		return PY_NOT_PUSHED;
 
 	__u64 sp = PT_REGS_SP(ctx);
 	__u32 depth = t->depth;
@@ -263,7 +266,7 @@ int py_eval_entry(struct pt_regs *ctx)
 	}
 	if (depth >= PY_MAX_DEPTH) {
 		t->depth = depth;
-		return 0;
+		return PY_NOT_PUSHED;
 	}
 	struct py_open_call *c = &t->calls[py_slot(depth)];
 	c->sp = sp;
@@ -273,11 +276,11 @@ int py_eval_entry(struct pt_regs *ctx)
 	c->name_obj = name_obj;
 	c->firstlineno = firstlineno;
 	t->depth = depth + 1;
-	return 0;
+	return PY_PUSHED;
 }
 
-SEC("uretprobe")
-int py_eval_return(struct pt_regs *ctx)
+/* The eval function's return: pops the call it pushed and sends it. */
+static __always_inline int py_return(struct pt_regs *ctx)
 {
 	struct py_task *t = bpf_task_storage_get(&py_tasks, bpf_get_current_task_btf(), 0, 0);
 	if (!t)
@@ -319,6 +322,35 @@ int py_eval_return(struct pt_regs *ctx)
 	e->runq_ns = runq_since(c->run_delay, e->dur_ns);
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
+}
+
+SEC("uprobe")
+int py_eval_entry(struct pt_regs *ctx)
+{
+	py_entry(ctx);
+	return 0;
+}
+
+SEC("uretprobe")
+int py_eval_return(struct pt_regs *ctx)
+{
+	return py_return(ctx);
+}
+
+/*
+ * Both in one session probe where the kernel has them (Linux 6.10+; attach type
+ * BPF_TRACE_UPROBE_SESSION): an entry that pushed nothing (an untraced process, a function the
+ * filter leaves out) returns 1, and its return probe never runs, about half of what a call
+ * costs. Loaded only where the kernel has the kfunc (see CallTracer).
+ */
+extern bool bpf_session_is_return(void) __ksym __weak;
+
+SEC("uprobe")
+int py_eval_session(struct pt_regs *ctx)
+{
+	if (bpf_session_is_return())
+		return py_return(ctx);
+	return py_entry(ctx) == PY_PUSHED ? 0 : 1;
 }
 
 /* The calling thread's PyThreadState: the one its last eval call passed, if it still belongs to

@@ -2,6 +2,7 @@
 #include "probe/call_tracer.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,6 +29,17 @@ int libbpf_print(enum libbpf_print_level level, const char* format, va_list args
 // From the kernel's uapi (6.6+); Debian 12's headers predate uprobe_multi links.
 constexpr uint32_t kTraceUprobeMulti = 48;  // BPF_TRACE_UPROBE_MULTI
 constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+constexpr uint32_t kTraceUprobeSession = 57;  // BPF_TRACE_UPROBE_SESSION (6.10+)
+
+// Whether this kernel has session uprobes (one program at entry and return, the entry able to
+// skip the return): its BTF names their kfunc.
+bool kernel_has_uprobe_sessions() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return false;
+  bool has = btf__find_by_name_kind(vmlinux, "bpf_session_is_return", BTF_KIND_FUNC) >= 0;
+  btf__free(vmlinux);
+  return has;
+}
 
 // The BPF_LINK_CREATE member of union bpf_attr, in its uprobe_multi form.
 union UprobeMultiAttr {
@@ -79,6 +91,12 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
                          skel_->progs.call_exit_multi})
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+  session_supported_ = options.python && kernel_has_uprobe_sessions();
+  if (session_supported_)
+    bpf_program__set_expected_attach_type(skel_->progs.py_eval_session,
+                                          static_cast<bpf_attach_type>(kTraceUprobeSession));
+  else
+    bpf_program__set_autoload(skel_->progs.py_eval_session, false);
   if (int err = calls_bpf__load(skel_.get()); err)
     fail("cannot load the BPF programs: {}", load_error_hint(-err));
 
@@ -206,6 +224,24 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
 
 std::string CallTracer::attach_python_eval(const std::string& path, uint64_t file_offset,
                                            uint32_t layout) {
+  if (session_supported_) {
+    // one session probe: calls the filter leaves out skip their return probe
+    uint64_t offset = file_offset, cookie = layout;
+    UprobeMultiAttr attr{};
+    attr.link.prog_fd = uint32_t(bpf_program__fd(skel_->progs.py_eval_session));
+    attr.link.attach_type = kTraceUprobeSession;
+    attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.link.offsets = reinterpret_cast<uint64_t>(&offset);
+    attr.link.cookies = reinterpret_cast<uint64_t>(&cookie);
+    attr.link.cnt = 1;
+    int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    if (fd >= 0) {
+      multi_link_fds_.push_back(fd);
+      return {};
+    }
+    if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
+    session_supported_ = false;  // the pair below, from now on
+  }
   for (bool retprobe : {false, true}) {
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = layout, .retprobe = retprobe);
     bpf_program* prog = retprobe ? skel_->progs.py_eval_return : skel_->progs.py_eval_entry;

@@ -97,6 +97,7 @@ class CallTracer {
 
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
   std::vector<int> multi_link_fds_;
+  bool session_supported_ = false;  // session uprobes for the Python eval function
   bool multi_supported_ = true;  // until the kernel says otherwise
   const RecordHandler* handler_ = nullptr;  // valid during poll()
 };
