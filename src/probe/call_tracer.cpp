@@ -91,7 +91,10 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
                          skel_->progs.call_exit_multi})
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
-  session_supported_ = options.python && kernel_has_uprobe_sessions();
+  // EACGM_NO_UPROBE_SESSIONS=1: the uprobe and uretprobe pair even where sessions exist (to
+  // compare, or to step around a kernel bug)
+  session_supported_ = options.python && !getenv("EACGM_NO_UPROBE_SESSIONS") &&
+                       kernel_has_uprobe_sessions();
   if (session_supported_)
     bpf_program__set_expected_attach_type(skel_->progs.py_eval_session,
                                           static_cast<bpf_attach_type>(kTraceUprobeSession));
