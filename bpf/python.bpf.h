@@ -340,8 +340,8 @@ int py_eval_return(struct pt_regs *ctx)
 /*
  * Both in one session probe where the kernel has them (Linux 6.10+; attach type
  * BPF_TRACE_UPROBE_SESSION): an entry that pushed nothing (an untraced process, a function the
- * filter leaves out) returns 1, and its return probe never runs, about half of what a call
- * costs. Loaded only where the kernel has the kfunc (see CallTracer).
+ * filter leaves out) returns 1, and its return probe never runs: such a call costs about a
+ * third less. Loaded only where the kernel has the kfunc (see CallTracer).
  */
 extern bool bpf_session_is_return(void) __ksym __weak;
 

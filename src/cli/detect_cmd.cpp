@@ -183,7 +183,8 @@ int run_detect(const DetectArgs& a) {
   fmt::print("eacgm detect: {} models trained on {}; {} anomalies written to {} (table anomalies)\n",
              model.groups.size(), trained_on, rows.size(), a.recording);
   // a few, then how many more: a Python trace has dozens of functions called once or twice
-  for (size_t i = 0; i < skipped.size() && i < 5; ++i) fmt::print("  not modelled: {}\n", skipped[i]);
+  for (size_t i = 0; i < skipped.size() && i < 5; ++i)
+    fmt::print("  not modelled: {}\n", skipped[i]);
   if (skipped.size() > 5)
     fmt::print("  not modelled: {} more groups (all in --json's skipped_groups)\n",
                skipped.size() - 5);

@@ -198,7 +198,8 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
                           [&](const GroupModel& m) { return m.group == t.group; });
-    if (g != model.groups.end()) find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us, busier_windows);
+    if (g != model.groups.end())
+      find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us, busier_windows);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;

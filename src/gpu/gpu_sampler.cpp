@@ -196,8 +196,9 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
   s.ts_ns = ts_ns;
   s.gpu = gpu;
   if (nvml::Utilization u{};
-      slow && a.device_get_utilization_rates && ok(kUtilization, gpu, "nvmlDeviceGetUtilizationRates",
-                                           a.device_get_utilization_rates(h, &u))) {
+      slow && a.device_get_utilization_rates &&
+      ok(kUtilization, gpu, "nvmlDeviceGetUtilizationRates",
+         a.device_get_utilization_rates(h, &u))) {
     s.sm_util_pct = u.gpu;
     s.mem_util_pct = u.memory;
   }
@@ -207,16 +208,18 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
     s.mem_total_bytes = m.total;
   }
   unsigned v = 0;
-  if (slow && a.device_get_temperature && ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
-                                     a.device_get_temperature(h, nvml::kTemperatureGpu, &v))) {
+  if (slow && a.device_get_temperature &&
+      ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
+         a.device_get_temperature(h, nvml::kTemperatureGpu, &v))) {
     s.temperature_c = v;
   }
   if (a.device_get_power_usage &&
       ok(kPower, gpu, "nvmlDeviceGetPowerUsage", a.device_get_power_usage(h, &v))) {
     s.power_w = milliwatts_to_watts(v);
   }
-  if (slow && a.device_get_enforced_power_limit && ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
-                                              a.device_get_enforced_power_limit(h, &v))) {
+  if (slow && a.device_get_enforced_power_limit &&
+      ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
+         a.device_get_enforced_power_limit(h, &v))) {
     s.power_limit_w = milliwatts_to_watts(v);
   }
   if (a.device_get_clock_info) {

@@ -59,6 +59,21 @@ union UprobeMultiAttr {
   uint8_t bytes[128];
 };
 
+// A uprobe_multi (or session) link of `prog` on `path` at `offsets`; the fd, or -1 and errno.
+int create_multi_link(bpf_program* prog, uint32_t attach_type, const std::string& path,
+                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies,
+                      uint32_t flags) {
+  UprobeMultiAttr attr{};
+  attr.link.prog_fd = uint32_t(bpf_program__fd(prog));
+  attr.link.attach_type = attach_type;
+  attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
+  attr.link.offsets = reinterpret_cast<uint64_t>(offsets.data());
+  attr.link.cookies = reinterpret_cast<uint64_t>(cookies.data());
+  attr.link.cnt = uint32_t(offsets.size());
+  attr.link.flags = flags;
+  return int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+}
+
 std::string load_error_hint(int err) {
   // As root, EACCES at load is the verifier refusing a program, not a missing privilege.
   if (err == EACCES && geteuid() == 0)
@@ -170,16 +185,8 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
   std::vector<int> fds;
   for (int kind = 0; kind < 3; ++kind) {
     if (offsets[kind].empty()) continue;
-    bool ret = kind == 1;
-    UprobeMultiAttr attr{};
-    attr.link.prog_fd = uint32_t(bpf_program__fd(progs[kind]));
-    attr.link.attach_type = kTraceUprobeMulti;
-    attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.link.offsets = reinterpret_cast<uint64_t>(offsets[kind].data());
-    attr.link.cookies = reinterpret_cast<uint64_t>(cookies[kind].data());
-    attr.link.cnt = uint32_t(offsets[kind].size());
-    attr.link.flags = ret ? kUprobeMultiReturn : 0;
-    int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    int fd = create_multi_link(progs[kind], kTraceUprobeMulti, path, offsets[kind],
+                               cookies[kind], kind == 1 ? kUprobeMultiReturn : 0);
     if (fd < 0) {
       // EINVAL/EOPNOTSUPP: a kernel without uprobe_multi; stop trying
       if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) multi_supported_ = false;
@@ -229,15 +236,8 @@ std::string CallTracer::attach_python_eval(const std::string& path, uint64_t fil
                                            uint32_t layout) {
   if (session_supported_) {
     // one session probe: calls the filter leaves out skip their return probe
-    uint64_t offset = file_offset, cookie = layout;
-    UprobeMultiAttr attr{};
-    attr.link.prog_fd = uint32_t(bpf_program__fd(skel_->progs.py_eval_session));
-    attr.link.attach_type = kTraceUprobeSession;
-    attr.link.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.link.offsets = reinterpret_cast<uint64_t>(&offset);
-    attr.link.cookies = reinterpret_cast<uint64_t>(&cookie);
-    attr.link.cnt = 1;
-    int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    int fd = create_multi_link(skel_->progs.py_eval_session, kTraceUprobeSession, path,
+                               {file_offset}, {layout}, 0);
     if (fd >= 0) {
       multi_link_fds_.push_back(fd);
       return {};

@@ -155,28 +155,18 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   // New epoch first: updates from here on belong to the next interval's maxima.
   uint64_t epoch = skel_->data->epoch;
   skel_->data->epoch = epoch + 1;
-  // A map is walked when the programs wrote to it since the last look, and once more after
-  // (a write counted just before this read may land in the entry just after the walk read it).
-  Changes now;
+  uint64_t procs = 0, nets = 0, disks = 0;
   for (const auto& c : skel_->bss->changes) {
-    now.procs += __atomic_load_n(&c.procs, __ATOMIC_RELAXED);
-    now.nets += __atomic_load_n(&c.nets, __ATOMIC_RELAXED);
-    now.disks += __atomic_load_n(&c.disks, __ATOMIC_RELAXED);
+    procs += __atomic_load_n(&c.procs, __ATOMIC_RELAXED);
+    nets += __atomic_load_n(&c.nets, __ATOMIC_RELAXED);
+    disks += __atomic_load_n(&c.disks, __ATOMIC_RELAXED);
   }
-  auto due = [](uint64_t now_sum, uint64_t& seen, bool& again) {
-    bool walk = now_sum != seen || again;
-    again = now_sum != seen;
-    seen = now_sum;
-    return walk;
-  };
-  ++passes_;
   std::vector<HostSampleRow> out;
   // processes also every 100th pass: entries of idle processes that exited are dropped
-  bool sweep = passes_ % 100 == 0;
-  if (due(now.procs, seen_.procs, again_.procs) || sweep) sample_processes(now_ns, epoch, out);
-  if (due(now.nets, seen_.nets, again_.nets)) sample_net(now_ns, out);
-  if (due(now.disks, seen_.disks, again_.disks)) sample_disks(now_ns, epoch, out);
-
+  bool sweep = ++passes_ % 100 == 0;
+  if (procs_watch_.due(procs) || sweep) sample_processes(now_ns, epoch, out);
+  if (nets_watch_.due(nets)) sample_net(now_ns, out);
+  if (disks_watch_.due(disks)) sample_disks(now_ns, epoch, out);
   for (auto& row : out) {
     row.ts_ns = now_ns;
     row.interval_ns = now_ns - last_ns_;

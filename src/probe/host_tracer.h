@@ -57,14 +57,20 @@ class HostTracer {
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
   int ncpu_ = 1;
   uint64_t last_ns_ = 0;
-  // Sums of the programs' per-CPU write counts at the last sample, and whether each map is to
-  // be walked once more (see sample()).
-  struct Changes {
-    uint64_t procs = 0, nets = 0, disks = 0;
-  } seen_;
-  struct Again {
-    bool procs = true, nets = true, disks = true;
-  } again_;
+  // Whether a map is to be walked: its programs wrote to it since the last look (the sum of
+  // their per-CPU write counts moved), or did just before it, so once more after (a write
+  // counted before the sum was read may land in its entry just after the walk read it).
+  struct MapWatch {
+    uint64_t seen = 0;
+    bool again = true;
+    bool due(uint64_t sum) {
+      bool walk = sum != seen || again;
+      again = sum != seen;
+      seen = sum;
+      return walk;
+    }
+  };
+  MapWatch procs_watch_, nets_watch_, disks_watch_;
   uint64_t passes_ = 0;
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex

@@ -240,7 +240,8 @@ void RecordingWriter::write_batch(const Batch& b) {
     meta.bind(2, v);
     if (meta.run() != SQLITE_DONE) return failed("metadata");
   }
-  Statement& proc = st("INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
+  Statement& proc =
+      st("INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
   for (const auto& p : b.processes) {
     proc.bind(1, p.pid);
     proc.bind(2, p.ppid);
@@ -256,9 +257,8 @@ void RecordingWriter::write_batch(const Batch& b) {
     thread.bind(3, t.name);
     if (thread.run() != SQLITE_DONE) return failed("threads");
   }
-  Statement& call = st(
-                 "INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-                 "?16,?17,?18,?19,?20)");
+  Statement& call = st("INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+                       "?13,?14,?15,?16,?17,?18,?19,?20)");
   for (const auto& c : b.cuda_calls) {
     call.bind(1, static_cast<int64_t>(c.ts_ns));
     call.bind(2, static_cast<int64_t>(c.dur_ns));
@@ -289,7 +289,7 @@ void RecordingWriter::write_batch(const Batch& b) {
   if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");
   Statement& exit_row = st("UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
-                          "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
+                           "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
   for (const auto& e : b.exits) {
     exit_row.bind(1, e.pid);
     exit_row.bind(2, static_cast<int64_t>(e.end_ns));

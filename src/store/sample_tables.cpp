@@ -32,8 +32,9 @@ const char* host_scope_name(HostScope scope) {
 
 bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) {
   if (rows.empty()) return true;
-  Statement& insert = db("INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
-                   "?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
+  Statement& insert =
+      db("INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
+         "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
   auto num = [&](int col, uint64_t v) { insert.bind(col, static_cast<int64_t>(v)); };
   for (const auto& r : rows) {
     num(1, r.ts_ns);
@@ -97,8 +98,8 @@ void bind_opt(Statement& st, int col, const std::optional<T>& v) {
 
 bool write_comm_calls(Statements& db, const std::vector<CommCallRow>& rows) {
   if (rows.empty()) return true;
-  Statement& insert = db("INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,"
-                   "?15,?16,?17,?18,?19,?20)");
+  Statement& insert = db("INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                         "?12,?13,?14,?15,?16,?17,?18,?19,?20)");
   for (const auto& c : rows) {
     bind_call(insert, c);
     insert.bind(6, c.ret);
@@ -148,8 +149,8 @@ bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
     }
   }
   if (!samples.empty()) {
-    Statement& insert = db("INSERT INTO gpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
-                     "?14,?15,?16,?17,?18,?19)");
+    Statement& insert = db("INSERT INTO gpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                           "?12,?13,?14,?15,?16,?17,?18,?19)");
     for (const auto& g : samples) {
       insert.bind(1, static_cast<int64_t>(g.ts_ns));
       insert.bind(2, int64_t(g.gpu));
@@ -176,7 +177,8 @@ bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
     }
   }
   if (!processes.empty()) {
-    Statement& insert = db("INSERT INTO gpu_process_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
+    Statement& insert =
+        db("INSERT INTO gpu_process_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
     for (const auto& p : processes) {
       insert.bind(1, static_cast<int64_t>(p.ts_ns));
       insert.bind(2, int64_t(p.gpu));
