@@ -56,13 +56,15 @@ void GpuSampler::note_missing_functions() {
       {kUtilization, a.device_get_utilization_rates != nullptr, "nvmlDeviceGetUtilizationRates"},
       {kMemory, a.device_get_memory_info != nullptr, "nvmlDeviceGetMemoryInfo"},
       {kTemperature, a.device_get_temperature != nullptr, "nvmlDeviceGetTemperature"},
-      {kPower, a.device_get_power_usage != nullptr, "nvmlDeviceGetPowerUsage"},
+      {kPower, a.device_get_power_usage || a.device_get_field_values, "nvmlDeviceGetPowerUsage"},
       {kPowerLimit, a.device_get_enforced_power_limit != nullptr,
        "nvmlDeviceGetEnforcedPowerLimit"},
       {kSmClock, a.device_get_clock_info != nullptr, "nvmlDeviceGetClockInfo"},
       {kMemClock, a.device_get_clock_info != nullptr, "nvmlDeviceGetClockInfo"},
-      {kPcieTx, a.device_get_pcie_throughput != nullptr, "nvmlDeviceGetPcieThroughput"},
-      {kPcieRx, a.device_get_pcie_throughput != nullptr, "nvmlDeviceGetPcieThroughput"},
+      {kPcieTx, a.device_get_pcie_throughput || a.device_get_field_values,
+       "nvmlDeviceGetPcieThroughput"},
+      {kPcieRx, a.device_get_pcie_throughput || a.device_get_field_values,
+       "nvmlDeviceGetPcieThroughput"},
       {kThrottleReasons, a.device_get_clocks_event_reasons != nullptr,
        "nvmlDeviceGetCurrentClocksEventReasons"},
       {kEccCorrected, a.device_get_total_ecc_errors != nullptr, "nvmlDeviceGetTotalEccErrors"},
@@ -213,10 +215,6 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
          a.device_get_temperature(h, nvml::kTemperatureGpu, &v))) {
     s.temperature_c = v;
   }
-  if (a.device_get_power_usage &&
-      ok(kPower, gpu, "nvmlDeviceGetPowerUsage", a.device_get_power_usage(h, &v))) {
-    s.power_w = milliwatts_to_watts(v);
-  }
   if (slow && a.device_get_enforced_power_limit &&
       ok(kPowerLimit, gpu, "nvmlDeviceGetEnforcedPowerLimit",
          a.device_get_enforced_power_limit(h, &v))) {
@@ -232,7 +230,20 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
       s.mem_clock_mhz = v;
     }
   }
-  if (a.device_get_pcie_throughput) {
+  // Power and PCIe from the field values where the driver has them (decided at the first pass),
+  // else from their functions: nvmlDeviceGetPcieThroughput sleeps 20 ms per direction, so it
+  // is read only with the slow metrics.
+  using Source = DeviceState::Source;
+  if (a.device_get_field_values) {
+    sample_fields(d, gpu, s);
+  } else {
+    d.power_source = d.pcie_source = Source::kFunction;
+  }
+  if (d.power_source == Source::kFunction && a.device_get_power_usage &&
+      ok(kPower, gpu, "nvmlDeviceGetPowerUsage", a.device_get_power_usage(h, &v))) {
+    s.power_w = milliwatts_to_watts(v);
+  }
+  if (d.pcie_source == Source::kFunction && slow && a.device_get_pcie_throughput) {
     if (ok(kPcieTx, gpu, "nvmlDeviceGetPcieThroughput(TX)",
            a.device_get_pcie_throughput(h, nvml::kPcieTxBytes, &v))) {
       s.pcie_tx_bytes_per_s = kib_to_bytes(v);
@@ -260,7 +271,6 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
       s.ecc_uncorrected = big;
     }
   }
-  if (a.device_get_field_values) sample_nvlink(d, gpu, s);
   std::lock_guard lock(sink_mutex_);
   sink_.on_gpu_sample(s);
 }
@@ -282,42 +292,116 @@ std::optional<uint64_t> counter_value(const nvml::FieldValue& f) {
   }
 }
 
+// How much a counter grew: 32-bit counters wrap (right while under 4 GiB pass between two
+// readings); a wider one that went down was reset and gives no rate.
+std::optional<uint64_t> growth(uint64_t now, uint64_t before, int value_type) {
+  if (value_type == nvml::kValueUnsignedInt) return uint32_t(now - before);
+  if (now < before) return std::nullopt;
+  return now - before;
+}
+
+// An answer that means "this driver has no such field" rather than "not this time".
+bool field_absent(nvml::Return rc) {
+  return rc == nvml::kErrorNotSupported || rc == nvml::kErrorInvalidArgument ||
+         rc == nvml::kErrorFunctionNotFound;
+}
+
 }  // namespace
 
-// NVLink data counters are cumulative KiB: the rate is the change since the previous pass over
-// the time between NVML's two readings (or between our passes when NVML gives no time).
-void GpuSampler::sample_nvlink(DeviceState& d, uint32_t gpu, GpuSample& s) {
-  nvml::FieldValue f[2] = {};
-  f[0].field_id = nvml::kFieldNvlinkThroughputDataTx;
-  f[1].field_id = nvml::kFieldNvlinkThroughputDataRx;
-  f[0].scope_id = f[1].scope_id = nvml::kScopeAllLinks;
-  bool had = d.have_nvlink;
-  d.have_nvlink = false;
-  if (!ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLink)",
-          nvml_.api().device_get_field_values(d.handle, 2, f))) {
+// Cumulative TX/RX counters: their growth since the previous pass and the time between NVML's
+// two readings (or between our passes when NVML gives no time); none on the first reading, or
+// when either counter was not read.
+std::optional<GpuSampler::Growth> GpuSampler::counter_growth(Counters& c,
+                                                             const nvml::FieldValue& tx,
+                                                             const nvml::FieldValue& rx,
+                                                             uint64_t pass_ns) {
+  std::optional<uint64_t> t = counter_value(tx), r = counter_value(rx);
+  bool had = c.have;
+  c.have = false;
+  if (!t || !r) return std::nullopt;
+  std::optional<Growth> out;
+  if (had) {
+    // each field has its own time: the two counters are not read at the same instant
+    auto seconds = [&](long long now_us, long long before_us) {
+      return (now_us > 0 && before_us > 0) ? double(now_us - before_us) / 1e6
+                                           : double(pass_ns - c.pass_ns) / 1e9;
+    };
+    double ts = seconds(tx.timestamp_us, c.tx_us), rs = seconds(rx.timestamp_us, c.rx_us);
+    std::optional<uint64_t> dt = growth(*t, c.tx, tx.value_type);
+    std::optional<uint64_t> dr = growth(*r, c.rx, rx.value_type);
+    if (ts > 0 && rs > 0 && dt && dr) out = Growth{*dt, *dr, ts, rs};
+  }
+  c = {true, *t, *r, tx.timestamp_us, rx.timestamp_us, pass_ns};
+  return out;
+}
+
+// One nvmlDeviceGetFieldValues call per GPU and pass: instant power and the PCIe byte counters
+// (until the driver shows it has not got them: then their functions) and the NVLink counters.
+void GpuSampler::sample_fields(DeviceState& d, uint32_t gpu, GpuSample& s) {
+  using Source = DeviceState::Source;
+  nvml::FieldValue f[5] = {};
+  int n = 0, power = -1, pcie = -1;
+  if (d.power_source != Source::kFunction) {
+    power = n;
+    f[n++].field_id = nvml::kFieldPowerInstant;
+  }
+  if (d.pcie_source != Source::kFunction) {
+    pcie = n;
+    f[n++].field_id = nvml::kFieldPcieTxBytes;
+    f[n++].field_id = nvml::kFieldPcieRxBytes;
+  }
+  const int nvlink = n;
+  f[n].field_id = nvml::kFieldNvlinkThroughputDataTx;
+  f[n++].scope_id = nvml::kScopeAllLinks;
+  f[n].field_id = nvml::kFieldNvlinkThroughputDataRx;
+  f[n++].scope_id = nvml::kScopeAllLinks;
+
+  nvml::Return rc = nvml_.api().device_get_field_values(d.handle, n, f);
+  if (rc != nvml::kSuccess) {
+    d.pcie.have = d.nvlink.have = false;
+    if (field_absent(rc)) {  // not on this GPU: the functions, from this pass on
+      if (d.power_source == Source::kUnknown) d.power_source = Source::kFunction;
+      if (d.pcie_source == Source::kUnknown) d.pcie_source = Source::kFunction;
+    }
+    ok(kNvlink, gpu, "nvmlDeviceGetFieldValues", rc);
     return;
   }
-  if (!ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_TX)", f[0].ret) ||
-      !ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_RX)", f[1].ret)) {
-    return;
-  }
-  std::optional<uint64_t> tx = counter_value(f[0]), rx = counter_value(f[1]);
-  if (!tx || !rx) return;
-  long long field_us = f[0].timestamp_us;
-  if (had && *tx >= d.nvlink_tx_kib && *rx >= d.nvlink_rx_kib) {
-    double seconds = (field_us > 0 && d.nvlink_field_us > 0)
-                         ? double(field_us - d.nvlink_field_us) / 1e6
-                         : double(s.ts_ns - d.nvlink_pass_ns) / 1e9;
-    if (seconds > 0) {
-      s.nvlink_tx_bytes_per_s = double(kib_to_bytes(*tx - d.nvlink_tx_kib)) / seconds;
-      s.nvlink_rx_bytes_per_s = double(kib_to_bytes(*rx - d.nvlink_rx_kib)) / seconds;
+  // The first answer decides where power and PCIe come from; later errors only lose a pass.
+  auto decide = [&](Source& source, nvml::Return field_rc) {
+    if (source == Source::kUnknown) {
+      source = field_absent(field_rc) ? Source::kFunction : Source::kField;
+    }
+  };
+  if (power >= 0) {
+    decide(d.power_source, f[power].ret);
+    std::optional<uint64_t> mw = counter_value(f[power]);
+    if (ok(kPower, gpu, "nvmlDeviceGetFieldValues(POWER_INSTANT)", f[power].ret) && mw) {
+      s.power_w = milliwatts_to_watts(unsigned(*mw));
     }
   }
-  d.have_nvlink = true;
-  d.nvlink_tx_kib = *tx;
-  d.nvlink_rx_kib = *rx;
-  d.nvlink_field_us = field_us;
-  d.nvlink_pass_ns = s.ts_ns;
+  if (pcie >= 0) {
+    nvml::Return tx_rc = f[pcie].ret, rx_rc = f[pcie + 1].ret;
+    decide(d.pcie_source, tx_rc != nvml::kSuccess ? tx_rc : rx_rc);
+    if (ok(kPcieTx, gpu, "nvmlDeviceGetFieldValues(PCIE_COUNT_TX_BYTES)", tx_rc) &&
+        ok(kPcieRx, gpu, "nvmlDeviceGetFieldValues(PCIE_COUNT_RX_BYTES)", rx_rc)) {
+      if (auto g = counter_growth(d.pcie, f[pcie], f[pcie + 1], s.ts_ns)) {
+        s.pcie_tx_bytes_per_s = uint64_t(double(g->tx) / g->tx_seconds + 0.5);
+        s.pcie_rx_bytes_per_s = uint64_t(double(g->rx) / g->rx_seconds + 0.5);
+      }
+    } else {
+      d.pcie.have = false;
+    }
+  }
+  if (ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_TX)", f[nvlink].ret) &&
+      ok(kNvlink, gpu, "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA_RX)",
+         f[nvlink + 1].ret)) {
+    if (auto g = counter_growth(d.nvlink, f[nvlink], f[nvlink + 1], s.ts_ns)) {
+      s.nvlink_tx_bytes_per_s = double(kib_to_bytes(g->tx)) / g->tx_seconds;
+      s.nvlink_rx_bytes_per_s = double(kib_to_bytes(g->rx)) / g->rx_seconds;
+    }
+  } else {
+    d.nvlink.have = false;
+  }
 }
 
 std::vector<UnavailableMetric> GpuSampler::unavailable_metrics() const {

@@ -103,13 +103,23 @@ class GpuSampler {
   static const char* metric_name(Metric m);
 
  private:
+  // A pair of cumulative TX/RX counters read at each pass: a rate needs two readings.
+  struct Counters {
+    bool have = false;  // the previous pass read both
+    uint64_t tx = 0, rx = 0;
+    long long tx_us = 0, rx_us = 0;  // NVML's times of the previous readings (0: none)
+    uint64_t pass_ns = 0;
+  };
   struct DeviceState {
     nvml::Device handle = nullptr;
     unsigned long long last_seen_us = 0;  // newest process utilization sample seen
-    bool have_nvlink = false;             // the previous pass read both NVLink counters
-    uint64_t nvlink_tx_kib = 0, nvlink_rx_kib = 0;
-    long long nvlink_field_us = 0;  // NVML's time of the previous counters (0: none)
-    uint64_t nvlink_pass_ns = 0;
+    // Power and PCIe come from nvmlDeviceGetFieldValues (instant power; PCIe byte counters)
+    // where the driver has those fields, else from nvmlDeviceGetPowerUsage (a 1 s average on
+    // Ampere and newer) and nvmlDeviceGetPcieThroughput (measures for 20 ms per call).
+    enum class Source : uint8_t { kUnknown, kField, kFunction };
+    Source power_source = Source::kUnknown, pcie_source = Source::kUnknown;
+    Counters pcie;    // bytes
+    Counters nvlink;  // KiB
   };
 
   void read_devices();
@@ -121,7 +131,13 @@ class GpuSampler {
   void run();
   void run_pass();
   void sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, bool slow);
-  void sample_nvlink(DeviceState& d, uint32_t gpu, GpuSample& s);
+  void sample_fields(DeviceState& d, uint32_t gpu, GpuSample& s);
+  struct Growth {
+    uint64_t tx, rx;
+    double tx_seconds, rx_seconds;
+  };
+  static std::optional<Growth> counter_growth(Counters& c, const nvml::FieldValue& tx,
+                                              const nvml::FieldValue& rx, uint64_t pass_ns);
   void sample_processes(DeviceState& d, uint32_t gpu, uint64_t ts_ns, int64_t rt_minus_mono);
   void read_process_memory(DeviceState& d, uint32_t gpu);
   void read_process_utilization(DeviceState& d, uint32_t gpu, int64_t rt_minus_mono);

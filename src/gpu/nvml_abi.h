@@ -48,6 +48,11 @@ inline constexpr unsigned kFieldNvlinkThroughputDataTx =
 inline constexpr unsigned kFieldNvlinkThroughputDataRx =
     139;  // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
 inline constexpr unsigned kScopeAllLinks = 0xFFFFFFFFu;
+// Instantaneous power in mW (nvmlDeviceGetPowerUsage averages over 1 s on Ampere and newer).
+inline constexpr unsigned kFieldPowerInstant = 186;  // NVML_FI_DEV_POWER_INSTANT
+// Cumulative PCIe bytes, in newer drivers (nvmlDeviceGetPcieThroughput measures for 20 ms).
+inline constexpr unsigned kFieldPcieTxBytes = 197;  // NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+inline constexpr unsigned kFieldPcieRxBytes = 198;  // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 
 // nvmlValueType_t
 inline constexpr int kValueDouble = 0;

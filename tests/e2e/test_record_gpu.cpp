@@ -29,9 +29,9 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
       "utilization 0 10:20 30:40 55:66\n"
       "memory 0 1073741824:85899345920\n"
       "temperature 0 61\n"
-      "power 0 250500\npower_limit 0 700000\n"
+      "power_instant 0 250500\npower 0 1\npower_limit 0 700000\n"
       "clock_sm 0 1980\nclock_mem 0 2619\n"
-      "pcie_tx 0 100\npcie_rx 0 2000\n"
+      "pcie_tx_count 0 *3\npcie_rx_count 0 *2\npcie_tx 0 1\n"
       "clocks_event 0 0 68\n"
       "ecc_corrected 0 3\necc_uncorrected 0 0\n"
       "procs 0 " + pid + ":536870912,1:4096\n"
@@ -53,18 +53,26 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
           "AND sm_util_pct IS NOT NULL ORDER BY ts_ns LIMIT 4",
           [&](sqlite3_stmt* s) { util.push_back(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))); });
   EXPECT_EQ(util, (std::vector<std::string>{"10:20", "30:40", "55:66", "55:66"}));
-  // units: bytes, degrees C, watts (NVML: mW), MHz, bytes/s (NVML: KB/s), decoded reasons
+  // units: bytes, degrees C, watts (NVML: mW; the instant reading, not the 1 s average of
+  // nvmlDeviceGetPowerUsage), MHz, bytes/s (the PCIe byte counters' rate: 3 and 2 bytes per us),
+  // decoded reasons
   EXPECT_EQ(db.text("SELECT DISTINCT mem_used_bytes || '|' || mem_total_bytes || '|' || "
                     "temperature_c || '|' || power_w || '|' || power_limit_w || '|' || "
                     "sm_clock_mhz || '|' || mem_clock_mhz || '|' || pcie_tx_bytes_per_s || '|' "
                     "|| pcie_rx_bytes_per_s || '|' || ecc_corrected || '|' || ecc_uncorrected "
-                    "FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL"),
-            "1073741824|85899345920|61|250.5|700.0|1980|2619|102400|2048000|3|0");
+                    "FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL AND "
+                    "pcie_tx_bytes_per_s IS NOT NULL"),
+            "1073741824|85899345920|61|250.5|700.0|1980|2619|3000000|2000000|3|0");
+  // a rate needs two readings of the counters: none in the first row only
+  EXPECT_EQ(db.scalar("SELECT pcie_tx_bytes_per_s IS NULL FROM gpu_samples WHERE gpu = 0 "
+                      "ORDER BY ts_ns LIMIT 1"),
+            1);
   // the fast metrics at every pass, the slow ones (temperature, power limit, ECC,
   // utilization, processes) every 100 ms: every 5th pass at 20 ms
   EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_samples WHERE gpu = 0 AND (mem_used_bytes IS "
-                      "NULL OR power_w IS NULL OR sm_clock_mhz IS NULL OR pcie_tx_bytes_per_s "
-                      "IS NULL OR throttle_reasons IS NULL)"),
+                      "NULL OR power_w IS NULL OR sm_clock_mhz IS NULL OR (pcie_tx_bytes_per_s "
+                      "IS NULL AND ts_ns > (SELECT min(ts_ns) FROM gpu_samples WHERE gpu = 0)) "
+                      "OR throttle_reasons IS NULL)"),
             0);
   std::vector<int64_t> slow_ts;
   db.each("SELECT ts_ns FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL ORDER BY ts_ns",

@@ -282,6 +282,82 @@ TEST(GpuSampler, ExactValuesUnitsAndTimestamps) {
   EXPECT_GE(sampler.stats().passes, 4u);
 }
 
+// Where the driver has the fields, power is the instant reading and PCIe the byte counters'
+// rate (one nvmlDeviceGetFieldValues call); elsewhere nvmlDeviceGetPowerUsage and, only with the
+// slow metrics, nvmlDeviceGetPcieThroughput (it measures for 20 ms per direction).
+TEST(GpuSampler, PowerAndPcieFromFieldValuesWhereTheDriverHasThem) {
+  FakeScript script(
+      "devices 2\n"
+      "power_instant 0 250500\n"
+      "power 0 999\n"     // not read: the field answered
+      "pcie_tx 0 1\n"     // nor this
+      "pcie_tx_count 0 1000000@2000000 1500000@2000100 1500000@2000300 100@2000400 300@2000500\n"
+      "pcie_rx_count 0 7@2000000 10007@2000100 20007@2000300 20008@2000400 20009@2000500\n"
+      "temperature 0 50\n"
+      "power 1 70000\n"
+      "pcie_tx 1 2048\npcie_rx 1 4\n"
+      "temperature 1 40\n");
+  auto nvml = load_fake(EACGM_FAKE_NVML_FULL);
+  ASSERT_TRUE(nvml);
+  CollectingSink sink;
+  GpuSamplerOptions options;
+  options.interval = 20ms;
+  options.slow_interval = 40ms;  // every other pass
+  GpuSampler sampler(*nvml, sink, options);
+  run_passes(sampler, sink, 5);
+
+  std::vector<GpuSample> s = sink.samples_of(0);
+  ASSERT_GE(s.size(), 5u);
+  for (const GpuSample& x : s) EXPECT_DOUBLE_EQ(*x.power_w, 250.5);
+  EXPECT_FALSE(s[0].pcie_tx_bytes_per_s);                  // one reading: no rate yet
+  EXPECT_EQ(*s[1].pcie_tx_bytes_per_s, 5'000'000'000u);    // 500,000 B in 100 us
+  EXPECT_EQ(*s[1].pcie_rx_bytes_per_s, 100'000'000u);      // 10,000 B in 100 us
+  EXPECT_EQ(*s[2].pcie_tx_bytes_per_s, 0u);
+  EXPECT_EQ(*s[2].pcie_rx_bytes_per_s, 50'000'000u);       // over NVML's 200 us, not ours
+  EXPECT_FALSE(s[3].pcie_tx_bytes_per_s);                  // a 64-bit counter went down: reset
+  EXPECT_FALSE(s[3].pcie_rx_bytes_per_s);
+  EXPECT_EQ(*s[4].pcie_tx_bytes_per_s, 2'000'000u);        // and counts on from the reset
+  EXPECT_EQ(*s[4].pcie_rx_bytes_per_s, 10'000u);
+
+  std::vector<GpuSample> g1 = sink.samples_of(1);
+  ASSERT_GE(g1.size(), 5u);
+  int slow_passes = 0;
+  for (const GpuSample& x : g1) {
+    EXPECT_DOUBLE_EQ(*x.power_w, 70.0);
+    // PCIe throughput only with the slow metrics, in KB/s -> B/s
+    EXPECT_EQ(x.pcie_tx_bytes_per_s.has_value(), x.temperature_c.has_value());
+    if (!x.temperature_c) continue;
+    ++slow_passes;
+    EXPECT_EQ(*x.pcie_tx_bytes_per_s, 2048u * 1024);
+    EXPECT_EQ(*x.pcie_rx_bytes_per_s, 4u * 1024);
+  }
+  EXPECT_GE(slow_passes, 2);
+  EXPECT_LE(slow_passes, int(g1.size()) - 2);
+  EXPECT_EQ(unavailable_text(sampler), "");
+}
+
+// An error at the first pass is not "no such field": the field is asked again, not replaced.
+TEST(GpuSampler, FieldErrorsLoseAPassNotTheField) {
+  FakeScript script(
+      "devices 1\n"
+      "power_instant 0 !15 100000\n"
+      "power 0 999\n");
+  auto nvml = load_fake(EACGM_FAKE_NVML_FULL);
+  ASSERT_TRUE(nvml);
+  CollectingSink sink;
+  GpuSamplerOptions options;
+  options.interval = 20ms;
+  GpuSampler sampler(*nvml, sink, options);
+  run_passes(sampler, sink, 3);
+  std::vector<GpuSample> s = sink.samples_of(0);
+  ASSERT_GE(s.size(), 3u);
+  EXPECT_FALSE(s[0].power_w);
+  EXPECT_DOUBLE_EQ(*s[1].power_w, 100.0);
+  EXPECT_DOUBLE_EQ(*s[2].power_w, 100.0);
+  EXPECT_EQ(unavailable_text(sampler),
+            "power: GPU 0: nvmlDeviceGetFieldValues(POWER_INSTANT): GPU is lost (code 15)\n");
+}
+
 TEST(GpuSampler, ProcessesAreJoinedAndFiltered) {
   uint32_t self = uint32_t(getpid());
   uint32_t foreign = 4194000;  // above any default pid_max: never a traced pid

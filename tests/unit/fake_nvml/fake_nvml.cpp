@@ -48,6 +48,7 @@ struct State {
   std::map<std::pair<std::string, unsigned>, size_t> counters;
   std::map<std::pair<std::string, unsigned>, std::string> text;  // name, uuid, pci
   std::vector<Xid> xids;
+  uint64_t init_realtime_us = 0;
   bool registered[kMaxDevices] = {};
   std::vector<nv::ProcessUtilizationSample> last_util[kMaxDevices];
 };
@@ -151,6 +152,7 @@ nv::Return fake_init() {
   g_state = State();  // a fresh script per initialisation, even if the library stayed loaded
   for (unsigned i = 0; i < kMaxDevices; ++i) g_devices[i].index = i;
   load_script(g_state);
+  g_state.init_realtime_us = now_ns(CLOCK_REALTIME) / 1000;
   std::vector<unsigned long long> v;
   nv::Return rc = parse(take("init", 0), v);
   if (rc == nv::kErrorNotSupported) rc = nv::kSuccess;  // unscripted: works
@@ -402,14 +404,29 @@ FAKE_EXPORT nv::Return nvmlDeviceGetFieldValues(nv::Device h, int count, nv::Fie
   if (dev < 0 || !values || count <= 0) return nv::kErrorInvalidArgument;
   for (int i = 0; i < count; ++i) {
     nv::FieldValue& f = values[i];
-    const char* metric = f.field_id == nv::kFieldNvlinkThroughputDataTx   ? "nvlink_tx"
-                         : f.field_id == nv::kFieldNvlinkThroughputDataRx ? "nvlink_rx"
-                                                                          : nullptr;
-    if (!metric || f.scope_id != nv::kScopeAllLinks) {
+    bool all_links = f.scope_id == nv::kScopeAllLinks;
+    const char* metric = nullptr;
+    switch (f.field_id) {
+      case nv::kFieldNvlinkThroughputDataTx: metric = all_links ? "nvlink_tx" : nullptr; break;
+      case nv::kFieldNvlinkThroughputDataRx: metric = all_links ? "nvlink_rx" : nullptr; break;
+      case nv::kFieldPowerInstant: metric = "power_instant"; break;
+      case nv::kFieldPcieTxBytes: metric = "pcie_tx_count"; break;
+      case nv::kFieldPcieRxBytes: metric = "pcie_rx_count"; break;
+    }
+    if (!metric) {
       f.ret = nv::kErrorInvalidArgument;
       continue;
     }
-    std::optional<std::string> token = take(metric, unsigned(dev));  // "KiB@us" or "!N"
+    // "VALUE@us", "VALUE" (no time), "*R": a counter growing R per us since nvmlInit, read now
+    std::optional<std::string> token = take(metric, unsigned(dev));
+    if (token && (*token)[0] == '*') {
+      uint64_t us = now_ns(CLOCK_REALTIME) / 1000;
+      f.ret = nv::kSuccess;
+      f.value_type = nv::kValueUnsignedLongLong;
+      f.value.ull = std::stoull(token->substr(1)) * (us - g_state.init_realtime_us);
+      f.timestamp_us = (long long)us;
+      continue;
+    }
     std::vector<unsigned long long> v;
     f.ret = parse(token ? std::optional<std::string>(split(*token, '@').at(0)) : token, v);
     if (f.ret != nv::kSuccess) continue;
