@@ -3,6 +3,7 @@
 #include "gpu/gpu_sampler.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 namespace eacgm {
 
@@ -156,6 +157,7 @@ void GpuSampler::stop() {
 }
 
 void GpuSampler::run() {
+  pthread_setname_np(pthread_self(), "eacgm-gpu");
   using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
   auto next = Clock::now();
   for (;;) {

@@ -1,5 +1,7 @@
 // The GPU sampler's XID thread: waits on an NVML event set with a short timeout, so that stop()
 // never waits long for it.
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "gpu/gpu_sampler.h"
@@ -32,6 +34,7 @@ void GpuSampler::start_xid() {
 }
 
 void GpuSampler::run_xid() {
+  pthread_setname_np(pthread_self(), "eacgm-xid");
   const NvmlApi& a = nvml_.api();
   // Events end the wait at once; the timeout only bounds how long stop() takes, so it need
   // not follow the sampling interval (a 10 ms timeout would wake this thread 100 times a second).

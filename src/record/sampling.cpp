@@ -1,6 +1,7 @@
 // Fixed-deadline sampling: late passes are skipped, not bunched up.
 #include "record/sampling.h"
 
+#include <pthread.h>
 #include <time.h>
 
 #include <chrono>
@@ -47,6 +48,7 @@ void SamplingThread::sample_host() {
 }
 
 void SamplingThread::run() {
+  pthread_setname_np(pthread_self(), "eacgm-sampler");  // as top -H and ps -L show it
   using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
   auto interval = std::chrono::nanoseconds(interval_ns_);
   auto next = Clock::now();

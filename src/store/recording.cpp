@@ -1,6 +1,7 @@
 // The recording writer: schema, batching, and a writer thread that commits each batch.
 #include "store/recording.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -203,6 +204,7 @@ uint64_t RecordingWriter::rows_written() const {
 }
 
 void RecordingWriter::writer_loop() {
+  pthread_setname_np(pthread_self(), "eacgm-writer");
   for (;;) {
     std::unique_ptr<Batch> batch;
     {

@@ -7,16 +7,18 @@
 #include <algorithm>
 #include <time.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gpu/nvml_abi.h"
@@ -42,13 +44,24 @@ struct Xid {
   bool delivered;
 };
 
+struct Parsed {
+  nv::Return rc = nv::kSuccess;
+  std::vector<unsigned long long> values;
+  long long at_us = 0;  // "VALUE@us": the time NVML stamps on a field value
+};
+
 struct State {
   unsigned devices = 1;
-  std::map<std::pair<std::string, unsigned>, std::vector<std::string>> calls;
-  std::map<std::pair<std::string, unsigned>, size_t> counters;
+  struct Answers {
+    std::vector<std::string> tokens;
+    size_t calls = 0;  // how many were taken
+  };
+  // metric -> per device; looked up by string_view, without building a key per call
+  std::map<std::string, std::array<Answers, kMaxDevices>, std::less<>> calls;
   std::map<std::pair<std::string, unsigned>, std::string> text;  // name, uuid, pci
   std::vector<Xid> xids;
   uint64_t init_realtime_us = 0;
+  std::unordered_map<const std::string*, Parsed> parsed;  // tokens of `calls`, parsed once
   bool registered[kMaxDevices] = {};
   std::vector<nv::ProcessUtilizationSample> last_util[kMaxDevices];
 };
@@ -90,22 +103,24 @@ void load_script(State& s) {
       words >> after_ms >> xid;
       s.xids.push_back({dev, start + after_ms * 1000000, xid, false});
     } else {
-      std::vector<std::string>& tokens = s.calls[{key, dev}];
+      if (dev >= kMaxDevices) continue;
+      std::vector<std::string>& tokens = s.calls[key][dev].tokens;
       for (std::string t; words >> t;) tokens.push_back(t);
     }
   }
 }
 
-// The token for this call of `metric` on `dev` (the last one repeats); nullopt if unscripted.
-std::optional<std::string> peek(const std::string& metric, unsigned dev) {
-  auto it = g_state.calls.find({metric, dev});
-  if (it == g_state.calls.end() || it->second.empty()) return std::nullopt;
-  size_t n = g_state.counters[{metric, dev}];
-  return it->second[std::min(n, it->second.size() - 1)];
+// The token for this call of `metric` on `dev` (the last one repeats); null if unscripted.
+const std::string* peek(std::string_view metric, unsigned dev) {
+  auto it = g_state.calls.find(metric);
+  if (it == g_state.calls.end() || dev >= kMaxDevices) return nullptr;
+  const State::Answers& a = it->second[dev];
+  if (a.tokens.empty()) return nullptr;
+  return &a.tokens[std::min(a.calls, a.tokens.size() - 1)];
 }
-std::optional<std::string> take(const std::string& metric, unsigned dev) {
-  std::optional<std::string> t = peek(metric, dev);
-  if (t) ++g_state.counters[{metric, dev}];
+const std::string* take(std::string_view metric, unsigned dev) {
+  const std::string* t = peek(metric, dev);
+  if (t) ++g_state.calls.find(metric)->second[dev].calls;
   return t;
 }
 
@@ -117,15 +132,41 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// "!N" is an error answer; otherwise fills `values` with the ':'-separated numbers.
-nv::Return parse(const std::optional<std::string>& token, std::vector<unsigned long long>& values) {
-  if (!token) return nv::kErrorNotSupported;
-  if ((*token)[0] == '!') return std::atoi(token->c_str() + 1);
-  values.clear();
-  for (const std::string& p : split(*token, ':')) {
-    values.push_back(p == "NA" ? nv::kValueNotAvailable : std::stoull(p));
+// "!N" is an error answer; otherwise the ':'-separated numbers, and the time after an '@'.
+Parsed parse_token(const std::string& token) {
+  Parsed p;
+  if (token[0] == '!') {
+    p.rc = std::atoi(token.c_str() + 1);
+    return p;
   }
-  return nv::kSuccess;
+  size_t at = token.find('@');
+  if (at != std::string::npos) p.at_us = std::stoll(token.substr(at + 1));
+  for (const std::string& part : split(token.substr(0, at), ':')) {
+    p.values.push_back(part == "NA" ? nv::kValueNotAvailable : std::stoull(part));
+  }
+  return p;
+}
+
+nv::Return parse(const std::string& token, std::vector<unsigned long long>& values) {
+  Parsed p = parse_token(token);
+  values = std::move(p.values);
+  return p.rc;
+}
+
+// A scripted answer, parsed once: the sampler benchmark measures eacgm, not this library's
+// string handling (a driver's calls cost what they cost; see bench/README.md).
+const Parsed& parsed(const std::string* token) {
+  static const Parsed unscripted{nv::kErrorNotSupported, {}, 0};
+  if (!token) return unscripted;
+  auto it = g_state.parsed.find(token);
+  if (it == g_state.parsed.end()) it = g_state.parsed.emplace(token, parse_token(*token)).first;
+  return it->second;
+}
+
+nv::Return parse(const std::string* token, std::vector<unsigned long long>& values) {
+  const Parsed& p = parsed(token);
+  if (p.rc == nv::kSuccess) values = p.values;
+  return p.rc;
 }
 
 int device_index(nv::Device h) {
@@ -165,7 +206,7 @@ nv::Return running_processes(nv::Device h, unsigned* count, Info* infos) {
   std::lock_guard lock(g_mutex);
   int dev = device_index(h);
   if (dev < 0 || !count) return nv::kErrorInvalidArgument;
-  std::optional<std::string> token = peek("procs", unsigned(dev));
+  const std::string* token = peek("procs", unsigned(dev));
   if (!token) return nv::kErrorNotSupported;
   if ((*token)[0] == '!') {
     take("procs", unsigned(dev));
@@ -418,7 +459,7 @@ FAKE_EXPORT nv::Return nvmlDeviceGetFieldValues(nv::Device h, int count, nv::Fie
       continue;
     }
     // "VALUE@us", "VALUE" (no time), "*R": a counter growing R per us since nvmlInit, read now
-    std::optional<std::string> token = take(metric, unsigned(dev));
+    const std::string* token = take(metric, unsigned(dev));
     if (token && (*token)[0] == '*') {
       uint64_t us = now_ns(CLOCK_REALTIME) / 1000;
       f.ret = nv::kSuccess;
@@ -427,13 +468,12 @@ FAKE_EXPORT nv::Return nvmlDeviceGetFieldValues(nv::Device h, int count, nv::Fie
       f.timestamp_us = (long long)us;
       continue;
     }
-    std::vector<unsigned long long> v;
-    f.ret = parse(token ? std::optional<std::string>(split(*token, '@').at(0)) : token, v);
+    const Parsed& p = parsed(token);
+    f.ret = p.rc;
     if (f.ret != nv::kSuccess) continue;
     f.value_type = nv::kValueUnsignedLongLong;
-    f.value.ull = v.at(0);
-    size_t at = token->find('@');
-    f.timestamp_us = at == std::string::npos ? 0 : std::stoll(token->substr(at + 1));
+    f.value.ull = p.values.at(0);
+    f.timestamp_us = p.at_us;
   }
   return nv::kSuccess;
 }
@@ -445,7 +485,7 @@ FAKE_EXPORT nv::Return nvmlDeviceGetProcessUtilization(nv::Device h,
   std::lock_guard lock(g_mutex);
   int dev = device_index(h);
   if (dev < 0 || !count) return nv::kErrorInvalidArgument;
-  std::optional<std::string> token = peek("proc_util", unsigned(dev));
+  const std::string* token = peek("proc_util", unsigned(dev));
   if (!token) return nv::kErrorNotSupported;
   if ((*token)[0] == '!') {
     take("proc_util", unsigned(dev));
