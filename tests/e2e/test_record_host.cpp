@@ -290,8 +290,17 @@ TEST_F(RecordHost, DirectWritesShowUpPerProcessAndPerDisk) {
   Db db(db_);
   int64_t proc_bytes = db.scalar(
       "SELECT sum(io_bytes) FROM host_samples WHERE scope = 'process' AND name = 'direct_write'");
-  EXPECT_GE(proc_bytes, kMiB << 20);
-  EXPECT_LE(proc_bytes, (kMiB << 20) * 11 / 10);  // plus a little file-system metadata
+  // every process row with block I/O, to tell a misnamed row from a miscounted one on failure
+  std::string rows;
+  db.each("SELECT ts_ns || ' ' || id || ' ' || name || ' ' || io_bytes || ' ' || io_ops FROM "
+          "host_samples WHERE scope = 'process' AND io_bytes > 0 ORDER BY ts_ns",
+          [&](sqlite3_stmt* s) {
+            rows += reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+            rows += '\n';
+          });
+  EXPECT_GE(proc_bytes, kMiB << 20) << "process rows with I/O (ts pid name bytes ops):\n" << rows;
+  // plus a little file-system metadata
+  EXPECT_LE(proc_bytes, (kMiB << 20) * 11 / 10) << "process rows with I/O:\n" << rows;
   EXPECT_GE(db.scalar("SELECT sum(io_ops) FROM host_samples WHERE scope = 'process' AND "
                       "name = 'direct_write'"),
             kMiB);  // at least one bio per 1 MiB write
