@@ -210,30 +210,45 @@ static __always_inline bool py_is_code(__u64 obj, const struct eacgm_py_layout *
 	return obj && py_ptr(obj + l->object_type) == runtime + l->code_type_from_runtime;
 }
 
-/* The name object and first line that, with the code object's address, identify it. One read
- * where both lie within 128 bytes (every layout so far): each bpf_probe_read_user costs 60-150 ns
- * in this VM, about as much as the rest of a skipped call's program. */
-#define PY_IDENT_SPAN 128
+/* Room for a span (EACGM_PY_READ_SPAN) and an 8-byte field at any masked offset in it: offsets
+ * are masked, not compared, so that walking frames in a loop adds no verifier states. */
+#define PY_SPAN_BUF (EACGM_PY_READ_SPAN + 8)
+#define PY_SPAN_OFF(x) ((x) & (EACGM_PY_READ_SPAN - 1))
 
-static __always_inline void py_code_identity(__u64 code, const struct eacgm_py_layout *l,
-					     __u64 *name_obj, __u32 *firstlineno)
+/* Reads `len` bytes (at most EACGM_PY_READ_SPAN) at addr into buf; false if it could not. */
+static __always_inline bool py_read_span(__u8 *buf, __u64 len, __u64 addr)
 {
-	__u64 name_off = l->code_name, line_off = l->code_firstlineno;
-	__u64 lo = name_off < line_off ? name_off : line_off;
-	__u64 hi = name_off + 8 > line_off + 4 ? name_off + 8 : line_off + 4;
-	__u64 len = hi - lo;
-	__u8 buf[PY_IDENT_SPAN] = {};
 	asm volatile("" : "+r"(len));
-	__u64 n = name_off - lo, f = line_off - lo; /* within len, so the checks below hold */
-	asm volatile("" : "+r"(n), "+r"(f));
-	if (len > PY_IDENT_SPAN || len == 0 || n > PY_IDENT_SPAN - 8 || f > PY_IDENT_SPAN - 4 ||
-	    bpf_probe_read_user(buf, len, (void *)(code + lo)) != 0) {
-		*name_obj = py_ptr(code + name_off);
-		*firstlineno = py_u32(code + line_off);
-		return;
+	return len > 0 && len <= EACGM_PY_READ_SPAN && bpf_probe_read_user(buf, len, (void *)addr) == 0;
+}
+
+/* The name object and first line that, with the code object's address, identify it: one read
+ * (each bpf_probe_read_user costs 60-150 ns in this VM, about as much as the rest of the
+ * program for a call the filter skips). A global function: verified once, not at each call site
+ * (the stack walk's loop made loading take seconds). */
+struct py_code_ident {
+	__u64 name_obj;
+	__u32 firstlineno;
+	__u32 pad;
+};
+
+__noinline int py_read_identity(__u64 code, __u32 li, struct py_code_ident *out)
+{
+	if (!out)
+		return -1;
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
+	if (!l)
+		return -1;
+	__u8 buf[PY_SPAN_BUF] = {};
+	__u64 lo = l->code_span_lo;
+	if (!py_read_span(buf, l->code_span_len, code + lo)) {
+		out->name_obj = py_ptr(code + l->code_name);
+		out->firstlineno = py_u32(code + l->code_firstlineno);
+		return 0;
 	}
-	__builtin_memcpy(name_obj, buf + n, sizeof(*name_obj));
-	__builtin_memcpy(firstlineno, buf + f, sizeof(*firstlineno));
+	__builtin_memcpy(&out->name_obj, buf + PY_SPAN_OFF(l->code_name - lo), 8);
+	__builtin_memcpy(&out->firstlineno, buf + PY_SPAN_OFF(l->code_firstlineno - lo), 4);
+	return 0;
 }
 
 /* 3.11+: asks userspace to route every Python call through _PyEval_EvalFrameDefault (see the
@@ -298,9 +313,10 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	__u64 code = py_ptr(frame + l->frame_code);
 	if (!py_is_code(code, l, p->runtime))
 		return PY_NOT_PUSHED;
-	__u64 name_obj;
-	__u32 firstlineno;
-	py_code_identity(code, l, &name_obj, &firstlineno);
+	struct py_code_ident ident = {};
+	py_read_identity(code, li, &ident);
+	__u64 name_obj = ident.name_obj;
+	__u32 firstlineno = ident.firstlineno;
 	if (py_register_code(code, name_obj, pid, firstlineno, li) == EACGM_PY_SKIP)
 		return PY_NOT_PUSHED;
 
@@ -425,6 +441,46 @@ static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
 	return 0;
 }
 
+/* The fields of a frame a stack walk needs: the caller's frame, the code, the instruction (3.10:
+ * f_lasti, an int; else a pointer) and the owner (3.12+), in one read instead of four. */
+struct py_frame_fields {
+	__u64 back;
+	__u64 code;
+	__u64 instr;
+	__u8 owner;
+	__u8 pad[7];
+};
+
+__noinline int py_read_frame(__u64 frame, __u32 li, struct py_frame_fields *out)
+{
+	if (!out)
+		return -1;
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
+	if (!l)
+		return -1;
+	__u8 buf[PY_SPAN_BUF] = {};
+	__u64 lo = l->frame_span_lo;
+	out->instr = 0;
+	out->owner = 0;
+	if (!py_read_span(buf, l->frame_span_len, frame + lo)) {
+		out->back = py_ptr(frame + l->frame_back);
+		out->code = py_ptr(frame + l->frame_code);
+		bpf_probe_read_user(&out->instr, l->version == 310 ? 4 : 8,
+				    (void *)(frame + l->frame_instr));
+		if (l->frame_owner)
+			bpf_probe_read_user(&out->owner, 1, (void *)(frame + l->frame_owner));
+		return 0;
+	}
+	__builtin_memcpy(&out->back, buf + PY_SPAN_OFF(l->frame_back - lo), 8);
+	__builtin_memcpy(&out->code, buf + PY_SPAN_OFF(l->frame_code - lo), 8);
+	__builtin_memcpy(&out->instr, buf + PY_SPAN_OFF(l->frame_instr - lo), 8);
+	if (l->version == 310)
+		out->instr &= 0xffffffff;
+	if (l->frame_owner)
+		out->owner = buf[PY_SPAN_OFF(l->frame_owner - lo)];
+	return 0;
+}
+
 /* The innermost Python frames of the calling thread, as a STACK record that precedes the call
  * record stamped call_ts. Names come from CODE records, sent first for code not yet seen. */
 __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
@@ -452,25 +508,28 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 	for (int i = 0; i < EACGM_PY_MAX_STACK + 8 && frame; i++) {
 		if (n >= py_stack_depth || n >= EACGM_PY_MAX_STACK)
 			break;
-		__u64 next = py_ptr(frame + l->frame_back);
-		__u64 code = py_ptr(frame + l->frame_code);
-		__u8 owner = 0;
-		if (l->frame_owner)
-			bpf_probe_read_user(&owner, 1, (void *)(frame + l->frame_owner));
+		struct py_frame_fields ff = {};
+		if (py_read_frame(frame, li, &ff) != 0)
+			break;
+		__u64 next = ff.back;
+		__u64 code = ff.code;
 		/* C-stack shim frames (3.12+) are no Python code */
-		if (owner == 3 || !py_is_code(code, l, p->runtime)) {
+		if (ff.owner == 3 || !py_is_code(code, l, p->runtime)) {
 			frame = next;
 			continue;
 		}
 		struct eacgm_py_frame *f = &s->frames[n & (EACGM_PY_MAX_STACK - 1)];
 		f->code = code;
-		py_code_identity(code, l, &f->name_obj, &f->firstlineno);
+		struct py_code_ident ident = {};
+		py_read_identity(code, li, &ident);
+		f->name_obj = ident.name_obj;
+		f->firstlineno = ident.firstlineno;
 		if (l->version == 310) {
-			__s32 lasti = (__s32)py_u32(frame + l->frame_instr);
+			__s32 lasti = (__s32)(__u32)ff.instr;
 			f->instr = lasti < 0 ? ~0u : (__u32)lasti;
 		} else {
 			__u64 first = code + l->code_instructions;
-			__u64 prev = py_ptr(frame + l->frame_instr);
+			__u64 prev = ff.instr;
 			f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
 		}
 		py_register_code(code, f->name_obj, pid, f->firstlineno, li);

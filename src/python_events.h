@@ -18,6 +18,8 @@ enum eacgm_py_record_kind {
 #define EACGM_PY_LINETABLE_BYTES 512
 
 /* Where things are in one CPython build, in bytes (see src/python/layouts.cpp). */
+#define EACGM_PY_READ_SPAN 128
+
 struct eacgm_py_layout {
 	__u32 version;              /* 310, 311, 312, 313 */
 	__u32 runtime_interp_main;  /* _PyRuntime.interpreters.main */
@@ -45,6 +47,13 @@ struct eacgm_py_layout {
 	__u32 unicode_ascii_data;
 	__u32 unicode_compact_data;
 	__u32 object_type;          /* PyObject.ob_type */
+	/* Where the frame fields above (back, code, instr, owner) and the code object's name and
+	 * first line lie: each read in one go when the span is at most EACGM_PY_READ_SPAN bytes
+	 * (len 0: field by field). Set by set_read_spans(). */
+	__u32 frame_span_lo;
+	__u32 frame_span_len;
+	__u32 code_span_lo;
+	__u32 code_span_len;
 	__u32 pad;
 	__s64 runtime_from_eval;    /* in the file: &_PyRuntime - &_PyEval_EvalFrameDefault */
 	__s64 code_type_from_runtime; /* &PyCode_Type - &_PyRuntime; 0: frames hold only code */

@@ -3,6 +3,10 @@
 // installed and compares. A field CPython moves in a patch release would show up there.
 #include "python/layouts.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
 namespace eacgm {
 
 std::optional<eacgm_py_layout> cpython_layout(int minor) {
@@ -99,5 +103,29 @@ std::optional<eacgm_py_layout> cpython_layout(int minor) {
 }
 
 const char* supported_cpython_versions() { return "3.10, 3.11, 3.12, 3.13"; }
+
+void set_read_spans(eacgm_py_layout& l) {
+  struct Field {
+    uint32_t offset, size;
+  };
+  auto span = [](std::initializer_list<Field> fields, uint32_t& lo, uint32_t& len) {
+    uint32_t a = UINT32_MAX, b = 0;
+    for (const Field& f : fields) {
+      a = std::min(a, f.offset);
+      b = std::max(b, f.offset + f.size);
+    }
+    lo = a;
+    len = b - a <= EACGM_PY_READ_SPAN ? b - a : 0;  // 0: too far apart, read one by one
+  };
+  // 3.10's f_lasti is an int; later builds keep a pointer to the instruction
+  Field instr{l.frame_instr, l.version == 310 ? 4u : 8u};
+  if (l.frame_owner) {
+    span({{l.frame_back, 8}, {l.frame_code, 8}, instr, {l.frame_owner, 1}}, l.frame_span_lo,
+         l.frame_span_len);
+  } else {
+    span({{l.frame_back, 8}, {l.frame_code, 8}, instr}, l.frame_span_lo, l.frame_span_len);
+  }
+  span({{l.code_name, 8}, {l.code_firstlineno, 4}}, l.code_span_lo, l.code_span_len);
+}
 
 }  // namespace eacgm

@@ -89,6 +89,7 @@ bool PythonLayer::plan_file(const std::string& path) {
     return false;
   }
   uint32_t index = uint32_t(builds_.size());
+  set_read_spans(*build->layout);
   if (bpf_map_update_elem(layouts_fd_, &index, &*build->layout, BPF_ANY) != 0)
     fail("cannot store the CPython layout of {}: {}", path, errno_text(errno));
   if (std::string err = tracer_.attach_python_eval(path, build->eval_file_offset, index);
