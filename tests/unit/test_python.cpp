@@ -126,6 +126,33 @@ TEST(PythonLayouts, OnlyTheSupportedVersions) {
   EXPECT_STREQ(supported_cpython_versions(), "3.10, 3.11, 3.12, 3.13");
 }
 
+// The BPF side reads a frame's fields, and a code object's name and first line, in one read
+// each over these spans: every field must lie inside, and every supported build fits.
+TEST(PythonLayouts, ReadSpansCoverTheirFields) {
+  for (int minor : {10, 11, 12, 13}) {
+    SCOPED_TRACE(minor);
+    eacgm_py_layout l = *cpython_layout(minor);
+    set_read_spans(l);
+    ASSERT_GT(l.frame_span_len, 0u);
+    ASSERT_LE(l.frame_span_len, uint32_t(EACGM_PY_READ_SPAN));
+    auto inside = [](uint32_t lo, uint32_t len, uint32_t off, uint32_t size) {
+      return off >= lo && off + size <= lo + len;
+    };
+    EXPECT_TRUE(inside(l.frame_span_lo, l.frame_span_len, l.frame_back, 8));
+    EXPECT_TRUE(inside(l.frame_span_lo, l.frame_span_len, l.frame_code, 8));
+    EXPECT_TRUE(inside(l.frame_span_lo, l.frame_span_len, l.frame_instr, minor == 10 ? 4 : 8));
+    if (l.frame_owner) EXPECT_TRUE(inside(l.frame_span_lo, l.frame_span_len, l.frame_owner, 1));
+    ASSERT_GT(l.code_span_len, 0u);
+    EXPECT_TRUE(inside(l.code_span_lo, l.code_span_len, l.code_name, 8));
+    EXPECT_TRUE(inside(l.code_span_lo, l.code_span_len, l.code_firstlineno, 4));
+  }
+  // fields too far apart: read one by one
+  eacgm_py_layout far = *cpython_layout(11);
+  far.code_name = far.code_firstlineno + 200;
+  set_read_spans(far);
+  EXPECT_EQ(far.code_span_len, 0u);
+}
+
 std::string pyenv_lib(const std::string& version) {
   std::string minor = version.substr(0, version.rfind('.'));
   return "/root/.pyenv/versions/" + version + "/lib/libpython" + minor + ".so.1.0";
