@@ -289,8 +289,8 @@ TEST(GpuSampler, PowerAndPcieFromFieldValuesWhereTheDriverHasThem) {
   FakeScript script(
       "devices 2\n"
       "power_instant 0 250500\n"
-      "power 0 999\n"     // not read: the field answered
-      "pcie_tx 0 1\n"     // nor this
+      "power 0 999\n"  // not read: the field answered
+      "pcie_tx 0 1\n"  // nor this
       "pcie_tx_count 0 1000000@2000000 1500000@2000100 1500000@2000300 100@2000400 300@2000500\n"
       "pcie_rx_count 0 7@2000000 10007@2000100 20007@2000300 20008@2000400 20009@2000500\n"
       "temperature 0 50\n"
@@ -309,14 +309,14 @@ TEST(GpuSampler, PowerAndPcieFromFieldValuesWhereTheDriverHasThem) {
   std::vector<GpuSample> s = sink.samples_of(0);
   ASSERT_GE(s.size(), 5u);
   for (const GpuSample& x : s) EXPECT_DOUBLE_EQ(*x.power_w, 250.5);
-  EXPECT_FALSE(s[0].pcie_tx_bytes_per_s);                  // one reading: no rate yet
-  EXPECT_EQ(*s[1].pcie_tx_bytes_per_s, 5'000'000'000u);    // 500,000 B in 100 us
-  EXPECT_EQ(*s[1].pcie_rx_bytes_per_s, 100'000'000u);      // 10,000 B in 100 us
+  EXPECT_FALSE(s[0].pcie_tx_bytes_per_s);                // one reading: no rate yet
+  EXPECT_EQ(*s[1].pcie_tx_bytes_per_s, 5'000'000'000u);  // 500,000 B in 100 us
+  EXPECT_EQ(*s[1].pcie_rx_bytes_per_s, 100'000'000u);    // 10,000 B in 100 us
   EXPECT_EQ(*s[2].pcie_tx_bytes_per_s, 0u);
-  EXPECT_EQ(*s[2].pcie_rx_bytes_per_s, 50'000'000u);       // over NVML's 200 us, not ours
-  EXPECT_FALSE(s[3].pcie_tx_bytes_per_s);                  // a 64-bit counter went down: reset
+  EXPECT_EQ(*s[2].pcie_rx_bytes_per_s, 50'000'000u);  // over NVML's 200 us, not ours
+  EXPECT_FALSE(s[3].pcie_tx_bytes_per_s);             // a 64-bit counter went down: reset
   EXPECT_FALSE(s[3].pcie_rx_bytes_per_s);
-  EXPECT_EQ(*s[4].pcie_tx_bytes_per_s, 2'000'000u);        // and counts on from the reset
+  EXPECT_EQ(*s[4].pcie_tx_bytes_per_s, 2'000'000u);  // and counts on from the reset
   EXPECT_EQ(*s[4].pcie_rx_bytes_per_s, 10'000u);
 
   std::vector<GpuSample> g1 = sink.samples_of(1);

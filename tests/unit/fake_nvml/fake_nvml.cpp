@@ -4,9 +4,9 @@
 // is caught), and with FAKE_NVML_OLD an old driver's library (unversioned names only, no
 // nvmlErrorString, nvmlDeviceGetProcessUtilization or nvmlDeviceGetFieldValues, throttle
 // reasons under their old name, process info in the v1 layout). See README.md for the format.
-#include <algorithm>
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -448,11 +448,21 @@ FAKE_EXPORT nv::Return nvmlDeviceGetFieldValues(nv::Device h, int count, nv::Fie
     bool all_links = f.scope_id == nv::kScopeAllLinks;
     const char* metric = nullptr;
     switch (f.field_id) {
-      case nv::kFieldNvlinkThroughputDataTx: metric = all_links ? "nvlink_tx" : nullptr; break;
-      case nv::kFieldNvlinkThroughputDataRx: metric = all_links ? "nvlink_rx" : nullptr; break;
-      case nv::kFieldPowerInstant: metric = "power_instant"; break;
-      case nv::kFieldPcieTxBytes: metric = "pcie_tx_count"; break;
-      case nv::kFieldPcieRxBytes: metric = "pcie_rx_count"; break;
+      case nv::kFieldNvlinkThroughputDataTx:
+        metric = all_links ? "nvlink_tx" : nullptr;
+        break;
+      case nv::kFieldNvlinkThroughputDataRx:
+        metric = all_links ? "nvlink_rx" : nullptr;
+        break;
+      case nv::kFieldPowerInstant:
+        metric = "power_instant";
+        break;
+      case nv::kFieldPcieTxBytes:
+        metric = "pcie_tx_count";
+        break;
+      case nv::kFieldPcieRxBytes:
+        metric = "pcie_rx_count";
+        break;
     }
     if (!metric) {
       f.ret = nv::kErrorInvalidArgument;
