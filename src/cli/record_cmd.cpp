@@ -79,7 +79,8 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--interval,--gpu-interval", opts->interval_ms,
                   "sampling interval of the sampled layers (gpu, host), in milliseconds; GPU "
                   "utilization, temperature, power limit, ECC and per-process use, which NVML "
-                  "refreshes or which change slowly, are read at most every 100 ms")
+                  "refreshes or which change slowly, are read at most every 100 ms (so is PCIe "
+                  "throughput where the driver has no PCIe byte counters: that call takes 20 ms)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 60000.0));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");

@@ -61,7 +61,8 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
                     top += fmt::format("{}{}={:.1f}", top.empty() ? "" : " ",
                                        f[0].get<std::string>(), f[1].get<double>());
               fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}{}\n",
-                         double(s.int_at(0) - t0) / 1e9, s.text_at(2), s.text_at(3),
+                         double(s.int_at(0) - t0) / 1e9, s.text_at(2),
+                         s.text_at(3) == s.text_at(2) ? "(all layers)" : s.text_at(3),
                          human_ns(double(s.int_at(1))), s.double_at(4), s.double_at(5),
                          s.text_at(6), top.empty() ? "" : " (" + top + ")");
             });
