@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Slowdown of a small GPT training loop on CPU (steps/s) under eacgm's torch and comm layers
 # and python against no tracing, torch.profiler with stacks and cProfile,
-# all measured in one run, alternating, best of ROUNDS. Run as root after the build.
+# all measured in one run, alternating, ROUNDS times: steps/s (best round) and the training
+# thread's own CPU time per step (median round; probes run in that thread, time spent waiting
+# for a CPU does not count, so other load on the machine moves it less). Run as root after the
+# build.
 # LAYERS overrides the eacgm layer sets measured (space-separated list of --layers values).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,25 +19,33 @@ trap 'rm -rf "$out"' EXIT
 $PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scripts/setup.sh)"; exit 1; }
 
 rate() { sed -n 's/.*steps_per_s=\([0-9.]*\).*/\1/p'; }
-declare -A best
-keep() {  # name value: keep the highest rate
-  local cur=${best[$1]:-0}
-  best[$1]=$(awk -v a="$2" -v b="$cur" 'BEGIN{print (a>b)?a:b}')
+cpu() { sed -n 's/.*cpu_ms_per_step=\([0-9.]*\).*/\1/p'; }
+declare -A best cpus
+keep() {  # name output: keep the highest rate, and every run's CPU per step
+  local cur=${best[$1]:-0} r c
+  r=$(rate <<<"$2"); c=$(cpu <<<"$2")
+  best[$1]=$(awk -v a="$r" -v b="$cur" 'BEGIN{print (a>b)?a:b}')
+  cpus[$1]="${cpus[$1]:-} $c"
 }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for r in $(seq "$ROUNDS"); do
-  keep none "$($PY bench/train_steps.py "$STEPS" none "$SIZE" | rate)"
+  keep none "$($PY bench/train_steps.py "$STEPS" none "$SIZE")"
   for l in $LAYERS; do
     keep "eacgm:$l" "$($EACGM record -q -f -o "$out/r.db" --layers "$l" -- \
-                       $PY bench/train_steps.py "$STEPS" none "$SIZE" | rate)"
+                       $PY bench/train_steps.py "$STEPS" none "$SIZE")"
   done
-  keep torch-profiler "$($PY bench/train_steps.py "$STEPS" torch-profiler "$SIZE" | rate)"
-  keep cprofile "$($PY bench/train_steps.py "$STEPS" cprofile "$SIZE" | rate)"
+  keep torch-profiler "$($PY bench/train_steps.py "$STEPS" torch-profiler "$SIZE")"
+  keep cprofile "$($PY bench/train_steps.py "$STEPS" cprofile "$SIZE")"
 done
 base=${best[none]}
-printf "%-28s %10s %10s\n" "configuration" "steps/s" "slowdown"
+base_cpu=$(median <<<"${cpus[none]}")
+# steps/s: best of the rounds; CPU: the training thread's own CPU time per step (probes run in
+# it; waiting for a CPU does not count), median of the rounds
+printf "%-28s %10s %10s %14s %10s\n" "configuration" "steps/s" "slowdown" "cpu ms/step" "cpu added"
 for k in none $(for l in $LAYERS; do echo "eacgm:$l"; done) torch-profiler cprofile; do
-  awk -v k="$k" -v v="${best[$k]}" -v b="$base" \
-    'BEGIN{printf "%-28s %10.1f %9.1f%%\n", k, v, (b / v - 1) * 100}'
+  c=$(median <<<"${cpus[$k]}")
+  awk -v k="$k" -v v="${best[$k]}" -v b="$base" -v c="$c" -v bc="$base_cpu" \
+    'BEGIN{printf "%-28s %10.1f %9.1f%% %14.3f %9.1f%%\n", k, v, (b / v - 1) * 100, c, (c / bc - 1) * 100}'
 done
-echo "model size $SIZE, $STEPS steps per run, best of $ROUNDS rounds"
+echo "model size $SIZE, $STEPS steps per run, $ROUNDS rounds (steps/s: best; cpu: median)"
 echo "torch calls recorded in the last eacgm run: $(sqlite3 "$out/r.db" 'select count(*) from torch_calls')"
