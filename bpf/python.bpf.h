@@ -315,9 +315,7 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 		return PY_NOT_PUSHED;
 	struct py_code_ident ident = {};
 	py_read_identity(code, li, &ident);
-	__u64 name_obj = ident.name_obj;
-	__u32 firstlineno = ident.firstlineno;
-	if (py_register_code(code, name_obj, pid, firstlineno, li) == EACGM_PY_SKIP)
+	if (py_register_code(code, ident.name_obj, pid, ident.firstlineno, li) == EACGM_PY_SKIP)
 		return PY_NOT_PUSHED;
 
 	__u64 sp = PT_REGS_SP(ctx);
@@ -337,8 +335,8 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	c->ts_ns = bpf_ktime_get_ns();
 	c->run_delay = run_delay();
 	c->code = code;
-	c->name_obj = name_obj;
-	c->firstlineno = firstlineno;
+	c->name_obj = ident.name_obj;
+	c->firstlineno = ident.firstlineno;
 	t->depth = depth + 1;
 	return PY_PUSHED;
 }

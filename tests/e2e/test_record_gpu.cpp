@@ -63,6 +63,11 @@ TEST_F(RecordGpu, ExactValuesUnitsAndTimestampsFromNvml) {
                     "FROM gpu_samples WHERE gpu = 0 AND temperature_c IS NOT NULL AND "
                     "pcie_tx_bytes_per_s IS NOT NULL"),
             "1073741824|85899345920|61|250.5|700.0|1980|2619|3000000|2000000|3|0");
+  // (text() keeps the last row: every row with a PCIe rate has the same values)
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pcie_tx_bytes_per_s || '|' || pcie_rx_bytes_per_s || "
+                      "'|' || power_w) FROM gpu_samples WHERE gpu = 0 AND pcie_tx_bytes_per_s IS "
+                      "NOT NULL"),
+            1);
   // a rate needs two readings of the counters: none in the first row only
   EXPECT_EQ(db.scalar("SELECT pcie_tx_bytes_per_s IS NULL FROM gpu_samples WHERE gpu = 0 "
                       "ORDER BY ts_ns LIMIT 1"),

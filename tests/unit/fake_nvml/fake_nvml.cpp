@@ -48,6 +48,7 @@ struct Parsed {
   nv::Return rc = nv::kSuccess;
   std::vector<unsigned long long> values;
   long long at_us = 0;  // "VALUE@us": the time NVML stamps on a field value
+  bool per_us = false;  // "*R": values[0] is a rate per us since nvmlInit, read at the call
 };
 
 struct State {
@@ -137,6 +138,11 @@ Parsed parse_token(const std::string& token) {
   Parsed p;
   if (token[0] == '!') {
     p.rc = std::atoi(token.c_str() + 1);
+    return p;
+  }
+  if (token[0] == '*') {
+    p.per_us = true;
+    p.values.push_back(std::stoull(token.substr(1)));
     return p;
   }
   size_t at = token.find('@');
@@ -469,21 +475,18 @@ FAKE_EXPORT nv::Return nvmlDeviceGetFieldValues(nv::Device h, int count, nv::Fie
       continue;
     }
     // "VALUE@us", "VALUE" (no time), "*R": a counter growing R per us since nvmlInit, read now
-    const std::string* token = take(metric, unsigned(dev));
-    if (token && (*token)[0] == '*') {
-      uint64_t us = now_ns(CLOCK_REALTIME) / 1000;
-      f.ret = nv::kSuccess;
-      f.value_type = nv::kValueUnsignedLongLong;
-      f.value.ull = std::stoull(token->substr(1)) * (us - g_state.init_realtime_us);
-      f.timestamp_us = (long long)us;
-      continue;
-    }
-    const Parsed& p = parsed(token);
+    const Parsed& p = parsed(take(metric, unsigned(dev)));
     f.ret = p.rc;
     if (f.ret != nv::kSuccess) continue;
     f.value_type = nv::kValueUnsignedLongLong;
-    f.value.ull = p.values.at(0);
-    f.timestamp_us = p.at_us;
+    if (p.per_us) {
+      uint64_t us = now_ns(CLOCK_REALTIME) / 1000;
+      f.value.ull = p.values.at(0) * (us - g_state.init_realtime_us);
+      f.timestamp_us = (long long)us;
+    } else {
+      f.value.ull = p.values.at(0);
+      f.timestamp_us = p.at_us;
+    }
   }
   return nv::kSuccess;
 }
