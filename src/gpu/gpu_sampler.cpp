@@ -122,10 +122,7 @@ void GpuSampler::read_devices() {
 
 void GpuSampler::start() {
   if (sampler_thread_.joinable()) return;
-  {
-    std::lock_guard lock(wake_mutex_);
-    stopping_ = false;
-  }
+  stop_.reset();
   // Utilization samples from before the start belong to no recording.
   uint64_t now_us = realtime_now_ns() / 1000;
   for (DeviceState& d : states_) d.last_seen_us = now_us;
@@ -142,12 +139,7 @@ void GpuSampler::start_events_only() {
 void GpuSampler::sample_once() { run_pass(); }
 
 void GpuSampler::stop() {
-  {
-    std::lock_guard lock(wake_mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  xid_stopping_ = true;
+  stop_.request();
   if (sampler_thread_.joinable()) sampler_thread_.join();
   if (xid_thread_.joinable()) xid_thread_.join();
   if (event_set_) {
@@ -168,8 +160,7 @@ void GpuSampler::run() {
       next += options_.interval;
       skipped_passes_.fetch_add(1, std::memory_order_relaxed);
     }
-    std::unique_lock lock(wake_mutex_);
-    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+    if (stop_.sleep_until(next)) return;
   }
 }
 

@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "gpu/gpu_samples.h"
 #include "gpu/nvml.h"
+#include "util/stop_flag.h"
 
 namespace eacgm {
 
@@ -168,10 +168,7 @@ class GpuSampler {
   std::array<std::string, kMetricCount> reasons_;
 
   std::mutex sink_mutex_;  // one sink call at a time
-  std::mutex wake_mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // under wake_mutex_
-  std::atomic<bool> xid_stopping_{false};
+  StopFlag stop_;  // ends the sampler's and the XID thread's waits
   nvml::EventSet event_set_ = nullptr;
   std::thread sampler_thread_;
   std::thread xid_thread_;

@@ -10,7 +10,7 @@ namespace eacgm {
 
 void GpuSampler::start_xid() {
   const NvmlApi& a = nvml_.api();
-  xid_stopping_ = false;
+  stop_.reset();
   if (!options_.xid_events || states_.empty() || noted_[kXidEvents]) return;
   if (!ok(kXidEvents, 0, "nvmlEventSetCreate", a.event_set_create(&event_set_))) {
     event_set_ = nullptr;
@@ -39,15 +39,14 @@ void GpuSampler::run_xid() {
   // Events end the wait at once; the timeout only bounds how long stop() takes, so it need
   // not follow the sampling interval (a 10 ms timeout would wake this thread 100 times a second).
   constexpr unsigned timeout_ms = 100;
-  while (!xid_stopping_) {
+  while (!stop_.requested()) {
     nvml::EventData data{};
     nvml::Return rc = a.event_set_wait(event_set_, &data, timeout_ms);
     if (rc == nvml::kErrorTimeout) continue;
     if (rc != nvml::kSuccess) {
       ok(kXidEvents, 0, "nvmlEventSetWait_v2", rc);
       // Do not spin on a failing wait: retry after a timeout's worth of time.
-      std::unique_lock lock(wake_mutex_);
-      wake_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return stopping_; });
+      stop_.sleep_for(std::chrono::milliseconds(timeout_ms));
       continue;
     }
     if (!(data.event_type & nvml::kEventTypeXidCriticalError)) continue;

@@ -67,6 +67,7 @@ void GpuLayer::drain(RecordingWriter& out) {
   {
     std::lock_guard lock(mu_);
     samples.swap(samples_);
+    samples_.reserve(samples.size());  // the sampler's next interval needs no regrowing
     processes.swap(processes_);
     xids.swap(xids_);
   }

@@ -26,11 +26,7 @@ SamplingThread::~SamplingThread() { stop(); }
 
 void SamplingThread::stop() {
   if (!thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  stop_.request();
   thread_.join();
   sample_host();
 }
@@ -49,7 +45,7 @@ void SamplingThread::sample_host() {
 
 void SamplingThread::run() {
   pthread_setname_np(pthread_self(), "eacgm-sampler");  // as top -H and ps -L show it
-  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
+  using Clock = std::chrono::steady_clock;              // CLOCK_MONOTONIC
   auto interval = std::chrono::nanoseconds(interval_ns_);
   auto next = Clock::now();
   for (;;) {
@@ -57,8 +53,7 @@ void SamplingThread::run() {
     if (gpu_) gpu_->sample_once();
     next += interval;
     for (auto now = Clock::now(); next <= now;) next += interval;
-    std::unique_lock lock(mu_);
-    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+    if (stop_.sleep_until(next)) return;
   }
 }
 

@@ -1,7 +1,6 @@
 // The sampled layers' clock: one thread that wakes once per interval and reads every sampled
 // layer (host BPF maps, NVML), so that sampling costs one wakeup per interval in all.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -9,6 +8,7 @@
 
 #include "probe/host_tracer.h"
 #include "record/gpu_layer.h"
+#include "util/stop_flag.h"
 
 namespace eacgm {
 
@@ -32,9 +32,8 @@ class SamplingThread {
   HostTracer* host_;
   GpuLayer* gpu_;
   uint64_t interval_ns_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
+  StopFlag stop_;
+  std::mutex mu_;  // rows_
   std::vector<HostSampleRow> rows_;
   std::thread thread_;
 };
