@@ -61,7 +61,10 @@ std::function<int()> add_record(CLI::App& app) {
                   "outside the standard library and site-/dist-packages), a dotted name "
                   "module.qualname with * and ? wildcards (a plain name covers what is under "
                   "it: torch.nn), or a file path (any pattern with a '/'); '*' records every "
-                  "function. Stacks of cuda/comm calls always show every frame")
+                  "function; -PATTERN leaves out what it matches. The default leaves out "
+                  "nn.Module's own _private and __special__ methods (_call_impl, __getattr__: "
+                  "plumbing around every module call); 'user,torch.nn' keeps them. Stacks of "
+                  "cuda/comm calls always show every frame")
       ->capture_default_str();
   cmd->add_option("--python-stack-depth", opts->python_stack_depth,
                   "python layer: innermost Python frames kept for each cuda/comm call")

@@ -61,20 +61,33 @@ PythonFilter::PythonFilter(const std::string& patterns) : text_(patterns) {
   std::stringstream ss(patterns);
   std::string p;
   while (std::getline(ss, p, ',')) {
+    bool exclude = p.starts_with('-');
+    if (exclude) p.erase(0, 1);
     if (p.empty()) continue;
+    if (p == "user" && exclude)
+      throw UsageError(
+          fmt::format("--python-filter '{}': '-user' cannot be left out; name the "
+                      "files or modules to leave out instead (-/path/ or -pkg.*)",
+                      patterns));
     if (p == "user")
       user_ = true;
     else if (p.find('/') != std::string::npos)
-      file_patterns_.push_back(p);
+      (exclude ? file_exclusions_ : file_patterns_).push_back(p);
     else
-      name_patterns_.push_back(p);
+      (exclude ? name_exclusions_ : name_patterns_).push_back(p);
   }
   if (!user_ && name_patterns_.empty() && file_patterns_.empty())
-    throw UsageError(fmt::format("--python-filter '{}': no pattern (give e.g. user,torch.nn or "
-                                 "'mypkg.*' or /path/to/project)", patterns));
+    throw UsageError(
+        fmt::format("--python-filter '{}': no pattern chooses any function (give "
+                    "e.g. user,torch.nn or 'mypkg.*' or /path/to/project)",
+                    patterns));
 }
 
 bool PythonFilter::wants(std::string_view module_qualname, std::string_view file) const {
+  for (const auto& p : name_exclusions_)
+    if (matches(p, module_qualname, '.')) return false;
+  for (const auto& p : file_exclusions_)
+    if (matches(p, file, '/')) return false;
   if (user_ && !is_library_file(file)) return true;
   for (const auto& p : name_patterns_)
     if (matches(p, module_qualname, '.')) return true;

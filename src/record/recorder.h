@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "python/code_filter.h"
+
 namespace eacgm {
 
 struct RecordOptions {
@@ -20,7 +22,7 @@ struct RecordOptions {
   std::vector<std::string> torch_ops{"default"};  // --torch-ops patterns (TorchOpFilter)
   std::string nvml_library;  // --nvml-library; empty: $EACGM_NVML_LIBRARY, else the driver's
   bool quiet = false;
-  std::string python_filter = "user,torch.nn";  // --python-filter (see python/code_filter.h)
+  std::string python_filter = kDefaultPythonFilter;  // --python-filter
   uint32_t python_stack_depth = 8;               // --python-stack-depth
   bool python_no_hook = false;                   // --python-no-hook
 };

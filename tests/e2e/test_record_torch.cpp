@@ -121,6 +121,17 @@ TEST_F(RecordTorch, OperatorsAreAttributedToTheirPythonCallers) {
                       "t.ts_ns >= p.ts_ns AND t.ts_ns + t.dur_ns <= p.ts_ns + p.dur_ns "
                       "WHERE t.name = 'aten::linear'"),
             8 * kSteps);
+  // The default filter leaves nn.Module's plumbing out (_call_impl, __getattr__), so each
+  // Linear.forward nests right under the forward that called it.
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name LIKE "
+                      "'torch.nn.modules.module.Module.\\_%' ESCAPE '\\'"),
+            0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls p JOIN python_calls q ON "
+                      "q.tid = p.tid AND q.depth = p.depth - 1 AND q.ts_ns <= p.ts_ns AND "
+                      "q.ts_ns + q.dur_ns >= p.ts_ns + p.dur_ns WHERE "
+                      "p.name = 'torch.nn.modules.linear.Linear.forward' AND "
+                      "q.name = 'tiny_gpt.Block.forward'"),
+            8 * kSteps);
 }
 
 // An exception thrown through a uretprobe's trampoline aborts a C++ program (the trampoline has

@@ -342,6 +342,29 @@ TEST(PythonFilter, DefaultIsTheUsersCodeAndTorchNn) {
   EXPECT_FALSE(f.wants("json.decoder.JSONDecoder.decode", "/usr/lib/python3.11/json/decoder.py"));
   EXPECT_FALSE(f.wants("importlib._bootstrap._find_and_load", "<frozen importlib._bootstrap>"));
   EXPECT_FALSE(f.wants("<string>.__new__", "<string>"));
+  // nn.Module's plumbing is left out, the modules' forwards and public methods are not
+  const char* module_py = "/usr/lib/python3/dist-packages/torch/nn/modules/module.py";
+  EXPECT_FALSE(f.wants("torch.nn.modules.module.Module.__getattr__", module_py));
+  EXPECT_FALSE(f.wants("torch.nn.modules.module.Module._call_impl", module_py));
+  EXPECT_FALSE(
+      f.wants("torch.nn.modules.module.Module.__setattr__.<locals>.remove_from", module_py));
+  EXPECT_TRUE(f.wants("torch.nn.modules.module.Module.zero_grad", module_py));
+  EXPECT_TRUE(f.wants("torch.nn.modules.linear.Linear.__init__",
+                      "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py"));
+  EXPECT_TRUE(
+      PythonFilter("user,torch.nn").wants("torch.nn.modules.module.Module._call_impl", module_py));
+}
+
+TEST(PythonFilter, ExclusionsWinOverEveryInclusion) {
+  PythonFilter f("user,mypkg,-mypkg.internal,-*._*,-/home/me/vendored/");
+  EXPECT_TRUE(f.wants("mypkg.api.run", "/x/site-packages/mypkg/api.py"));
+  EXPECT_FALSE(f.wants("mypkg.internal.helper", "/x/site-packages/mypkg/internal.py"));
+  EXPECT_FALSE(f.wants("mypkg.api._private", "/x/site-packages/mypkg/api.py"));
+  EXPECT_TRUE(f.wants("train.main", "/home/me/train.py"));
+  EXPECT_FALSE(f.wants("train._setup", "/home/me/train.py"));  // user code, but excluded
+  EXPECT_FALSE(f.wants("lib.f", "/home/me/vendored/lib.py"));
+  EXPECT_THROW(PythonFilter("-mypkg"), UsageError);  // leaves out, chooses nothing
+  EXPECT_THROW(PythonFilter("torch.nn,-user"), UsageError);
 }
 
 TEST(PythonFilter, NamesGlobsAndPaths) {
