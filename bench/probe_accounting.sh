@@ -21,7 +21,14 @@ PY310=/root/.pyenv/versions/3.10.13/bin/python3.10
 WINDOW_S=${WINDOW_S:-4}
 layers=${1:-python,torch,comm}
 shift || true
-if [ $# -eq 0 ]; then set -- /usr/bin/python3 bench/train_steps.py 400 none medium; fi
+# The window opens when the command prints a line WARM_MARK (train_steps.py: "warm", after its
+# warm-up steps; before that, imports and the first steps run other code, at other rates), else
+# 2 s after the programs load.
+WARM_MARK=${WARM_MARK:-}
+if [ $# -eq 0 ]; then
+  set -- /usr/bin/python3 bench/train_steps.py 400 none medium
+  WARM_MARK=warm
+fi
 out=$(mktemp -d)
 old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled)
 trap 'rm -rf "$out"; sysctl -qw kernel.bpf_stats_enabled=$old_stats; kill $(jobs -p) 2>/dev/null || true' EXIT
@@ -82,7 +89,13 @@ fi
 $EACGM record -q -f -o "$out/run.db" --layers "$layers" -- "$@" > "$out/run.out" 2>&1 &
 rec=$!
 wait_attached
-sleep 2
+if [ -n "$WARM_MARK" ]; then
+  for i in $(seq 600); do grep -qx "$WARM_MARK" "$out/run.out" && break; sleep 0.1; done
+  grep -qx "$WARM_MARK" "$out/run.out" || { echo "no '$WARM_MARK' line from the command in 60 s" >&2; exit 1; }
+  sleep 0.5
+else
+  sleep 2
+fi
 ids=$(prog_ids)
 snapshot $ids > "$out/s0"
 sleep "$WINDOW_S"

@@ -40,6 +40,7 @@ def main():
 
     for _ in range(20):  # warm-up: allocator, first-call initialisation
         step()
+    print("warm", flush=True)  # for bench/probe_accounting.sh: the steady state starts here
     if mode == "torch-profiler":
         from torch.profiler import profile, ProfilerActivity
         ctx = profile(activities=[ProfilerActivity.CPU], with_stack=True)

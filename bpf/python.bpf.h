@@ -56,12 +56,37 @@ struct py_open_call {
 	__u32 pad;
 };
 
+/*
+ * What the thread's last stack walks learned of each frame, to skip reading its code's identity
+ * again (one bpf_probe_read_user, 100-150 ns here) and registering it: most CUDA calls and
+ * operators of a training step share their outer frames with the one before. Direct-mapped by
+ * frame address. An entry holds only while py_code_gen has not moved since it was made: a frame
+ * at the same address running code at the same address is the same code object unless that one
+ * was freed and a new one made there, and a new code object bumps py_code_gen when it is first
+ * named, at its first call through the eval probe. Used only where every call goes through the
+ * eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could run unseen.
+ */
+#define PY_MEMO_SLOTS 16
+
+struct py_frame_memo {
+	__u64 frame;
+	__u64 code;
+	__u64 name_obj;
+	__u64 gen;
+	__u32 firstlineno;
+	__u32 pad;
+};
+
 struct py_task {
 	__u64 tstate; /* the thread's PyThreadState, as the last eval call passed it */
 	__u32 depth;
 	__u32 pad;
 	struct py_open_call calls[PY_MAX_DEPTH];
+	struct py_frame_memo memo[PY_MEMO_SLOTS];
 };
+
+/* Bumped each time a code object is named for the first time (see struct py_frame_memo). */
+__u64 py_code_gen = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -169,6 +194,7 @@ __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 fir
 	__u32 pending = EACGM_PY_PENDING;
 	if (bpf_map_update_elem(&py_codes, &key, &pending, BPF_NOEXIST) != 0)
 		return EACGM_PY_PENDING; /* another CPU got there first */
+	__sync_fetch_and_add(&py_code_gen, 1);
 	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &layout);
 	if (!l)
 		return EACGM_PY_PENDING;
@@ -419,11 +445,10 @@ int py_eval_session(struct pt_regs *ctx)
  * this thread, else found in the interpreter's thread list. 3.11+ threads are known by their
  * native (kernel) id; 3.10's by pthread_self(), which on x86_64 glibc is the fs base. */
 static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
-					     const struct eacgm_py_layout *l, __u32 tid)
+					     const struct eacgm_py_layout *l, __u32 tid,
+					     struct task_struct *task, const struct py_task *t)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 want = l->version == 310 ? BPF_CORE_READ(task, thread.fsbase) : tid;
-	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0, 0);
 	if (t && t->tstate && py_ptr(t->tstate + l->tstate_thread_id) == want)
 		return t->tstate;
 	__u64 interp = py_ptr(p->runtime + l->runtime_interp_main);
@@ -490,9 +515,15 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
 	if (!l || !l->version)
 		return 0;
-	__u64 tstate = py_thread_state(p, l, tid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0, 0);
+	__u64 tstate = py_thread_state(p, l, tid, task, t);
 	if (!tstate)
 		return 0;
+	/* the memo, where every call goes through the eval probe (see struct py_frame_memo) */
+	if (t && !(l->version == 310 || p->hook == EACGM_PY_HOOK_OURS))
+		t = NULL;
+	__u64 gen = *(volatile __u64 *)&py_code_gen;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);
 	if (l->version == 311 || l->version == 312) /* through the cframe; 3.13 has none */
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
@@ -518,10 +549,27 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 		}
 		struct eacgm_py_frame *f = &s->frames[n & (EACGM_PY_MAX_STACK - 1)];
 		f->code = code;
-		struct py_code_ident ident = {};
-		py_read_identity(code, li, &ident);
-		f->name_obj = ident.name_obj;
-		f->firstlineno = ident.firstlineno;
+		struct py_frame_memo *m =
+			t ? &t->memo[(frame >> 4 ^ frame >> 12) & (PY_MEMO_SLOTS - 1)] : NULL;
+		if (m && m->frame == frame && m->code == code && m->gen == gen) {
+			f->name_obj = m->name_obj;
+			f->firstlineno = m->firstlineno;
+		} else {
+			struct py_code_ident ident = {};
+			py_read_identity(code, li, &ident);
+			f->name_obj = ident.name_obj;
+			f->firstlineno = ident.firstlineno;
+			/* remembered once userspace has its name (a PENDING one may have been lost) */
+			if (py_register_code(code, f->name_obj, pid, f->firstlineno, li) !=
+				    EACGM_PY_PENDING &&
+			    m) {
+				m->frame = frame;
+				m->code = code;
+				m->name_obj = f->name_obj;
+				m->firstlineno = f->firstlineno;
+				m->gen = gen;
+			}
+		}
 		if (l->version == 310) {
 			__s32 lasti = (__s32)(__u32)ff.instr;
 			f->instr = lasti < 0 ? ~0u : (__u32)lasti;
@@ -530,7 +578,6 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 			__u64 prev = ff.instr;
 			f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
 		}
-		py_register_code(code, f->name_obj, pid, f->firstlineno, li);
 		n++;
 		frame = next;
 	}

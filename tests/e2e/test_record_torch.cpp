@@ -74,6 +74,30 @@ TEST_F(RecordTorch, TrainingLoopHasExactOperatorCounts) {
   EXPECT_EQ(linear, size_t(9 * kSteps));
 }
 
+// Stacks remember the frames of the last walk (to skip re-reading their code objects); a new
+// code object at a freed one's address, run by a frame at the same address, must still get its
+// own name and lines.
+TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
+  constexpr int kRounds = 30;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--torch-ops",
+                "relu", "--", kPython, std::string(EACGM_WORKLOAD_SOURCES) + "/recycled_code.py",
+                std::to_string(kRounds)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  // the case this is about happened: the rounds' code objects shared addresses
+  int addresses = 0;
+  ASSERT_EQ(sscanf(r.out.c_str(), "code_addresses=%d", &addresses), 1) << r.out;
+  EXPECT_LT(addresses, kRounds / 2) << r.out;
+  Db db(db_);
+  std::string want;  // round i's fn_i runs its operator on line i + 2
+  for (int i = 0; i < kRounds; ++i)
+    want += (i ? "," : "") + std::string("<string>.fn_") + std::to_string(i) + ":" +
+            std::to_string(i + 2);
+  EXPECT_EQ(db.text("SELECT group_concat(name || ':' || line, ',') FROM (SELECT s.name, s.line "
+                    "FROM torch_calls t JOIN python_stacks s ON s.id = t.py_stack AND "
+                    "s.depth = 0 WHERE t.name = 'aten::relu' ORDER BY t.ts_ns)"),
+            want);
+}
+
 TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch", "--torch-ops",
                 "aten::linear,softmax.int,nll_loss*", "--", kPython, kTinyGpt,
