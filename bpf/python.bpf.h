@@ -258,12 +258,10 @@ struct py_code_ident {
 	__u32 pad;
 };
 
-__noinline int py_read_identity(__u64 code, __u32 li, struct py_code_ident *out)
+__noinline int py_read_identity(__u64 code, const struct eacgm_py_layout *l,
+				struct py_code_ident *out)
 {
-	if (!out)
-		return -1;
-	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
-	if (!l)
+	if (!out || !l)
 		return -1;
 	__u8 buf[PY_SPAN_BUF] = {};
 	__u64 lo = l->code_span_lo;
@@ -340,7 +338,7 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	if (!py_is_code(code, l, p->runtime))
 		return PY_NOT_PUSHED;
 	struct py_code_ident ident = {};
-	py_read_identity(code, li, &ident);
+	py_read_identity(code, l, &ident);
 	if (py_register_code(code, ident.name_obj, pid, ident.firstlineno, li) == EACGM_PY_SKIP)
 		return PY_NOT_PUSHED;
 
@@ -474,12 +472,10 @@ struct py_frame_fields {
 	__u8 pad[7];
 };
 
-__noinline int py_read_frame(__u64 frame, __u32 li, struct py_frame_fields *out)
+__noinline int py_read_frame(__u64 frame, const struct eacgm_py_layout *l,
+			     struct py_frame_fields *out)
 {
-	if (!out)
-		return -1;
-	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
-	if (!l)
+	if (!out || !l)
 		return -1;
 	__u8 buf[PY_SPAN_BUF] = {};
 	__u64 lo = l->frame_span_lo;
@@ -538,7 +534,7 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 		if (n >= py_stack_depth || n >= EACGM_PY_MAX_STACK)
 			break;
 		struct py_frame_fields ff = {};
-		if (py_read_frame(frame, li, &ff) != 0)
+		if (py_read_frame(frame, l, &ff) != 0)
 			break;
 		__u64 next = ff.back;
 		__u64 code = ff.code;
@@ -556,7 +552,7 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 			f->firstlineno = m->firstlineno;
 		} else {
 			struct py_code_ident ident = {};
-			py_read_identity(code, li, &ident);
+			py_read_identity(code, l, &ident);
 			f->name_obj = ident.name_obj;
 			f->firstlineno = ident.firstlineno;
 			/* remembered once userspace has its name (a PENDING one may have been lost) */
