@@ -172,6 +172,34 @@ static __always_inline __u32 py_u32(__u64 addr)
  * with its names and line table asks for it (PENDING until answered). A global function: the
  * verifier checks it once, not at each of its call sites.
  */
+/* The print of an ASCII name's characters (see EACGM_PY_VOLATILE), from a copy of them. */
+static __always_inline __u32 py_print_chars(const char *chars)
+{
+	__u32 h = EACGM_PY_NAME_PRINT_SEED;
+	for (int i = 0; i < EACGM_PY_NAME_PRINT_BYTES && chars[i]; i++)
+		h = eacgm_py_name_print_step(h, (__u8)chars[i]);
+	return eacgm_py_name_print_fold(h);
+}
+
+static __always_inline __u32 py_name_print(__u64 name_obj, const struct eacgm_py_layout *l)
+{
+	char buf[EACGM_PY_NAME_PRINT_BYTES + 1] = {};
+	bpf_probe_read_user_str(buf, sizeof(buf), (void *)(name_obj + l->unicode_ascii_data));
+	return py_print_chars(buf);
+}
+
+/* Code made from a string: its file is "<string>", "<stdin>"..., not a "<frozen ...>" module. */
+static __always_inline bool py_from_string(const char *file)
+{
+	const char frozen[] = "<frozen ";
+	if (file[0] != '<')
+		return false;
+	for (int i = 1; i < sizeof(frozen) - 1; i++)
+		if (file[i] != frozen[i])
+			return true;
+	return false;
+}
+
 __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 firstlineno,
 				__u32 layout)
 {
@@ -179,23 +207,35 @@ __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 fir
 		.code = code, .name_obj = name_obj, .pid = pid, .firstlineno = firstlineno};
 	__u32 si = (__u32)((code >> 4) ^ (code >> 14)) & (PY_VERDICT_SLOTS - 1);
 	struct py_verdict_slot *slot = bpf_map_lookup_elem(&py_verdicts, &si);
+	__u32 verdict = 0;
 	if (slot && slot->key.code == code && slot->key.name_obj == name_obj &&
-	    slot->key.pid == pid && slot->key.firstlineno == firstlineno)
-		return slot->verdict;
-	__u32 *v = bpf_map_lookup_elem(&py_codes, &key);
-	if (v) {
-		__u32 verdict = *v;
-		if (slot && verdict != EACGM_PY_PENDING) {
-			slot->key = key;
-			slot->verdict = verdict;
+	    slot->key.pid == pid && slot->key.firstlineno == firstlineno) {
+		verdict = slot->verdict;
+	} else {
+		__u32 *v = bpf_map_lookup_elem(&py_codes, &key);
+		if (v) {
+			verdict = *v;
+			if (slot && (verdict & EACGM_PY_VERDICT_MASK) != EACGM_PY_PENDING) {
+				slot->key = key;
+				slot->verdict = verdict;
+			}
 		}
+	}
+	if (verdict && !(verdict & EACGM_PY_VOLATILE))
 		return verdict;
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &layout);
+	if (verdict) {
+		/* code made from a string: the same key may be another function by now */
+		if (!l || py_name_print(name_obj, l) == verdict >> 16)
+			return verdict & EACGM_PY_VERDICT_MASK;
+		bpf_map_delete_elem(&py_codes, &key);
+		if (slot)
+			slot->key.code = 0;
 	}
 	__u32 pending = EACGM_PY_PENDING;
 	if (bpf_map_update_elem(&py_codes, &key, &pending, BPF_NOEXIST) != 0)
 		return EACGM_PY_PENDING; /* another CPU got there first */
 	__sync_fetch_and_add(&py_code_gen, 1);
-	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &layout);
 	if (!l)
 		return EACGM_PY_PENDING;
 	struct eacgm_py_code_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -213,6 +253,11 @@ __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 fir
 	__u64 file = py_ptr(code + l->code_filename);
 	e->file_bytes = PY_READ_STR(e->file, file, l, kind);
 	e->file_kind = kind;
+	/* checked from now on, before userspace has even answered (see EACGM_PY_VOLATILE) */
+	if (e->name_kind == 0 && e->file_kind == 0 && py_from_string(e->file)) {
+		__u32 v = EACGM_PY_PENDING | EACGM_PY_VOLATILE | py_print_chars(e->name) << 16;
+		bpf_map_update_elem(&py_codes, &key, &v, BPF_EXIST);
+	}
 	__u64 table = py_ptr(code + l->code_linetable);
 	__u64 size = py_ptr(table + l->bytes_size);
 	if (size > sizeof(e->linetable))

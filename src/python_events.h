@@ -100,6 +100,29 @@ enum eacgm_py_verdict {
 	EACGM_PY_TRACE = 2,
 	EACGM_PY_SKIP = 3,    /* costs only the probe hit from now on */
 };
+#define EACGM_PY_VERDICT_MASK 0xffu
+/*
+ * Code that exec(), eval() or compile() made from a string ("<string>", "<lambda>"...) is often
+ * made, run and freed in a loop, and CPython then reuses the freed code object's and name
+ * string's memory for the next: same address, same name object address, same first line, so
+ * the same key for another function. For such code userspace adds this flag and, in bits 16-31,
+ * a print of the name's characters (eacgm_py_name_print); the BPF side checks the name against
+ * it at each call and names the code again when it differs.
+ */
+#define EACGM_PY_VOLATILE 0x100u
+#define EACGM_PY_NAME_PRINT_BYTES 32
+#define EACGM_PY_NAME_PRINT_SEED 2166136261u
+
+/* FNV-1a over the name's first EACGM_PY_NAME_PRINT_BYTES characters (ASCII), folded to 16 bits:
+ * the same function in BPF and in userspace. */
+static inline __u32 eacgm_py_name_print_step(__u32 h, __u8 c)
+{
+	return (h ^ c) * 16777619u;
+}
+static inline __u32 eacgm_py_name_print_fold(__u32 h)
+{
+	return (h >> 16 ^ h) & 0xffffu;
+}
 
 struct eacgm_py_call_event {
 	__u32 kind;  /* EACGM_REC_PY_CALL */

@@ -48,6 +48,13 @@ std::string to_utf8(const char* data, size_t bytes, uint8_t kind) {
 
 }  // namespace
 
+uint32_t python_name_print(std::string_view name) {
+  uint32_t h = EACGM_PY_NAME_PRINT_SEED;
+  for (size_t i = 0; i < name.size() && i < EACGM_PY_NAME_PRINT_BYTES && name[i]; ++i)
+    h = eacgm_py_name_print_step(h, uint8_t(name[i]));
+  return eacgm_py_name_print_fold(h);
+}
+
 PythonDecoder::PythonDecoder(RecordingWriter& out, PythonFilter filter, VerdictSink set_verdict)
     : out_(out), filter_(std::move(filter)), set_verdict_(std::move(set_verdict)) {}
 
@@ -90,9 +97,17 @@ void PythonDecoder::decode_code(const eacgm_py_code_event& e) {
   info.traced = filter_.wants(info.name, info.file);
   size_t table = std::min<size_t>(e.linetable_bytes, sizeof(e.linetable));
   info.linetable.assign(e.linetable, e.linetable + table);
-  codes_[e.key] = std::move(info);
+  uint32_t verdict = info.traced ? EACGM_PY_TRACE : EACGM_PY_SKIP;
+  // Code made from a string (not a frozen module): its key may come back as another function
+  // (see EACGM_PY_VOLATILE); an ASCII name can be checked at each call.
+  if (file.starts_with("<") && !file.starts_with("<frozen ") && e.name_kind == 0)
+    verdict |=
+        EACGM_PY_VOLATILE |
+        (python_name_print(std::string_view(e.name, std::min<size_t>(e.name_bytes, sizeof(e.name))))
+         << 16);
+  codes_[e.key] = std::move(info);  // a key named again is another function now
   ++stats_.code_objects;
-  if (set_verdict_) set_verdict_(e.key, codes_[e.key].traced ? EACGM_PY_TRACE : EACGM_PY_SKIP);
+  if (set_verdict_) set_verdict_(e.key, verdict);
 }
 
 const PythonDecoder::CodeInfo* PythonDecoder::find(const eacgm_py_code_key& key) const {

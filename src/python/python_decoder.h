@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +22,11 @@ struct PythonDecoderStats {
   uint64_t code_objects = 0;  // code objects named
   uint64_t stacks = 0;        // distinct stacks
 };
+
+// The print of a code object's ASCII name that the BPF side checks code made from a string
+// against (EACGM_PY_VOLATILE): FNV-1a over its first EACGM_PY_NAME_PRINT_BYTES characters, up to
+// a NUL, folded to 16 bits.
+uint32_t python_name_print(std::string_view name);
 
 class PythonDecoder {
  public:

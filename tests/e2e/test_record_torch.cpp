@@ -98,6 +98,35 @@ TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
             want);
 }
 
+// The same, with every function on the same first line: the code object, its name object and
+// its first line all come back at the same addresses (3.11 frees and reuses name strings too),
+// and only the name's characters tell the functions apart.
+TEST_F(RecordTorch, CallsAndStacksNameRecycledCodeWithTheSameFirstLine) {
+  constexpr int kRounds = 30;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--torch-ops",
+                "relu", "--python-filter", "<string>*", "--", kPython,
+                std::string(EACGM_WORKLOAD_SOURCES) + "/recycled_code.py", std::to_string(kRounds),
+                "same"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  int addresses = 0;
+  ASSERT_EQ(sscanf(r.out.c_str(), "code_addresses=%d", &addresses), 1) << r.out;
+  EXPECT_LT(addresses, kRounds / 2) << r.out;
+  Db db(db_);
+  std::string names, frames;
+  for (int i = 0; i < kRounds; ++i) {
+    std::string name = "<string>.fn_" + std::to_string(i);
+    names += (i ? "," : "") + name;
+    frames += (i ? "," : "") + name + ":2";
+  }
+  EXPECT_EQ(db.text("SELECT group_concat(name, ',') FROM (SELECT name FROM python_calls "
+                    "WHERE name LIKE '<string>.fn%' ORDER BY ts_ns)"),
+            names);
+  EXPECT_EQ(db.text("SELECT group_concat(name || ':' || line, ',') FROM (SELECT s.name, s.line "
+                    "FROM torch_calls t JOIN python_stacks s ON s.id = t.py_stack AND "
+                    "s.depth = 0 WHERE t.name = 'aten::relu' ORDER BY t.ts_ns)"),
+            frames);
+}
+
 TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch", "--torch-ops",
                 "aten::linear,softmax.int,nll_loss*", "--", kPython, kTinyGpt,

@@ -12,12 +12,13 @@
 #include <map>
 #include <sstream>
 
-#include "python/code_filter.h"
 #include "probe/elf_symbols.h"
+#include "python/code_filter.h"
 #include "python/cpython_build.h"
 #include "python/debug_offsets.h"
 #include "python/layouts.h"
 #include "python/line_table.h"
+#include "python/python_decoder.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -320,6 +321,16 @@ TEST(PythonLineTables, UnknownInstructionAndTruncatedTable) {
   EXPECT_EQ(cpython_line_of(10, table, 5, 4), 7);
   EXPECT_EQ(cpython_line_of(10, table, 5, 6), -1);   // past the table
   EXPECT_EQ(cpython_line_of(10, table, 5, ~0u), -1);  // a frame that has not started
+}
+
+TEST(PythonDecoder, NamePrintIsFnv1aOfTheFirst32CharactersFolded) {
+  // FNV-1a 32 of "a" is 0xe40c292c; folded: 0xe40c ^ 0x292c
+  EXPECT_EQ(python_name_print("a"), 0xe40cu ^ 0x292cu);
+  EXPECT_NE(python_name_print("fn_1"), python_name_print("fn_2"));
+  EXPECT_EQ(python_name_print(std::string_view("fn_1\0junk", 9)), python_name_print("fn_1"));
+  std::string long_name(32, 'x');
+  EXPECT_EQ(python_name_print(long_name + "tail"), python_name_print(long_name));
+  EXPECT_LE(python_name_print(long_name), 0xffffu);
 }
 
 TEST(PythonFilter, ModulesFromPaths) {
