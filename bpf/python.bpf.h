@@ -167,11 +167,6 @@ static __always_inline __u32 py_u32(__u64 addr)
 		_n;                                                                               \
 	})
 
-/*
- * Userspace's verdict on a code object; the first time one is seen in a process, a CODE record
- * with its names and line table asks for it (PENDING until answered). A global function: the
- * verifier checks it once, not at each of its call sites.
- */
 /* The print of an ASCII name's characters (see EACGM_PY_VOLATILE), from a copy of them. */
 static __always_inline __u32 py_print_chars(const char *chars)
 {
@@ -200,6 +195,12 @@ static __always_inline bool py_from_string(const char *file)
 	return false;
 }
 
+/*
+ * Userspace's verdict on a code object; the first time one is seen in a process, a CODE record
+ * with its names and line table asks for it (PENDING until answered), and so does code made
+ * from a string whose name no longer matches its verdict's print (EACGM_PY_VOLATILE). A global
+ * function: the verifier checks it once, not at each of its call sites.
+ */
 __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 firstlineno,
 				__u32 layout)
 {

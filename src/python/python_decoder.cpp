@@ -100,7 +100,8 @@ void PythonDecoder::decode_code(const eacgm_py_code_event& e) {
   uint32_t verdict = info.traced ? EACGM_PY_TRACE : EACGM_PY_SKIP;
   // Code made from a string (not a frozen module): its key may come back as another function
   // (see EACGM_PY_VOLATILE); an ASCII name can be checked at each call.
-  if (file.starts_with("<") && !file.starts_with("<frozen ") && e.name_kind == 0)
+  if (e.name_kind == 0 && e.file_kind == 0 && file.starts_with("<") &&
+      !file.starts_with("<frozen "))
     verdict |=
         EACGM_PY_VOLATILE |
         (python_name_print(std::string_view(e.name, std::min<size_t>(e.name_bytes, sizeof(e.name))))
