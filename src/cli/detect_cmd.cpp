@@ -16,6 +16,7 @@
 #include "report/collectives.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
+#include "store/rows.h"
 #include "util/error.h"
 
 namespace eacgm::cli {
@@ -214,8 +215,8 @@ int run_detect(const DetectArgs& a) {
     for (const auto& [f, c] : an.top_features) top += fmt::format(" {}={:.1f}", f, c);
     fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  score {:.1f} < {:.1f}  {} ({})\n",
                double(int64_t(an.ts_ns) - start) / 1e9, an.layer,
-               an.name == an.layer ? "(all layers)" : an.name,  // a window: no one operation
-               human_duration(an.dur_ns), an.score, an.threshold, an.cause, top.substr(1));
+               anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), an.score,
+               an.threshold, an.cause, top.substr(1));
   }
   return 0;
 }

@@ -122,15 +122,12 @@ void GpuSampler::read_devices() {
 
 void GpuSampler::start() {
   if (sampler_thread_.joinable()) return;
-  stop_.reset();
-  // Utilization samples from before the start belong to no recording.
-  uint64_t now_us = realtime_now_ns() / 1000;
-  for (DeviceState& d : states_) d.last_seen_us = now_us;
-  start_xid();
+  start_events_only();
   sampler_thread_ = std::thread([this] { run(); });
 }
 
 void GpuSampler::start_events_only() {
+  // Utilization samples from before the start belong to no recording.
   uint64_t now_us = realtime_now_ns() / 1000;
   for (DeviceState& d : states_) d.last_seen_us = now_us;
   start_xid();

@@ -9,6 +9,7 @@
 #include "report/collectives.h"
 #include "report/sampled_report.h"
 #include "store/reader.h"
+#include "store/rows.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
 
@@ -62,9 +63,9 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
                                        f[0].get<std::string>(), f[1].get<double>());
               fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}{}\n",
                          double(s.int_at(0) - t0) / 1e9, s.text_at(2),
-                         s.text_at(3) == s.text_at(2) ? "(all layers)" : s.text_at(3),
-                         human_ns(double(s.int_at(1))), s.double_at(4), s.double_at(5),
-                         s.text_at(6), top.empty() ? "" : " (" + top + ")");
+                         anomaly_subject(s.text_at(2), s.text_at(3)), human_ns(double(s.int_at(1))),
+                         s.double_at(4), s.double_at(5), s.text_at(6),
+                         top.empty() ? "" : " (" + top + ")");
             });
 }
 

@@ -76,6 +76,12 @@ struct AnomalyRow {
   std::string features;  // JSON: [[feature, contribution], ...], largest first
 };
 
+// What an anomaly is about, for people: its operation, or "(all layers)" for a time window
+// (whose layer and name are both "window").
+inline std::string_view anomaly_subject(std::string_view layer, std::string_view name) {
+  return name == layer ? std::string_view("(all layers)") : name;
+}
+
 struct ProcessRow {
   uint32_t pid = 0, ppid = 0;
   std::string name;     // comm

@@ -22,6 +22,22 @@ class RecordTorch : public RecordingTest {
       GTEST_SKIP() << "python3-torch is not installed for " << kPython
                    << " (scripts/setup.sh installs it)";
   }
+
+  // Records recycled_code.py (torch,python, aten::relu only) for `rounds` rounds in `mode`, with
+  // `args` added to eacgm's; checks that the case happened (the rounds' code objects shared
+  // addresses).
+  void record_recycled(int rounds, const std::string& mode, std::vector<std::string> args) {
+    std::vector<std::string> cmd = {kEacgm,     "record",       "-q",          "-o",  db_,
+                                    "--layers", "torch,python", "--torch-ops", "relu"};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    cmd.insert(cmd.end(), {"--", kPython, std::string(EACGM_WORKLOAD_SOURCES) + "/recycled_code.py",
+                           std::to_string(rounds), mode});
+    auto r = run(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    int addresses = 0;
+    ASSERT_EQ(sscanf(r.out.c_str(), "code_addresses=%d", &addresses), 1) << r.out;
+    EXPECT_LT(addresses, rounds / 2) << r.out;
+  }
 };
 
 TEST_F(RecordTorch, TrainingLoopHasExactOperatorCounts) {
@@ -79,14 +95,7 @@ TEST_F(RecordTorch, TrainingLoopHasExactOperatorCounts) {
 // own name and lines.
 TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
   constexpr int kRounds = 30;
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--torch-ops",
-                "relu", "--", kPython, std::string(EACGM_WORKLOAD_SOURCES) + "/recycled_code.py",
-                std::to_string(kRounds)});
-  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  // the case this is about happened: the rounds' code objects shared addresses
-  int addresses = 0;
-  ASSERT_EQ(sscanf(r.out.c_str(), "code_addresses=%d", &addresses), 1) << r.out;
-  EXPECT_LT(addresses, kRounds / 2) << r.out;
+  ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "lines", {}));
   Db db(db_);
   std::string want;  // round i's fn_i runs its operator on line i + 2
   for (int i = 0; i < kRounds; ++i)
@@ -103,14 +112,7 @@ TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
 // and only the name's characters tell the functions apart.
 TEST_F(RecordTorch, CallsAndStacksNameRecycledCodeWithTheSameFirstLine) {
   constexpr int kRounds = 30;
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--torch-ops",
-                "relu", "--python-filter", "<string>*", "--", kPython,
-                std::string(EACGM_WORKLOAD_SOURCES) + "/recycled_code.py", std::to_string(kRounds),
-                "same"});
-  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  int addresses = 0;
-  ASSERT_EQ(sscanf(r.out.c_str(), "code_addresses=%d", &addresses), 1) << r.out;
-  EXPECT_LT(addresses, kRounds / 2) << r.out;
+  ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "same", {"--python-filter", "<string>*"}));
   Db db(db_);
   std::string names, frames;
   for (int i = 0; i < kRounds; ++i) {

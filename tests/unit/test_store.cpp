@@ -11,6 +11,7 @@
 
 #include "store/reader.h"
 #include "store/recording.h"
+#include "store/rows.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
 
@@ -48,6 +49,11 @@ class Store : public ::testing::Test {
   fs::path dir_;
   std::string path_;
 };
+
+TEST(AnomalySubject, AWindowIsAboutAllLayersACallAboutItsOperation) {
+  EXPECT_EQ(anomaly_subject("window", "window"), "(all layers)");
+  EXPECT_EQ(anomaly_subject("cuda", "cudaMemcpy"), "cudaMemcpy");
+}
 
 TEST_F(Store, RowsAndMetaComeBackAsWritten) {
   {
