@@ -22,7 +22,7 @@ std::vector<std::string> split_list(const std::string& s) {
 std::function<int()> add_record(CLI::App& app) {
   auto opts = std::make_shared<RecordOptions>();
   auto pids = std::make_shared<std::string>();
-  auto layers = std::make_shared<std::string>("cuda");
+  auto layers = std::make_shared<std::string>("auto");
   auto torch_ops = std::make_shared<std::string>("default");
   CLI::App* cmd = app.add_subcommand(
       "record",
@@ -30,18 +30,25 @@ std::function<int()> add_record(CLI::App& app) {
       "  eacgm record -- python3 train.py      launch and trace a command and its children\n"
       "  eacgm record -p 4242                  trace running processes (and their children)\n"
       "  eacgm record --all --duration 60      trace every process that uses CUDA\n"
-      "  eacgm record --layers cuda,comm,gpu,host --interval 10 -- torchrun train.py\n"
-      "                                        every layer, GPU and host sampled at 100 Hz\n"
-      "  eacgm record --layers cuda,python -- python3 train.py\n"
-      "                                        + Python calls, and the Python stack of each "
-      "CUDA call\n"
+      "  eacgm record --layers auto,python -- python3 train.py\n"
+      "                                        + every Python function call (costs a probe "
+      "per call)\n"
+      "  eacgm record --layers cuda,gpu --interval 10 -- ./a.out\n"
+      "                                        only these layers, GPU sampled at 100 Hz\n"
+      "Layers follow what each traced process loads (--layers auto, the default); the line "
+      "printed at the end says which were traced and why.\n"
       "CUDA and NCCL durations are host-side API times (enqueue time for async calls), not GPU "
       "time.");
   cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
       ->capture_default_str();
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
   cmd->add_option("--layers", *layers,
-                  "comma-separated layers to trace: cuda (runtime and driver API calls), comm "
+                  "comma-separated layers to trace. auto (the default): each layer whose library "
+                  "a traced process maps, decided per process and again at each dlopen: cuda "
+                  "for libcudart/libcuda, comm for libnccl or libtorch's c10d, torch for "
+                  "libtorch_cpu, Python stacks of those calls for CPython processes, gpu when "
+                  "NVML loads, host always; auto,LAYER adds LAYER (auto,python: every Python "
+                  "call too). Or name them: cuda (runtime and driver API calls), comm "
                   "(NCCL collectives and communicators), torch (PyTorch operators through the "
                   "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.13 "
                   "function calls, and the Python stack of each cuda/comm call), gpu (NVML: "

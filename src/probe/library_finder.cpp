@@ -230,13 +230,14 @@ bool ProbePlanner::plan_file(const std::string& path) {
   }
   std::vector<std::string> errors = tracer_.attach(path, points);
   for (size_t i = 0; i < errors.size(); ++i) {
-    if (errors[i].empty())
+    if (errors[i].empty()) {
       ++file.functions;
-    else
+      file.layers.insert(layer_of_op(points[i].cookie & EACGM_COOKIE_OP_MASK));
+    } else
       file.errors.push_back(fmt::format("{}: {}", names[i], errors[i]));
   }
   if (file.functions == 0 && file.errors.empty()) return false;
-  probed_keys_.insert(key);
+  probed_keys_.emplace(key, probed_.size());
   probed_.push_back(std::move(file));
   return true;
 }
@@ -253,12 +254,18 @@ void ProbePlanner::plan_loader(const std::string& path) {
   }
 }
 
-bool ProbePlanner::plan_process(uint32_t pid) {
+const char* layer_of_op(uint64_t op_id) {
+  if (op_id < kCommOpBase) return "cuda";
+  return op_id < kTorchOpBase ? "comm" : "torch";
+}
+
+bool ProbePlanner::plan_process(uint32_t pid, std::vector<const ProbedFile*>* mapped) {
   auto maps = read_proc_maps(static_cast<int>(pid));
   if (!maps) return false;
   std::error_code ec;
   std::string exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
   std::set<std::string> done;
+  std::vector<size_t> found;  // indices: probed_ may grow while the loop plans files
   for (const Mapping& m : *maps) {
     if (!m.file_backed() || !m.executable || m.deleted) continue;
     if (looks_like_loader(m.path)) {
@@ -271,8 +278,13 @@ bool ProbePlanner::plan_process(uint32_t pid) {
     std::string path = fmt::format("/proc/{}/root{}", pid, m.path);
     if (!fs::exists(path, ec)) path = m.path;
     plan_file(path);
-    if (probed_keys_.count(file_key(path))) found_in_target_ = true;
+    if (auto it = probed_keys_.find(file_key(path)); it != probed_keys_.end()) {
+      found_in_target_ = true;
+      found.push_back(it->second);
+    }
   }
+  if (mapped)
+    for (size_t i : found) mapped->push_back(&probed_[i]);
   return true;
 }
 

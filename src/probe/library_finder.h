@@ -22,7 +22,12 @@ struct ProbedFile {
   std::string path;
   size_t functions = 0;            // probe points attached (entry+return pairs)
   std::vector<std::string> errors;  // functions that could not be attached, with why
+  std::set<std::string> layers;     // the layers of the functions attached (cuda, comm, torch)
 };
+
+// The layer an op id belongs to: cuda below kCommOpBase, comm (NCCL, c10d) below kTorchOpBase,
+// torch above.
+const char* layer_of_op(uint64_t op_id);
 
 // Library files a dynamic loader could pick for libcudart / libcuda: LD_LIBRARY_PATH entries,
 // the ld.so cache and the usual CUDA install folder. Attaching to them before the target starts
@@ -79,10 +84,12 @@ class ProbePlanner {
   void plan_loader(const std::string& path);
 
   // Reads the process's maps and plans its probed libraries and its executable (cudart may be
-  // linked statically). Returns false if the process is gone.
-  bool plan_process(uint32_t pid);
+  // linked statically). Returns false if the process is gone. `mapped`, when given, receives
+  // the probed files the process maps (what its layers are traced through).
+  bool plan_process(uint32_t pid, std::vector<const ProbedFile*>* mapped = nullptr);
 
   const std::vector<ProbedFile>& probed_files() const { return probed_; }
+  const ProbeSet& probes() const { return probes_; }
   // Whether a planned process was seen mapping a probed file.
   bool found_in_target() const { return found_in_target_; }
   // Where a function name was found, for `doctor` and the summary.
@@ -96,7 +103,7 @@ class ProbePlanner {
   std::set<std::string> seen_;
   std::set<std::string> loaders_;  // "dev:inode" of loaders with the hook  // "dev:inode" of files already examined
   std::vector<ProbedFile> probed_;
-  std::set<std::string> probed_keys_;
+  std::map<std::string, size_t> probed_keys_;  // "dev:inode" -> index in probed_
   bool found_in_target_ = false;
 };
 

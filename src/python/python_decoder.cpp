@@ -55,7 +55,7 @@ uint32_t python_name_print(std::string_view name) {
   return eacgm_py_name_print_fold(h);
 }
 
-PythonDecoder::PythonDecoder(RecordingWriter& out, PythonFilter filter, VerdictSink set_verdict)
+PythonDecoder::PythonDecoder(Sink& out, PythonFilter filter, VerdictSink set_verdict)
     : out_(out), filter_(std::move(filter)), set_verdict_(std::move(set_verdict)) {}
 
 bool PythonDecoder::on_record(uint32_t kind, const void* data, size_t size) {

@@ -10,7 +10,7 @@
 
 #include "events.h"
 #include "python/code_filter.h"
-#include "store/recording.h"
+#include "pipeline/sink.h"
 #include "util/interner.h"
 
 namespace eacgm {
@@ -31,7 +31,7 @@ uint32_t python_name_print(std::string_view name);
 class PythonDecoder {
  public:
   using VerdictSink = std::function<void(const eacgm_py_code_key&, uint32_t verdict)>;
-  PythonDecoder(RecordingWriter& out, PythonFilter filter, VerdictSink set_verdict);
+  PythonDecoder(Sink& out, PythonFilter filter, VerdictSink set_verdict);
 
   // Handles a record of the python layer; false if `kind` is not one.
   bool on_record(uint32_t kind, const void* data, size_t size);
@@ -82,7 +82,7 @@ class PythonDecoder {
   void decode_stack(const eacgm_py_stack_event& e);
   const CodeInfo* find(const eacgm_py_code_key& key) const;
 
-  RecordingWriter& out_;
+  Sink& out_;
   PythonFilter filter_;
   VerdictSink set_verdict_;
   Interner strings_;

@@ -60,9 +60,10 @@ void needed_libpython(const std::string& path, std::string& needed, std::vector<
 
 }  // namespace
 
-PythonLayer::PythonLayer(CallTracer& tracer, bool hook)
+PythonLayer::PythonLayer(CallTracer& tracer, bool calls, bool hook)
     : tracer_(tracer),
-      hook_(hook),
+      calls_(calls),
+      hook_(calls && hook),
       layouts_fd_(tracer.map_fd("py_layouts")),
       procs_fd_(tracer.map_fd("py_procs")),
       codes_fd_(tracer.map_fd("py_codes")) {
@@ -92,8 +93,9 @@ bool PythonLayer::plan_file(const std::string& path) {
   set_read_spans(*build->layout);
   if (bpf_map_update_elem(layouts_fd_, &index, &*build->layout, BPF_ANY) != 0)
     fail("cannot store the CPython layout of {}: {}", path, errno_text(errno));
-  if (std::string err = tracer_.attach_python_eval(path, build->eval_file_offset, index);
-      !err.empty()) {
+  std::string err;
+  if (calls_) err = tracer_.attach_python_eval(path, build->eval_file_offset, index);
+  if (!err.empty()) {
     problems_.push_back(fmt::format("layer python: cannot probe _PyEval_EvalFrameDefault in {}: {}",
                                     path, err));
     return false;
@@ -104,9 +106,10 @@ bool PythonLayer::plan_file(const std::string& path) {
   return true;
 }
 
-void PythonLayer::plan_process(uint32_t pid) {
+const CPythonBuild* PythonLayer::plan_process(uint32_t pid) {
   auto maps = read_proc_maps(int(pid));
-  if (!maps) return;
+  if (!maps) return nullptr;
+  const CPythonBuild* runs = nullptr;
   std::error_code ec;
   std::string exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
   for (const Mapping& m : *maps) {
@@ -127,7 +130,9 @@ void PythonLayer::plan_process(uint32_t pid) {
     p.layout = uint32_t(index);
     bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST);
     if (hook_ && b.layout->version >= 311 && b.layout->interp_eval_frame) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
+    if (!runs) runs = &b;
   }
+  return runs;
 }
 
 // A process already running Python (-p, or planned after start-up) may never enter the eval

@@ -16,15 +16,18 @@ namespace eacgm {
 
 class PythonLayer {
  public:
-  // `hook`: set the eval-frame hook in 3.11+ processes (without it, only Python calls entered
-  // from C are seen there; see --python-no-hook).
-  PythonLayer(CallTracer& tracer, bool hook);
+  // `calls`: probe CPython's eval function to record Python calls (without it, only the Python
+  // stacks of other layers' calls are read, from the interpreter's thread states: no probe per
+  // Python call). `hook`: with calls, set the eval-frame hook in 3.11+ processes (without it,
+  // only Python calls entered from C are seen there; see --python-no-hook).
+  PythonLayer(CallTracer& tracer, bool calls, bool hook);
 
   // Attaches to a CPython interpreter file (executable or libpython), once per file. Returns
   // false when the file is no CPython; an unsupported version is reported once (warnings()).
   bool plan_file(const std::string& path);
   // Plans every CPython file the process maps, and tells the BPF side where its _PyRuntime is.
-  void plan_process(uint32_t pid);
+  // Returns the interpreter it runs (valid until the next plan), or null when it runs none.
+  const CPythonBuild* plan_process(uint32_t pid);
   // The libpython a dynamically linked python executable will load, found before it runs (so
   // that the probes are in place from its first call): DT_NEEDED through DT_RUNPATH/RPATH.
   void plan_program(const std::string& program);
@@ -46,6 +49,7 @@ class PythonLayer {
   void hook_running(uint32_t pid, const CPythonBuild& build, uint64_t runtime, uint64_t eval_addr);
 
   CallTracer& tracer_;
+  bool calls_;
   bool hook_;
   int layouts_fd_, procs_fd_, codes_fd_;
   std::map<std::string, int> files_;  // "dev:inode" -> layout index, -1: not traceable

@@ -101,7 +101,7 @@ uint64_t call_arg(const eacgm_call_event& e, int index) {
   return e.stack[index - 6];
 }
 
-EventDecoder::EventDecoder(RecordingWriter& out, Symbolizer& symbols)
+EventDecoder::EventDecoder(Sink& out, Symbolizer& symbols)
     : out_(out), symbols_(symbols) {}
 
 void EventDecoder::on_record(const void* data, size_t size) {

@@ -14,7 +14,7 @@
 #include "probe/c10d_ops.h"
 #include "probe/symbolizer.h"
 #include "probe/torch_ops.h"
-#include "store/recording.h"
+#include "pipeline/sink.h"
 #include "util/interner.h"
 
 namespace eacgm {
@@ -30,7 +30,7 @@ struct DecoderStats {
 
 class EventDecoder {
  public:
-  EventDecoder(RecordingWriter& out, Symbolizer& symbols);
+  EventDecoder(Sink& out, Symbolizer& symbols);
 
   void on_record(const void* data, size_t size);
 
@@ -68,7 +68,7 @@ class EventDecoder {
   std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
   void note_thread(uint32_t pid, uint32_t tid);
 
-  RecordingWriter& out_;
+  Sink& out_;
   Symbolizer& symbols_;
   DecoderStats stats_;
   std::unordered_map<uint32_t, uint32_t> parents_;

@@ -9,7 +9,8 @@
 namespace eacgm {
 
 std::unique_ptr<GpuLayer> GpuLayer::start(const std::string& nvml_library, double interval_ms,
-                                          std::function<bool(uint32_t)> keep_pid, bool quiet) {
+                                          std::function<bool(uint32_t)> keep_pid, bool quiet,
+                                          std::string* why_not) {
   NvmlLibraryChoice choice = choose_nvml_library(nvml_library, getenv("EACGM_NVML_LIBRARY"));
   std::unique_ptr<GpuLayer> layer(new GpuLayer());
   if (choice.explicit_path) {
@@ -18,7 +19,12 @@ std::unique_ptr<GpuLayer> GpuLayer::start(const std::string& nvml_library, doubl
     NvmlLoadResult loaded = NvmlLibrary::load(choice);
     if (!loaded) {
       // The GPU layer is one of several: the rest of the recording goes on without it.
-      fprintf(stderr, "eacgm: %s\n", loaded.failure.warning().c_str());
+      const NvmlLoadFailure& f = loaded.failure;
+      if (why_not)
+        *why_not = f.init_failed ? fmt::format("NVML in {} did not initialise: {}", f.path, f.reason)
+                                 : fmt::format("no NVML: {}", f.reason);
+      else
+        fprintf(stderr, "eacgm: %s\n", loaded.failure.warning().c_str());
       return nullptr;
     }
     layer->nvml_ = std::move(loaded.library);
@@ -56,7 +62,7 @@ void GpuLayer::on_gpu_xid(const GpuXidEvent& event) {
   xids_.push_back(event);
 }
 
-void GpuLayer::drain(RecordingWriter& out) {
+void GpuLayer::drain(Sink& out) {
   if (!devices_written_) {
     for (const auto& d : sampler_->devices()) out.add(GpuDevice(d));
     devices_written_ = true;

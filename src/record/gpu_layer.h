@@ -9,7 +9,7 @@
 
 #include "gpu/gpu_sampler.h"
 #include "gpu/nvml.h"
-#include "store/recording.h"
+#include "pipeline/sink.h"
 
 namespace eacgm {
 
@@ -18,14 +18,17 @@ class GpuLayer final : public GpuSink {
   // Loads NVML (the user's --nvml-library, else $EACGM_NVML_LIBRARY, else the driver's) and
   // starts listening for XID events; sample_once() takes the samples. Returns null, after one warning line, when NVML cannot be used and the
   // user did not name a library; a library the user named that does not load is an Error.
+  // With `why_not`, the reason goes there instead of to stderr (--layers auto says it in its
+  // layers line).
   static std::unique_ptr<GpuLayer> start(const std::string& nvml_library, double interval_ms,
-                                         std::function<bool(uint32_t)> keep_pid, bool quiet);
+                                         std::function<bool(uint32_t)> keep_pid, bool quiet,
+                                         std::string* why_not = nullptr);
   ~GpuLayer() override;
 
   // One pass over every GPU (from the recording's sampling thread; XID events come on their own).
   void sample_once() { sampler_->sample_once(); }
   // Moves what the sampler produced so far into the recording (record loop's thread).
-  void drain(RecordingWriter& out);
+  void drain(Sink& out);
   // Stops sampling; what is left can still be drained.
   void stop();
   // Lines to print once: which metrics were unavailable and why.

@@ -10,9 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu/gpu_samples.h"
-#include "store/python_rows.h"
-#include "store/rows.h"
+#include "pipeline/sink.h"
 
 struct sqlite3;
 
@@ -23,39 +21,40 @@ class Statements;  // store/sqlite_util.h
 // The schema every recording has (see DESIGN.md "Recording"). Exposed for tests and readers.
 extern const char* const kRecordingSchema;
 
-class RecordingWriter {
+// The recording sink: what `record` and the flight recorder write.
+class RecordingWriter final : public Sink {
  public:
   // Creates `path`. An existing file is refused unless `force`; the directory must be writable.
   // Throws eacgm::Error naming the path and the fix.
   RecordingWriter(const std::string& path, bool force);
-  ~RecordingWriter();  // close()s
+  ~RecordingWriter() override;  // close()s
   RecordingWriter(const RecordingWriter&) = delete;
   RecordingWriter& operator=(const RecordingWriter&) = delete;
 
   // Buffered on the caller's thread; flush() hands the batch to the writer thread.
-  void set_meta(std::string key, std::string value);
-  void add(const CudaCallRow& row) { batch_->cuda_calls.push_back(row); }
-  void add(const CommCallRow& row) { batch_->comm_calls.push_back(row); }
-  void add(const TorchCallRow& row) { batch_->torch_calls.push_back(row); }
-  void add(ProcessRow row) { batch_->processes.push_back(std::move(row)); }
-  void add(const ProcessExitRow& row) { batch_->exits.push_back(row); }
-  void add(ThreadRow row) { batch_->threads.push_back(std::move(row)); }
-  void add(HostSampleRow row) { batch_->host_samples.push_back(std::move(row)); }
-  void add(GpuDevice row) { batch_->gpu_devices.push_back(std::move(row)); }
-  void add(const GpuSample& row) { batch_->gpu_samples.push_back(row); }
-  void add(const GpuProcessSample& row) { batch_->gpu_process_samples.push_back(row); }
-  void add(const GpuXidEvent& row) { batch_->gpu_xids.push_back(row); }
-  void add(const PythonCallRow& row) { batch_->python_calls.push_back(row); }
-  void add(const PythonStackFrameRow& row) { batch_->python_frames.push_back(row); }
+  void set_meta(std::string key, std::string value) override;
+  void add(const CudaCallRow& row) override { batch_->cuda_calls.push_back(row); }
+  void add(const CommCallRow& row) override { batch_->comm_calls.push_back(row); }
+  void add(const TorchCallRow& row) override { batch_->torch_calls.push_back(row); }
+  void add(const ProcessRow& row) override { batch_->processes.push_back(row); }
+  void add(const ProcessExitRow& row) override { batch_->exits.push_back(row); }
+  void add(const ThreadRow& row) override { batch_->threads.push_back(row); }
+  void add(const HostSampleRow& row) override { batch_->host_samples.push_back(row); }
+  void add(const GpuDevice& row) override { batch_->gpu_devices.push_back(row); }
+  void add(const GpuSample& row) override { batch_->gpu_samples.push_back(row); }
+  void add(const GpuProcessSample& row) override { batch_->gpu_process_samples.push_back(row); }
+  void add(const GpuXidEvent& row) override { batch_->gpu_xids.push_back(row); }
+  void add(const PythonCallRow& row) override { batch_->python_calls.push_back(row); }
+  void add(const PythonStackFrameRow& row) override { batch_->python_frames.push_back(row); }
   size_t pending() const { return batch_->size(); }
-  void flush();
+  void flush() override;
 
   // Writes what is left, stops the writer thread, and closes the file. Returns the first
   // write error ("" if none) so the caller can say what was kept.
   std::string close();
 
   // The first error the writer thread hit (e.g. disk full), or "".
-  std::string error() const;
+  std::string error() const override;
   uint64_t rows_written() const;
 
  private:

@@ -70,12 +70,28 @@ TEST_F(RecordErrors, NoTargetGiven) {
 }
 
 TEST_F(RecordErrors, TargetWithoutCudaIsRecordedAnyway) {
-  auto r = run({kEacgm, "record", "-o", db_, "--", "/bin/sh", "-c", "exit 4"});
+  auto r = run({kEacgm, "record", "-o", db_, "--layers", "cuda", "--", "/bin/sh", "-c", "exit 4"});
   EXPECT_EQ(r.exit_code, 4);
   EXPECT_NE(r.err.find("layer cuda: no CUDA runtime or driver library"), std::string::npos)
       << r.err;
   Db db(db_);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 0);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'sh'"), 1);
+}
+
+// By default the layers follow the program: one that loads none of the traced libraries gets
+// the host layer, and one line says so, instead of a warning about CUDA it never asked for.
+TEST_F(RecordErrors, DefaultLayersSayWhatTheProgramDidNotLoad) {
+  auto r = run({kEacgm, "record", "-o", db_, "--", "/bin/sh", "-c", "exit 4"});
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_EQ(r.err.find("layer cuda: no CUDA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("eacgm: layers (auto): host (always); not used by the traced processes: "
+                       "cuda, comm, torch, python-stacks"),
+            std::string::npos)
+      << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'layers'"), "host");
+  EXPECT_GT(db.scalar("SELECT count(*) FROM host_samples"), 0);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'sh'"), 1);
 }
 

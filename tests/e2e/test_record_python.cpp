@@ -92,6 +92,34 @@ TEST_P(RecordPython, CallsCountsAndNestingAreExact) {
             0);
 }
 
+// The Python frames of each call named `call` in cuda_stack.py's recording: "depth name" -> line.
+std::map<std::string, int64_t> cuda_stack_frames(Db& db, const std::string& call) {
+  std::map<std::string, int64_t> m;
+  db.each("SELECT s.depth, s.name, s.file, s.line FROM cuda_calls c JOIN python_stacks s "
+          "ON s.id = c.py_stack WHERE c.name = '" + call + "' ORDER BY s.depth",
+          [&](sqlite3_stmt* s) {
+            std::string file = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
+            EXPECT_EQ(file, kPyWorkloads + "/cuda_stack.py");
+            m[std::to_string(sqlite3_column_int64(s, 0)) + " " +
+              reinterpret_cast<const char*>(sqlite3_column_text(s, 1))] =
+                sqlite3_column_int64(s, 3);
+          });
+  return m;
+}
+
+// `step`: Trainer.step's name in this Python version (RecordPython::method).
+void expect_cuda_stack_frames(Db& db, const std::string& step) {
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
+  EXPECT_EQ(cuda_stack_frames(db, "cudaMalloc"),
+            (std::map<std::string, int64_t>{{"0 cuda_stack.allocate", 11},
+                                            {"1 cuda_stack.layer", 15},
+                                            {"2 " + step, 20},
+                                            {"3 cuda_stack.<module>", 23}}));
+  EXPECT_EQ(cuda_stack_frames(db, "cudaFree"),
+            (std::map<std::string, int64_t>{{"0 cuda_stack.<module>", 24}}));
+}
+
 TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
   E2E_REQUIRE_CUDA();
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python", "--",
@@ -99,32 +127,36 @@ TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
                 std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);
-  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
-            (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
-  auto frames = [&](const std::string& call) {
-    std::map<std::string, int64_t> m;
-    db.each("SELECT s.depth, s.name, s.file, s.line FROM cuda_calls c JOIN python_stacks s "
-            "ON s.id = c.py_stack WHERE c.name = '" + call + "' ORDER BY s.depth",
-            [&](sqlite3_stmt* s) {
-              std::string file = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
-              EXPECT_EQ(file, kPyWorkloads + "/cuda_stack.py");
-              m[std::to_string(sqlite3_column_int64(s, 0)) + " " +
-                reinterpret_cast<const char*>(sqlite3_column_text(s, 1))] =
-                  sqlite3_column_int64(s, 3);
-            });
-    return m;
-  };
-  EXPECT_EQ(frames("cudaMalloc"),
-            (std::map<std::string, int64_t>{{"0 cuda_stack.allocate", 11},
-                                            {"1 cuda_stack.layer", 15},
-                                            {"2 " + method("cuda_stack", "Trainer", "step"), 20},
-                                            {"3 cuda_stack.<module>", 23}}));
-  EXPECT_EQ(frames("cudaFree"), (std::map<std::string, int64_t>{{"0 cuda_stack.<module>", 24}}));
+  expect_cuda_stack_frames(db, method("cuda_stack", "Trainer", "step"));
   // the call lies inside the Python call that made it
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls c JOIN python_calls p ON p.tid = c.tid "
                       "AND p.name = 'cuda_stack.allocate' AND p.ts_ns <= c.ts_ns AND "
                       "c.ts_ns + c.dur_ns <= p.ts_ns + p.dur_ns WHERE c.name = 'cudaMalloc'"),
             1);
+}
+
+// The default layers (auto) give a Python process's CUDA calls their stacks, read from the
+// interpreter's thread states, without probing Python calls (no eval probe, no hook).
+TEST_P(RecordPython, DefaultLayersGiveStacksWithoutPythonCalls) {
+  E2E_REQUIRE_CUDA();
+  auto r = run({kEacgm, "record", "-o", db_, "--", GetParam().path,
+                kPyWorkloads + "/cuda_stack.py",
+                std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  expect_cuda_stack_frames(db, method("cuda_stack", "Trainer", "step"));
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls"), 0);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hook'"), "off");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'layers'"), "cuda,python-stacks,host");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'layers_requested'"), "auto");
+  // one line says which layers were traced and why
+  EXPECT_NE(r.err.find("eacgm: layers (auto): cuda (libcudart.so.13, pid "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("python-stacks (CPython 3." + std::to_string(GetParam().minor)),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("not used by the traced processes: comm, torch;"), std::string::npos)
+      << r.err;
 }
 
 TEST_P(RecordPython, FilterChoosesTheFunctions) {
@@ -209,7 +241,8 @@ TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
   E2E_REQUIRE_CUDA();
   const std::string python = "/usr/bin/python3.11";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", python, kPyWorkloads + "/cuda_stack.py",
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda", "--", python,
+                kPyWorkloads + "/cuda_stack.py",
                 std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);

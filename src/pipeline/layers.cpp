@@ -1,0 +1,92 @@
+// --layers parsing and the record of which layers traced something, and why.
+#include "pipeline/layers.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+// The order layers are listed in everywhere (help, meta, the layers line).
+constexpr std::array<const char*, 7> kOrder{"cuda",          "comm", "torch", "python",
+                                            "python-stacks", "gpu",  "host"};
+
+}  // namespace
+
+LayerChoice LayerChoice::parse(const std::vector<std::string>& list) {
+  static const std::set<std::string> known{"auto",  "cuda", "comm", "python",
+                                           "torch", "gpu",  "host"};
+  LayerChoice c;
+  for (const auto& l : list) {
+    if (!known.count(l))
+      throw UsageError(fmt::format(
+          "unknown layer '{}' (choose from auto, cuda, comm, python, torch, gpu, host)", l));
+    if (l == "auto")
+      c.automatic = true;
+    else
+      c.named.insert(l);
+  }
+  if (!c.automatic && c.named.empty())
+    throw UsageError("--layers: give at least one layer (e.g. auto, or cuda,comm)");
+  return c;
+}
+
+bool LayerChoice::armed(const std::string& layer) const {
+  if (named.count(layer)) return true;
+  if (!automatic) return false;
+  // python: only its stacks (python_stacks()); the eval probe is python_calls()
+  return layer != "python";
+}
+
+std::string LayerChoice::text() const {
+  std::string out = automatic ? "auto" : "";
+  for (const char* l : kOrder)
+    if (named.count(l)) out += (out.empty() ? "" : ",") + std::string(l);
+  return out;
+}
+
+void ActiveLayers::on(const std::string& layer, const std::string& why) {
+  on_.emplace(layer, why);
+  off_.erase(layer);
+}
+
+void ActiveLayers::off(const std::string& layer, const std::string& why) {
+  if (!on_.count(layer)) off_[layer] = why;
+}
+
+std::string ActiveLayers::names() const {
+  std::string out;
+  for (const char* l : kOrder)
+    if (on_.count(l)) out += (out.empty() ? "" : ",") + std::string(l);
+  return out;
+}
+
+std::string ActiveLayers::describe(const LayerChoice& choice) const {
+  std::string on, unused, off;
+  auto append = [](std::string& list, const std::string& item) {
+    list += (list.empty() ? "" : ", ") + item;
+  };
+  for (const char* l : kOrder) {
+    std::string layer(l);
+    if (auto it = on_.find(layer); it != on_.end()) {
+      append(on, fmt::format("{} ({})", layer, it->second));
+      continue;
+    }
+    bool expected = layer == "python-stacks" ? choice.python_stacks() && !choice.python_calls()
+                                             : choice.armed(layer);
+    if (!expected) continue;
+    if (auto it = off_.find(layer); it != off_.end())
+      append(off, fmt::format("{} ({})", layer, it->second));
+    else
+      append(unused, layer);
+  }
+  std::string out = fmt::format("layers ({}): {}", choice.text(), on.empty() ? "none" : on);
+  if (!unused.empty()) out += "; not used by the traced processes: " + unused;
+  if (!off.empty()) out += "; off: " + off;
+  return out;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,124 @@
+// The tracing pipeline that `record` and `agent` both drive: probes -> ring buffer -> decoder ->
+// sinks, with the sampled layers (gpu, host) feeding the same sinks. The driver owns the loop,
+// the targets' lifetime and the sinks; the pipeline owns every kernel object and layer.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pipeline/layers.h"
+#include "pipeline/sink.h"
+#include "probe/call_tracer.h"
+#include "python/code_filter.h"
+
+namespace eacgm {
+
+class EventDecoder;
+class GpuLayer;
+class HostTracer;
+class ProbePlanner;
+class PythonDecoder;
+class PythonLayer;
+class SamplingThread;
+class Symbolizer;
+struct ProbeSet;
+class TorchOps;
+
+// What to trace and how: the options `record` and `agent` share.
+struct TraceOptions {
+  std::vector<std::string> layers{"auto"};  // --layers (LayerChoice)
+  bool all = false;                         // every process, not a tree
+  uint64_t ring_mb = 32;
+  double interval_ms = 100;                       // sampling interval of the gpu and host layers
+  std::vector<std::string> torch_ops{"default"};  // --torch-ops patterns (TorchOpFilter)
+  std::string nvml_library;  // --nvml-library; empty: $EACGM_NVML_LIBRARY, else the driver's
+  bool quiet = false;
+  std::string python_filter = kDefaultPythonFilter;  // --python-filter
+  uint32_t python_stack_depth = 8;                   // --python-stack-depth
+  bool python_no_hook = false;                       // --python-no-hook
+};
+
+class Pipeline {
+ public:
+  // Loads the programs of the chosen layers; every row goes to `out`. Throws Error naming the
+  // cause and the fix (privileges, kernel support), UsageError for bad options.
+  Pipeline(const TraceOptions& options, Sink& out);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Targets, before start(). A command forked and waiting to exec: it, its interpreter and the
+  // libraries it may load are probed before it runs.
+  void expect_command(uint32_t pid, const std::string& program);
+  // A running process (-p) and its descendants; returns them all, `pid` first.
+  std::vector<uint32_t> attach_process(uint32_t pid);
+  // --all: the known libraries now, running processes on a timer.
+  void expect_all();
+
+  // Writes the start meta (`target` says what is traced), starts the gpu layer and probes what
+  // the targets map.
+  void start(const std::string& target);
+  // Reads a process's maps now (the command, held just after its exec: its kernels can only be
+  // named through them).
+  void snapshot_maps(uint32_t pid);
+  // Starts the sampling thread of the sampled layers (after the command's exec, so that its
+  // first sample names the program).
+  void start_sampling();
+
+  // One pass: waits up to `timeout_ms` for events (those that need an answer wake it at once),
+  // decodes them into the sinks, hands over the samples, probes what processes newly mapped, and
+  // flushes the sinks about every 90 ms.
+  void step(int timeout_ms);
+  // At the end: drains the ring, takes the last samples, stops sampling.
+  void stop();
+  // Writes the end-of-run meta (counters, layers, warnings) and prints the warnings.
+  void finish();
+
+  // A traced process exited (after the pipeline forgot it).
+  std::function<void(uint32_t pid)> on_process_exit;
+
+  uint64_t start_monotonic_ns() const { return start_mono_; }
+  uint64_t calls() const;
+  TracerCounters counters() const;
+  const LayerChoice& layer_choice() const { return choice_; }
+  const ActiveLayers& active_layers() const { return active_; }
+
+ private:
+  void use_torch_layout(const std::string& path);
+  void plan_process(uint32_t pid);
+  void plan_dirty();
+  void drain();
+  void write_samples();
+  void start_host();
+  void start_gpu();
+  void start_python();
+  void finish_python();
+  void finish_warnings();
+
+  const TraceOptions& opts_;
+  LayerChoice choice_;
+  Sink& out_;
+  std::unique_ptr<CallTracer> tracer_;
+  std::unique_ptr<Symbolizer> symbols_;
+  std::unique_ptr<EventDecoder> decoder_;
+  std::shared_ptr<TorchOps> torch_ops_;  // op ids of the torch layer, shared with the decoder
+  std::unique_ptr<ProbePlanner> planner_;
+  std::unique_ptr<HostTracer> host_;
+  std::unique_ptr<GpuLayer> gpu_;
+  std::unique_ptr<PythonLayer> python_;
+  std::unique_ptr<PythonDecoder> python_decoder_;
+  std::unique_ptr<SamplingThread> sampling_;  // after the layers it reads: destroyed first
+  ActiveLayers active_;
+  uint64_t host_rows_ = 0;
+  std::set<uint32_t> dirty_;  // processes that mapped new code
+  std::string torch_layout_;  // the PyTorch version whose layout the BPF side reads
+  std::set<std::string> warned_layouts_;
+  uint64_t start_mono_ = 0;
+  uint64_t last_flush_ = 0, last_rescan_ = 0;
+  uint64_t calls_at_flush_ = 0;
+};
+
+}  // namespace eacgm

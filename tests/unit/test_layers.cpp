@@ -1,0 +1,99 @@
+// --layers parsing and the line that says which layers traced something and why.
+#include <gtest/gtest.h>
+
+#include "pipeline/layers.h"
+#include "pipeline/sink.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+TEST(LayerChoice, AutoArmsEveryLayerButPythonCalls) {
+  LayerChoice c = LayerChoice::parse({"auto"});
+  EXPECT_TRUE(c.automatic);
+  for (const char* l : {"cuda", "comm", "torch", "gpu", "host"}) EXPECT_TRUE(c.armed(l)) << l;
+  EXPECT_FALSE(c.armed("python"));
+  EXPECT_FALSE(c.python_calls());
+  EXPECT_TRUE(c.python_stacks());
+  EXPECT_EQ(c.text(), "auto");
+}
+
+TEST(LayerChoice, AutoPlusALayerAddsIt) {
+  LayerChoice c = LayerChoice::parse({"python", "auto"});
+  EXPECT_TRUE(c.python_calls());
+  EXPECT_TRUE(c.armed("python"));
+  EXPECT_TRUE(c.armed("torch"));
+  EXPECT_EQ(c.text(), "auto,python");
+}
+
+TEST(LayerChoice, NamedLayersAreAllThereIs) {
+  LayerChoice c = LayerChoice::parse({"host", "cuda"});
+  EXPECT_FALSE(c.automatic);
+  EXPECT_TRUE(c.armed("cuda"));
+  EXPECT_TRUE(c.armed("host"));
+  EXPECT_FALSE(c.armed("torch"));
+  EXPECT_FALSE(c.armed("gpu"));
+  EXPECT_FALSE(c.python_stacks());
+  EXPECT_EQ(c.text(), "cuda,host");
+}
+
+TEST(LayerChoice, UnknownOrEmptyIsAUsageError) {
+  EXPECT_THROW(LayerChoice::parse({"cuda", "bogus"}), UsageError);
+  EXPECT_THROW(LayerChoice::parse({}), UsageError);
+  try {
+    LayerChoice::parse({"Auto"});
+    ADD_FAILURE() << "Auto was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "unknown layer 'Auto' (choose from auto, cuda, comm, python, torch, gpu, host)");
+  }
+}
+
+TEST(ActiveLayers, FirstReasonStaysAndOffIsOverriddenByOn) {
+  LayerChoice c = LayerChoice::parse({"auto"});
+  ActiveLayers a;
+  a.on("host", "always");
+  a.on("torch", "libtorch_cpu.so, pid 7");
+  a.on("torch", "libtorch_cpu.so, pid 8");
+  a.off("gpu", "no NVML");
+  a.off("comm", "was off");
+  a.on("comm", "libtorch_cpu.so, pid 7");
+  EXPECT_EQ(a.names(), "comm,torch,host");
+  EXPECT_EQ(a.describe(c),
+            "layers (auto): comm (libtorch_cpu.so, pid 7), torch (libtorch_cpu.so, pid 7), host "
+            "(always); not used by the traced processes: cuda, python-stacks; off: gpu (no NVML)");
+}
+
+TEST(ActiveLayers, NamedLayersListOnlyThemselves) {
+  LayerChoice c = LayerChoice::parse({"cuda"});
+  ActiveLayers a;
+  EXPECT_EQ(a.describe(c), "layers (cuda): none; not used by the traced processes: cuda");
+}
+
+// The fan-out hands each row to every sink, in order, and reports the first sink's error.
+TEST(SinkFanout, EverySinkSeesEveryRowAndErrorsSurface) {
+  struct Counting : Sink {
+    int cuda = 0, meta = 0, flushes = 0;
+    std::string failure;
+    void add(const CudaCallRow&) override { ++cuda; }
+    void set_meta(std::string, std::string) override { ++meta; }
+    void flush() override { ++flushes; }
+    std::string error() const override { return failure; }
+  } a, b;
+  SinkFanout fan;
+  fan.attach(a);
+  fan.attach(b);
+  fan.add(CudaCallRow{});
+  fan.add(TorchCallRow{});  // neither keeps torch rows: the default ignores them
+  fan.set_meta("k", "v");
+  fan.flush();
+  EXPECT_EQ(a.cuda + b.cuda, 2);
+  EXPECT_EQ(a.meta + b.meta, 2);
+  EXPECT_EQ(a.flushes + b.flushes, 2);
+  EXPECT_EQ(fan.error(), "");
+  b.failure = "disk full";
+  EXPECT_EQ(fan.error(), "disk full");
+}
+
+}  // namespace
+}  // namespace eacgm
