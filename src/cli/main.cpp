@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_doctor);
   reg(eacgm::cli::add_gmm);
   reg(eacgm::cli::add_detect);
+  reg(eacgm::cli::add_agent);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -292,6 +292,8 @@ uint64_t Pipeline::calls() const {
   return decoder_->stats().calls + (python_decoder_ ? python_decoder_->stats().calls : 0);
 }
 
+size_t Pipeline::probes() const { return planner_->total_probes(); }
+
 TracerCounters Pipeline::counters() const { return tracer_->counters(); }
 
 void Pipeline::finish_python() {

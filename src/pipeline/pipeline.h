@@ -82,6 +82,7 @@ class Pipeline {
 
   uint64_t start_monotonic_ns() const { return start_mono_; }
   uint64_t calls() const;
+  size_t probes() const;
   TracerCounters counters() const;
   const LayerChoice& layer_choice() const { return choice_; }
   const ActiveLayers& active_layers() const { return active_; }

@@ -25,4 +25,8 @@ void RecordSinks::write_perfetto(bool force) const {
   }
 }
 
+AgentSinks::AgentSinks(std::string hostname) : metrics_(std::move(hostname)) {
+  fanout_.attach(metrics_);
+}
+
 }  // namespace eacgm

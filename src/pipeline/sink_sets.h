@@ -3,10 +3,12 @@
 //   record   RecordingWriter (the .eacgm.db); with --perfetto, the Perfetto trace is converted
 //            from the finished recording (export/exporter.h), so that it and `eacgm export`
 //            agree by construction.
-//   agent    (issue 17: metrics registry, online detector, flight recorder; not built yet)
+//   agent    MetricsSink (/metrics). Still to come (issue 17): the online detector and the
+//            flight recorder.
 #pragma once
 #include <string>
 
+#include "export/metrics.h"
 #include "pipeline/sink.h"
 #include "store/recording.h"
 
@@ -28,6 +30,18 @@ class RecordSinks {
  private:
   std::string output_, perfetto_;
   RecordingWriter recording_;
+  SinkFanout fanout_;
+};
+
+// The sinks of `eacgm agent`.
+class AgentSinks {
+ public:
+  explicit AgentSinks(std::string hostname);
+  Sink& sink() { return fanout_; }
+  MetricsSink& metrics() { return metrics_; }
+
+ private:
+  MetricsSink metrics_;
   SinkFanout fanout_;
 };
 

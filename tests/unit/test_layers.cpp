@@ -1,6 +1,7 @@
 // --layers parsing and the line that says which layers traced something and why.
 #include <gtest/gtest.h>
 
+#include "agent/agent.h"
 #include "pipeline/layers.h"
 #include "pipeline/sink.h"
 #include "util/error.h"
@@ -93,6 +94,24 @@ TEST(SinkFanout, EverySinkSeesEveryRowAndErrorsSurface) {
   EXPECT_EQ(fan.error(), "");
   b.failure = "disk full";
   EXPECT_EQ(fan.error(), "disk full");
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+TEST(ParseListen, HostAndPortOrAClearError) {
+  ListenAddress a = parse_listen("127.0.0.1:9464");
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 9464);
+  ListenAddress v6 = parse_listen("[::1]:9000");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 9000);
+  for (const char* bad : {"9464", ":9464", "localhost:", "localhost:0", "localhost:65536",
+                          "localhost:94x", "localhost:-1"})
+    EXPECT_THROW(parse_listen(bad), UsageError) << bad;
 }
 
 }  // namespace

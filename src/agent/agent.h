@@ -1,0 +1,26 @@
+// `eacgm agent`: the always-on node service. Drives the tracing pipeline over every process on
+// the node that loads a traced library, into the agent's sinks (pipeline/sink_sets.h), and
+// serves /metrics.
+#pragma once
+#include <string>
+
+#include "pipeline/pipeline.h"
+
+namespace eacgm {
+
+struct AgentOptions : TraceOptions {
+  std::string listen = "127.0.0.1:9464";  // HOST:PORT of the HTTP endpoint
+  double duration_s = 0;                  // 0: until SIGINT/SIGTERM (tests and benchmarks)
+};
+
+// Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+};
+ListenAddress parse_listen(const std::string& text);
+
+// Runs until SIGINT/SIGTERM (or --duration); returns eacgm's exit status.
+int run_agent(const AgentOptions& options);
+
+}  // namespace eacgm

@@ -1,0 +1,55 @@
+// `eacgm agent`: options and validation; the work is in agent/agent.cpp.
+#include <sstream>
+
+#include "agent/agent.h"
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace eacgm::cli {
+
+std::function<int()> add_agent(CLI::App& app) {
+  auto opts = std::make_shared<AgentOptions>();
+  auto layers = std::make_shared<std::string>("auto");
+  CLI::App* cmd = app.add_subcommand(
+      "agent",
+      "Trace every process on this node that loads a traced library, continuously, and serve "
+      "Prometheus metrics.\n"
+      "  eacgm agent                           metrics at http://127.0.0.1:9464/metrics\n"
+      "  eacgm agent --listen 0.0.0.0:9464     expose them to a Prometheus on another host\n"
+      "Stop with SIGINT or SIGTERM. Per-call metrics are labelled by layer, operation (CUDA "
+      "and NCCL API names, aten:: operators; Python functions are one series per process) and "
+      "process name.");
+  cmd->add_option("--listen", opts->listen,
+                  "HOST:PORT of the HTTP endpoint (/metrics); loopback unless you say otherwise")
+      ->capture_default_str();
+  cmd->add_option("--layers", *layers,
+                  "layers to trace, as for record: auto (the default) follows what each process "
+                  "loads; auto,python adds every Python call")
+      ->capture_default_str();
+  cmd->add_option("--interval", opts->interval_ms,
+                  "sampling interval of the gpu and host layers, in milliseconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 60000.0));
+  cmd->add_option("--nvml-library", opts->nvml_library,
+                  "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
+                  "driver's libnvidia-ml.so.1)");
+  cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_flag("-q,--quiet", opts->quiet, "print only errors and warnings");
+  return [cmd, opts, layers]() {
+    (void)cmd;
+    if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)
+      throw UsageError(
+          fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)", opts->ring_mb));
+    opts->layers.clear();
+    std::stringstream ss(*layers);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) opts->layers.push_back(item);
+    return run_agent(*opts);
+  };
+}
+
+}  // namespace eacgm::cli

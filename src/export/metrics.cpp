@@ -1,0 +1,247 @@
+// Calls, samples and the agent's own state as Prometheus metrics.
+#include "export/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <cmath>
+
+namespace eacgm {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// 1 us to about 16 s, x4 per bucket: API calls, operators and collectives alike.
+const prometheus::Histogram::BucketBoundaries& duration_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = [] {
+    prometheus::Histogram::BucketBoundaries v;
+    for (double s = 1e-6; s < 20; s *= 4) v.push_back(s);
+    return v;
+  }();
+  return b;
+}
+
+}  // namespace
+
+MetricsSink::MetricsSink(std::string hostname)
+    : hostname_(std::move(hostname)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      calls_(BuildCounter()
+                 .Name("eacgm_calls_total")
+                 .Help("Traced calls completed, by layer, operation and process name")
+                 .Register(*registry_)),
+      errors_(BuildCounter()
+                  .Name("eacgm_call_errors_total")
+                  .Help("Traced calls that returned an error (CUDA/NCCL status not 0, a c10d "
+                        "collective that failed)")
+                  .Register(*registry_)),
+      bytes_(BuildCounter()
+                 .Name("eacgm_call_bytes_total")
+                 .Help("Bytes the traced calls moved or allocated (memcpy, malloc, collectives)")
+                 .Register(*registry_)),
+      seconds_(BuildHistogram()
+                   .Name("eacgm_call_duration_seconds")
+                   .Help("Duration of traced calls (host side: enqueue time for async CUDA/NCCL "
+                         "calls; c10d collectives until they completed)")
+                   .Register(*registry_)),
+      runq_(BuildCounter()
+                .Name("eacgm_process_runqueue_wait_seconds_total")
+                .Help("Time the traced process's threads waited for a CPU")
+                .Register(*registry_)),
+      cpu_(BuildCounter()
+               .Name("eacgm_process_cpu_seconds_total")
+               .Help("CPU time of the traced process's threads")
+               .Register(*registry_)),
+      involuntary_(BuildCounter()
+                       .Name("eacgm_process_involuntary_switches_total")
+                       .Help("Times the traced process's threads were preempted")
+                       .Register(*registry_)),
+      retransmits_(BuildCounter()
+                       .Name("eacgm_process_tcp_retransmits_total")
+                       .Help("TCP segments the traced process sent again")
+                       .Register(*registry_)),
+      reclaim_(BuildCounter()
+                   .Name("eacgm_process_reclaim_seconds_total")
+                   .Help("Time the traced process stalled in direct memory reclaim")
+                   .Register(*registry_)),
+      gpu_util_(BuildGauge()
+                    .Name("DCGM_FI_DEV_GPU_UTIL")
+                    .Help("GPU utilization (in %).")
+                    .Register(*registry_)),
+      fb_used_(BuildGauge()
+                   .Name("DCGM_FI_DEV_FB_USED")
+                   .Help("Framebuffer memory used (in MiB).")
+                   .Register(*registry_)),
+      power_(BuildGauge()
+                 .Name("DCGM_FI_DEV_POWER_USAGE")
+                 .Help("Power draw (in W).")
+                 .Register(*registry_)),
+      temp_(BuildGauge()
+                .Name("DCGM_FI_DEV_GPU_TEMP")
+                .Help("GPU temperature (in C).")
+                .Register(*registry_)),
+      sm_clock_(BuildGauge()
+                    .Name("DCGM_FI_DEV_SM_CLOCK")
+                    .Help("SM clock frequency (in MHz).")
+                    .Register(*registry_)),
+      mem_clock_(BuildGauge()
+                     .Name("DCGM_FI_DEV_MEM_CLOCK")
+                     .Help("Memory clock frequency (in MHz).")
+                     .Register(*registry_)),
+      xid_(BuildGauge()
+               .Name("DCGM_FI_DEV_XID_ERRORS")
+               .Help("Value of the last XID error encountered.")
+               .Register(*registry_)),
+      agent_events_(BuildCounter()
+                        .Name("eacgm_agent_events_total")
+                        .Help("Events the agent decoded")
+                        .Register(*registry_)),
+      agent_dropped_(BuildCounter()
+                         .Name("eacgm_agent_dropped_events_total")
+                         .Help("Events lost because the ring buffer was full")
+                         .Register(*registry_)),
+      agent_probes_(BuildGauge()
+                        .Name("eacgm_agent_probes")
+                        .Help("Probe points attached")
+                        .Register(*registry_)),
+      agent_processes_(BuildGauge()
+                           .Name("eacgm_agent_traced_processes")
+                           .Help("Processes the agent traces now")
+                           .Register(*registry_)),
+      agent_cpu_(BuildCounter()
+                     .Name("eacgm_agent_cpu_seconds_total")
+                     .Help("CPU time of the agent, all its threads")
+                     .Register(*registry_)),
+      agent_rss_(BuildGauge()
+                     .Name("eacgm_agent_resident_memory_bytes")
+                     .Help("Resident memory of the agent")
+                     .Register(*registry_)) {}
+
+const std::string& MetricsSink::process_name(uint32_t pid) const {
+  static const std::string unknown = "unknown";
+  auto it = process_names_.find(pid);
+  return it == process_names_.end() ? unknown : it->second;
+}
+
+MetricsSink::CallMetrics& MetricsSink::call_metrics(const char* layer, std::string_view op,
+                                                    uint32_t pid) {
+  auto& by_op = calls_by_pid_[pid];
+  auto it = by_op.find(op.data());
+  if (it != by_op.end()) return it->second;
+  prometheus::Labels labels{
+      {"layer", layer}, {"op", std::string(op)}, {"process", process_name(pid)}};
+  CallMetrics m{&calls_.Add(labels), &errors_.Add(labels), &bytes_.Add(labels),
+                &seconds_.Add(labels, duration_buckets())};
+  return by_op.emplace(op.data(), m).first->second;
+}
+
+void MetricsSink::count_call(const char* layer, std::string_view op, uint32_t pid, uint64_t dur_ns,
+                             bool failed, int64_t bytes) {
+  CallMetrics& m = call_metrics(layer, op, pid);
+  m.calls->Increment();
+  if (failed) m.errors->Increment();
+  if (bytes > 0) m.bytes->Increment(double(bytes));
+  m.seconds->Observe(double(dur_ns) / 1e9);
+}
+
+void MetricsSink::add(const CudaCallRow& r) {
+  count_call("cuda", r.name, r.pid, r.dur_ns, r.ret != 0, r.bytes);
+}
+
+void MetricsSink::add(const CommCallRow& r) {
+  count_call("comm", r.name, r.pid, r.dur_ns, r.ret != 0, r.bytes);
+}
+
+void MetricsSink::add(const TorchCallRow& r) {
+  count_call("torch", r.name, r.pid, r.dur_ns, false, -1);
+}
+
+// Python function names are unbounded: all of a process's calls are one series.
+void MetricsSink::add(const PythonCallRow& r) {
+  static const char kAll[] = "(python functions)";
+  count_call("python", kAll, r.pid, r.dur_ns, false, -1);
+}
+
+void MetricsSink::add(const ProcessRow& r) {
+  auto it = process_names_.find(r.pid);
+  if (it != process_names_.end() && it->second == r.name) return;
+  process_names_[r.pid] = r.name;
+  calls_by_pid_.erase(r.pid);  // its next calls count under its new name
+}
+
+void MetricsSink::add(const ProcessExitRow& r) {
+  // Call series are per process name and outlive a pid; per-pid host series go with it.
+  calls_by_pid_.erase(r.pid);
+  process_names_.erase(r.pid);
+  if (auto it = host_.find(r.pid); it != host_.end()) {
+    runq_.Remove(it->second.runq);
+    cpu_.Remove(it->second.cpu);
+    involuntary_.Remove(it->second.involuntary);
+    retransmits_.Remove(it->second.retransmits);
+    reclaim_.Remove(it->second.reclaim);
+    host_.erase(it);
+  }
+}
+
+void MetricsSink::add(const HostSampleRow& r) {
+  uint32_t pid = uint32_t(r.id);
+  // per traced process: the host layer sees every process of the node under the agent
+  if (r.scope != HostScope::Process || !calls_by_pid_.count(pid)) return;
+  auto it = host_.find(pid);
+  if (it == host_.end()) {
+    prometheus::Labels labels{{"process", r.name}, {"pid", std::to_string(pid)}};
+    HostMetrics m{&runq_.Add(labels), &cpu_.Add(labels), &involuntary_.Add(labels),
+                  &retransmits_.Add(labels), &reclaim_.Add(labels)};
+    it = host_.emplace(pid, m).first;
+  }
+  HostMetrics& m = it->second;
+  m.runq->Increment(double(r.runq_wait_ns) / 1e9);
+  m.cpu->Increment(double(r.oncpu_ns) / 1e9);
+  m.involuntary->Increment(double(r.involuntary_switches));
+  m.retransmits->Increment(double(r.tcp_retransmits));
+  m.reclaim->Increment(double(r.reclaim_ns) / 1e9);
+}
+
+void MetricsSink::add(const GpuDevice& r) { devices_[r.index] = r; }
+
+void MetricsSink::add(const GpuSample& r) {
+  auto dev = devices_.find(r.gpu);
+  prometheus::Labels labels{{"gpu", std::to_string(r.gpu)},
+                            {"UUID", dev != devices_.end() ? dev->second.uuid : ""},
+                            {"modelName", dev != devices_.end() ? dev->second.name : ""},
+                            {"Hostname", hostname_}};
+  // Family::Add returns the existing series for the same labels: a few GPUs, 10 times a second
+  if (r.sm_util_pct) gpu_util_.Add(labels).Set(*r.sm_util_pct);
+  if (r.mem_used_bytes) fb_used_.Add(labels).Set(double(*r.mem_used_bytes) / (1 << 20));
+  if (r.power_w) power_.Add(labels).Set(*r.power_w);
+  if (r.temperature_c) temp_.Add(labels).Set(*r.temperature_c);
+  if (r.sm_clock_mhz) sm_clock_.Add(labels).Set(*r.sm_clock_mhz);
+  if (r.mem_clock_mhz) mem_clock_.Add(labels).Set(*r.mem_clock_mhz);
+}
+
+void MetricsSink::add(const GpuXidEvent& r) {
+  auto dev = devices_.find(r.gpu);
+  xid_.Add({{"gpu", std::to_string(r.gpu)},
+            {"UUID", dev != devices_.end() ? dev->second.uuid : ""},
+            {"modelName", dev != devices_.end() ? dev->second.name : ""},
+            {"Hostname", hostname_}})
+      .Set(double(r.xid));
+}
+
+void MetricsSink::set_agent_stats(const AgentStats& s) {
+  // counters only go up: add what is new since the last call
+  agent_events_.Add({}).Increment(double(s.events - std::min(s.events, last_stats_.events)));
+  agent_dropped_.Add({}).Increment(double(s.dropped - std::min(s.dropped, last_stats_.dropped)));
+  agent_cpu_.Add({}).Increment(std::max(0.0, s.cpu_seconds - last_stats_.cpu_seconds));
+  agent_probes_.Add({}).Set(double(s.probes));
+  agent_processes_.Add({}).Set(double(s.processes));
+  agent_rss_.Add({}).Set(double(s.rss_bytes));
+  last_stats_ = s;
+}
+
+std::string MetricsSink::text() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace eacgm

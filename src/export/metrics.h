@@ -1,0 +1,100 @@
+// The metrics sink: decoded calls and samples as Prometheus metrics (prometheus-cpp's registry
+// and text format), for the agent's /metrics. Names follow Prometheus conventions; GPU gauges
+// carry DCGM-exporter's names and labels so that existing dashboards keep working.
+#pragma once
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pipeline/sink.h"
+
+namespace eacgm {
+
+// What the agent says about itself, set by its loop.
+struct AgentStats {
+  uint64_t events = 0, dropped = 0, probes = 0, processes = 0;
+  double cpu_seconds = 0;
+  uint64_t rss_bytes = 0;
+};
+
+class MetricsSink final : public Sink {
+ public:
+  explicit MetricsSink(std::string hostname);
+
+  void add(const CudaCallRow& r) override;
+  void add(const CommCallRow& r) override;
+  void add(const TorchCallRow& r) override;
+  void add(const PythonCallRow& r) override;
+  void add(const ProcessRow& r) override;
+  void add(const ProcessExitRow& r) override;
+  void add(const HostSampleRow& r) override;
+  void add(const GpuDevice& r) override;
+  void add(const GpuSample& r) override;
+  void add(const GpuXidEvent& r) override;
+
+  void set_agent_stats(const AgentStats& s);
+  // The exposition text (thread-safe: the HTTP thread calls it while the loop adds).
+  std::string text() const;
+  // Processes that made traced calls and have not exited.
+  size_t traced_processes() const { return calls_by_pid_.size(); }
+
+ private:
+  // The metrics of one operation of one process name, found once per (op, process) and kept:
+  // a label lookup in the registry costs more than the probe that made the call.
+  struct CallMetrics {
+    prometheus::Counter* calls;
+    prometheus::Counter* errors;
+    prometheus::Counter* bytes;
+    prometheus::Histogram* seconds;
+  };
+  struct HostMetrics {
+    prometheus::Counter *runq, *cpu, *involuntary, *retransmits, *reclaim;
+  };
+  CallMetrics& call_metrics(const char* layer, std::string_view op, uint32_t pid);
+  void count_call(const char* layer, std::string_view op, uint32_t pid, uint64_t dur_ns,
+                  bool failed, int64_t bytes);
+  const std::string& process_name(uint32_t pid) const;
+
+  std::string hostname_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& calls_;
+  prometheus::Family<prometheus::Counter>& errors_;
+  prometheus::Family<prometheus::Counter>& bytes_;
+  prometheus::Family<prometheus::Histogram>& seconds_;
+  prometheus::Family<prometheus::Counter>& runq_;
+  prometheus::Family<prometheus::Counter>& cpu_;
+  prometheus::Family<prometheus::Counter>& involuntary_;
+  prometheus::Family<prometheus::Counter>& retransmits_;
+  prometheus::Family<prometheus::Counter>& reclaim_;
+  prometheus::Family<prometheus::Gauge>& gpu_util_;
+  prometheus::Family<prometheus::Gauge>& fb_used_;
+  prometheus::Family<prometheus::Gauge>& power_;
+  prometheus::Family<prometheus::Gauge>& temp_;
+  prometheus::Family<prometheus::Gauge>& sm_clock_;
+  prometheus::Family<prometheus::Gauge>& mem_clock_;
+  prometheus::Family<prometheus::Gauge>& xid_;
+  prometheus::Family<prometheus::Counter>& agent_events_;
+  prometheus::Family<prometheus::Counter>& agent_dropped_;
+  prometheus::Family<prometheus::Gauge>& agent_probes_;
+  prometheus::Family<prometheus::Gauge>& agent_processes_;
+  prometheus::Family<prometheus::Counter>& agent_cpu_;
+  prometheus::Family<prometheus::Gauge>& agent_rss_;
+  AgentStats last_stats_;
+
+  // by pid, then by the op name's address (names are interned or static: stable for the
+  // pipeline's life); a pid's entries go when it exits or execs (its process name changes)
+  std::unordered_map<uint32_t, std::unordered_map<const char*, CallMetrics>> calls_by_pid_;
+  std::unordered_map<uint32_t, std::string> process_names_;
+  std::unordered_map<uint32_t, HostMetrics> host_;
+  std::unordered_map<uint32_t, GpuDevice> devices_;
+};
+
+}  // namespace eacgm
