@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
 #include "probe/host_tracer.h"
 #include "probe/library_finder.h"
 #include "probe/proc_maps.h"
@@ -28,18 +29,6 @@
 
 namespace eacgm {
 namespace {
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
@@ -172,15 +161,15 @@ std::vector<uint32_t> Pipeline::attach_process(uint32_t pid) {
   all.insert(all.begin(), pid);
   for (uint32_t p : all) {
     tracer_->trace_pid(p);
-    decoder_->add_process(p, 0, monotonic_ns());
+    decoder_->add_process(p, 0, monotonic_now_ns());
     dirty_.insert(p);
   }
   return all;
 }
 
 void Pipeline::start(const std::string& target) {
-  start_mono_ = monotonic_ns();
-  uint64_t real = realtime_ns();
+  start_mono_ = monotonic_now_ns();
+  uint64_t real = realtime_now_ns();
   out_.set_meta("eacgm_version", EACGM_VERSION);
   out_.set_meta("hostname", hostname());
   out_.set_meta("start_realtime_ns", std::to_string(real));
@@ -194,7 +183,7 @@ void Pipeline::start(const std::string& target) {
   out_.flush();
   if (choice_.armed("gpu")) start_gpu();
   plan_dirty();
-  last_flush_ = last_rescan_ = monotonic_ns();
+  last_flush_ = last_rescan_ = monotonic_now_ns();
 }
 
 void Pipeline::snapshot_maps(uint32_t pid) {
@@ -265,7 +254,7 @@ void Pipeline::write_samples() {
 
 void Pipeline::step(int timeout_ms) {
   tracer_->poll(timeout_ms, [this](const void* d, size_t n) { decoder_->on_record(d, n); });
-  uint64_t now = monotonic_ns();
+  uint64_t now = monotonic_now_ns();
   write_samples();
   if (!dirty_.empty()) plan_dirty();
   if (opts_.all && now - last_rescan_ > 2'000'000'000ull) {
@@ -322,7 +311,7 @@ void Pipeline::finish_python() {
 
 void Pipeline::finish() {
   TracerCounters c = tracer_->counters();
-  out_.set_meta("end_monotonic_ns", std::to_string(monotonic_ns()));
+  out_.set_meta("end_monotonic_ns", std::to_string(monotonic_now_ns()));
   out_.set_meta("events", std::to_string(decoder_->stats().calls));
   if (gpu_) {
     std::string lines;

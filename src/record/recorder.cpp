@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "pipeline/sink_sets.h"
 #include "probe/target.h"
 #include "report/report.h"
@@ -33,12 +34,6 @@ void install_signal_handlers() {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-}
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
 void check_privileges() {
@@ -136,11 +131,11 @@ int RecordSession::run() {
     // Every wakeup costs (about 45 us of CPU in a VM): 10 a second, and one at --duration's end.
     int timeout_ms = 100;
     if (opts_.duration_s > 0) {
-      double elapsed_ms = double(monotonic_ns() - start) / 1e6;
+      double elapsed_ms = double(monotonic_now_ns() - start) / 1e6;
       timeout_ms = std::clamp(int(opts_.duration_s * 1e3 - elapsed_ms) + 1, 1, timeout_ms);
     }
     pipeline_.step(timeout_ms);
-    uint64_t now = monotonic_ns();
+    uint64_t now = monotonic_now_ns();
     progress(now);
     if (!sinks_.sink().error().empty()) break;  // e.g. disk full: stop, keep what was written
     if (targets_done()) break;
