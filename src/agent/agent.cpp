@@ -76,6 +76,13 @@ int run_agent(const AgentOptions& given) {
     fail(
         "the agent needs root (eBPF uprobes on every process): run it as root, or with "
         "CAP_BPF and CAP_PERFMON (deploy/ has a systemd unit)");
+  // Before anything loads (BPF takes seconds): a stop signal then ends the agent cleanly.
+  struct sigaction sa {};
+  sa.sa_handler = on_agent_stop;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
   AgentSinks sinks(node_name());
   httplib::Server http;
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second agent on the
@@ -95,12 +102,6 @@ int run_agent(const AgentOptions& given) {
          errno_text(errno));
   Pipeline pipeline(o, sinks.sink());  // after the port: a busy one fails before BPF loads
   std::thread server([&] { http.listen_after_bind(); });
-
-  struct sigaction sa {};
-  sa.sa_handler = on_agent_stop;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   pipeline.expect_all();
   pipeline.start("agent");

@@ -1,4 +1,5 @@
 // `eacgm agent`: options and validation; the work is in agent/agent.cpp.
+#include <cmath>
 #include <sstream>
 
 #include "agent/agent.h"
@@ -34,7 +35,12 @@ std::function<int()> add_agent(CLI::App& app) {
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9))
+      ->check(CLI::Validator(
+          [](std::string& v) {  // NaN passes a range check: it compares false both ways
+            return std::isfinite(std::stod(v)) ? std::string() : "give a number of seconds";
+          },
+          "SECONDS"));
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -1,4 +1,5 @@
 // `eacgm record`: options and validation; the work is in record/recorder.cpp.
+#include <cmath>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -95,7 +96,12 @@ std::function<int()> add_record(CLI::App& app) {
       ->check(CLI::Range(1.0, 60000.0));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9))
+      ->check(CLI::Validator(
+          [](std::string& v) {  // NaN passes a range check: it compares false both ways
+            return std::isfinite(std::stod(v)) ? std::string() : "give a number of seconds";
+          },
+          "SECONDS"));
   cmd->add_option("-p,--pid", *pids, "trace these running processes: PID[,PID...]");
   cmd->add_flag("--all", opts->all, "trace every process mapping a traced library");
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")

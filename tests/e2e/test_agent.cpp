@@ -81,6 +81,9 @@ TEST_F(Agent, BadListenAddressIsAUsageError) {
   EXPECT_NE(r.err.find("--listen 127.0.0.1:99999: the port must be a number from 1 to 65535"),
             std::string::npos)
       << r.err;
+  // NaN compares false with every bound: it once meant "no limit", an agent that never stopped
+  auto nan = run({kEacgm, "agent", "--duration", "nan"}, {}, 20);
+  EXPECT_EQ(nan.exit_code, 2) << nan.err;
   // the port the agent holds is refused with a line that says so
   auto busy = run({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_)}, {}, 20);
   EXPECT_EQ(busy.exit_code, 1);
