@@ -2,21 +2,33 @@
 // health as metrics, and a clean stop on SIGINT/SIGTERM.
 #include "agent/agent.h"
 
+// clang-format off
+// Eigen (through the detector) before httplib.h: httplib includes <resolv.h>, whose `_res`
+// macro renames a parameter in Eigen's declarations.
+#include "pipeline/sink_sets.h"
+// clang-format on
+
 #include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent/anomaly_store.h"
 #include "export/metrics.h"
-#include "pipeline/sink_sets.h"
+#include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
 #include "util/error.h"
 
 namespace eacgm {
@@ -46,7 +58,119 @@ std::string node_name() {
   return u.nodename;
 }
 
+std::string utc_time(uint64_t realtime_ns) {
+  time_t secs = time_t(realtime_ns / 1'000'000'000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[40];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &t);
+  return fmt::format("{}.{:03}Z", buf, realtime_ns / 1'000'000 % 1000);
+}
+
+std::string ms_text(uint64_t ns) {
+  double ms = double(ns) / 1e6;
+  return ms >= 100 ? fmt::format("{:.0f} ms", ms) : fmt::format("{:.2g} ms", ms);
+}
+
+// The state dir: created (0700: it holds what the traced jobs ran) when missing.
+std::string make_state_dir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::error_code ec;
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {  // a directory given that exists keeps its mode
+    std::filesystem::path p(dir);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    if (!ec && mkdir(dir.c_str(), 0700) != 0) ec = std::error_code(errno, std::generic_category());
+  }
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(
+        "--state-dir {}: {} (give a directory the agent may create and write, or --state-dir '' "
+        "to keep no state)",
+        dir, ec ? ec.message() : "not a directory");
+  return dir;
+}
+
+// What the agent does with each anomaly: one log line (rate-limited per kind: a storm of slow
+// calls is one line every 10 s with the count of the others), the counter, and a row in the
+// state dir's store (at most 100 a flush).
+class AnomalyReporter {
+ public:
+  AnomalyReporter(MetricsSink& metrics, std::unique_ptr<AnomalyStore> store,
+                  int64_t monotonic_to_realtime_ns)
+      : metrics_(metrics), store_(std::move(store)), to_real_(monotonic_to_realtime_ns) {}
+
+  void operator()(std::vector<AgentAnomaly>& found) {
+    std::vector<StoredAnomaly> rows;
+    uint64_t now = monotonic_now_ns();
+    for (const auto& [a, process] : found) {
+      std::string kind = detect::cause_kind(a.cause);
+      metrics_.count_anomaly(a.layer, kind);
+      uint64_t real = uint64_t(int64_t(a.ts_ns) + to_real_);
+      Limit& limit = limits_[a.layer + "\t" + kind];
+      if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
+        std::string what =
+            a.layer == "window"
+                ? fmt::format("{} in the traced processes, {} s window at {}", a.cause,
+                              double(a.dur_ns) / 1e9, utc_time(real))
+                : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
+                              process.empty() ? "?" : process, a.pid, utc_time(real));
+        std::string top;
+        for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
+        std::string more = limit.suppressed ? fmt::format("; {} more like it since the last line",
+                                                          limit.suppressed)
+                                            : "";
+        fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s\n", what.c_str(), a.score,
+                a.threshold, top.c_str(), more.c_str());
+        limit.last = now;
+        limit.suppressed = 0;
+      } else {
+        ++limit.suppressed;
+      }
+      if (!store_ || rows.size() >= 100) continue;
+      StoredAnomaly r;
+      r.ts_ns = a.ts_ns;
+      r.time_ns = real;
+      r.dur_ns = a.dur_ns;
+      r.layer = a.layer;
+      r.name = a.name;
+      r.pid = a.pid;
+      r.process = process;
+      r.score = a.score;
+      r.threshold = a.threshold;
+      r.cause = a.cause;
+      nlohmann::json f = nlohmann::json::array();
+      for (const auto& [name, c] : a.top_features) f.push_back({name, c});
+      r.features = f.dump();
+      rows.push_back(std::move(r));
+    }
+    if (store_)
+      if (std::string e = store_->add(rows); !e.empty() && e != last_error_) {
+        fprintf(stderr, "eacgm: agent: could not store anomalies in %s: %s\n",
+                store_->path().c_str(), e.c_str());
+        last_error_ = e;
+      }
+  }
+
+ private:
+  struct Limit {
+    uint64_t last = 0;
+    size_t suppressed = 0;
+  };
+  MetricsSink& metrics_;
+  std::unique_ptr<AnomalyStore> store_;
+  int64_t to_real_;
+  std::map<std::string, Limit> limits_;
+  std::string last_error_;
+};
+
 }  // namespace
+
+AgentSinks::AgentSinks(std::string hostname, DetectionOptions detection,
+                       std::function<void(std::vector<AgentAnomaly>&)> report)
+    : metrics_(std::move(hostname)), detection_(std::move(detection), std::move(report)) {
+  fanout_.attach(metrics_);
+  fanout_.attach(detection_);
+}
 
 ListenAddress parse_listen(const std::string& text) {
   auto bad = [&](const char* why) {
@@ -83,7 +207,23 @@ int run_agent(const AgentOptions& given) {
   for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  AgentSinks sinks(node_name());
+  std::string state = make_state_dir(o.state_dir);
+  DetectionOptions d;
+  d.window_ns = uint64_t(o.window_s * 1e9);
+  d.history_ns = uint64_t(o.history_s * 1e9);
+  d.refit_every_ns = std::min<uint64_t>(d.refit_every_ns, d.history_ns / 4);
+  d.train_windows = o.train_windows;
+  d.train_calls = o.train_calls;
+  d.sample_interval_ns = uint64_t(o.interval_ms * 1e6);
+  if (!state.empty()) d.models_path = state + "/models.json";
+  std::unique_ptr<AnomalyStore> store;
+  if (!state.empty()) store = std::make_unique<AnomalyStore>(state + "/anomalies.db");
+  std::unique_ptr<AnomalyReporter> reporter;
+  AgentSinks sinks(node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); });
+  reporter = std::make_unique<AnomalyReporter>(
+      sinks.metrics(), std::move(store), int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
+  if (std::string line = sinks.detection().load_models(); !line.empty())
+    fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
   httplib::Server http;
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second agent on the
   // same port would start and share the connections silently instead of being refused.
@@ -117,12 +257,15 @@ int run_agent(const AgentOptions& given) {
       sinks.metrics().set_agent_stats({pipeline.calls(), pipeline.counters().ring_drops,
                                        pipeline.probes(), sinks.metrics().traced_processes(),
                                        cpu_seconds(), resident_bytes()});
+      sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
       last_stats = now;
     }
     if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
   }
   pipeline.stop();
   pipeline.finish();  // gives traced processes back what the python layer changed in them
+  if (std::string e = sinks.detection().save_models(); !e.empty())
+    fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
   http.stop();
   server.join();
   if (!o.quiet) fprintf(stderr, "eacgm: agent stopped\n");

@@ -9,8 +9,12 @@
 namespace eacgm {
 
 struct AgentOptions : TraceOptions {
-  std::string listen = "127.0.0.1:9464";  // HOST:PORT of the HTTP endpoint
-  double duration_s = 0;                  // 0: until SIGINT/SIGTERM (tests and benchmarks)
+  std::string listen = "127.0.0.1:9464";     // HOST:PORT of the HTTP endpoint
+  double duration_s = 0;                     // 0: until SIGINT/SIGTERM (tests and benchmarks)
+  std::string state_dir = "/var/lib/eacgm";  // models, anomalies; "": keep nothing
+  double window_s = 1;                       // the window model's windows
+  double history_s = 3600;                   // models fit on this past
+  size_t train_windows = 60, train_calls = 200;
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

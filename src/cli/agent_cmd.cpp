@@ -19,7 +19,12 @@ std::function<int()> add_agent(CLI::App& app) {
       "  eacgm agent --listen 0.0.0.0:9464     expose them to a Prometheus on another host\n"
       "Stop with SIGINT or SIGTERM. Per-call metrics are labelled by layer, operation (CUDA "
       "and NCCL API names, aten:: operators; Python functions are one series per process) and "
-      "process name.");
+      "process name.\n"
+      "Online detection: each operation's calls and each --window of the traced processes' "
+      "resources are scored as they come against models fitted on the last --history; an "
+      "anomaly is logged (one line with its probable cause), counted in "
+      "eacgm_anomalies_total{layer,cause} and stored in STATE_DIR/anomalies.db. Models are "
+      "saved in STATE_DIR/models.json: a restart resumes with them.");
   cmd->add_option("--listen", opts->listen,
                   "HOST:PORT of the HTTP endpoint (/metrics); loopback unless you say otherwise")
       ->capture_default_str();
@@ -44,7 +49,36 @@ std::function<int()> add_agent(CLI::App& app) {
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_flag("-q,--quiet", opts->quiet, "print only errors and warnings");
+  auto finite = CLI::Validator(
+      [](std::string& v) {  // NaN passes a range check: it compares false both ways
+        return std::isfinite(std::stod(v)) ? std::string() : "give a finite number";
+      },
+      "NUMBER");
+  cmd->add_option("--state-dir", opts->state_dir,
+                  "where models and anomalies are kept across restarts (created 0700 if "
+                  "missing); '' keeps nothing")
+      ->capture_default_str();
+  cmd->add_option("--window", opts->window_s,
+                  "seconds per window of the window model (the traced processes' run-queue "
+                  "wait, CPU, network, memory, GPU and call rates)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0))
+      ->check(finite);
+  cmd->add_option("--history", opts->history_s,
+                  "seconds of the past the models are fitted on (refitted every minute, or "
+                  "every quarter of this if shorter)")
+      ->capture_default_str()
+      ->check(CLI::Range(10.0, 7 * 86400.0))
+      ->check(finite);
+  cmd->add_option("--train-windows", opts->train_windows,
+                  "windows the window model needs before it judges (with --window 1: a minute)")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 1000000));
+  cmd->add_option("--train-calls", opts->train_calls,
+                  "calls an operation's model needs before it judges")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 1000000));
+  cmd->add_flag("-q,--quiet", opts->quiet, "print only errors, warnings and anomalies");
   return [cmd, opts, layers]() {
     (void)cmd;
     if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)

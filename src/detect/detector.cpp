@@ -165,6 +165,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     Anomaly a;
     a.ts_ns = t.ts_ns[idx[r]];
     a.dur_ns = t.dur_ns[idx[r]];
+    a.row = idx[r];
     if (idx[r] < t.pid.size()) a.pid = t.pid[idx[r]];
     if (idx[r] < t.tid.size()) a.tid = t.tid[idx[r]];
     if (idx[r] < t.runq_ns.size()) a.runq_ns = t.runq_ns[idx[r]];
@@ -256,6 +257,10 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (has("gpu_util")) return "GPU utilization change";
   }
   return "unusual window: " + f;
+}
+
+std::string cause_kind(std::string_view cause) {
+  return std::string(cause.substr(0, cause.find(':')));
 }
 
 nlohmann::json detector_to_json(const DetectorModel& model) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct DetectorModel {
   std::vector<GroupModel> groups;
 };
 
+// The kind of a cause, without the operation it names ("slow cuda call: cudaMalloc" -> "slow
+// cuda call"): a bounded set, fit for a metric label.
+std::string cause_kind(std::string_view cause);
+
 nlohmann::json detector_to_json(const DetectorModel& model);
 DetectorModel detector_from_json(const nlohmann::json& j);
 
@@ -55,6 +60,7 @@ struct Anomaly {
   double score = 0, threshold = 0;  // log-density under the most likely component
   std::vector<std::pair<std::string, double>> top_features;  // largest contributions first
   std::string cause;
+  size_t row = 0;  // the row of its table
 };
 
 // Scores the rows of each table that start at or after `from_ns` against the model of its

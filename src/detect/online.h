@@ -3,15 +3,18 @@
 // it arrives against the model of the moment, before it joins the window. Samples flagged as
 // anomalies stay out of later fits unless they become a large share of the window (a lasting
 // change of regime, which then becomes the new normal).
+//
+// Refits run inline (observe() fits when one is due) or, with `refit_inline` off, are handed
+// out by take_due_refits() to be fitted elsewhere (the agent's worker thread: a fit takes tens
+// of milliseconds, scoring must not wait for it) and installed when done.
 #pragma once
+#include <Eigen/Core>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "detect/detector.h"
 
@@ -20,29 +23,57 @@ namespace eacgm::detect {
 struct OnlineOptions {
   uint64_t window_ns = 3600ull * 1'000'000'000;  // fit on the samples of the past hour
   uint64_t refit_every_ns = 60ull * 1'000'000'000;
-  size_t min_samples = 200;         // no verdicts until a group has this many
+  size_t min_samples = 200;                            // no verdicts until a group has this many
+  std::map<std::string, size_t> min_samples_by_layer;  // e.g. {"window", 60}: this layer's own
   // Anomalies are kept out of the next fit (a model that learns them stops seeing them) unless
   // they are more than this share of the window: then they are the new normal.
   double new_normal_share = 0.2;
-  size_t max_samples = 100'000;     // per group: the oldest go first beyond this
-  DetectOptions detect;             // components, quantile, threshold
+  size_t max_samples = 100'000;  // per group: the oldest go first beyond this
+  DetectOptions detect;          // components, quantile, threshold
   double min_slowdown = 3;
+  double min_excess_us = 0;  // as find_anomalies
+  bool refit_inline = true;
 };
+
+// A fit to be done: the group's training samples and how to fit them.
+struct RefitJob {
+  FeatureTable training;
+  DetectOptions options;
+  uint64_t at_ns = 0;  // the time of the group's last sample when the job was taken
+};
+
+// Fits one group's model from its training table (what a RefitJob asks); nullopt when the
+// table is too small or empty.
+std::optional<GroupModel> fit_group(const RefitJob& job);
 
 class OnlineDetector {
  public:
   explicit OnlineDetector(OnlineOptions options = {}) : options_(std::move(options)) {}
 
-  // One sample of a group (its features in a fixed order). Returns the anomaly it is, if its
-  // group has a model and it falls below the threshold; samples must come in time order per
-  // group.
+  // Samples of one group (`rows.group`, its features in a fixed order), in time order and
+  // later than the group's earlier ones: each is scored against the group's model of the moment
+  // (none before the group has min_samples), then joins its window. Returns the anomalies among
+  // them, in row order, with Anomaly::row naming the row.
+  std::vector<Anomaly> observe(const FeatureTable& rows);
+  // One sample, the same way.
   std::optional<Anomaly> observe(const std::string& layer, const std::string& name,
                                  const std::vector<std::string>& feature_names, uint64_t ts_ns,
                                  uint64_t dur_ns, const Eigen::VectorXd& x);
 
+  // With refit_inline off: the refits that are due, each taken once until installed (or
+  // dropped, if the fit failed: install(group, nullopt)).
+  std::vector<RefitJob> take_due_refits();
+  void install(const std::string& group, std::optional<GroupModel> model, uint64_t fitted_at);
+  // Models saved earlier (a restart resumes scoring at once; refits follow as samples come).
+  void load(const DetectorModel& saved);
+  // Every current model, for saving.
+  DetectorModel models() const;
+
   size_t refits() const { return refits_; }
   // The current model of a group, if it has one (for saving, or to show what is normal).
   const GroupModel* model(const std::string& layer, const std::string& name) const;
+  size_t groups() const { return groups_.size(); }
+  size_t fitted() const;  // groups with a model
 
  private:
   struct Sample {
@@ -51,12 +82,17 @@ class OnlineDetector {
     bool flagged;  // was an anomaly when it came
   };
   struct Group {
+    std::string key, layer, name;  // key: FeatureTable::group
+    std::vector<std::string> features;
     std::deque<Sample> window;
     std::optional<GroupModel> model;
     uint64_t fitted_at = 0;
+    uint64_t last_ts = 0;
+    bool pending = false;  // a refit job is out
   };
-  void refit(const std::string& layer, const std::string& name,
-             const std::vector<std::string>& feature_names, Group& g, uint64_t now);
+  bool due(const Group& g) const;
+  size_t min_samples(const Group& g) const;
+  RefitJob job_for(const Group& g) const;
 
   OnlineOptions options_;
   std::map<std::string, Group> groups_;

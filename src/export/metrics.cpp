@@ -116,7 +116,25 @@ MetricsSink::MetricsSink(std::string hostname)
       agent_rss_(BuildGauge()
                      .Name("eacgm_agent_resident_memory_bytes")
                      .Help("Resident memory of the agent")
-                     .Register(*registry_)) {}
+                     .Register(*registry_)),
+      anomalies_(BuildCounter()
+                     .Name("eacgm_anomalies_total")
+                     .Help("Anomalies the online detector found, by layer (window: the traced "
+                           "processes' resources and activity together) and probable cause")
+                     .Register(*registry_)),
+      model_score_(BuildGauge()
+                       .Name("eacgm_detector_last_score")
+                       .Help("Log-density of the last sample scored by a model (lower is more "
+                             "unusual; below the threshold is an anomaly)")
+                       .Register(*registry_)),
+      model_threshold_(BuildGauge()
+                           .Name("eacgm_detector_threshold")
+                           .Help("A model's threshold on the log-density")
+                           .Register(*registry_)),
+      models_(BuildGauge()
+                  .Name("eacgm_detector_models")
+                  .Help("Models the online detector has fitted (operations and the window)")
+                  .Register(*registry_)) {}
 
 const std::string& MetricsSink::process_name(uint32_t pid) const {
   static const std::string unknown = "unknown";
@@ -238,6 +256,20 @@ void MetricsSink::set_agent_stats(const AgentStats& s) {
   agent_processes_.Add({}).Set(double(s.processes));
   agent_rss_.Add({}).Set(double(s.rss_bytes));
   last_stats_ = s;
+}
+
+void MetricsSink::count_anomaly(const std::string& layer, const std::string& cause_kind) {
+  anomalies_.Add({{"layer", layer}, {"cause", cause_kind}}).Increment();
+}
+
+void MetricsSink::set_models(const std::vector<ModelState>& models, size_t fitted) {
+  for (const auto& m : models) {
+    if (m.layer == "python") continue;
+    prometheus::Labels labels{{"layer", m.layer}, {"op", m.name}};
+    model_score_.Add(labels).Set(m.last_score);
+    model_threshold_.Add(labels).Set(m.threshold);
+  }
+  models_.Add({}).Set(double(fitted));
 }
 
 std::string MetricsSink::text() const {

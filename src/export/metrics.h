@@ -25,6 +25,12 @@ struct AgentStats {
   uint64_t rss_bytes = 0;
 };
 
+// One model of the online detector, as /metrics shows it.
+struct ModelState {
+  std::string layer, name;  // "window", "window" for the window model
+  double last_score, threshold;
+};
+
 class MetricsSink final : public Sink {
  public:
   explicit MetricsSink(std::string hostname);
@@ -41,6 +47,10 @@ class MetricsSink final : public Sink {
   void add(const GpuXidEvent& r) override;
 
   void set_agent_stats(const AgentStats& s);
+  // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
+  // models' last scores and thresholds (not those of Python functions: unbounded names).
+  void count_anomaly(const std::string& layer, const std::string& cause_kind);
+  void set_models(const std::vector<ModelState>& models, size_t fitted);
   // The exposition text (thread-safe: the HTTP thread calls it while the loop adds).
   std::string text() const;
   // Processes that made traced calls and have not exited.
@@ -87,6 +97,10 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& agent_processes_;
   prometheus::Family<prometheus::Counter>& agent_cpu_;
   prometheus::Family<prometheus::Gauge>& agent_rss_;
+  prometheus::Family<prometheus::Counter>& anomalies_;
+  prometheus::Family<prometheus::Gauge>& model_score_;
+  prometheus::Family<prometheus::Gauge>& model_threshold_;
+  prometheus::Family<prometheus::Gauge>& models_;
   AgentStats last_stats_;
 
   // by pid, then by the op name's address (names are interned or static: stable for the

@@ -25,8 +25,6 @@ void RecordSinks::write_perfetto(bool force) const {
   }
 }
 
-AgentSinks::AgentSinks(std::string hostname) : metrics_(std::move(hostname)) {
-  fanout_.attach(metrics_);
-}
+// AgentSinks is built in agent/agent.cpp (the agent library, which has the detector).
 
 }  // namespace eacgm

@@ -3,11 +3,13 @@
 //   record   RecordingWriter (the .eacgm.db); with --perfetto, the Perfetto trace is converted
 //            from the finished recording (export/exporter.h), so that it and `eacgm export`
 //            agree by construction.
-//   agent    MetricsSink (/metrics). Still to come (issue 17): the online detector and the
-//            flight recorder.
+//   agent    MetricsSink (/metrics) and DetectionSink (the online detector: agent/detection.h;
+//            what it finds is logged, counted and stored by the agent). Still to come
+//            (issue 17): the flight recorder.
 #pragma once
 #include <string>
 
+#include "agent/detection.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
 #include "store/recording.h"
@@ -36,12 +38,15 @@ class RecordSinks {
 // The sinks of `eacgm agent`.
 class AgentSinks {
  public:
-  explicit AgentSinks(std::string hostname);
+  AgentSinks(std::string hostname, DetectionOptions detection,
+             std::function<void(std::vector<AgentAnomaly>&)> report);
   Sink& sink() { return fanout_; }
   MetricsSink& metrics() { return metrics_; }
+  DetectionSink& detection() { return detection_; }
 
  private:
   MetricsSink metrics_;
+  DetectionSink detection_;
   SinkFanout fanout_;
 };
 

@@ -1,0 +1,256 @@
+// The online detector sink (agent/detection.h).
+#include "agent/detection.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gpu/gpu_samples.h"  // monotonic_now_ns
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+detect::OnlineOptions online_options(const DetectionOptions& o) {
+  detect::OnlineOptions d;
+  d.window_ns = o.history_ns;
+  d.refit_every_ns = o.refit_every_ns;
+  d.min_samples = o.train_calls;
+  d.min_samples_by_layer["window"] = o.train_windows;
+  d.max_samples = 20'000;  // a fit on more takes the worker too long for what it adds
+  d.min_excess_us = 1000;  // as detect: a call must be at least 1 ms slower than usual
+  d.refit_inline = false;
+  return d;
+}
+
+}  // namespace
+
+DetectionSink::DetectionSink(DetectionOptions options,
+                             std::function<void(std::vector<AgentAnomaly>&)> report)
+    : options_(std::move(options)),
+      report_(std::move(report)),
+      detector_(online_options(options_)),
+      windows_(options_.window_ns, options_.sample_interval_ns + 150'000'000) {
+  worker_ = std::thread([this] { worker(); });
+}
+
+DetectionSink::~DetectionSink() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+// Fits models off the pipeline's thread, at a low priority: a fit takes tens of milliseconds
+// and must delay neither the decoding of events nor the traced job.
+void DetectionSink::worker() {
+  setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    detect::RefitJob job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    std::optional<detect::GroupModel> model;
+    try {
+      model = detect::fit_group(job);
+    } catch (const std::exception&) {
+      // a degenerate window (e.g. all samples equal): no model this time, the next refit retries
+    }
+    job.training.values.resize(0, 0);  // only the group's name and time go back
+    lock.lock();
+    done_.emplace_back(std::move(job), std::move(model));
+  }
+}
+
+void DetectionSink::add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
+                             uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes) {
+  windows_.add_call(layer, pid, ts, dur);
+  auto& by_name = index_[layer];
+  auto it = by_name.find(name.data());
+  if (it == by_name.end()) {
+    if (groups_.size() >= options_.max_groups) {
+      if (!warned_groups_)
+        fprintf(stderr,
+                "eacgm: agent: %zu operations have models; later new ones are not modelled\n",
+                groups_.size());
+      warned_groups_ = true;
+      return;
+    }
+    CallGroup g;
+    g.layer = layer;
+    g.name = std::string(name);
+    g.bytes = bytes >= 0;
+    it = by_name.emplace(name.data(), groups_.size()).first;
+    groups_.push_back(std::move(g));
+  }
+  CallGroup& g = groups_[it->second];
+  g.ts.push_back(ts);
+  g.dur.push_back(dur);
+  g.pid.push_back(pid);
+  g.tid.push_back(tid);
+  g.runq.push_back(runq);
+  // as detect's call features: the duration net of the thread's wait for a CPU
+  int64_t net = int64_t(dur) - std::max<int64_t>(runq, 0);
+  g.log_dur.push_back(std::log(double(std::max<int64_t>(net, 1)) / 1e3));
+  g.log_bytes.push_back(bytes >= 0 ? std::log2(1.0 + double(bytes)) : 0.0);
+}
+
+void DetectionSink::add(const CudaCallRow& r) {
+  add_call("cuda", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
+}
+void DetectionSink::add(const CommCallRow& r) {
+  add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
+}
+void DetectionSink::add(const TorchCallRow& r) {
+  add_call("torch", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);
+}
+void DetectionSink::add(const PythonCallRow& r) {
+  add_call("python", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);
+}
+
+void DetectionSink::add(const ProcessRow& r) { names_[r.pid] = r.name; }
+
+void DetectionSink::add(const ProcessExitRow& r) {
+  windows_.exited(r.pid, r.end_ns);
+  names_.erase(r.pid);
+}
+
+void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
+  for (CallGroup& g : groups_) {
+    if (g.ts.empty()) continue;
+    detect::FeatureTable t;
+    t.layer = g.layer;
+    t.name = g.name;
+    t.group = g.layer + "/" + g.name;
+    t.feature_names = {"log_duration_us"};
+    if (g.bytes) t.feature_names.push_back("log2_bytes");
+    t.values.resize(Eigen::Index(g.ts.size()), Eigen::Index(t.feature_names.size()));
+    for (size_t i = 0; i < g.ts.size(); ++i) {
+      t.values(Eigen::Index(i), 0) = g.log_dur[i];
+      if (g.bytes) t.values(Eigen::Index(i), 1) = g.log_bytes[i];
+    }
+    t.ts_ns = std::move(g.ts);
+    t.dur_ns = std::move(g.dur);
+    t.pid = std::move(g.pid);
+    t.tid = std::move(g.tid);
+    t.runq_ns = std::move(g.runq);
+    for (auto& a : detector_.observe(t)) {
+      auto name = names_.find(a.pid);
+      out.push_back({std::move(a), name != names_.end() ? name->second : std::string()});
+    }
+    if (const detect::GroupModel* m = detector_.model(g.layer, g.name)) {
+      Eigen::MatrixXd last = t.values.bottomRows(1);
+      g.last_score = detect::score_gmm(m->model, last).component_log_density(0);
+      g.scored = true;
+    }
+    g.ts.clear(), g.dur.clear(), g.pid.clear(), g.tid.clear(), g.runq.clear();
+    g.log_dur.clear(), g.log_bytes.clear();
+  }
+}
+
+void DetectionSink::flush() {
+  std::vector<AgentAnomaly> found;
+  score_calls(found);
+  detect::FeatureTable w = windows_.take_complete(monotonic_now_ns());
+  if (!w.ts_ns.empty()) {
+    for (auto& a : detector_.observe(w)) found.push_back({std::move(a), {}});
+    if (const detect::GroupModel* m = detector_.model("window", "window")) {
+      Eigen::MatrixXd last = w.values.bottomRows(1);
+      window_last_score_ = detect::score_gmm(m->model, last).component_log_density(0);
+      window_scored_ = true;
+    }
+  }
+  auto jobs = detector_.take_due_refits();
+  std::vector<std::pair<detect::RefitJob, std::optional<detect::GroupModel>>> done;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& j : jobs) jobs_.push_back(std::move(j));
+    done.swap(done_);
+  }
+  if (!jobs.empty()) cv_.notify_one();
+  for (auto& [job, model] : done) {
+    unsaved_ |= model.has_value();
+    detector_.install(job.training.group, std::move(model), job.at_ns);
+  }
+  uint64_t now = monotonic_now_ns();
+  if (unsaved_ && !options_.models_path.empty() && now - last_save_ >= 60'000'000'000ull) {
+    if (std::string e = save_models(); !e.empty()) fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
+    last_save_ = now;
+  }
+  if (!found.empty()) report_(found);
+}
+
+std::string DetectionSink::load_models() {
+  const std::string& path = options_.models_path;
+  struct stat st {};
+  if (path.empty() || lstat(path.c_str(), &st) != 0) return {};
+  try {
+    if (!S_ISREG(st.st_mode)) fail("not a regular file");
+    std::ifstream in(path);
+    detect::DetectorModel saved = detect::detector_from_json(nlohmann::json::parse(in));
+    std::string note;
+    if (saved.window_ns != options_.window_ns) {
+      // windows of another length have other rates: that model cannot judge these
+      std::erase_if(saved.groups, [](const detect::GroupModel& g) { return g.layer == "window"; });
+      note = fmt::format(" (not the window model: it was trained on {} s windows)",
+                         double(saved.window_ns) / 1e9);
+    }
+    detector_.load(saved);
+    return fmt::format("resumed {} models from {}{}", saved.groups.size(), path, note);
+  } catch (const std::exception& e) {
+    std::string aside = path + ".bad";
+    if (S_ISREG(st.st_mode) && rename(path.c_str(), aside.c_str()) == 0)
+      return fmt::format("could not read the saved models {} ({}); moved to {}, learning afresh",
+                         path, e.what(), aside);
+    return fmt::format("could not read the saved models {} ({}); learning afresh", path, e.what());
+  }
+}
+
+std::string DetectionSink::save_models() {
+  if (options_.models_path.empty()) return {};
+  detect::DetectorModel m = detector_.models();
+  m.window_ns = options_.window_ns;
+  std::string tmp = options_.models_path + ".tmp";
+  {
+    mode_t old = umask(077);
+    std::ofstream out(tmp, std::ios::trunc);
+    umask(old);
+    out << detect::detector_to_json(m).dump() << '\n';
+    out.flush();
+    if (!out) {
+      unlink(tmp.c_str());
+      return fmt::format("could not save the models to {}: {}", tmp, errno_text(errno));
+    }
+  }
+  if (rename(tmp.c_str(), options_.models_path.c_str()) != 0) {
+    std::string e = errno_text(errno);
+    unlink(tmp.c_str());
+    return fmt::format("could not save the models to {}: {}", options_.models_path, e);
+  }
+  unsaved_ = false;
+  return {};
+}
+
+std::vector<ModelState> DetectionSink::states() const {
+  std::vector<ModelState> out;
+  for (const CallGroup& g : groups_)
+    if (g.scored)
+      if (const detect::GroupModel* m = detector_.model(g.layer, g.name))
+        out.push_back({g.layer, g.name, g.last_score, m->threshold});
+  if (window_scored_)
+    if (const detect::GroupModel* m = detector_.model("window", "window"))
+      out.push_back({"window", "window", window_last_score_, m->threshold});
+  return out;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,108 @@
+// The agent's online detector as a sink: every traced call scored against its operation's
+// model, every complete window of the node's traced processes against the window model, models
+// refitted on a sliding history by a worker thread and saved in the state dir so that a restart
+// resumes scoring at once. What it finds goes to the agent (log line, metrics, store).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/windows.h"
+#include "detect/online.h"
+#include "export/metrics.h"
+#include "pipeline/sink.h"
+
+namespace eacgm {
+
+struct DetectionOptions {
+  uint64_t window_ns = 1'000'000'000;         // --window
+  uint64_t history_ns = 3600'000'000'000ull;  // --history: models fit on this past
+  uint64_t refit_every_ns = 60'000'000'000ull;
+  size_t train_windows = 60;                  // windows a model needs before it judges (a minute)
+  size_t train_calls = 200;                   // calls an operation's model needs
+  uint64_t sample_interval_ns = 100'000'000;  // of the host and gpu layers
+  std::string models_path;   // where models are saved and resumed from; "": nowhere
+  size_t max_groups = 2000;  // operations modelled; the first ones win
+};
+
+// An anomaly as the agent reports it.
+struct AgentAnomaly {
+  detect::Anomaly anomaly;
+  std::string process;  // name of the calling process; "" for windows
+};
+
+class DetectionSink final : public Sink {
+ public:
+  // `report` is called on the pipeline's thread with the anomalies of each flush.
+  DetectionSink(DetectionOptions options, std::function<void(std::vector<AgentAnomaly>&)> report);
+  ~DetectionSink() override;
+
+  void add(const CudaCallRow& r) override;
+  void add(const CommCallRow& r) override;
+  void add(const TorchCallRow& r) override;
+  void add(const PythonCallRow& r) override;
+  void add(const ProcessRow& r) override;
+  void add(const ProcessExitRow& r) override;
+  void add(const HostSampleRow& r) override { windows_.add(r); }
+  void add(const GpuSample& r) override { windows_.add(r); }
+  // Scores what came since the last flush, closes complete windows, hands due refits to the
+  // worker and installs finished ones.
+  void flush() override;
+
+  // Loads saved models; returns what to tell the user ("" when there was nothing to load). A
+  // file that cannot be read is moved aside (.bad) and named in the line.
+  std::string load_models();
+  // Saves the current models (atomically: a new file renamed over the old). Returns "" or why not.
+  std::string save_models();
+
+  // What /metrics shows of the models: per group with a model, its last score and threshold.
+  std::vector<ModelState> states() const;
+  size_t models() const { return detector_.fitted(); }
+  size_t groups() const { return detector_.groups(); }
+
+ private:
+  struct CallGroup {
+    std::string layer, name;
+    bool bytes = false;  // the operation moves data: log2 of its bytes is a feature
+    std::vector<uint64_t> ts, dur;
+    std::vector<uint32_t> pid, tid;
+    std::vector<int64_t> runq;
+    std::vector<double> log_dur, log_bytes;
+    double last_score = 0;
+    bool scored = false;
+  };
+  void add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur, uint32_t pid,
+                uint32_t tid, int64_t runq, int64_t bytes);
+  void score_calls(std::vector<AgentAnomaly>& out);
+  void worker();
+
+  DetectionOptions options_;
+  std::function<void(std::vector<AgentAnomaly>&)> report_;
+  detect::OnlineDetector detector_;
+  OnlineWindows windows_;
+  double window_last_score_ = 0;
+  bool window_scored_ = false;
+  // by the layer's and the name's addresses (static and interned: stable for the pipeline's life)
+  std::unordered_map<const char*, std::unordered_map<const char*, size_t>> index_;
+  std::vector<CallGroup> groups_;
+  bool warned_groups_ = false;
+  std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
+  uint64_t last_save_ = 0;
+  bool unsaved_ = false;
+
+  // The refit worker: jobs in, models out.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<detect::RefitJob> jobs_;
+  std::vector<std::pair<detect::RefitJob, std::optional<detect::GroupModel>>> done_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace eacgm

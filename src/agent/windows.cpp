@@ -1,0 +1,181 @@
+// Window features accumulated as rows arrive; see detect/features.cpp for the batch form they
+// follow (names, units, noise floors).
+#include "agent/windows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace eacgm {
+namespace {
+
+enum Feature : size_t {
+  kRunqMs,
+  kRunqWaits,
+  kInvoluntary,
+  kCpuCores,
+  kSocketMb,
+  kBlockMb,
+  kRetransmits,
+  kPageFaults,
+  kReclaimMs,
+  kPageinMb,
+  kNicMb,
+  kGpuUtil,
+  kGpuMem,
+  kGpuPower,
+  kGpuTemp,
+  kGpuSmClock,
+  kGpuPcie,
+  kGpuThrottled,
+  kLayerCalls,  // then per layer: calls per second, mean log duration
+};
+constexpr size_t kGpuFirst = kGpuUtil, kGpuEnd = kLayerCalls;
+const char* const kLayers[] = {"cuda", "comm", "torch", "python"};
+
+size_t layer_index(const char* layer) {
+  for (size_t i = 0; i < 4; ++i)
+    if (std::string_view(layer) == kLayers[i]) return i;
+  return 4;
+}
+
+}  // namespace
+
+OnlineWindows::OnlineWindows(uint64_t window_ns, uint64_t lag_ns)
+    : window_ns_(std::max<uint64_t>(window_ns, 1)), lag_ns_(lag_ns) {}
+
+const std::vector<std::string>& OnlineWindows::feature_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v = {"runq_wait_ms_per_s",
+                                  "runq_waits_per_s",
+                                  "involuntary_switches_per_s",
+                                  "cpu_cores",
+                                  "socket_mb_per_s",
+                                  "block_mb_per_s",
+                                  "tcp_retransmits_per_s",
+                                  "page_faults_per_s",
+                                  "reclaim_ms_per_s",
+                                  "pagein_mb_per_s",
+                                  "nic_mb_per_s",
+                                  "gpu_util_pct",
+                                  "gpu_mem_gib",
+                                  "gpu_power_w",
+                                  "gpu_temp_c",
+                                  "gpu_sm_clock_mhz",
+                                  "gpu_pcie_mb_per_s",
+                                  "gpu_throttled"};
+    for (const char* layer : kLayers) {
+      v.push_back(std::string(layer) + "_calls_per_s");
+      v.push_back(std::string(layer) + "_call_log_duration_us");
+    }
+    return v;
+  }();
+  return names;
+}
+
+OnlineWindows::Window& OnlineWindows::at(uint64_t ts_ns) {
+  // a row for a window already handed out (late) counts in the first open one
+  uint64_t w = std::max(ts_ns / window_ns_, next_);
+  return windows_[w];
+}
+
+void OnlineWindows::add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) {
+  size_t l = layer_index(layer);
+  if (l >= 4) return;
+  Window& w = at(ts_ns);
+  if (traced_.insert(pid).second) w.changed = true;
+  double per_s = 1e9 / double(window_ns_);
+  add_value(w, kLayerCalls + 2 * l, per_s);
+  add_value(w, kLayerCalls + 2 * l + 1, std::log(double(std::max<uint64_t>(dur_ns, 1)) / 1e3));
+}
+
+void OnlineWindows::add(const HostSampleRow& r) {
+  double per_s = 1e9 / double(window_ns_);
+  if (r.scope == HostScope::NetDevice) {
+    // Loopback is local IPC (and the agent's own /metrics scrapes), not the network: a scrape
+    // once a second more or less is no network contention.
+    if (r.name == "lo") return;
+    add_value(at(r.ts_ns - r.interval_ns / 2), kNicMb,
+              double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s);
+    return;
+  }
+  if (r.scope != HostScope::Process || !traced_.count(uint32_t(r.id))) return;
+  Window& w = at(r.ts_ns - r.interval_ns / 2);  // by the middle of the sampled interval
+  add_value(w, kRunqMs, double(r.runq_wait_ns) / 1e6 * per_s);
+  add_value(w, kRunqWaits, double(r.runq_waits) * per_s);
+  add_value(w, kInvoluntary, double(r.involuntary_switches) * per_s);
+  add_value(w, kCpuCores, double(r.oncpu_ns) / double(window_ns_));
+  add_value(w, kSocketMb, double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s);
+  add_value(w, kBlockMb, double(r.io_bytes) / 1e6 * per_s);
+  add_value(w, kRetransmits, double(r.tcp_retransmits) * per_s);
+  add_value(w, kPageFaults, double(r.page_faults) * per_s);
+  add_value(w, kReclaimMs, double(r.reclaim_ns) / 1e6 * per_s);
+  add_value(w, kPageinMb, double(r.pagein_bytes) / 1e6 * per_s);
+}
+
+void OnlineWindows::add(const GpuSample& r) {
+  Window& w = at(r.ts_ns);
+  auto level = [&](size_t f, std::optional<double> v) {
+    if (v) add_value(w, f, *v);
+  };
+  auto opt = [](const auto& o) { return o ? std::optional<double>(double(*o)) : std::nullopt; };
+  level(kGpuUtil, opt(r.sm_util_pct));
+  if (r.mem_used_bytes) add_value(w, kGpuMem, double(*r.mem_used_bytes) / double(1ull << 30));
+  level(kGpuPower, r.power_w);
+  level(kGpuTemp, opt(r.temperature_c));
+  level(kGpuSmClock, opt(r.sm_clock_mhz));
+  if (r.pcie_tx_bytes_per_s && r.pcie_rx_bytes_per_s)
+    add_value(w, kGpuPcie, double(*r.pcie_tx_bytes_per_s + *r.pcie_rx_bytes_per_s) / 1e6);
+  if (r.throttle_reasons)  // any reason but gpu_idle
+    add_value(w, kGpuThrottled, (*r.throttle_reasons & ~uint64_t(1)) != 0 ? 1.0 : 0.0);
+}
+
+void OnlineWindows::exited(uint32_t pid, uint64_t ts_ns) {
+  if (traced_.erase(pid)) at(ts_ns).changed = true;
+}
+
+detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
+  detect::FeatureTable t;
+  t.group = t.layer = t.name = "window";
+  t.feature_names = feature_names();
+  // Rare-event counts are 0 in most windows: only what exceeds a noise floor counts (as detect).
+  const std::pair<size_t, double> floors[] = {
+      {kRetransmits, 50}, {kPageinMb, 4}, {kReclaimMs, 1}, {kPageFaults, 1000}};
+  std::vector<std::array<double, kFeatures>> rows;
+  uint64_t complete = now_ns > lag_ns_ ? (now_ns - lag_ns_) / window_ns_ : 0;  // first incomplete
+  while (!windows_.empty() && windows_.begin()->first < complete) {
+    auto [index, w] = *windows_.begin();
+    windows_.erase(windows_.begin());
+    next_ = index + 1;
+    if (w.changed) changes_.insert(index);
+    while (!changes_.empty() && *changes_.begin() + 2 < index) changes_.erase(changes_.begin());
+    std::array<double, kFeatures> x{};
+    for (size_t f = 0; f < kFeatures; ++f) {
+      bool mean = (f >= kGpuFirst && f < kGpuEnd) || (f >= kLayerCalls && (f - kLayerCalls) % 2);
+      x[f] = mean ? (w.n[f] ? w.sum[f] / w.n[f] : 0.0) : w.sum[f];
+      if (f >= kGpuFirst && f < kGpuEnd) {
+        if (w.n[f]) gpu_last_[f] = x[f];
+        x[f] = gpu_last_[f];
+      }
+    }
+    for (auto [f, floor] : floors) x[f] = std::max(0.0, x[f] - floor);
+    // On a log scale, except the durations (already logs): a model fitted on a minute of a
+    // steady job sees rates that hardly vary (3,824 calls a second, give or take 16), and on a
+    // linear scale any change in them would outweigh a run-queue wait growing a thousandfold.
+    for (size_t f = 0; f < kFeatures; ++f)
+      if (f < kLayerCalls || (f - kLayerCalls) % 2 == 0) x[f] = std::log1p(std::max(0.0, x[f]));
+    bool active = w.n[kCpuCores] > 0;
+    for (size_t l = 0; l < 4; ++l) active |= w.n[kLayerCalls + 2 * l] > 0;
+    if (!active || !changes_.empty()) continue;  // a change in this window or the two before
+    rows.push_back(x);
+    t.ts_ns.push_back(index * window_ns_);
+    t.dur_ns.push_back(window_ns_);
+  }
+  t.values.resize(Eigen::Index(rows.size()), Eigen::Index(kFeatures));
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t f = 0; f < kFeatures; ++f) t.values(Eigen::Index(r), Eigen::Index(f)) = rows[r][f];
+  return t;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,63 @@
+// The agent's window features: what `eacgm detect` computes per window from a recording
+// (detect::window_features), accumulated as rows arrive, over the processes the agent traces
+// (those that made traced calls). Windows are aligned to multiples of their length on
+// CLOCK_MONOTONIC and handed out once complete. Unlike detect's, every rate and level is
+// log(1 + x) (the names stay detect's, so that causes are named the same way): see
+// take_complete().
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "detect/features.h"
+#include "gpu/gpu_samples.h"
+#include "store/rows.h"
+
+namespace eacgm {
+
+class OnlineWindows {
+ public:
+  // `lag_ns`: how long after a window's end its last samples may still arrive (the sampling
+  // interval and the loop's latency).
+  OnlineWindows(uint64_t window_ns, uint64_t lag_ns);
+
+  // Every window has these features, in this order (detect's names, so that causes map the
+  // same way; a feature that never varies costs nothing).
+  static const std::vector<std::string>& feature_names();
+
+  // A call of a traced process; `layer` is cuda, comm, torch or python.
+  void add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns);
+  void add(const HostSampleRow& r);
+  void add(const GpuSample& r);
+  void exited(uint32_t pid, uint64_t ts_ns);
+
+  // The windows complete at `now_ns` that can be judged: at least one traced process, and no
+  // traced process started or ended in them or in the two before (a job starting or ending is a
+  // change of regime, not an anomaly of its resources). Rows in time order.
+  detect::FeatureTable take_complete(uint64_t now_ns);
+
+  size_t traced_processes() const { return traced_.size(); }
+  uint64_t window_ns() const { return window_ns_; }
+
+ private:
+  static constexpr size_t kFeatures = 26;
+  struct Window {
+    std::array<double, kFeatures> sum{};
+    std::array<uint32_t, kFeatures> n{};
+    bool changed = false;
+  };
+  Window& at(uint64_t ts_ns);
+  void add_value(Window& w, size_t f, double v) { w.sum[f] += v, w.n[f] += 1; }
+
+  uint64_t window_ns_, lag_ns_;
+  std::map<uint64_t, Window> windows_;  // by index (ts / window_ns), open ones
+  std::set<uint32_t> traced_;
+  std::set<uint64_t> changes_;  // recent windows in which a traced process started or ended
+  uint64_t next_ = 0;           // the first window not handed out
+  std::array<double, kFeatures> gpu_last_{};  // GPU levels persist between readings
+};
+
+}  // namespace eacgm

@@ -1,0 +1,185 @@
+// The agent's online detection: window features as rows arrive, deferred refits, models saved
+// and resumed, the anomalies store.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "agent/anomaly_store.h"
+#include "agent/detection.h"
+#include "agent/windows.h"
+#include "detect/online.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+constexpr uint64_t kSecond = 1'000'000'000;
+
+size_t feature(const std::string& name) {
+  const auto& names = OnlineWindows::feature_names();
+  return size_t(std::find(names.begin(), names.end(), name) - names.begin());
+}
+
+HostSampleRow process_sample(uint32_t pid, uint64_t ts, uint64_t runq_ns, uint64_t oncpu_ns) {
+  HostSampleRow r;
+  r.ts_ns = ts;
+  r.interval_ns = kSecond / 10;
+  r.scope = HostScope::Process;
+  r.id = pid;
+  r.runq_wait_ns = runq_ns;
+  r.oncpu_ns = oncpu_ns;
+  return r;
+}
+
+// One traced process for 10 s: 100 calls and 10 samples a second. Windows are judged only once
+// no traced process started or ended in them or the two before; untraced processes' samples
+// are not counted; rates are log(1 + x).
+TEST(OnlineWindows, FeaturesOfTheTracedProcessesOnceTheirSetIsSteady) {
+  OnlineWindows w(kSecond, kSecond / 4);
+  uint64_t t0 = 1000 * kSecond;
+  for (uint64_t ms = 0; ms < 10'000; ms += 10) w.add_call("cuda", 7, t0 + ms * 1'000'000, 20'000);
+  for (uint64_t ms = 100; ms <= 10'000; ms += 100) {
+    w.add(process_sample(7, t0 + ms * 1'000'000, 1'000'000, 50'000'000));
+    w.add(process_sample(8, t0 + ms * 1'000'000, 90'000'000, 90'000'000));  // not traced
+  }
+  detect::FeatureTable early = w.take_complete(t0 + 2 * kSecond);
+  EXPECT_EQ(early.ts_ns.size(), 0u);  // the process started in window 0: 0-2 are not judged
+  detect::FeatureTable third = w.take_complete(t0 + 5 * kSecond + kSecond / 5);
+  ASSERT_EQ(third.ts_ns.size(), 1u) << "window 4 is complete only after the lag";
+  EXPECT_EQ(third.ts_ns.front(), t0 + 3 * kSecond);
+  w.exited(7, t0 + 9 * kSecond + kSecond / 2);
+  detect::FeatureTable t = w.take_complete(t0 + 20 * kSecond);
+  ASSERT_EQ(t.ts_ns.size(), 5u);  // windows 4-8; 9 holds the exit
+  EXPECT_EQ(t.ts_ns.front(), t0 + 4 * kSecond);
+  EXPECT_EQ(t.feature_names, OnlineWindows::feature_names());
+  Eigen::Index r = 1;
+  EXPECT_NEAR(t.values(r, Eigen::Index(feature("cuda_calls_per_s"))), std::log1p(100.0), 1e-9);
+  EXPECT_NEAR(t.values(r, Eigen::Index(feature("cuda_call_log_duration_us"))), std::log(20.0),
+              1e-9);
+  EXPECT_NEAR(t.values(r, Eigen::Index(feature("runq_wait_ms_per_s"))), std::log1p(10.0), 1e-9);
+  EXPECT_NEAR(t.values(r, Eigen::Index(feature("cpu_cores"))), std::log1p(0.5), 1e-9);
+  EXPECT_EQ(t.values(r, Eigen::Index(feature("comm_calls_per_s"))), 0.0);
+  EXPECT_EQ(w.traced_processes(), 0u);
+}
+
+// Deferred refits: due groups are handed out once, scoring goes on meanwhile, and the model
+// installed later judges; models go through JSON and resume in a new detector.
+TEST(OnlineDetector, RefitsHandedOutAndModelsResumed) {
+  detect::OnlineOptions o;
+  o.min_samples = 100;
+  o.min_samples_by_layer["window"] = 1000;
+  o.refit_inline = false;
+  detect::OnlineDetector d(o);
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  auto batch = [&](uint64_t t, int n, double us) {
+    detect::FeatureTable b;
+    b.group = "cuda/cudaMemcpy";
+    b.layer = "cuda";
+    b.name = "cudaMemcpy";
+    b.feature_names = {"log_duration_us"};
+    b.values.resize(n, 1);
+    for (int i = 0; i < n; ++i) {
+      b.ts_ns.push_back(t + uint64_t(i) * 1'000'000);
+      b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.values(i, 0) = std::log(us) + noise(rng);
+    }
+    return b;
+  };
+  EXPECT_TRUE(d.observe(batch(0, 150, 100)).empty());
+  auto jobs = d.take_due_refits();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].training.group, "cuda/cudaMemcpy");
+  EXPECT_EQ(jobs[0].training.values.rows(), 150);
+  EXPECT_TRUE(d.take_due_refits().empty()) << "a job out is not handed out again";
+  EXPECT_TRUE(d.observe(batch(kSecond, 10, 5000)).empty()) << "no model yet: no verdicts";
+  d.install(jobs[0].training.group, detect::fit_group(jobs[0]), jobs[0].at_ns);
+  ASSERT_NE(d.model("cuda", "cudaMemcpy"), nullptr);
+  auto found = d.observe(batch(2 * kSecond, 5, 5000));
+  ASSERT_EQ(found.size(), 5u);
+  EXPECT_EQ(found[2].row, 2u);
+  EXPECT_EQ(detect::cause_kind(found[0].cause), "slow cuda call");
+
+  detect::DetectorModel saved = detect::detector_from_json(detect::detector_to_json(d.models()));
+  detect::OnlineDetector resumed(o);
+  resumed.load(saved);
+  EXPECT_EQ(resumed.fitted(), 1u);
+  EXPECT_EQ(resumed.observe(batch(3 * kSecond, 5, 5000)).size(), 5u) << "judges at once";
+  EXPECT_TRUE(resumed.observe(batch(4 * kSecond, 5, 100)).empty());
+}
+
+TEST(CauseKind, DropsTheOperation) {
+  EXPECT_EQ(detect::cause_kind("slow cuda call: cudaMalloc"), "slow cuda call");
+  EXPECT_EQ(detect::cause_kind("CPU interference"), "CPU interference");
+  EXPECT_EQ(detect::cause_kind("unusual window: nic_mb_per_s"), "unusual window");
+}
+
+class StateDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/eacgm-state-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(StateDir, AnomalyStoreKeepsTheNewestRowsPrivately) {
+  std::string path = dir_ + "/anomalies.db";
+  {
+    AnomalyStore store(path, 5);
+    std::vector<StoredAnomaly> rows(4);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].ts_ns = i;
+      rows[i].layer = rows[i].name = "window";
+      rows[i].cause = "CPU interference";
+    }
+    EXPECT_EQ(store.add(rows), "");
+    EXPECT_EQ(store.add(rows), "");
+    EXPECT_EQ(store.rows(), 5u);  // the oldest three went
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "anomalies name processes: not for other users";
+  AnomalyStore again(path, 5);  // reopened across a restart
+  EXPECT_EQ(again.rows(), 5u);
+}
+
+TEST_F(StateDir, AnomalyStoreRefusesWhatIsNotARegularFile) {
+  std::string fifo = dir_ + "/anomalies.db";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    AnomalyStore store(fifo);
+    FAIL() << "a FIFO was taken for the store";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "left as it was";
+}
+
+// Saved models that cannot be read are moved aside and named; the agent learns afresh.
+TEST_F(StateDir, UnreadableSavedModelsAreMovedAsideNotLost) {
+  std::string path = dir_ + "/models.json";
+  std::ofstream(path) << "{\"format\": \"eacgm-detector\", \"window_ns\": ";
+  DetectionOptions o;
+  o.models_path = path;
+  DetectionSink sink(o, [](std::vector<AgentAnomaly>&) {});
+  std::string line = sink.load_models();
+  EXPECT_NE(line.find("could not read the saved models"), std::string::npos) << line;
+  EXPECT_NE(line.find(path + ".bad"), std::string::npos) << line;
+  EXPECT_TRUE(std::filesystem::exists(path + ".bad"));
+  EXPECT_EQ(sink.save_models(), "");  // nothing fitted: an empty, valid file
+  DetectionSink again(o, [](std::vector<AgentAnomaly>&) {});
+  EXPECT_NE(again.load_models().find("resumed 0 models"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eacgm
