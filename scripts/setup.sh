@@ -11,7 +11,7 @@ packages=(
   libeigen3-dev python3-sklearn libopenblas0-pthread
   python3-torch python3.11-dev libcapstone-dev
   nftables iptables
-  prometheus-cpp-dev libcpp-httplib-dev prometheus
+  prometheus-cpp-dev libcpp-httplib-dev prometheus prometheus-alertmanager python3-yaml
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -18,11 +18,13 @@
 
 #include <atomic>
 #include <charconv>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -35,8 +37,18 @@ namespace eacgm {
 namespace {
 
 std::atomic<int> g_agent_stop{0};
+std::atomic<int> g_dump_signal{0};
 
 void on_agent_stop(int sig) { g_agent_stop.store(sig); }
+void on_dump_signal(int) { g_dump_signal.store(1); }
+
+// Dumps asked for over HTTP: the HTTP thread waits for the loop, which owns the recorder.
+struct DumpRequests {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t asked = 0, answered = 0;
+  std::string path;
+};
 
 uint64_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -95,13 +107,25 @@ std::string make_state_dir(const std::string& dir) {
 // state dir's store (at most 100 a flush).
 class AnomalyReporter {
  public:
-  AnomalyReporter(MetricsSink& metrics, std::unique_ptr<AnomalyStore> store,
-                  int64_t monotonic_to_realtime_ns)
-      : metrics_(metrics), store_(std::move(store)), to_real_(monotonic_to_realtime_ns) {}
+  AnomalyReporter(MetricsSink& metrics, std::unique_ptr<AnomalyStore> store, FlightRecorder& flight,
+                  uint64_t flight_ns, int64_t monotonic_to_realtime_ns)
+      : metrics_(metrics),
+        store_(std::move(store)),
+        flight_(flight),
+        flight_ns_(flight_ns),
+        to_real_(monotonic_to_realtime_ns) {}
 
   void operator()(std::vector<AgentAnomaly>& found) {
     std::vector<StoredAnomaly> rows;
     uint64_t now = monotonic_now_ns();
+    // One flight recording for the anomalies of a while (a sixth of the held past after the
+    // first, so that the recording shows what followed too), at most one every 5 minutes.
+    if (now >= dump_due_ + 300'000'000'000ull || dump_due_ == 0) {
+      uint64_t after = flight_ns_ / 6;
+      dump_path_ = flight_.request("anomaly", after);
+      dump_due_ = now + after;
+    }
+    std::string recording = now <= dump_due_ ? dump_path_ : std::string();
     for (const auto& [a, process] : found) {
       std::string kind = detect::cause_kind(a.cause);
       metrics_.count_anomaly(a.layer, kind);
@@ -119,8 +143,10 @@ class AnomalyReporter {
         std::string more = limit.suppressed ? fmt::format("; {} more like it since the last line",
                                                           limit.suppressed)
                                             : "";
-        fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s\n", what.c_str(), a.score,
-                a.threshold, top.c_str(), more.c_str());
+        std::string where =
+            recording.empty() ? "" : fmt::format("; flight recording {}", recording);
+        fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s%s\n", what.c_str(),
+                a.score, a.threshold, top.c_str(), more.c_str(), where.c_str());
         limit.last = now;
         limit.suppressed = 0;
       } else {
@@ -141,6 +167,7 @@ class AnomalyReporter {
       nlohmann::json f = nlohmann::json::array();
       for (const auto& [name, c] : a.top_features) f.push_back({name, c});
       r.features = f.dump();
+      r.recording = recording;
       rows.push_back(std::move(r));
     }
     if (store_)
@@ -158,7 +185,11 @@ class AnomalyReporter {
   };
   MetricsSink& metrics_;
   std::unique_ptr<AnomalyStore> store_;
+  FlightRecorder& flight_;
+  uint64_t flight_ns_;
   int64_t to_real_;
+  uint64_t dump_due_ = 0;
+  std::string dump_path_;
   std::map<std::string, Limit> limits_;
   std::string last_error_;
 };
@@ -166,10 +197,17 @@ class AnomalyReporter {
 }  // namespace
 
 AgentSinks::AgentSinks(std::string hostname, DetectionOptions detection,
-                       std::function<void(std::vector<AgentAnomaly>&)> report)
-    : metrics_(std::move(hostname)), detection_(std::move(detection), std::move(report)) {
+                       std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight)
+    : metrics_(std::move(hostname)),
+      detection_(std::move(detection), std::move(report)),
+      flight_(std::move(flight)) {
   fanout_.attach(metrics_);
   fanout_.attach(detection_);
+  fanout_.attach(flight_);  // last: a dump asked for by this flush's anomalies holds them
+}
+
+bool is_loopback_address(const std::string& addr) {
+  return addr == "::1" || addr.rfind("127.", 0) == 0 || addr.rfind("::ffff:127.", 0) == 0;
 }
 
 ListenAddress parse_listen(const std::string& text) {
@@ -205,6 +243,8 @@ int run_agent(const AgentOptions& given) {
   sa.sa_handler = on_agent_stop;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+  sa.sa_handler = on_dump_signal;
+  sigaction(SIGUSR1, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   std::string state = make_state_dir(o.state_dir);
@@ -218,10 +258,18 @@ int run_agent(const AgentOptions& given) {
   if (!state.empty()) d.models_path = state + "/models.json";
   std::unique_ptr<AnomalyStore> store;
   if (!state.empty()) store = std::make_unique<AnomalyStore>(state + "/anomalies.db");
+  FlightOptions f;
+  f.dir = state;
+  f.seconds_ns = uint64_t(o.flight_seconds * 1e9);
+  f.max_bytes = o.flight_mb << 20;
+  f.keep_bytes = o.flight_keep_mb << 20;
+  if (o.flight_seconds == 0) f.dir.clear();
   std::unique_ptr<AnomalyReporter> reporter;
-  AgentSinks sinks(node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); });
+  AgentSinks sinks(
+      node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f);
   reporter = std::make_unique<AnomalyReporter>(
-      sinks.metrics(), std::move(store), int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
+      sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
+      int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
   if (std::string line = sinks.detection().load_models(); !line.empty())
     fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
   httplib::Server http;
@@ -235,7 +283,30 @@ int run_agent(const AgentOptions& given) {
     res.set_content(sinks.metrics().text(), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("eacgm agent: metrics at /metrics\n", "text/plain");
+    res.set_content(
+        "eacgm agent: metrics at /metrics; POST /dump (from this host) writes a flight "
+        "recording\n",
+        "text/plain");
+  });
+  DumpRequests dumps;
+  http.Post("/dump", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!is_loopback_address(req.remote_addr)) {
+      res.status = 403;
+      res.set_content("a flight recording is asked for from this host only\n", "text/plain");
+      return;
+    }
+    std::unique_lock lock(dumps.mu);
+    uint64_t mine = ++dumps.asked;
+    if (!dumps.cv.wait_for(lock, std::chrono::seconds(5), [&] { return dumps.answered >= mine; })) {
+      res.status = 503;
+      res.set_content("the agent did not answer in 5 s\n", "text/plain");
+    } else if (dumps.path.empty()) {
+      res.status = 409;
+      res.set_content("the flight recorder is off (--flight-seconds 0 or --state-dir '')\n",
+                      "text/plain");
+    } else {
+      res.set_content(dumps.path + "\n", "text/plain");
+    }
   });
   if (!http.bind_to_port(where.host, where.port))
     fail("cannot listen on {}: {} (is another agent running? choose another --listen)", o.listen,
@@ -250,6 +321,7 @@ int run_agent(const AgentOptions& given) {
     fprintf(stderr, "eacgm: agent tracing this node; metrics at http://%s/metrics\n",
             o.listen.c_str());
   uint64_t start = pipeline.start_monotonic_ns(), last_stats = 0;
+  std::string flight_error;
   while (!g_agent_stop.load()) {
     pipeline.step(100);
     uint64_t now = monotonic_now_ns();
@@ -258,7 +330,29 @@ int run_agent(const AgentOptions& given) {
                                        pipeline.probes(), sinks.metrics().traced_processes(),
                                        cpu_seconds(), resident_bytes()});
       sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
+      sinks.flight().note_dropped(pipeline.counters().ring_drops);
       last_stats = now;
+    }
+    if (g_dump_signal.exchange(0)) {
+      std::string path = sinks.flight().request("signal", 0);
+      fprintf(stderr, "eacgm: agent: SIGUSR1: %s\n",
+              path.empty() ? "the flight recorder is off (--flight-seconds 0 or --state-dir '')"
+                           : ("writing flight recording " + path).c_str());
+    }
+    {
+      std::lock_guard lock(dumps.mu);
+      if (dumps.answered < dumps.asked) {
+        dumps.path = sinks.flight().request("http", 0);
+        if (!dumps.path.empty())
+          fprintf(stderr, "eacgm: agent: writing flight recording %s (asked over HTTP)\n",
+                  dumps.path.c_str());
+        dumps.answered = dumps.asked;
+        dumps.cv.notify_all();
+      }
+    }
+    if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error) {
+      fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
+      flight_error = e;
     }
     if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
   }
@@ -267,6 +361,9 @@ int run_agent(const AgentOptions& given) {
   if (std::string e = sinks.detection().save_models(); !e.empty())
     fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
   http.stop();
+  sinks.flight().finish();  // the recordings asked for are written before the agent ends
+  if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error)
+    fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
   server.join();
   if (!o.quiet) fprintf(stderr, "eacgm: agent stopped\n");
   return 0;

@@ -15,6 +15,8 @@ struct AgentOptions : TraceOptions {
   double window_s = 1;                       // the window model's windows
   double history_s = 3600;                   // models fit on this past
   size_t train_windows = 60, train_calls = 200;
+  double flight_seconds = 60;  // the flight recorder's past; 0: off
+  uint64_t flight_mb = 256, flight_keep_mb = 2048;
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.
@@ -23,6 +25,8 @@ struct ListenAddress {
   int port = 0;
 };
 ListenAddress parse_listen(const std::string& text);
+// Whether a peer's address (as the HTTP server gives it) is this host's loopback.
+bool is_loopback_address(const std::string& addr);
 
 // Runs until SIGINT/SIGTERM (or --duration); returns eacgm's exit status.
 int run_agent(const AgentOptions& options);

@@ -80,14 +80,16 @@ OnlineWindows::Window& OnlineWindows::at(uint64_t ts_ns) {
   return windows_[w];
 }
 
-void OnlineWindows::add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) {
+void OnlineWindows::add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns,
+                             int64_t runq_ns) {
   size_t l = layer_index(layer);
   if (l >= 4) return;
   Window& w = at(ts_ns);
   if (traced_.insert(pid).second) w.changed = true;
   double per_s = 1e9 / double(window_ns_);
   add_value(w, kLayerCalls + 2 * l, per_s);
-  add_value(w, kLayerCalls + 2 * l + 1, std::log(double(std::max<uint64_t>(dur_ns, 1)) / 1e3));
+  int64_t net = int64_t(dur_ns) - std::max<int64_t>(runq_ns, 0);
+  add_value(w, kLayerCalls + 2 * l + 1, std::log(double(std::max<int64_t>(net, 1)) / 1e3));
 }
 
 void OnlineWindows::add(const HostSampleRow& r) {

@@ -28,8 +28,11 @@ class OnlineWindows {
   // same way; a feature that never varies costs nothing).
   static const std::vector<std::string>& feature_names();
 
-  // A call of a traced process; `layer` is cuda, comm, torch or python.
-  void add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns);
+  // A call of a traced process; `layer` is cuda, comm, torch or python. Its duration counts net
+  // of `runq_ns`, the thread's wait for a CPU during it (-1: unknown), as in detect's call
+  // features: a CPU hog is the run-queue features' to show, not the calls'.
+  void add_call(const char* layer, uint32_t pid, uint64_t ts_ns, uint64_t dur_ns,
+                int64_t runq_ns = -1);
   void add(const HostSampleRow& r);
   void add(const GpuSample& r);
   void exited(uint32_t pid, uint64_t ts_ns);

@@ -78,6 +78,22 @@ std::function<int()> add_agent(CLI::App& app) {
                   "calls an operation's model needs before it judges")
       ->capture_default_str()
       ->check(CLI::Range(10, 1000000));
+  cmd->add_option("--flight-seconds", opts->flight_seconds,
+                  "seconds of full-detail events held in memory; on an anomaly (at most one "
+                  "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "
+                  "this host they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
+                  "report, detect and export read; 0: off")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0))
+      ->check(finite);
+  cmd->add_option("--flight-mb", opts->flight_mb,
+                  "memory the flight recorder may hold, in MiB (the oldest events go first)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--flight-keep-mb", opts->flight_keep_mb,
+                  "flight recordings kept in the state dir, in MiB (the oldest go first)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_flag("-q,--quiet", opts->quiet, "print only errors, warnings and anomalies");
   return [cmd, opts, layers]() {
     (void)cmd;

@@ -113,7 +113,7 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
     GmmOptions gmm;
     gmm.seed = options.seed;
     gmm.n_init = 2;
-    gmm.reg_covar = 1e-4;  // log-scale features: a spread below 1% is no spread
+    gmm.reg_covar = options.reg_covar;
     // Windows are few (one a second) and have many features: a full covariance would fit the
     // noise of the training windows and flag the next ones. Calls are many, with 1-2 features.
     bool few = t.group == "window";

@@ -23,6 +23,8 @@ struct DetectOptions {
   double quantile = 0.005;  // threshold: this quantile of the training scores
   std::optional<double> threshold;  // or this log-density, for every group
   size_t min_samples = 30;  // a group with fewer training samples gets no model
+  // added to covariances: on log-scale features, a spread below 1% is no spread
+  double reg_covar = 1e-4;
   uint64_t seed = 0;
 };
 

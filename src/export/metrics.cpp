@@ -93,6 +93,13 @@ MetricsSink::MetricsSink(std::string hostname)
                .Name("DCGM_FI_DEV_XID_ERRORS")
                .Help("Value of the last XID error encountered.")
                .Register(*registry_)),
+      throttle_(BuildGauge()
+                    .Name("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+                    .Help("Current clock throttle reasons (bitmask of NVML's "
+                          "nvmlClocksEventReasons: 1 idle, 2 application clocks, 4 software "
+                          "power cap, 8 hardware slowdown, 32 software thermal, 64 hardware "
+                          "thermal, 128 power brake).")
+                    .Register(*registry_)),
       agent_events_(BuildCounter()
                         .Name("eacgm_agent_events_total")
                         .Help("Events the agent decoded")
@@ -236,6 +243,7 @@ void MetricsSink::add(const GpuSample& r) {
   if (r.temperature_c) temp_.Add(labels).Set(*r.temperature_c);
   if (r.sm_clock_mhz) sm_clock_.Add(labels).Set(*r.sm_clock_mhz);
   if (r.mem_clock_mhz) mem_clock_.Add(labels).Set(*r.mem_clock_mhz);
+  if (r.throttle_reasons) throttle_.Add(labels).Set(double(*r.throttle_reasons));
 }
 
 void MetricsSink::add(const GpuXidEvent& r) {

@@ -91,6 +91,7 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& sm_clock_;
   prometheus::Family<prometheus::Gauge>& mem_clock_;
   prometheus::Family<prometheus::Gauge>& xid_;
+  prometheus::Family<prometheus::Gauge>& throttle_;
   prometheus::Family<prometheus::Counter>& agent_events_;
   prometheus::Family<prometheus::Counter>& agent_dropped_;
   prometheus::Family<prometheus::Gauge>& agent_probes_;

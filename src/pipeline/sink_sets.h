@@ -3,13 +3,14 @@
 //   record   RecordingWriter (the .eacgm.db); with --perfetto, the Perfetto trace is converted
 //            from the finished recording (export/exporter.h), so that it and `eacgm export`
 //            agree by construction.
-//   agent    MetricsSink (/metrics) and DetectionSink (the online detector: agent/detection.h;
-//            what it finds is logged, counted and stored by the agent). Still to come
-//            (issue 17): the flight recorder.
+//   agent    MetricsSink (/metrics), DetectionSink (the online detector: agent/detection.h;
+//            what it finds is logged, counted and stored by the agent) and FlightRecorder (the
+//            last minute in memory, written as a recording on demand: agent/flight.h).
 #pragma once
 #include <string>
 
 #include "agent/detection.h"
+#include "agent/flight.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
 #include "store/recording.h"
@@ -39,14 +40,16 @@ class RecordSinks {
 class AgentSinks {
  public:
   AgentSinks(std::string hostname, DetectionOptions detection,
-             std::function<void(std::vector<AgentAnomaly>&)> report);
+             std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight);
   Sink& sink() { return fanout_; }
   MetricsSink& metrics() { return metrics_; }
   DetectionSink& detection() { return detection_; }
+  FlightRecorder& flight() { return flight_; }
 
  private:
   MetricsSink metrics_;
   DetectionSink detection_;
+  FlightRecorder flight_;
   SinkFanout fanout_;
 };
 

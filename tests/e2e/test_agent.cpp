@@ -7,8 +7,9 @@
 #include <sys/socket.h>
 
 #include <fstream>
-#include <sstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "e2e_util.h"
 
@@ -49,12 +50,13 @@ class Agent : public RecordingTest {
     port_ = free_port();
     start_agent({});
   }
-  void start_agent(const std::vector<std::string>& extra) {
-    std::vector<std::string> argv{kEacgm,        "agent",       "--listen",
-                                  "127.0.0.1:" + std::to_string(port_), "--duration", "90",
-                                  "--state-dir", dir_ + "/state"};
+  void start_agent(const std::vector<std::string>& extra,
+                   const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv{
+        kEacgm,       "agent", "--listen",    "127.0.0.1:" + std::to_string(port_),
+        "--duration", "90",    "--state-dir", dir_ + "/state"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    agent_ = std::make_unique<Process>(argv);
+    agent_ = std::make_unique<Process>(argv, env);
     ASSERT_TRUE(agent_->wait_for_stderr("agent tracing this node", 30)) << agent_->err();
     ASSERT_TRUE(get_when_up(port_, "/metrics", 10)) << agent_->err();
   }
@@ -148,6 +150,40 @@ TEST_F(Agent, PrometheusSeesTheCallsTheWorkloadMade) {
   EXPECT_EQ(prom.wait(30), 0) << prom.err();
 }
 
+// A flight recording asked for over HTTP (from loopback) and by SIGUSR1 is an ordinary
+// recording of the calls the workload made before: `eacgm report` reads it.
+TEST_F(Agent, FlightRecordingOnDemandIsAnOrdinaryRecording) {
+  E2E_REQUIRE_CUDA();
+  auto w = run({kWorkloads + "/cuda_api_calls"});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // decoded
+  httplib::Client c("127.0.0.1", port_);
+  auto r = c.Post("/dump", "", "text/plain");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string path = r->body.substr(0, r->body.find('\n'));
+  EXPECT_EQ(path.rfind(dir_ + "/state/flight-", 0), 0u) << path;
+  EXPECT_NE(path.find("-http.eacgm.db"), std::string::npos) << path;
+  kill(agent_->pid(), SIGUSR1);
+  EXPECT_TRUE(agent_->wait_for_stderr("SIGUSR1: writing flight recording", 5)) << agent_->err();
+  stop_agent();  // waits for the recordings being written
+  auto report = run({kEacgm, "report", path});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("flight recording (http)"), std::string::npos) << report.out;
+  std::istringstream lines(report.out);
+  bool malloc_line = false;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("cudaMalloc ") != std::string::npos) {
+      malloc_line = true;
+      EXPECT_NE(line.find(" 3 "), std::string::npos) << line;  // the 3 the workload made
+    }
+  EXPECT_TRUE(malloc_line) << report.out;
+  size_t signal_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/state"))
+    signal_files += e.path().filename().string().find("-signal.eacgm.db") != std::string::npos;
+  EXPECT_EQ(signal_files, 1u);
+}
+
 // The sum of a metric's series on /metrics whose labels contain `labels`; 0 when none.
 double metric_sum(const std::string& text, const std::string& name, const std::string& labels) {
   double sum = 0;
@@ -189,9 +225,9 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   auto onset = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<Process>> hogs;
   for (int i = 0; i < 2; ++i)
-    hogs.push_back(std::make_unique<Process>(std::vector<std::string>{
-        "/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3", "/bin/sh", "-c",
-        "while :; do :; done"}));
+    hogs.push_back(std::make_unique<Process>(
+        std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3", "/bin/sh",
+                                 "-c", "while :; do :; done"}));
   double after = before;
   double seconds = -1;
   while (std::chrono::steady_clock::now() - onset < std::chrono::seconds(10)) {
@@ -208,17 +244,20 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
                            << agent_->err() << (last ? last->body : "");
   // the latency's target is bench/detection_latency.sh's (timings are no unit test's business)
   printf("fault to anomaly on /metrics: %.2f s\n", seconds);
-  EXPECT_TRUE(agent_->wait_for_stderr("eacgm: anomaly: CPU interference in the traced processes",
-                                      5))
+  EXPECT_TRUE(
+      agent_->wait_for_stderr("eacgm: anomaly: CPU interference in the traced processes", 5))
+      << agent_->err();
+  // the first anomaly's line names the flight recording written 10 s later
+  EXPECT_TRUE(agent_->wait_for_stderr("; flight recording " + dir_ + "/state/flight-", 1))
       << agent_->err();
   kill(job.pid(), SIGTERM);
   job.wait(10);
   stop_agent();
   // the store holds it, readable with sqlite3
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2((dir_ + "/state/anomalies.db").c_str(), &db, SQLITE_OPEN_READONLY,
-                            nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_open_v2((dir_ + "/state/anomalies.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+      SQLITE_OK);
   sqlite3_stmt* count = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db,
                                "SELECT count(*) FROM anomalies WHERE cause = 'CPU interference' "
@@ -228,13 +267,215 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
   EXPECT_GE(sqlite3_column_int(count, 0), 1);
   sqlite3_finalize(count);
+  // the first anomaly (maybe an earlier one than the hog's) is in a flight recording
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT recording FROM anomalies WHERE recording IS NOT NULL "
+                               "ORDER BY rowid LIMIT 1",
+                               -1, &count, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  std::string flight = reinterpret_cast<const char*>(sqlite3_column_text(count, 0));
+  sqlite3_finalize(count);
   sqlite3_close(db);
+  EXPECT_TRUE(std::filesystem::exists(flight)) << flight;
+  auto report = run({kEacgm, "report", flight});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("cudaLaunchKernel"), std::string::npos) << report.out;
   // a restart resumes the models instead of learning again
   ASSERT_TRUE(std::filesystem::exists(dir_ + "/state/models.json"));
   start_agent({"--window", "0.5"});
   EXPECT_TRUE(agent_->wait_for_stderr("models from " + dir_ + "/state/models.json", 5))
       << agent_->err();
   EXPECT_EQ(agent_->err().find("resumed 0 models"), std::string::npos) << agent_->err();
+}
+
+const std::string kDeploy = std::string(EACGM_SOURCE_DIR) + "/deploy";
+
+// Prometheus's answer to a PromQL query: the number of series, or -1 on failure.
+int series_count(int prom_port, const std::string& query, std::string* body = nullptr) {
+  httplib::Client c("127.0.0.1", prom_port);
+  auto r = c.Get("/api/v1/query", httplib::Params{{"query", query}}, httplib::Headers{});
+  if (!r || r->status != 200) return -1;
+  if (body) *body = r->body;
+  auto j = nlohmann::json::parse(r->body);
+  return int(j["data"]["result"].size());
+}
+
+// deploy/ as shipped: the systemd unit verifies (with eacgm where the unit expects it), the
+// alert rules and the scrape config check, every alert's unit test passes, the DaemonSet and
+// the dashboard parse, and the DaemonSet asks for the capabilities the unit grants, no more.
+TEST(Deploy, UnitRulesConfigAndManifestsAreValid) {
+  std::string dir = scratch_dir();
+  if (!std::filesystem::exists("/usr/bin/promtool"))
+    GTEST_SKIP() << "promtool is not installed (scripts/setup.sh installs prometheus)";
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"/usr/bin/promtool", "check", "rules", kDeploy + "/prometheus/eacgm-rules.yml"},
+           {"/usr/bin/promtool", "check", "config", kDeploy + "/prometheus/prometheus.yml"},
+           {"/usr/bin/promtool", "test", "rules", kDeploy + "/prometheus/eacgm-rules.test.yml"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << args[1] << " " << args[2] << ":\n" << r.out << r.err;
+  }
+  // systemd-analyze verify wants ExecStart's binary to exist: the unit with eacgm's path here
+  std::ifstream in(kDeploy + "/systemd/eacgm-agent.service");
+  std::string unit((std::istreambuf_iterator<char>(in)), {});
+  std::string caps;
+  std::istringstream lines(unit);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("CapabilityBoundingSet=", 0) == 0) caps = line.substr(line.find('=') + 1);
+  EXPECT_EQ(caps, "CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_SYS_RESOURCE");
+  size_t at = unit.find("/usr/local/bin/eacgm agent");
+  ASSERT_NE(at, std::string::npos);
+  unit.replace(at, std::string("/usr/local/bin/eacgm").size(), kEacgm);
+  std::ofstream(dir + "/eacgm-agent.service") << unit;
+  if (std::filesystem::exists("/usr/bin/systemd-analyze")) {
+    auto v = run({"/usr/bin/systemd-analyze", "verify", dir + "/eacgm-agent.service"});
+    EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+    EXPECT_EQ(v.err, "") << "warnings from systemd-analyze";
+  }
+  // the DaemonSet: host PID namespace, not privileged, the unit's capabilities
+  auto y = run({"/usr/bin/python3", "-c",
+                "import yaml, sys\n"
+                "d = [x for x in yaml.safe_load_all(open(sys.argv[1])) if x['kind'] == "
+                "'DaemonSet'][0]\n"
+                "s = d['spec']['template']['spec']\n"
+                "c = s['containers'][0]['securityContext']\n"
+                "print(s['hostPID'], c['privileged'], ' '.join('CAP_' + x for x in "
+                "c['capabilities']['add']), c['capabilities']['drop'])",
+                kDeploy + "/kubernetes/eacgm-agent.yaml"});
+  ASSERT_EQ(y.exit_code, 0) << y.err;
+  EXPECT_EQ(y.out, "True False " + caps + " ['ALL']\n");
+  // the dashboard: every panel has a query
+  auto dash = nlohmann::json::parse(std::ifstream(kDeploy + "/grafana/eacgm-node.json"));
+  size_t panels = 0;
+  for (const auto& p : dash["panels"]) {
+    if (p["type"] == "row") continue;
+    ++panels;
+    ASSERT_FALSE(p["targets"].empty()) << p["title"];
+  }
+  EXPECT_GE(panels, 15u);
+}
+
+// The whole stack with real components: the agent (a fake NVML for the GPU gauges) scraped every
+// second by Prometheus with deploy/'s rules, alerting through Alertmanager to a webhook this
+// test runs. A CPU hog beside a traced CUDA loop must reach the webhook as EacgmResourceAnomaly
+// with cause "CPU interference" (the time from fault to alert is printed), and every query of
+// deploy/'s Grafana dashboard must answer with a series.
+TEST_F(Agent, CpuHogAlertReachesAlertmanagerAndEveryDashboardPanelAnswers) {
+  E2E_REQUIRE_CUDA();
+  for (const char* tool : {"/usr/bin/prometheus", "/usr/bin/prometheus-alertmanager"})
+    if (!std::filesystem::exists(tool))
+      GTEST_SKIP() << tool << " is not installed (scripts/setup.sh installs it)";
+  if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";
+  // the webhook receiver
+  std::mutex mu;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, nlohmann::json>> received;
+  httplib::Server hook;
+  hook.Post("/alert", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    received.emplace_back(std::chrono::steady_clock::now(), nlohmann::json::parse(req.body));
+    res.status = 200;
+  });
+  int hook_port = hook.bind_to_any_port("127.0.0.1");
+  std::thread hook_thread([&] { hook.listen_after_bind(); });
+  struct StopHook {
+    httplib::Server& s;
+    std::thread& t;
+    ~StopHook() { s.stop(), t.join(); }
+  } stop_hook{hook, hook_thread};
+
+  int am_port = free_port(), prom_port = free_port();
+  std::ofstream(dir_ + "/alertmanager.yml")
+      << "route:\n  receiver: hook\n  group_by: [alertname, instance, cause]\n"
+      << "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
+      << "receivers:\n  - name: hook\n    webhook_configs:\n      - url: http://127.0.0.1:"
+      << hook_port << "/alert\n        send_resolved: false\n";
+  Process am({"/usr/bin/prometheus-alertmanager", "--config.file=" + dir_ + "/alertmanager.yml",
+              "--storage.path=" + dir_ + "/am", "--cluster.listen-address=",
+              "--web.listen-address=127.0.0.1:" + std::to_string(am_port)});
+  ASSERT_TRUE(get_when_up(am_port, "/-/ready", 30)) << am.err();
+  std::filesystem::copy_file(kDeploy + "/prometheus/eacgm-rules.yml", dir_ + "/eacgm-rules.yml");
+  std::ofstream(dir_ + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+      << "rule_files: [eacgm-rules.yml]\n"
+      << "alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:"
+      << am_port << "']\n"
+      << "scrape_configs:\n  - job_name: eacgm\n    static_configs:\n"
+      << "      - targets: ['127.0.0.1:" << port_ << "']\n";
+  Process prom({"/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml",
+                "--storage.tsdb.path=" + dir_ + "/tsdb",
+                "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)});
+  ASSERT_TRUE(get_when_up(prom_port, "/-/ready", 30)) << prom.err();
+
+  // the agent, with one fake GPU
+  std::ofstream(dir_ + "/nvml.script")
+      << "devices 1\nname 0 Fake H100\nuuid 0 GPU-0000aaaa\npci 0 00000000:17:00.0\n"
+      << "utilization 0 10:20\nmemory 0 1073741824:85899345920\ntemperature 0 61\n"
+      << "power_instant 0 250500\npower 0 1\npower_limit 0 700000\n"
+      << "clock_sm 0 1980\nclock_mem 0 2619\nclocks_event 0 0 68\n";
+  stop_agent();
+  start_agent({"--window", "0.5", "--train-windows", "30", "--train-calls", "100", "--nvml-library",
+               std::string(EACGM_FAKE_NVML_DIR) + "/full/libnvidia-ml.so.1"},
+              {"EACGM_FAKE_NVML_SCRIPT=" + dir_ + "/nvml.script"});
+  Process job({EACGM_DEMO_TRAIN, "40000", "0"});
+  // collectives for the dashboard's comm panels: a short two-rank Gloo job
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  auto gloo = run({"/usr/bin/python3", w + "/launch_ranks.py", "2", w + "/gloo_train.py", "3"});
+  EXPECT_EQ(gloo.exit_code, 0) << gloo.err;
+
+  httplib::Client c("127.0.0.1", port_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = c.Get("/metrics");
+    ready = r && r->body.find("eacgm_detector_threshold{layer=\"window\"") != std::string::npos;
+  }
+  ASSERT_TRUE(ready) << "no window model after 40 s\n" << agent_->err();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  auto onset = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Process>> hogs;
+  for (int i = 0; i < 2; ++i)
+    hogs.push_back(std::make_unique<Process>(
+        std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3", "/bin/sh",
+                                 "-c", "while :; do :; done"}));
+  double seconds = -1;
+  std::string labels;
+  while (seconds < 0 && std::chrono::steady_clock::now() - onset < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard lock(mu);
+    for (const auto& [when, body] : received)
+      for (const auto& a : body["alerts"]) {
+        labels += a["labels"].dump() + "\n";
+        if (a["labels"]["alertname"] == "EacgmResourceAnomaly" &&
+            a["labels"]["cause"] == "CPU interference" && a["status"] == "firing")
+          seconds = std::chrono::duration<double>(when - onset).count();
+      }
+  }
+  for (auto& h : hogs) h->wait(10);
+  ASSERT_GE(seconds, 0) << "no EacgmResourceAnomaly for CPU interference at the webhook in 30 s;"
+                        << " received:\n"
+                        << labels << agent_->err();
+  printf("fault to alert at the webhook (agent -> Prometheus -> Alertmanager): %.2f s\n", seconds);
+
+  // every panel of the dashboard answers
+  auto dash = nlohmann::json::parse(std::ifstream(kDeploy + "/grafana/eacgm-node.json"));
+  for (const auto& p : dash["panels"])
+    for (const auto& t : p.value("targets", nlohmann::json::array())) {
+      std::string q = t["expr"];
+      for (auto [from, to] :
+           {std::pair<std::string, std::string>{"$instance", ".*"}, {"$__rate_interval", "1m"}})
+        for (size_t at; (at = q.find(from)) != std::string::npos;) q.replace(at, from.size(), to);
+      std::string body;
+      EXPECT_GT(series_count(prom_port, q, &body), 0)
+          << "panel \"" << p["title"].get<std::string>() << "\": " << q << "\n"
+          << body;
+    }
+  kill(job.pid(), SIGTERM);
+  job.wait(10);
+  kill(prom.pid(), SIGTERM);
+  EXPECT_EQ(prom.wait(30), 0) << prom.err();
+  kill(am.pid(), SIGTERM);
+  EXPECT_EQ(am.wait(30), 0) << am.err();
 }
 
 }  // namespace

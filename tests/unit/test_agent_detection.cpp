@@ -10,10 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "agent/agent.h"
 #include "agent/anomaly_store.h"
 #include "agent/detection.h"
+#include "agent/flight.h"
 #include "agent/windows.h"
 #include "detect/online.h"
+#include "gpu/gpu_samples.h"
+#include "store/reader.h"
+#include "store/sqlite_util.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -179,6 +184,77 @@ TEST_F(StateDir, UnreadableSavedModelsAreMovedAsideNotLost) {
   EXPECT_EQ(sink.save_models(), "");  // nothing fitted: an empty, valid file
   DetectionSink again(o, [](std::vector<AgentAnomaly>&) {});
   EXPECT_NE(again.load_models().find("resumed 0 models"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// A flight recording holds what was held, as an ordinary recording; older flight recordings go
+// beyond the size kept, and nothing else in the directory is touched (not a FIFO named like
+// one, not a file named otherwise).
+TEST_F(StateDir, FlightRecordingKeepsThePastAndRetainsBySize) {
+  std::string old1 = dir_ + "/flight-20200101T000000Z-anomaly.eacgm.db";
+  std::string old2 = dir_ + "/flight-20200101T000001Z-anomaly.eacgm.db";
+  std::string fifo = dir_ + "/flight-20190101T000000Z-anomaly.eacgm.db";
+  std::string other = dir_ + "/notes.db";
+  for (const auto& p : {old1, old2, other}) std::ofstream(p) << std::string(600 << 10, 'x');
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  FlightOptions o;
+  o.dir = dir_;
+  o.keep_bytes = 1 << 20;  // the new recording and at most one 600 KiB file fit
+  FlightRecorder f(o);
+  f.set_meta("eacgm_version", "test");
+  f.set_meta("monotonic_to_realtime_ns", "0");
+  ProcessRow p;
+  p.pid = 42;
+  p.name = "train";
+  f.add(p);
+  uint64_t now = monotonic_now_ns();
+  static const char kOp[] = "cudaMalloc";
+  CudaCallRow ancient;  // older than the held past: gone at the next flush
+  ancient.ts_ns = now - 120'000'000'000ull;
+  ancient.name = kOp;
+  f.add(ancient);
+  for (int i = 0; i < 10; ++i) {
+    CudaCallRow c;
+    c.ts_ns = now - 1'000'000'000ull + uint64_t(i) * 1000;
+    c.dur_ns = 500;
+    c.pid = c.tid = 42;
+    c.name = kOp;
+    f.add(c);
+  }
+  f.flush();
+  EXPECT_EQ(f.held_rows(), 10u);
+  std::string path = f.request("signal", 0);
+  EXPECT_EQ(path.rfind(dir_ + "/flight-", 0), 0u) << path;
+  f.finish();
+  EXPECT_EQ(f.last_error(), "");
+  RecordingReader rec(path);
+  int64_t calls = -1;
+  rec.query("SELECT count(*) FROM trace WHERE name = 'cudaMalloc' AND pid = 42",
+            [&](Statement& s) { calls = s.int_at(0); });
+  EXPECT_EQ(calls, 10);
+  EXPECT_EQ(rec.meta_or("flight_reason", ""), "signal");
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  EXPECT_FALSE(std::filesystem::exists(old1)) << "the oldest flight recording goes";
+  EXPECT_TRUE(std::filesystem::exists(old2));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+TEST(LoopbackAddress, OnlyThisHost) {
+  EXPECT_TRUE(is_loopback_address("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_address("::1"));
+  EXPECT_TRUE(is_loopback_address("::ffff:127.0.0.1"));
+  EXPECT_FALSE(is_loopback_address("10.0.0.1"));
+  EXPECT_FALSE(is_loopback_address("::ffff:10.0.0.1"));
+  EXPECT_FALSE(is_loopback_address(""));
 }
 
 }  // namespace

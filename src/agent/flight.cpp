@@ -1,0 +1,241 @@
+// The flight recorder (agent/flight.h).
+#include "agent/flight.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <set>
+
+#include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
+#include "store/recording.h"
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+template <typename T>
+uint64_t row_bytes(const T&) {
+  return 64 + sizeof(T);  // the deque's share and the variant's tag, roughly
+}
+uint64_t row_bytes(const HostSampleRow& r) {
+  return 64 + sizeof(HostSampleRow) + r.name.capacity();
+}
+
+bool is_flight_file(const std::string& name) {
+  return name.rfind("flight-", 0) == 0 && name.ends_with(".eacgm.db");
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(FlightOptions options) : o_(std::move(options)) {}
+
+FlightRecorder::~FlightRecorder() {
+  if (writer_.joinable()) writer_.join();
+}
+
+template <typename T>
+void FlightRecorder::keep(const T& row, uint64_t ts_ns) {
+  if (o_.dir.empty()) return;
+  rows_.push_back({ts_ns, row});
+  bytes_ += row_bytes(row);
+}
+
+void FlightRecorder::add(const PythonStackFrameRow& r) {
+  if (o_.dir.empty()) return;
+  stacks_[r.id].push_back(r);
+}
+
+void FlightRecorder::add(const ProcessExitRow& r) {
+  if (o_.dir.empty()) return;
+  exits_[r.pid] = r;
+}
+
+void FlightRecorder::set_meta(std::string key, std::string value) {
+  for (auto& [k, v] : meta_)
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  meta_.emplace_back(std::move(key), std::move(value));
+}
+
+void FlightRecorder::note_dropped(uint64_t total) {
+  if (o_.dir.empty()) return;
+  if (dropped_.empty() || dropped_.back().second != total)
+    dropped_.emplace_back(monotonic_now_ns(), total);
+}
+
+void FlightRecorder::evict(uint64_t now_ns) {
+  uint64_t cutoff = now_ns > o_.seconds_ns ? now_ns - o_.seconds_ns : 0;
+  while (dropped_.size() > 1 && dropped_[1].first < cutoff) dropped_.pop_front();
+  while (!rows_.empty() && (rows_.front().ts_ns < cutoff || bytes_ > o_.max_bytes)) {
+    bytes_ -= std::visit([](const auto& r) { return row_bytes(r); }, rows_.front().row);
+    rows_.pop_front();
+  }
+  // processes that ended before the held past are no longer needed to name its rows
+  for (auto it = exits_.begin(); it != exits_.end();) {
+    if (it->second.end_ns >= cutoff) {
+      ++it;
+      continue;
+    }
+    uint32_t pid = it->first;
+    processes_.erase(pid);
+    std::erase_if(threads_, [pid](const auto& t) { return t.second.pid == pid; });
+    it = exits_.erase(it);
+  }
+  if (stacks_.size() > 100'000) {  // stacks no held call refers to
+    std::set<int64_t> used;
+    for (const auto& h : rows_)
+      std::visit(
+          [&](const auto& r) {
+            if constexpr (requires { r.py_stack; }) used.insert(r.py_stack);
+          },
+          h.row);
+    std::erase_if(stacks_, [&](const auto& s) { return !used.count(s.first); });
+  }
+}
+
+std::string FlightRecorder::request(const std::string& reason, uint64_t after_ns) {
+  if (o_.dir.empty()) return {};
+  uint64_t real = realtime_now_ns();
+  time_t secs = time_t(real / 1'000'000'000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char stamp[32];
+  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &t);
+  std::string base = fmt::format("{}/flight-{}-{}", o_.dir, stamp, reason);
+  std::string path = base + ".eacgm.db";
+  struct stat st {};
+  for (int n = 2; lstat(path.c_str(), &st) == 0 ||
+                  std::any_of(pending_.begin(), pending_.end(),
+                              [&](const Pending& p) { return p.path == path; });
+       ++n)
+    path = fmt::format("{}-{}.eacgm.db", base, n);
+  pending_.push_back({path, reason, monotonic_now_ns() + after_ns});
+  return path;
+}
+
+void FlightRecorder::flush() {
+  if (o_.dir.empty()) return;
+  uint64_t now = monotonic_now_ns();
+  evict(now);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->due_ns > now) {
+      ++it;
+      continue;
+    }
+    write(*it);
+    it = pending_.erase(it);
+  }
+}
+
+void FlightRecorder::finish() {
+  for (auto& p : pending_) p.due_ns = 0;
+  flush();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::string FlightRecorder::last_error() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+// A copy of what is held goes to a thread that writes it; one recording at a time (the next
+// waits for the last: dumps are rare).
+void FlightRecorder::write(const Pending& p) {
+  if (writer_.joinable()) writer_.join();
+  struct Copy {
+    std::vector<Held> rows;
+    std::vector<ProcessRow> processes;
+    std::vector<ProcessExitRow> exits;
+    std::vector<ThreadRow> threads;
+    std::vector<GpuDevice> devices;
+    std::vector<PythonStackFrameRow> frames;
+    std::vector<std::pair<std::string, std::string>> meta;
+  };
+  auto c = std::make_shared<Copy>();
+  c->rows.assign(rows_.begin(), rows_.end());
+  for (const auto& [pid, r] : processes_) c->processes.push_back(r);
+  for (const auto& [pid, r] : exits_) c->exits.push_back(r);
+  for (const auto& [tid, r] : threads_) c->threads.push_back(r);
+  for (const auto& [i, r] : devices_) c->devices.push_back(r);
+  for (const auto& [id, frames] : stacks_)
+    c->frames.insert(c->frames.end(), frames.begin(), frames.end());
+  c->meta = meta_;
+  uint64_t end = monotonic_now_ns();
+  uint64_t start = c->rows.empty() ? end : std::min(c->rows.front().ts_ns, end);
+  int64_t to_real = 0;
+  for (const auto& [k, v] : meta_)
+    if (k == "monotonic_to_realtime_ns") to_real = std::stoll(v);
+  c->meta.emplace_back("command", fmt::format("eacgm agent: flight recording ({})", p.reason));
+  c->meta.emplace_back("flight_reason", p.reason);
+  c->meta.emplace_back("start_monotonic_ns", std::to_string(start));
+  c->meta.emplace_back("start_realtime_ns", std::to_string(int64_t(start) + to_real));
+  c->meta.emplace_back("end_monotonic_ns", std::to_string(end));
+  // lost while these rows were held: the total now less the total before the first of them
+  uint64_t lost = dropped_.empty() ? 0
+                  : dropped_.front().first < start
+                      ? dropped_.back().second - dropped_.front().second
+                      : dropped_.back().second;
+  c->meta.emplace_back("dropped_events", std::to_string(lost));
+  std::string path = p.path;
+  writer_ = std::thread([this, c, path] {
+    std::string err;
+    try {
+      RecordingWriter w(path, false);
+      chmod(path.c_str(), 0600);  // what the node's jobs ran: for root's eyes
+      uint64_t calls = 0;
+      for (const auto& [k, v] : c->meta) w.set_meta(k, v);
+      for (const auto& r : c->devices) w.add(r);
+      for (const auto& r : c->processes) w.add(r);
+      for (const auto& r : c->threads) w.add(r);
+      for (const auto& r : c->frames) w.add(r);
+      for (const auto& h : c->rows)
+        std::visit(
+            [&](const auto& r) {
+              w.add(r);
+              if constexpr (requires { r.dur_ns; }) ++calls;
+            },
+            h.row);
+      for (const auto& r : c->exits) w.add(r);
+      w.set_meta("events", std::to_string(calls));
+      err = w.close();
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    {
+      std::lock_guard lock(mu_);
+      error_ = err.empty() ? "" : fmt::format("flight recording {}: {}", path, err);
+    }
+    retain();
+  });
+}
+
+// Flight recordings beyond keep_bytes go, oldest first (their names sort by time); only
+// regular files named as this recorder names them, never the newest.
+void FlightRecorder::retain() {
+  std::vector<std::pair<std::string, uint64_t>> files;
+  if (DIR* d = opendir(o_.dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      struct stat st {};
+      std::string path = o_.dir + "/" + name;
+      if (is_flight_file(name) && lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        files.emplace_back(path, uint64_t(st.st_size));
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  uint64_t total = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    total += files[i].second;
+    if (i > 0 && total > o_.keep_bytes) unlink(files[i].first.c_str());
+  }
+}
+
+}  // namespace eacgm

@@ -1,0 +1,98 @@
+// The flight recorder: the last --flight-seconds of full-detail rows held in memory (within
+// --flight-mb), written out on demand as an ordinary recording (`report`, `detect`, `export`
+// read it unchanged) into the state dir, oldest recordings removed beyond --flight-keep-mb.
+//
+// A dump asked for `after_ns` later (an anomaly: the time after it matters too) is written
+// then; the file name is chosen when it is asked for, so the anomaly's log line can name it.
+// Files are written on a thread of their own from a copy of the rows: the pipeline goes on.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "pipeline/sink.h"
+
+namespace eacgm {
+
+struct FlightOptions {
+  std::string dir;  // where recordings go (the state dir); "": the recorder is off
+  uint64_t seconds_ns = 60'000'000'000ull;
+  uint64_t max_bytes = 256ull << 20;    // rows held in memory
+  uint64_t keep_bytes = 2048ull << 20;  // flight recordings kept on disk, newest first
+};
+
+class FlightRecorder final : public Sink {
+ public:
+  explicit FlightRecorder(FlightOptions options);
+  ~FlightRecorder() override;  // waits for a dump being written
+
+  void add(const CudaCallRow& r) override { keep(r, r.ts_ns); }
+  void add(const CommCallRow& r) override { keep(r, r.ts_ns); }
+  void add(const TorchCallRow& r) override { keep(r, r.ts_ns); }
+  void add(const PythonCallRow& r) override { keep(r, r.ts_ns); }
+  void add(const HostSampleRow& r) override { keep(r, r.ts_ns); }
+  void add(const GpuSample& r) override { keep(r, r.ts_ns); }
+  void add(const GpuProcessSample& r) override { keep(r, r.ts_ns); }
+  void add(const GpuXidEvent& r) override { keep(r, r.ts_ns); }
+  void add(const PythonStackFrameRow& r) override;
+  void add(const ProcessRow& r) override { processes_[r.pid] = r; }
+  void add(const ProcessExitRow& r) override;
+  void add(const ThreadRow& r) override { threads_[r.tid] = r; }
+  void add(const GpuDevice& r) override { devices_[r.index] = r; }
+  void set_meta(std::string key, std::string value) override;
+  // Writes the dumps that are due.
+  void flush() override;
+  // The pipeline's count of events lost so far (a recording says how many of its own were).
+  void note_dropped(uint64_t total);
+
+  // Asks for a recording of the held past up to `after_ns` from now; returns its path ("" when
+  // the recorder is off). `reason` goes into the name and the meta ("anomaly", "signal", "http").
+  std::string request(const std::string& reason, uint64_t after_ns);
+  // Writes what is due now and waits for it (at the agent's stop).
+  void finish();
+
+  size_t held_rows() const { return rows_.size(); }
+  uint64_t held_bytes() const { return bytes_; }
+  // The last error writing a recording, or "".
+  std::string last_error() const;
+
+ private:
+  using Row = std::variant<CudaCallRow, CommCallRow, TorchCallRow, PythonCallRow, HostSampleRow,
+                           GpuSample, GpuProcessSample, GpuXidEvent>;
+  struct Held {
+    uint64_t ts_ns;
+    Row row;
+  };
+  struct Pending {
+    std::string path, reason;
+    uint64_t due_ns;
+  };
+  template <typename T>
+  void keep(const T& row, uint64_t ts_ns);
+  void evict(uint64_t now_ns);
+  void write(const Pending& p);
+  void retain();
+
+  FlightOptions o_;
+  std::deque<Held> rows_;
+  uint64_t bytes_ = 0;
+  std::unordered_map<uint32_t, ProcessRow> processes_;
+  std::unordered_map<uint32_t, ProcessExitRow> exits_;  // held as long as their rows may be
+  std::unordered_map<uint32_t, ThreadRow> threads_;
+  std::map<uint32_t, GpuDevice> devices_;
+  std::map<int64_t, std::vector<PythonStackFrameRow>> stacks_;
+  std::vector<std::pair<std::string, std::string>> meta_;
+  std::deque<std::pair<uint64_t, uint64_t>> dropped_;  // (time, total so far), as rows_
+  std::vector<Pending> pending_;
+  std::thread writer_;
+  mutable std::mutex mu_;
+  std::string error_;
+};
+
+}  // namespace eacgm
