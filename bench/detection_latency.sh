@@ -15,7 +15,7 @@ TRAIN=${TRAIN:-60}
 PORT=${PORT:-19464}
 [ -x "$DEMO" ] || { echo "no $DEMO (needs nvcc: scripts/build.sh builds it)"; exit 1; }
 out=$(mktemp -d)
-cleanup() { kill "$agent" "$demo" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$out"; }
+cleanup() { kill "$agent" "$demo" 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] && cp "$out/agent.log" "$KEEP"; rm -rf "$out"; }
 trap cleanup EXIT
 $EACGM agent -q --listen 127.0.0.1:$PORT --state-dir "$out/state" --window "$WINDOW" \
   --train-windows "$TRAIN" 2>"$out/agent.log" &
@@ -25,7 +25,7 @@ $DEMO 100000000 0 >/dev/null 2>&1 &
 demo=$!
 count() {
   curl -sf 127.0.0.1:$PORT/metrics |
-    awk '/^eacgm_anomalies_total\{cause="CPU interference",layer="window"\}/ {s += $2} END {print s + 0}'
+    awk '/^eacgm_anomalies_total\{cause="CPU interference",layer="window"\}/ {s += $NF} END {print s + 0}'
 }
 echo "training the window model ($TRAIN windows of $WINDOW s)..." >&2
 until curl -sf 127.0.0.1:$PORT/metrics | grep -q 'eacgm_detector_threshold{layer="window"'; do sleep 0.5; done

@@ -270,6 +270,7 @@ int run_agent(const AgentOptions& given) {
   reporter = std::make_unique<AnomalyReporter>(
       sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
       int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
+  sinks.metrics().identify = read_job_identity;
   if (std::string line = sinks.detection().load_models(); !line.empty())
     fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
   httplib::Server http;

@@ -3,7 +3,10 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include "report/collectives.h"  // is_collective
 
 namespace eacgm {
 namespace {
@@ -124,6 +127,27 @@ MetricsSink::MetricsSink(std::string hostname)
                      .Name("eacgm_agent_resident_memory_bytes")
                      .Help("Resident memory of the agent")
                      .Register(*registry_)),
+      peer_wait_(BuildCounter()
+                     .Name("eacgm_collective_peer_wait_seconds_total")
+                     .Help("Time a rank's collectives waited for the last rank on this node to "
+                           "join the same instance, by job, rank and collective")
+                     .Register(*registry_)),
+      last_joined_(BuildCounter()
+                       .Name("eacgm_collective_last_joined_total")
+                       .Help("Collective instances this rank joined last of the ranks on this "
+                             "node")
+                       .Register(*registry_)),
+      straggling_(BuildCounter()
+                      .Name("eacgm_collective_straggling_seconds_total")
+                      .Help("Time this rank made the first of its peers on this node wait, in "
+                            "the instances it joined last: the straggler's share")
+                      .Register(*registry_)),
+      bus_bytes_(BuildCounter()
+                     .Name("eacgm_collective_bus_bytes_total")
+                     .Help("NCCL collectives' bus bytes (nccl-tests' busbw times the host-side "
+                           "duration): rate() of it over rate() of "
+                           "eacgm_call_duration_seconds_sum is the bus bandwidth")
+                     .Register(*registry_)),
       anomalies_(BuildCounter()
                      .Name("eacgm_anomalies_total")
                      .Help("Anomalies the online detector found, by layer (window: the traced "
@@ -149,13 +173,25 @@ const std::string& MetricsSink::process_name(uint32_t pid) const {
   return it == process_names_.end() ? unknown : it->second;
 }
 
+prometheus::Labels MetricsSink::process_labels(uint32_t pid, bool with_pid) {
+  prometheus::Labels labels{{"process", process_name(pid)}};
+  if (with_pid) labels["pid"] = std::to_string(pid);
+  auto it = identities_.find(pid);
+  if (it == identities_.end())
+    it = identities_.emplace(pid, identify ? identify(pid) : JobIdentity{}).first;
+  for (auto& [k, v] : it->second.labels())
+    if (!v.empty()) labels[k] = v;
+  return labels;
+}
+
 MetricsSink::CallMetrics& MetricsSink::call_metrics(const char* layer, std::string_view op,
                                                     uint32_t pid) {
   auto& by_op = calls_by_pid_[pid];
   auto it = by_op.find(op.data());
   if (it != by_op.end()) return it->second;
-  prometheus::Labels labels{
-      {"layer", layer}, {"op", std::string(op)}, {"process", process_name(pid)}};
+  prometheus::Labels labels = process_labels(pid, false);
+  labels["layer"] = layer;
+  labels["op"] = std::string(op);
   CallMetrics m{&calls_.Add(labels), &errors_.Add(labels), &bytes_.Add(labels),
                 &seconds_.Add(labels, duration_buckets())};
   return by_op.emplace(op.data(), m).first->second;
@@ -176,6 +212,50 @@ void MetricsSink::add(const CudaCallRow& r) {
 
 void MetricsSink::add(const CommCallRow& r) {
   count_call("comm", r.name, r.pid, r.dur_ns, r.ret != 0, r.bytes);
+  if (r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks && is_collective(std::string(r.name)))
+    match_collective(r);
+  if (r.busbw_gbps > 0) {
+    prometheus::Labels labels = process_labels(r.pid, false);
+    labels["op"] = std::string(r.name);
+    if (r.rank >= 0) labels["rank"] = std::to_string(r.rank);
+    bus_bytes_.Add(labels).Increment(r.busbw_gbps * 1e9 * double(r.dur_ns) / 1e9);
+  }
+}
+
+// Every rank issues a communicator's collectives in the same order, so the k-th call of each
+// rank on this node is one instance (as report/collectives.h does for a recording): the ranks
+// that joined before the last waited for it. Only the ranks this node runs are matched; a job
+// across nodes is matched per node (its cross-node stragglers need `eacgm merge`).
+void MetricsSink::match_collective(const CommCallRow& r) {
+  std::string job;
+  for (auto& [k, v] : process_labels(r.pid, false))
+    if (k == "job_id") job = v;
+  RankStarts& c = collectives_[{job, std::string(r.name), r.nranks}];
+  auto& mine = c.by_rank[r.rank];
+  mine.emplace_back(r.ts_ns, r.pid);
+  if (mine.size() > 1000) mine.pop_front();  // a rank whose peers stopped: keep it bounded
+  if (c.by_rank.size() < 2) return;
+  while (std::all_of(c.by_rank.begin(), c.by_rank.end(),
+                     [](const auto& q) { return !q.second.empty(); })) {
+    uint64_t first = UINT64_MAX, last = 0;
+    int64_t last_rank = -1;
+    for (const auto& [rank, q] : c.by_rank) {
+      first = std::min(first, q.front().first);
+      if (q.front().first >= last) last = q.front().first, last_rank = rank;
+    }
+    for (auto& [rank, q] : c.by_rank) {
+      prometheus::Labels labels = process_labels(q.front().second, false);
+      labels.erase("process");
+      labels["op"] = std::string(r.name);
+      labels["rank"] = std::to_string(rank);
+      peer_wait_.Add(labels).Increment(double(last - q.front().first) / 1e9);
+      if (rank == last_rank) {
+        last_joined_.Add(labels).Increment();
+        straggling_.Add(labels).Increment(double(last - first) / 1e9);
+      }
+      q.pop_front();
+    }
+  }
 }
 
 void MetricsSink::add(const TorchCallRow& r) {
@@ -193,12 +273,14 @@ void MetricsSink::add(const ProcessRow& r) {
   if (it != process_names_.end() && it->second == r.name) return;
   process_names_[r.pid] = r.name;
   calls_by_pid_.erase(r.pid);  // its next calls count under its new name
+  identities_.erase(r.pid);    // and its new environment
 }
 
 void MetricsSink::add(const ProcessExitRow& r) {
   // Call series are per process name and outlive a pid; per-pid host series go with it.
   calls_by_pid_.erase(r.pid);
   process_names_.erase(r.pid);
+  identities_.erase(r.pid);
   if (auto it = host_.find(r.pid); it != host_.end()) {
     runq_.Remove(it->second.runq);
     cpu_.Remove(it->second.cpu);
@@ -215,7 +297,7 @@ void MetricsSink::add(const HostSampleRow& r) {
   if (r.scope != HostScope::Process || !calls_by_pid_.count(pid)) return;
   auto it = host_.find(pid);
   if (it == host_.end()) {
-    prometheus::Labels labels{{"process", r.name}, {"pid", std::to_string(pid)}};
+    prometheus::Labels labels = process_labels(pid, true);
     HostMetrics m{&runq_.Add(labels), &cpu_.Add(labels), &involuntary_.Add(labels),
                   &retransmits_.Add(labels), &reclaim_.Add(labels)};
     it = host_.emplace(pid, m).first;

@@ -9,12 +9,17 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "pipeline/sink.h"
+#include "probe/job_identity.h"
 
 namespace eacgm {
 
@@ -46,6 +51,10 @@ class MetricsSink final : public Sink {
   void add(const GpuSample& r) override;
   void add(const GpuXidEvent& r) override;
 
+  // Where a traced process's job identity comes from (the agent: /proc/PID); asked once per
+  // process, at its first call. Without it, the job labels stay empty.
+  std::function<JobIdentity(uint32_t pid)> identify;
+
   void set_agent_stats(const AgentStats& s);
   // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
   // models' last scores and thresholds (not those of Python functions: unbounded names).
@@ -72,6 +81,8 @@ class MetricsSink final : public Sink {
   void count_call(const char* layer, std::string_view op, uint32_t pid, uint64_t dur_ns,
                   bool failed, int64_t bytes);
   const std::string& process_name(uint32_t pid) const;
+  // process name, pid (for per-process series) and the job identity's labels
+  prometheus::Labels process_labels(uint32_t pid, bool with_pid);
 
   std::string hostname_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -98,6 +109,17 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& agent_processes_;
   prometheus::Family<prometheus::Counter>& agent_cpu_;
   prometheus::Family<prometheus::Gauge>& agent_rss_;
+  // Collectives of the ranks on this node matched instance by instance (see add(CommCallRow)).
+  struct RankStarts {
+    std::map<int64_t, std::deque<std::pair<uint64_t, uint32_t>>> by_rank;  // (start, pid)
+  };
+  void match_collective(const CommCallRow& r);
+  prometheus::Family<prometheus::Counter>& peer_wait_;
+  prometheus::Family<prometheus::Counter>& last_joined_;
+  prometheus::Family<prometheus::Counter>& straggling_;
+  prometheus::Family<prometheus::Counter>& bus_bytes_;
+  // by (job, collective, world size)
+  std::map<std::tuple<std::string, std::string, int64_t>, RankStarts> collectives_;
   prometheus::Family<prometheus::Counter>& anomalies_;
   prometheus::Family<prometheus::Gauge>& model_score_;
   prometheus::Family<prometheus::Gauge>& model_threshold_;
@@ -108,6 +130,7 @@ class MetricsSink final : public Sink {
   // pipeline's life); a pid's entries go when it exits or execs (its process name changes)
   std::unordered_map<uint32_t, std::unordered_map<const char*, CallMetrics>> calls_by_pid_;
   std::unordered_map<uint32_t, std::string> process_names_;
+  std::unordered_map<uint32_t, JobIdentity> identities_;
   std::unordered_map<uint32_t, HostMetrics> host_;
   std::unordered_map<uint32_t, GpuDevice> devices_;
 };

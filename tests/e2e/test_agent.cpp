@@ -42,6 +42,8 @@ std::optional<std::string> get_when_up(int port, const std::string& path, int ti
   return std::nullopt;
 }
 
+double metric_sum(const std::string& text, const std::string& name, const std::string& labels);
+
 class Agent : public RecordingTest {
  protected:
   void SetUp() override {
@@ -148,6 +150,66 @@ TEST_F(Agent, PrometheusSeesTheCallsTheWorkloadMade) {
   EXPECT_EQ(std::stod(j["data"]["result"][0]["value"][1].template get<std::string>()), 6);
   kill(prom.pid(), SIGTERM);
   EXPECT_EQ(prom.wait(30), 0) << prom.err();
+}
+
+// Call series carry the job's identity from the launcher's environment (torchrun's names here),
+// read at the process's first traced call (the demo loop runs long enough for it).
+TEST_F(Agent, CallSeriesCarryTheJobAndRank) {
+  E2E_REQUIRE_CUDA();
+  if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";
+  auto w = run({EACGM_DEMO_TRAIN, "500"},
+               {"RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=job42"});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  httplib::Client c("127.0.0.1", port_);
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (line.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto r = c.Get("/metrics");
+    std::istringstream in(r ? r->body : "");
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("eacgm_calls_total{", 0) == 0 &&
+          l.find("op=\"cudaLaunchKernel\"") != std::string::npos)
+        line = l;
+  }
+  for (const char* label : {"job_id=\"job42\"", "rank=\"3\"", "local_rank=\"1\"",
+                            "world_size=\"8\"", "process=\"demo_train\""})
+    EXPECT_NE(line.find(label), std::string::npos) << label << " in: " << line;
+}
+
+// Collectives matched across the ranks on the node: in a two-rank Gloo loop where rank 1 arrives
+// 10 ms late in about 40% of 300 steps (it writes down each delay), rank 1's straggling time is
+// close to the delays it slept and rank 0's is small, and rank 0 waited for it.
+TEST_F(Agent, StragglingRankIsNamedPerRank) {
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  std::string truth = dir_ + "/truth.json";
+  auto r = run({"/usr/bin/python3", w + "/launch_ranks.py", "2",
+                std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "300", truth,
+                "0.2", "0.8", "0.7", "10"},
+               {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto t = nlohmann::json::parse(std::ifstream(truth));
+  size_t delays = t["intervals"].size();
+  ASSERT_GT(delays, 50u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  httplib::Client c("127.0.0.1", port_);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  double straggling1 =
+      metric_sum(m->body, "eacgm_collective_straggling_seconds_total", "rank=\"1\"");
+  double straggling0 =
+      metric_sum(m->body, "eacgm_collective_straggling_seconds_total", "rank=\"0\"");
+  double waited0 = metric_sum(m->body, "eacgm_collective_peer_wait_seconds_total", "rank=\"0\"");
+  double slept = double(delays) * 0.010;
+  printf("%zu delays, %.3f s slept by rank 1; straggling: rank 1 %.3f s, rank 0 %.3f s; rank 0 "
+         "waited %.3f s\n",
+         delays, slept, straggling1, straggling0, waited0);
+  EXPECT_GT(straggling1, 0.7 * slept) << m->body;
+  EXPECT_LT(straggling1, 1.5 * slept + 0.5) << m->body;
+  EXPECT_LT(straggling0, 0.3 * straggling1) << m->body;
+  EXPECT_GT(waited0, 0.7 * slept) << m->body;
+  EXPECT_GE(metric_sum(m->body, "eacgm_collective_last_joined_total", "rank=\"1\""), double(delays))
+      << m->body;
 }
 
 // A flight recording asked for over HTTP (from loopback) and by SIGUSR1 is an ordinary

@@ -17,6 +17,7 @@
 #include "agent/windows.h"
 #include "detect/online.h"
 #include "gpu/gpu_samples.h"
+#include "probe/job_identity.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
@@ -255,6 +256,46 @@ TEST(LoopbackAddress, OnlyThisHost) {
   EXPECT_FALSE(is_loopback_address("10.0.0.1"));
   EXPECT_FALSE(is_loopback_address("::ffff:10.0.0.1"));
   EXPECT_FALSE(is_loopback_address(""));
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+TEST(JobIdentity, FromTheLaunchersEnvironmentAndTheCgroup) {
+  std::string env(
+      "PATH=/usr/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=8\0"
+      "TORCHELASTIC_RUN_ID=gpt-pretrain-42\0MASTER_ADDR=10.0.0.1",
+      103);
+  std::string cgroup =
+      "0::/kubepods.slice/kubepods-burstable.slice/"
+      "kubepods-burstable-pod1f2e3d4c_5b6a_4798_8a9b_0c1d2e3f4a5b.slice/"
+      "cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n";
+  JobIdentity id = job_identity_from(env, cgroup);
+  EXPECT_EQ(id.job, "gpt-pretrain-42");
+  EXPECT_EQ(id.rank, "3");
+  EXPECT_EQ(id.local_rank, "1");
+  EXPECT_EQ(id.world_size, "8");
+  EXPECT_EQ(id.container, "0123456789ab");
+  EXPECT_EQ(id.pod, "1f2e3d4c-5b6a-4798-8a9b-0c1d2e3f4a5b");
+  // Slurm's names, a docker container under cgroup v1, a value not fit for a label
+  std::string slurm("SLURM_JOB_ID=777\0SLURM_PROCID=12\0SLURM_NTASKS=16\0LOCAL_RANK=a\"b", 63);
+  JobIdentity s =
+      job_identity_from(slurm,
+                        "12:cpu,cpuacct:/docker/"
+                        "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n");
+  EXPECT_EQ(s.job, "777");
+  EXPECT_EQ(s.rank, "12");
+  EXPECT_EQ(s.world_size, "16");
+  EXPECT_EQ(s.local_rank, "") << "a quote is no label value";
+  EXPECT_EQ(s.container, "fedcba987654");
+  EXPECT_EQ(s.pod, "");
+  // a process outside any container, launched by hand
+  JobIdentity none = job_identity_from(std::string_view("HOME=/root\0", 11), "0::/user.slice\n");
+  EXPECT_EQ(none.labels().size(), 6u);
+  for (const auto& [k, v] : none.labels()) EXPECT_EQ(v, "") << k;
 }
 
 }  // namespace
