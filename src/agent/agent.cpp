@@ -197,13 +197,15 @@ class AnomalyReporter {
 }  // namespace
 
 AgentSinks::AgentSinks(std::string hostname, DetectionOptions detection,
-                       std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight)
+                       std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight,
+                       const std::vector<std::string>& match)
     : metrics_(std::move(hostname)),
       detection_(std::move(detection), std::move(report)),
       flight_(std::move(flight)) {
   fanout_.attach(metrics_);
   fanout_.attach(detection_);
   fanout_.attach(flight_);  // last: a dump asked for by this flush's anomalies holds them
+  if (!match.empty()) match_ = std::make_unique<MatchFilter>(match, fanout_, read_command_line);
 }
 
 bool is_loopback_address(const std::string& addr) {
@@ -234,6 +236,10 @@ int run_agent(const AgentOptions& given) {
   o.all = true;  // the agent traces the node
   ListenAddress where = parse_listen(o.listen);
   LayerChoice::parse(o.layers);
+  if (!o.match.empty()) {  // a bad pattern is a usage error before anything is created
+    SinkFanout none;
+    MatchFilter check(o.match, none, read_command_line);
+  }
   if (geteuid() != 0)
     fail(
         "the agent needs root (eBPF uprobes on every process): run it as root, or with "
@@ -266,7 +272,7 @@ int run_agent(const AgentOptions& given) {
   if (o.flight_seconds == 0) f.dir.clear();
   std::unique_ptr<AnomalyReporter> reporter;
   AgentSinks sinks(
-      node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f);
+      node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f, o.match);
   reporter = std::make_unique<AnomalyReporter>(
       sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
       int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));

@@ -3,6 +3,7 @@
 // serves /metrics.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "pipeline/pipeline.h"
 
@@ -17,6 +18,7 @@ struct AgentOptions : TraceOptions {
   size_t train_windows = 60, train_calls = 200;
   double flight_seconds = 60;  // the flight recorder's past; 0: off
   uint64_t flight_mb = 256, flight_keep_mb = 2048;
+  std::vector<std::string> match;  // --match: only processes whose command line matches
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

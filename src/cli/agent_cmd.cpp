@@ -94,6 +94,10 @@ std::function<int()> add_agent(CLI::App& app) {
                   "flight recordings kept in the state dir, in MiB (the oldest go first)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--match", opts->match,
+                  "only processes whose command line matches this regular expression (searched "
+                  "anywhere in it; repeat for more), e.g. --match 'torchrun|train\\.py'. Others "
+                  "are still probed, but not counted, modelled or recorded");
   cmd->add_flag("-q,--quiet", opts->quiet, "print only errors, warnings and anomalies");
   return [cmd, opts, layers]() {
     (void)cmd;

@@ -3,14 +3,17 @@
 //   record   RecordingWriter (the .eacgm.db); with --perfetto, the Perfetto trace is converted
 //            from the finished recording (export/exporter.h), so that it and `eacgm export`
 //            agree by construction.
-//   agent    MetricsSink (/metrics), DetectionSink (the online detector: agent/detection.h;
+//   agent    [MatchFilter (--match) in front of] MetricsSink (/metrics), DetectionSink (the online
+//   detector: agent/detection.h;
 //            what it finds is logged, counted and stored by the agent) and FlightRecorder (the
 //            last minute in memory, written as a recording on demand: agent/flight.h).
 #pragma once
+#include <memory>
 #include <string>
 
 #include "agent/detection.h"
 #include "agent/flight.h"
+#include "agent/match_filter.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
 #include "store/recording.h"
@@ -40,8 +43,9 @@ class RecordSinks {
 class AgentSinks {
  public:
   AgentSinks(std::string hostname, DetectionOptions detection,
-             std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight);
-  Sink& sink() { return fanout_; }
+             std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight,
+             const std::vector<std::string>& match = {});
+  Sink& sink() { return match_ ? static_cast<Sink&>(*match_) : fanout_; }
   MetricsSink& metrics() { return metrics_; }
   DetectionSink& detection() { return detection_; }
   FlightRecorder& flight() { return flight_; }
@@ -51,6 +55,7 @@ class AgentSinks {
   DetectionSink detection_;
   FlightRecorder flight_;
   SinkFanout fanout_;
+  std::unique_ptr<MatchFilter> match_;
 };
 
 }  // namespace eacgm

@@ -70,6 +70,28 @@ class Agent : public RecordingTest {
   void TearDown() override {
     if (agent_) stop_agent();
   }
+  // Until the window model judges (its threshold is on /metrics), then a few judged windows.
+  void wait_for_window_model() {
+    httplib::Client c("127.0.0.1", port_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // as often as the tests poll
+      auto r = c.Get("/metrics");
+      ready = r && r->body.find("eacgm_detector_threshold{layer=\"window\"") != std::string::npos;
+    }
+    ASSERT_TRUE(ready) << "no window model after 40 s\n" << agent_->err();
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+  }
+  // Two busy processes on CPU 0 for 3 s, beside the demo loop there.
+  static std::vector<std::unique_ptr<Process>> cpu_hogs() {
+    std::vector<std::unique_ptr<Process>> hogs;
+    for (int i = 0; i < 2; ++i)
+      hogs.push_back(std::make_unique<Process>(
+          std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3",
+                                   "/bin/sh", "-c", "while :; do :; done"}));
+    return hogs;
+  }
   int port_ = 0;
   std::unique_ptr<Process> agent_;
 };
@@ -98,6 +120,11 @@ TEST_F(Agent, BadListenAddressIsAUsageError) {
   // NaN compares false with every bound: it once meant "no limit", an agent that never stopped
   auto nan = run({kEacgm, "agent", "--duration", "nan"}, {}, 20);
   EXPECT_EQ(nan.exit_code, 2) << nan.err;
+  auto match = run({kEacgm, "agent", "--match", "train(", "--state-dir", dir_ + "/none"}, {}, 20);
+  EXPECT_EQ(match.exit_code, 2) << match.err;
+  EXPECT_NE(match.err.find("--match train(: not a regular expression"), std::string::npos)
+      << match.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/none")) << "nothing made on a usage error";
   // the port the agent holds is refused with a line that says so
   auto busy = run({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_)}, {}, 20);
   EXPECT_EQ(busy.exit_code, 1);
@@ -201,15 +228,34 @@ TEST_F(Agent, StragglingRankIsNamedPerRank) {
       metric_sum(m->body, "eacgm_collective_straggling_seconds_total", "rank=\"0\"");
   double waited0 = metric_sum(m->body, "eacgm_collective_peer_wait_seconds_total", "rank=\"0\"");
   double slept = double(delays) * 0.010;
-  printf("%zu delays, %.3f s slept by rank 1; straggling: rank 1 %.3f s, rank 0 %.3f s; rank 0 "
-         "waited %.3f s\n",
-         delays, slept, straggling1, straggling0, waited0);
+  printf(
+      "%zu delays, %.3f s slept by rank 1; straggling: rank 1 %.3f s, rank 0 %.3f s; rank 0 "
+      "waited %.3f s\n",
+      delays, slept, straggling1, straggling0, waited0);
   EXPECT_GT(straggling1, 0.7 * slept) << m->body;
   EXPECT_LT(straggling1, 1.5 * slept + 0.5) << m->body;
   EXPECT_LT(straggling0, 0.3 * straggling1) << m->body;
   EXPECT_GT(waited0, 0.7 * slept) << m->body;
   EXPECT_GE(metric_sum(m->body, "eacgm_collective_last_joined_total", "rank=\"1\""), double(delays))
       << m->body;
+}
+
+// --match: only the matching program's calls are counted.
+TEST_F(Agent, MatchLeavesOtherProcessesOut) {
+  E2E_REQUIRE_CUDA();
+  if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";
+  stop_agent();
+  start_agent({"--match", "cuda_api_c[a-z]+$"});
+  ASSERT_EQ(run({kWorkloads + "/cuda_api_calls"}).exit_code, 0);
+  ASSERT_EQ(run({EACGM_DEMO_TRAIN, "200"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  httplib::Client c("127.0.0.1", port_);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(
+      metric_sum(m->body, "eacgm_calls_total", "op=\"cudaMalloc\",process=\"cuda_api_calls\""), 3)
+      << m->body;
+  EXPECT_EQ(m->body.find("process=\"demo_train\""), std::string::npos) << m->body;
 }
 
 // A flight recording asked for over HTTP (from loopback) and by SIGUSR1 is an ordinary
@@ -273,23 +319,10 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
                           "cause=\"CPU interference\",layer=\"window\"")
              : -1;
   };
-  // until the window model judges: its threshold appears
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-  bool ready = false;
-  while (!ready && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // as often as below
-    auto r = c.Get("/metrics");
-    ready = r && r->body.find("eacgm_detector_threshold{layer=\"window\"") != std::string::npos;
-  }
-  ASSERT_TRUE(ready) << "no window model after 40 s\n" << agent_->err();
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // a few judged windows of the steady job
+  ASSERT_NO_FATAL_FAILURE(wait_for_window_model());
   double before = cpu_anomalies();
   auto onset = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<Process>> hogs;
-  for (int i = 0; i < 2; ++i)
-    hogs.push_back(std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3", "/bin/sh",
-                                 "-c", "while :; do :; done"}));
+  auto hogs = cpu_hogs();
   double after = before;
   double seconds = -1;
   while (std::chrono::steady_clock::now() - onset < std::chrono::seconds(10)) {
@@ -484,22 +517,9 @@ TEST_F(Agent, CpuHogAlertReachesAlertmanagerAndEveryDashboardPanelAnswers) {
   auto gloo = run({"/usr/bin/python3", w + "/launch_ranks.py", "2", w + "/gloo_train.py", "3"});
   EXPECT_EQ(gloo.exit_code, 0) << gloo.err;
 
-  httplib::Client c("127.0.0.1", port_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-  bool ready = false;
-  while (!ready && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    auto r = c.Get("/metrics");
-    ready = r && r->body.find("eacgm_detector_threshold{layer=\"window\"") != std::string::npos;
-  }
-  ASSERT_TRUE(ready) << "no window model after 40 s\n" << agent_->err();
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_NO_FATAL_FAILURE(wait_for_window_model());
   auto onset = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<Process>> hogs;
-  for (int i = 0; i < 2; ++i)
-    hogs.push_back(std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3", "/bin/sh",
-                                 "-c", "while :; do :; done"}));
+  auto hogs = cpu_hogs();
   double seconds = -1;
   std::string labels;
   while (seconds < 0 && std::chrono::steady_clock::now() - onset < std::chrono::seconds(30)) {

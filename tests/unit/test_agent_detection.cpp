@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "agent/anomaly_store.h"
 #include "agent/detection.h"
 #include "agent/flight.h"
+#include "agent/match_filter.h"
 #include "agent/windows.h"
 #include "detect/online.h"
 #include "gpu/gpu_samples.h"
@@ -296,6 +298,63 @@ TEST(JobIdentity, FromTheLaunchersEnvironmentAndTheCgroup) {
   JobIdentity none = job_identity_from(std::string_view("HOME=/root\0", 11), "0::/user.slice\n");
   EXPECT_EQ(none.labels().size(), 6u);
   for (const auto& [k, v] : none.labels()) EXPECT_EQ(v, "") << k;
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+struct CountingSink : Sink {
+  std::vector<uint32_t> call_pids, process_pids, host_ids;
+  void add(const CudaCallRow& r) override { call_pids.push_back(r.pid); }
+  void add(const ProcessRow& r) override { process_pids.push_back(r.pid); }
+  void add(const HostSampleRow& r) override { host_ids.push_back(uint32_t(r.id)); }
+};
+
+// --match passes the rows of matching processes only: known by their exec's command line, or
+// else asked once per process; a bad pattern is a usage error.
+TEST(MatchFilter, OnlyMatchingProcessesReachTheSinks) {
+  CountingSink out;
+  std::map<uint32_t, std::string> cmdlines = {{10, "python3 train.py --lr 3e-4"},
+                                              {11, "python3 serve.py"}};
+  size_t asked = 0;
+  MatchFilter f({"train\\.py", "^torchrun "}, out, [&](uint32_t pid) {
+    ++asked;
+    return cmdlines[pid];
+  });
+  ProcessRow exec;
+  exec.pid = 12;
+  exec.name = "torchrun";
+  exec.command = "torchrun --nproc-per-node 8 pretrain.py";
+  f.add(exec);
+  for (uint32_t pid : {10u, 11u, 12u, 10u, 11u}) {
+    CudaCallRow c;
+    c.pid = pid;
+    f.add(c);
+  }
+  EXPECT_EQ(out.call_pids, (std::vector<uint32_t>{10, 12, 10}));
+  EXPECT_EQ(out.process_pids, (std::vector<uint32_t>{12}));
+  EXPECT_EQ(asked, 2u) << "once per process not seen at exec";
+  HostSampleRow h;  // a matching process, one the filter never heard of, and an interface
+  h.id = 10;
+  f.add(h);
+  h.id = 99;
+  f.add(h);
+  h.scope = HostScope::NetDevice;
+  h.id = 2;
+  f.add(h);
+  EXPECT_EQ(out.host_ids, (std::vector<uint32_t>{10, 2}));
+  EXPECT_EQ(asked, 2u) << "host samples of unknown processes ask nothing";
+  for (const char* bad : {"(", ""}) {
+    try {
+      MatchFilter g({bad}, out, [](uint32_t) { return std::string(); });
+      FAIL() << "accepted " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--match"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
