@@ -84,8 +84,8 @@ void OnlineWindows::add_call(const char* layer, uint32_t pid, uint64_t ts_ns, ui
                              int64_t runq_ns) {
   size_t l = layer_index(layer);
   if (l >= 4) return;
+  if (!established(pid, ts_ns)) return;
   Window& w = at(ts_ns);
-  if (traced_.insert(pid).second) w.changed = true;
   double per_s = 1e9 / double(window_ns_);
   add_value(w, kLayerCalls + 2 * l, per_s);
   int64_t net = int64_t(dur_ns) - std::max<int64_t>(runq_ns, 0);
@@ -102,8 +102,11 @@ void OnlineWindows::add(const HostSampleRow& r) {
               double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s);
     return;
   }
-  if (r.scope != HostScope::Process || !traced_.count(uint32_t(r.id))) return;
-  Window& w = at(r.ts_ns - r.interval_ns / 2);  // by the middle of the sampled interval
+  uint64_t mid = r.ts_ns - r.interval_ns / 2;  // by the middle of the sampled interval
+  if (r.scope != HostScope::Process || !traced_.count(uint32_t(r.id)) ||
+      !established(uint32_t(r.id), mid))
+    return;
+  Window& w = at(mid);
   add_value(w, kRunqMs, double(r.runq_wait_ns) / 1e6 * per_s);
   add_value(w, kRunqWaits, double(r.runq_waits) * per_s);
   add_value(w, kInvoluntary, double(r.involuntary_switches) * per_s);
@@ -133,8 +136,25 @@ void OnlineWindows::add(const GpuSample& r) {
     add_value(w, kGpuThrottled, (*r.throttle_reasons & ~uint64_t(1)) != 0 ? 1.0 : 0.0);
 }
 
+// A process counts from its kEstablish-th window on: a job, not a tool that runs for a moment
+// (nvidia-smi, a health check) and would otherwise make every window a change of regime on a
+// node where such things start every second. Its first counted window is a change.
+bool OnlineWindows::established(uint32_t pid, uint64_t ts_ns) {
+  uint64_t w = std::max(ts_ns / window_ns_, next_);
+  auto [it, added] = traced_.try_emplace(pid, Traced{w, false});
+  if (w < it->second.first_window + kEstablish) return false;
+  if (!it->second.counted) {
+    it->second.counted = true;
+    windows_[w].changed = true;
+  }
+  return true;
+}
+
 void OnlineWindows::exited(uint32_t pid, uint64_t ts_ns) {
-  if (traced_.erase(pid)) at(ts_ns).changed = true;
+  auto it = traced_.find(pid);
+  if (it == traced_.end()) return;
+  if (it->second.counted) at(ts_ns).changed = true;  // a job ended
+  traced_.erase(it);
 }
 
 detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {

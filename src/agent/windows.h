@@ -39,7 +39,9 @@ class OnlineWindows {
 
   // The windows complete at `now_ns` that can be judged: at least one traced process, and no
   // traced process started or ended in them or in the two before (a job starting or ending is a
-  // change of regime, not an anomaly of its resources). Rows in time order.
+  // change of regime, not an anomaly of its resources). A process counts from its third window
+  // on (see established()): short-lived tools count neither as change nor as load. Rows in
+  // time order.
   detect::FeatureTable take_complete(uint64_t now_ns);
 
   size_t traced_processes() const { return traced_.size(); }
@@ -53,11 +55,17 @@ class OnlineWindows {
     bool changed = false;
   };
   Window& at(uint64_t ts_ns);
+  bool established(uint32_t pid, uint64_t ts_ns);
+  static constexpr uint64_t kEstablish = 3;  // windows a process must have run to count
   void add_value(Window& w, size_t f, double v) { w.sum[f] += v, w.n[f] += 1; }
 
   uint64_t window_ns_, lag_ns_;
   std::map<uint64_t, Window> windows_;  // by index (ts / window_ns), open ones
-  std::set<uint32_t> traced_;
+  struct Traced {
+    uint64_t first_window;
+    bool counted;  // its rows count (it is established)
+  };
+  std::map<uint32_t, Traced> traced_;
   std::set<uint64_t> changes_;  // recent windows in which a traced process started or ended
   uint64_t next_ = 0;           // the first window not handed out
   std::array<double, kFeatures> gpu_last_{};  // GPU levels persist between readings

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "e2e_util.h"
@@ -167,10 +168,11 @@ TEST_F(Agent, PrometheusSeesTheCallsTheWorkloadMade) {
   }
   EXPECT_EQ(value, 6) << "last answer to " << query;
   // every call of the run is in the latency histogram too
-  auto r =
-      c.Get("/api/v1/query",
-            httplib::Params{{"query", "sum(eacgm_call_duration_seconds_count{op=\"cudaMalloc\"})"}},
-            httplib::Headers{});
+  auto r = c.Get("/api/v1/query",
+                 httplib::Params{{"query",
+                                  "sum(eacgm_call_duration_seconds_count{op=\"cudaMalloc\","
+                                  "process=\"cuda_api_calls\"})"}},
+                 httplib::Headers{});
   ASSERT_TRUE(r);
   auto j = nlohmann::json::parse(r->body);
   ASSERT_FALSE(j["data"]["result"].empty()) << r->body;
@@ -196,9 +198,11 @@ TEST_F(Agent, CallSeriesCarryTheJobAndRank) {
     std::istringstream in(r ? r->body : "");
     for (std::string l; std::getline(in, l);)
       if (l.rfind("eacgm_calls_total{", 0) == 0 &&
-          l.find("op=\"cudaLaunchKernel\"") != std::string::npos)
+          l.find("op=\"cudaLaunchKernel\"") != std::string::npos &&
+          l.find("job42") != std::string::npos)  // not another demo loop on the node
         line = l;
   }
+  ASSERT_FALSE(line.empty()) << "no cudaLaunchKernel series with the job's id";
   for (const char* label : {"job_id=\"job42\"", "rank=\"3\"", "local_rank=\"1\"",
                             "world_size=\"8\"", "process=\"demo_train\""})
     EXPECT_NE(line.find(label), std::string::npos) << label << " in: " << line;
@@ -256,6 +260,64 @@ TEST_F(Agent, MatchLeavesOtherProcessesOut) {
       metric_sum(m->body, "eacgm_calls_total", "op=\"cudaMalloc\",process=\"cuda_api_calls\""), 3)
       << m->body;
   EXPECT_EQ(m->body.find("process=\"demo_train\""), std::string::npos) << m->body;
+}
+
+// Process churn leaves nothing behind: after 30 short traced processes the agent holds the
+// same fds (BPF links and maps are fds; sockets are left out: HTTP connections come and go) as
+// after the first (the fewest of ten looks: files the agent reads come and go), traces no
+// process, and exports no per-process series of the exited ones.
+TEST_F(Agent, ChurnLeavesNoTraceOfExitedProcesses) {
+  E2E_REQUIRE_CUDA();
+  auto fds_now = [&] {
+    size_t n = 0;
+    for (const auto& e :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(agent_->pid()) + "/fd")) {
+      std::error_code ec;
+      n += std::filesystem::read_symlink(e.path(), ec).string().rfind("socket:", 0) != 0;
+    }
+    return n;
+  };
+  auto fds = [&] {
+    size_t fewest = SIZE_MAX;
+    for (int i = 0; i < 10; ++i) {
+      fewest = std::min(fewest, fds_now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return fewest;
+  };
+  httplib::Client c("127.0.0.1", port_);
+  auto traced_now = [&] {
+    auto r = c.Get("/metrics");
+    std::istringstream in(r ? r->body : "");
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("eacgm_agent_traced_processes ", 0) == 0) return std::stod(l.substr(l.find(' ')));
+    return -1.0;
+  };
+  auto settle = [&] {  // the agent's stats are refreshed every 0.5 s
+    for (int i = 0; i < 50 && traced_now() != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  };
+  ASSERT_EQ(run({kWorkloads + "/cuda_api_calls"}).exit_code, 0);
+  settle();
+  size_t before = fds();
+  std::set<std::string> pids;
+  for (int i = 0; i < 30; ++i) {
+    Process p({kWorkloads + "/cuda_api_calls"});
+    pids.insert(std::to_string(p.pid()));
+    ASSERT_EQ(p.wait(30), 0);
+  }
+  settle();
+  EXPECT_EQ(traced_now(), 0);
+  EXPECT_EQ(fds(), before);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(
+      metric_sum(m->body, "eacgm_calls_total", "op=\"cudaMalloc\",process=\"cuda_api_calls\""), 93)
+      << "31 runs of 3 calls, one series";
+  std::istringstream in(m->body);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("eacgm_process_", 0) == 0)
+      for (const auto& pid : pids) EXPECT_EQ(l.find("pid=\"" + pid + "\""), std::string::npos) << l;
 }
 
 // A flight recording asked for over HTTP (from loopback) and by SIGUSR1 is an ordinary

@@ -45,9 +45,10 @@ HostSampleRow process_sample(uint32_t pid, uint64_t ts, uint64_t runq_ns, uint64
   return r;
 }
 
-// One traced process for 10 s: 100 calls and 10 samples a second. Windows are judged only once
-// no traced process started or ended in them or the two before; untraced processes' samples
-// are not counted; rates are log(1 + x).
+// One traced process for 10 s: 100 calls and 10 samples a second. It counts from its third
+// window (1003, a change); windows are judged only once no counted process started or ended in
+// them or the two before; untraced processes' samples are not counted; rates are log(1 + x).
+// A process that lives less than three windows changes nothing.
 TEST(OnlineWindows, FeaturesOfTheTracedProcessesOnceTheirSetIsSteady) {
   OnlineWindows w(kSecond, kSecond / 4);
   uint64_t t0 = 1000 * kSecond;
@@ -56,15 +57,16 @@ TEST(OnlineWindows, FeaturesOfTheTracedProcessesOnceTheirSetIsSteady) {
     w.add(process_sample(7, t0 + ms * 1'000'000, 1'000'000, 50'000'000));
     w.add(process_sample(8, t0 + ms * 1'000'000, 90'000'000, 90'000'000));  // not traced
   }
-  detect::FeatureTable early = w.take_complete(t0 + 2 * kSecond);
-  EXPECT_EQ(early.ts_ns.size(), 0u);  // the process started in window 0: 0-2 are not judged
-  detect::FeatureTable third = w.take_complete(t0 + 5 * kSecond + kSecond / 5);
-  ASSERT_EQ(third.ts_ns.size(), 1u) << "window 4 is complete only after the lag";
-  EXPECT_EQ(third.ts_ns.front(), t0 + 3 * kSecond);
+  for (uint64_t ms = 6000; ms < 7500; ms += 10)  // a tool that runs 1.5 s, from window 1006
+    w.add_call("cuda", 9, t0 + ms * 1'000'000, 5'000'000);
+  w.exited(9, t0 + 7500ull * 1'000'000);
+  EXPECT_EQ(w.take_complete(t0 + 2 * kSecond).ts_ns.size(), 0u);  // not counted yet
+  EXPECT_EQ(w.take_complete(t0 + 5 * kSecond + kSecond / 5).ts_ns.size(), 0u)
+      << "window 1003 (the process counts from it) and the two after are not judged";
   w.exited(7, t0 + 9 * kSecond + kSecond / 2);
   detect::FeatureTable t = w.take_complete(t0 + 20 * kSecond);
-  ASSERT_EQ(t.ts_ns.size(), 5u);  // windows 4-8; 9 holds the exit
-  EXPECT_EQ(t.ts_ns.front(), t0 + 4 * kSecond);
+  ASSERT_EQ(t.ts_ns.size(), 3u);  // windows 1006-1008; 1009 holds the exit
+  EXPECT_EQ(t.ts_ns.front(), t0 + 6 * kSecond);
   EXPECT_EQ(t.feature_names, OnlineWindows::feature_names());
   Eigen::Index r = 1;
   EXPECT_NEAR(t.values(r, Eigen::Index(feature("cuda_calls_per_s"))), std::log1p(100.0), 1e-9);
