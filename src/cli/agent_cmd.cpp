@@ -41,19 +41,11 @@ std::function<int()> add_agent(CLI::App& app) {
                   "driver's libnvidia-ml.so.1)");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
       ->check(CLI::Range(0.0, 1e9))
-      ->check(CLI::Validator(
-          [](std::string& v) {  // NaN passes a range check: it compares false both ways
-            return std::isfinite(std::stod(v)) ? std::string() : "give a number of seconds";
-          },
-          "SECONDS"));
+      ->check(finite_number("a number of seconds"));
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  auto finite = CLI::Validator(
-      [](std::string& v) {  // NaN passes a range check: it compares false both ways
-        return std::isfinite(std::stod(v)) ? std::string() : "give a finite number";
-      },
-      "NUMBER");
+  auto finite = finite_number();
   cmd->add_option("--state-dir", opts->state_dir,
                   "where models and anomalies are kept across restarts (created 0700 if "
                   "missing); '' keeps nothing")

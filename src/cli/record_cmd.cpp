@@ -40,8 +40,7 @@ std::function<int()> add_record(CLI::App& app) {
       "printed at the end says which were traced and why.\n"
       "CUDA and NCCL durations are host-side API times (enqueue time for async calls), not GPU "
       "time.");
-  cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")
-      ->capture_default_str();
+  cmd->add_option("-o,--output", opts->output, "recording file (SQLite)")->capture_default_str();
   cmd->add_flag("-f,--force", opts->force, "overwrite existing output files");
   cmd->add_option("--layers", *layers,
                   "comma-separated layers to trace. auto (the default): each layer whose library "
@@ -97,11 +96,7 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
       ->check(CLI::Range(0.0, 1e9))
-      ->check(CLI::Validator(
-          [](std::string& v) {  // NaN passes a range check: it compares false both ways
-            return std::isfinite(std::stod(v)) ? std::string() : "give a number of seconds";
-          },
-          "SECONDS"));
+      ->check(finite_number("a number of seconds"));
   cmd->add_option("-p,--pid", *pids, "trace these running processes: PID[,PID...]");
   cmd->add_flag("--all", opts->all, "trace every process mapping a traced library");
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
@@ -119,13 +114,15 @@ std::function<int()> add_record(CLI::App& app) {
         if (used != p.size() || v > UINT32_MAX) throw std::invalid_argument(p);
         opts->pids.push_back(uint32_t(v));
       } catch (const std::exception&) {
-        throw UsageError(fmt::format("-p {}: '{}' is not a process id (give numbers, e.g. "
-                                     "-p 4242,4243)", *pids, p));
+        throw UsageError(
+            fmt::format("-p {}: '{}' is not a process id (give numbers, e.g. "
+                        "-p 4242,4243)",
+                        *pids, p));
       }
     }
     if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)
-      throw UsageError(fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)",
-                                   opts->ring_mb));
+      throw UsageError(
+          fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)", opts->ring_mb));
     opts->layers = split_list(*layers);
     opts->torch_ops = split_list(*torch_ops);
     if (opts->torch_ops.empty())
