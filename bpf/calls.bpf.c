@@ -526,8 +526,7 @@ int BPF_PROG(proc_exit, struct task_struct *task)
  * maps new objects and before their code runs: userspace re-reads the maps and plans probes.
  * A uprobe here needs no tracefs (classic tracepoints do) and fires only on dlopen.
  */
-SEC("uprobe")
-int loader_update(struct pt_regs *ctx)
+static __always_inline int on_loader_update(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (filter_mode == EACGM_FILTER_ALL || !is_traced(tgid))
@@ -542,4 +541,17 @@ int loader_update(struct pt_regs *ctx)
 	e->ts_ns = bpf_ktime_get_ns();
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
+}
+
+SEC("uprobe")
+int loader_update(struct pt_regs *ctx)
+{
+	return on_loader_update();
+}
+
+/* The same as a uprobe_multi link: attaching it needs no perf event (CAP_BPF + CAP_PERFMON). */
+SEC("uprobe")
+int loader_update_multi(struct pt_regs *ctx)
+{
+	return on_loader_update();
 }

@@ -230,6 +230,17 @@ void Pipeline::plan_process(uint32_t pid) {
                            std::filesystem::path(b->path).filename().string(), pid));
 }
 
+void Pipeline::note_layers_of_calls() {
+  // A process that maps a library and exits before its maps are read (a dlopen, a few calls,
+  // exit) is only known by its calls: they say the layer was used, and through which file.
+  for (const auto& [layer, first] : decoder_->first_calls())
+    if (!active_.is_on(layer))
+      if (const ProbedFile* f = planner_->file_of_op(first.op))
+        active_.on(layer,
+                   fmt::format("{}, pid {}", std::filesystem::path(f->path).filename().string(),
+                               first.pid));
+}
+
 void Pipeline::plan_dirty() {
   for (uint32_t pid : dirty_) plan_process(pid);
   dirty_.clear();
@@ -257,9 +268,20 @@ void Pipeline::step(int timeout_ms) {
   uint64_t now = monotonic_now_ns();
   write_samples();
   if (!dirty_.empty()) plan_dirty();
-  if (opts_.all && now - last_rescan_ > 2'000'000'000ull) {
-    // --all has no mmap events (too many host-wide): look for new processes on a timer
-    for (uint32_t p : descendants_of(1)) plan_process(p);
+  if ((opts_.all || !planner_->loader_error().empty()) && now - last_rescan_ > 2'000'000'000ull) {
+    // --all has no mmap events (too many host-wide): look for new processes on a timer; so
+    // does a recording whose loader hook could not be attached, for its own processes
+    if (opts_.all) {
+      for (uint32_t p : descendants_of(1)) plan_process(p);
+    } else {
+      if (!warned_loader_ && !opts_.quiet)
+        fprintf(stderr,
+                "eacgm: the dynamic loader's hook could not be attached (%s): libraries a "
+                "process loads later are found within 2 s instead of at once\n",
+                planner_->loader_error().c_str());
+      warned_loader_ = true;
+      for (uint32_t p : tracer_->traced_pids()) plan_process(p);
+    }
     last_rescan_ = now;
   }
   uint64_t rows = calls();
@@ -344,6 +366,7 @@ void Pipeline::finish() {
     out_.set_meta("torch_operators_probed", std::to_string(torch_ops_->size()));
   }
   if (choice_.automatic) {
+    note_layers_of_calls();
     out_.set_meta("layers_requested", choice_.text());
     out_.set_meta("layers", active_.names());
     out_.set_meta("layers_why", active_.describe(choice_));

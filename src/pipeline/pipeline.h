@@ -98,6 +98,7 @@ class Pipeline {
   void start_python();
   void finish_python();
   void finish_warnings();
+  void note_layers_of_calls();
 
   const TraceOptions& opts_;
   LayerChoice choice_;
@@ -119,6 +120,7 @@ class Pipeline {
   std::set<std::string> warned_layouts_;
   uint64_t start_mono_ = 0;
   uint64_t last_flush_ = 0, last_rescan_ = 0;
+  bool warned_loader_ = false;
   uint64_t calls_at_flush_ = 0;
 };
 

@@ -103,8 +103,9 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   skel_->rodata->py_stack_depth = options.python_stack_depth;
   if (int err = bpf_map__set_max_entries(skel_->maps.events, options.ring_bytes); err)
     fail("cannot size the ring buffer to {} bytes: {}", options.ring_bytes, errno_text(-err));
+  trace_all_ = options.trace_all;
   for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
-                         skel_->progs.call_exit_multi})
+                         skel_->progs.call_exit_multi, skel_->progs.loader_update_multi})
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
   // EACGM_NO_UPROBE_SESSIONS=1: the uprobe and uretprobe pair even where sessions exist (to
   // compare, or to step around a kernel bug)
@@ -224,6 +225,21 @@ void CallTracer::set_torch_layout(uint32_t numel_offset, uint32_t dtype_offset,
 }
 
 std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t file_offset) {
+  if (trace_all_) return {};  // --all re-plans on a timer: the hook would only cost a trap
+  // EACGM_NO_LOADER_HOOK=1: as if it could not be attached (to test the rescan that stands in)
+  if (getenv("EACGM_NO_LOADER_HOOK")) return "EACGM_NO_LOADER_HOOK is set";
+  if (multi_supported_) {
+    // a multi link, as the call probes: a perf-event uprobe on every process wants more than
+    // CAP_BPF + CAP_PERFMON on some kernels (EPERM for the agent's systemd unit here)
+    int fd = create_multi_link(skel_->progs.loader_update_multi, kTraceUprobeMulti, path,
+                               {file_offset}, {0}, 0);
+    if (fd >= 0) {
+      multi_link_fds_.push_back(fd);
+      return {};
+    }
+    if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
+    multi_supported_ = false;
+  }
   LIBBPF_OPTS(bpf_uprobe_opts, opts);
   bpf_link* link = bpf_program__attach_uprobe_opts(skel_->progs.loader_update, -1, path.c_str(),
                                                    file_offset, &opts);
@@ -274,6 +290,17 @@ int CallTracer::poll(int timeout_ms, const RecordHandler& handler) {
 }
 
 int CallTracer::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced); }
+
+std::vector<uint32_t> CallTracer::traced_pids() const {
+  std::vector<uint32_t> pids;
+  int fd = traced_map_fd();
+  uint32_t key = 0, next = 0;
+  for (uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+    pids.push_back(next);
+    key = next;
+  }
+  return pids;
+}
 
 TracerCounters CallTracer::counters() const {
   int ncpu = libbpf_num_possible_cpus();

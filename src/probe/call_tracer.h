@@ -79,6 +79,8 @@ class CallTracer {
 
   // The set of traced processes, for other layers' programs to share.
   int traced_map_fd() const;
+  // The processes in that set now.
+  std::vector<uint32_t> traced_pids() const;
 
  private:
   struct SkeletonDeleter {
@@ -98,7 +100,8 @@ class CallTracer {
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
   std::vector<int> multi_link_fds_;
   bool session_supported_ = false;  // session uprobes for the Python eval function
-  bool multi_supported_ = true;  // until the kernel says otherwise
+  bool multi_supported_ = true;     // until the kernel says otherwise
+  bool trace_all_ = false;
   const RecordHandler* handler_ = nullptr;  // valid during poll()
 };
 

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <memory>
 
+#include "events.h"
 #include "probe/c10d_ops.h"
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/elf_symbols.h"
 #include "probe/function_exits.h"
-#include "events.h"
 #include "probe/proc_maps.h"
 #include "util/error.h"
 #include "util/file_key.h"
@@ -232,7 +232,9 @@ bool ProbePlanner::plan_file(const std::string& path) {
   for (size_t i = 0; i < errors.size(); ++i) {
     if (errors[i].empty()) {
       ++file.functions;
-      file.layers.insert(layer_of_op(points[i].cookie & EACGM_COOKIE_OP_MASK));
+      uint64_t op = points[i].cookie & EACGM_COOKIE_OP_MASK;
+      file.layers.insert(layer_of_op(op));
+      files_of_op_[op].push_back(probed_.size());
     } else
       file.errors.push_back(fmt::format("{}: {}", names[i], errors[i]));
   }
@@ -242,16 +244,21 @@ bool ProbePlanner::plan_file(const std::string& path) {
   return true;
 }
 
-void ProbePlanner::plan_loader(const std::string& path) {
+std::string ProbePlanner::plan_loader(const std::string& path) {
   std::string key = file_key(path);
-  if (key.empty() || !loaders_.insert(key).second) return;
+  if (key.empty() || !loaders_.insert(key).second) return {};
   try {
     ElfSymbols elf = ElfSymbols::load(path);
     const ElfSymbol* hook = elf.find_function("_dl_debug_state");
-    if (!hook) return;  // another loader: new libraries are found by the periodic rescan
-    if (auto offset = elf.file_offset_of(hook->value)) tracer_.attach_loader_hook(path, *offset);
+    if (!hook) return {};  // another loader: new libraries are found by the periodic rescan
+    if (auto offset = elf.file_offset_of(hook->value)) {
+      std::string err = tracer_.attach_loader_hook(path, *offset);
+      if (!err.empty() && loader_error_.empty()) loader_error_ = err;
+      return err;
+    }
   } catch (const Error&) {
   }
+  return {};
 }
 
 const char* layer_of_op(uint64_t op_id) {
@@ -286,6 +293,15 @@ bool ProbePlanner::plan_process(uint32_t pid, std::vector<const ProbedFile*>* ma
   if (mapped)
     for (size_t i : found) mapped->push_back(&probed_[i]);
   return true;
+}
+
+const ProbedFile* ProbePlanner::file_of_op(uint64_t op_id) const {
+  auto it = files_of_op_.find(op_id);
+  if (it == files_of_op_.end()) return nullptr;
+  const ProbedFile* best = nullptr;
+  for (size_t i : it->second)
+    if (!best || probed_[i].layers.size() < best->layers.size()) best = &probed_[i];
+  return best;
 }
 
 size_t ProbePlanner::total_probes() const {

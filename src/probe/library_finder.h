@@ -8,6 +8,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "probe/call_tracer.h"
@@ -80,8 +81,9 @@ class ProbePlanner {
   // Returns true if the file holds any op. Unreadable or non-ELF files are skipped.
   bool plan_file(const std::string& path);
 
-  // Attaches the dlopen hook in a dynamic loader (ld-linux*.so), once per file.
-  void plan_loader(const std::string& path);
+  // Attaches the dlopen hook in a dynamic loader (ld-linux*.so), once per file. Returns why
+  // the hook could not be attached ("" when it was, or when the file has no hook to attach).
+  std::string plan_loader(const std::string& path);
 
   // Reads the process's maps and plans its probed libraries and its executable (cudart may be
   // linked statically). Returns false if the process is gone. `mapped`, when given, receives
@@ -89,9 +91,15 @@ class ProbePlanner {
   bool plan_process(uint32_t pid, std::vector<const ProbedFile*>* mapped = nullptr);
 
   const std::vector<ProbedFile>& probed_files() const { return probed_; }
+  // The file most likely to have made a call of an op id: of the files it was probed in, the
+  // one with the fewest layers (cudaMalloc is in libcudart, and in libnccl's static copy of
+  // it: libcudart is the CUDA runtime's own file). nullptr if none.
+  const ProbedFile* file_of_op(uint64_t op_id) const;
   const ProbeSet& probes() const { return probes_; }
   // Whether a planned process was seen mapping a probed file.
   bool found_in_target() const { return found_in_target_; }
+  // Why the first dynamic loader's hook could not be attached ("" if none failed).
+  const std::string& loader_error() const { return loader_error_; }
   // Where a function name was found, for `doctor` and the summary.
   size_t total_probes() const;
 
@@ -100,10 +108,12 @@ class ProbePlanner {
 
   CallTracer& tracer_;
   ProbeSet probes_;
-  std::set<std::string> seen_;
-  std::set<std::string> loaders_;  // "dev:inode" of loaders with the hook  // "dev:inode" of files already examined
+  std::set<std::string> seen_;     // "dev:inode" of files already examined
+  std::set<std::string> loaders_;  // "dev:inode" of loaders with the hook
+  std::string loader_error_;
   std::vector<ProbedFile> probed_;
   std::map<std::string, size_t> probed_keys_;  // "dev:inode" -> index in probed_
+  std::unordered_map<uint64_t, std::vector<size_t>> files_of_op_;  // op id -> probed_ indices
   bool found_in_target_ = false;
 };
 

@@ -13,6 +13,7 @@
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/demangle.h"
+#include "probe/library_finder.h"
 #include "python/python_decoder.h"
 #include "util/error.h"
 
@@ -70,8 +71,6 @@ std::string locate_exec_file(std::string_view path, const std::vector<uint32_t>&
   }
   return {};
 }
-
-uint64_t alloc_key(uint32_t pid, uint64_t addr) { return addr ^ (uint64_t(pid) << 48); }
 
 }  // namespace
 
@@ -140,8 +139,7 @@ void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
 }
 
 void EventDecoder::note_thread(uint32_t pid, uint32_t tid) {
-  uint64_t key = (uint64_t(pid) << 32) | tid;
-  if (!known_threads_.insert(key).second) return;
+  if (!state_[pid].threads.insert(tid).second) return;
   std::string name = comm_of(pid, tid);
   out_.add(ThreadRow{pid, tid, name.empty() ? fmt::format("thread {}", tid) : name});
 }
@@ -183,7 +181,8 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   switch (op.kind) {
     case CommKind::Collective: {
       row.comm = arg(op.comm_arg);
-      if (auto it = comms_.find(alloc_key(e.pid, row.comm)); it != comms_.end()) {
+      auto& comms = state_[e.pid].comms;
+      if (auto it = comms.find(row.comm); it != comms.end()) {
         row.rank = it->second.rank;
         row.nranks = it->second.nranks;
       }
@@ -195,7 +194,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
       row.comm = e.deref[0];
       row.nranks = int32_t(arg(op.nranks_arg));
       row.rank = op.rank_arg != kNoCommArg ? int32_t(arg(op.rank_arg)) : 0;
-      if (row.ret == 0 && row.comm) comms_[alloc_key(e.pid, row.comm)] = {row.rank, row.nranks};
+      if (row.ret == 0 && row.comm) state_[e.pid].comms[row.comm] = {row.rank, row.nranks};
       break;
     case CommKind::Split:
       // the new communicator's rank and size are NCCL's to decide: not known from the call
@@ -226,6 +225,8 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
 }
 
 void EventDecoder::decode_call(const eacgm_call_event& e) {
+  if (first_calls_.size() < 3 && (e.op >= kCommOpBase || e.op < cuda_ops().size()))
+    first_calls_.try_emplace(layer_of_op(e.op), FirstCall{e.pid, e.op});
   if (e.op >= kTorchOpBase) return decode_torch(e);
   if (e.op >= kC10dOpBase) return decode_c10d(e);
   if (e.op >= kCommOpBase) return decode_comm(e);
@@ -259,14 +260,15 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   switch (op.kind) {
     case CallKind::Alloc:
       row.address = e.deref[0];
-      if (row.ret == 0 && row.address) allocations_[alloc_key(e.pid, row.address)] = row.bytes;
+      if (row.ret == 0 && row.address) state_[e.pid].allocations[row.address] = row.bytes;
       break;
     case CallKind::Free: {
       row.address = e.args[0];
-      auto it = allocations_.find(alloc_key(e.pid, row.address));
-      if (it != allocations_.end()) {
+      auto& allocations = state_[e.pid].allocations;
+      auto it = allocations.find(row.address);
+      if (it != allocations.end()) {
         row.bytes = it->second;
-        if (row.ret == 0) allocations_.erase(it);
+        if (row.ret == 0) allocations.erase(it);
       }
       break;
     }
@@ -330,7 +332,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.address = e.deref[0];
       if (row.ret == 0) {
         row.kernel = driver_kernel_name(e.pid, e.args[1]);
-        driver_names_[alloc_key(e.pid, row.address)] = row.kernel;
+        state_[e.pid].driver_names[row.address] = row.kernel;
       }
       break;
     default:
@@ -368,16 +370,17 @@ void EventDecoder::decode_exec_image(const eacgm_exec_image_event& e) {
 void EventDecoder::decode_name(const eacgm_name_event& e) {
   std::string_view raw(e.name, strnlen(e.name, sizeof(e.name)));
   // CUDA C++ kernels are looked up by their mangled names; Triton's are plain
-  driver_names_[alloc_key(e.pid, e.handle)] = names_.intern(demangle(raw));
+  state_[e.pid].driver_names[e.handle] = names_.intern(demangle(raw));
 }
 
 std::string_view EventDecoder::driver_kernel_name(uint32_t pid, uint64_t handle) {
-  auto it = driver_names_.find(alloc_key(pid, handle));
-  if (it != driver_names_.end()) return it->second;
+  auto& names = state_[pid].driver_names;
+  auto it = names.find(handle);
+  if (it != names.end()) return it->second;
   // looked up before tracing started, or through a path eacgm does not probe: named once,
   // not formatted again at every launch of it
   std::string_view name = names_.intern(fmt::format("unknown CUfunction {:#x}", handle));
-  driver_names_.emplace(alloc_key(pid, handle), name);
+  names.emplace(handle, name);
   return name;
 }
 
@@ -422,6 +425,8 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
                                                    : (e.exit_code >> 8) & 0xff});
       parents_.erase(e.pid);
       commands_.erase(e.pid);
+      state_.erase(e.pid);
+      forget_c10d(e.pid);
       if (on_process_exit) on_process_exit(e.pid, e.exit_code);
       break;
     default:

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "events.h"
+#include "pipeline/sink.h"
 #include "probe/c10d_ops.h"
 #include "probe/symbolizer.h"
 #include "probe/torch_ops.h"
-#include "pipeline/sink.h"
 #include "util/interner.h"
 
 namespace eacgm {
@@ -47,6 +47,15 @@ class EventDecoder {
   std::function<void(uint32_t pid, const std::string& name)> on_process_named;
 
   const DecoderStats& stats() const { return stats_; }
+  // The first call decoded of each call layer (cuda, comm, torch), by layer: proof that the
+  // layer is used, even where the process exited before its maps could be read.
+  struct FirstCall {
+    uint32_t pid = 0;
+    uint64_t op = 0;
+  };
+  const std::map<std::string, FirstCall>& first_calls() const { return first_calls_; }
+  // Processes the decoder holds state for (threads, allocations, handles), until they exit.
+  size_t live_processes() const { return state_.size(); }
 
   // At the end: c10d calls still pending (raised before being queued) become rows; works never
   // seen to complete are counted (stats().c10d_incomplete).
@@ -73,20 +82,24 @@ class EventDecoder {
   DecoderStats stats_;
   std::unordered_map<uint32_t, uint32_t> parents_;
   std::unordered_map<uint32_t, std::string> commands_;
-  std::unordered_set<uint64_t> known_threads_;  // pid << 32 | tid
-  // live allocations per process, so that frees can say how many bytes they return
-  std::unordered_map<uint64_t, int64_t> allocations_;  // key: pid ^ address hash
-  // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co, per process
-  std::unordered_map<uint64_t, std::string_view> driver_names_;  // key: pid ^ handle hash
+  // What is known of each live process; dropped when it exits (the agent sees days of churn).
+  struct CommInfo {
+    int64_t rank = -1, nranks = -1;
+  };
+  struct ProcessState {
+    std::unordered_set<uint32_t> threads;  // threads given a row
+    // live allocations, so that frees can say how many bytes they return
+    std::unordered_map<uint64_t, int64_t> allocations;
+    // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co
+    std::unordered_map<uint64_t, std::string_view> driver_names;
+    std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
+  };
+  std::unordered_map<uint32_t, ProcessState> state_;
+  std::map<std::string, FirstCall> first_calls_;
   Interner names_;
   std::shared_ptr<const TorchOps> torch_ops_;
   std::vector<std::string_view> torch_names_;  // by op id - kTorchOpBase, filled on first use
   PythonDecoder* python_ = nullptr;
-  // NCCL communicators created while traced: rank and size, per process
-  struct CommInfo {
-    int64_t rank = -1, nranks = -1;
-  };
-  std::unordered_map<uint64_t, CommInfo> comms_;  // key: pid ^ handle hash
   // c10d: a call waits for its Work (queued or constructed on the calling thread), then for the
   // Work's completion (on any thread of the process)
   struct C10dCall {
@@ -94,7 +107,8 @@ class EventDecoder {
     Collective collective = Collective::None;
   };
   void emit_c10d(C10dCall call, uint64_t end_ns, int64_t ret);
-  std::unordered_map<uint32_t, C10dCall> c10d_pending_;  // by tid
+  void forget_c10d(uint32_t pid);                                 // at its exit
+  std::unordered_map<uint32_t, C10dCall> c10d_pending_;           // by tid
   std::map<std::pair<uint32_t, uint64_t>, C10dCall> c10d_works_;  // by (pid, Work*)
 };
 

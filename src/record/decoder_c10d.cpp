@@ -78,6 +78,23 @@ void EventDecoder::decode_c10d(const eacgm_call_event& e) {
   }
 }
 
+void EventDecoder::forget_c10d(uint32_t pid) {
+  // a process gone: its calls still pending become rows, as at the end; its works incomplete
+  for (auto it = c10d_pending_.begin(); it != c10d_pending_.end();) {
+    if (it->second.row.pid != pid) {
+      ++it;
+      continue;
+    }
+    uint64_t start = it->second.row.ts_ns;
+    emit_c10d(std::move(it->second), start, -1);
+    it = c10d_pending_.erase(it);
+  }
+  auto first = c10d_works_.lower_bound({pid, 0});
+  auto last = c10d_works_.lower_bound({pid + 1, 0});
+  stats_.c10d_incomplete += uint64_t(std::distance(first, last));
+  c10d_works_.erase(first, last);
+}
+
 void EventDecoder::finish_c10d() {
   for (auto& [tid, call] : c10d_pending_) {
     uint64_t start = call.row.ts_ns;

@@ -173,6 +173,20 @@ TEST_F(RecordCuda, LibraryLoadedWithDlopenAfterStart) {
   EXPECT_EQ(db.scalar("SELECT sum(bytes) FROM cuda_calls WHERE name = 'cudaMalloc'"), 50 * 4096);
 }
 
+TEST_F(RecordCuda, WithoutTheLoaderHookALibraryLoadedLaterIsFoundByTheRescan) {
+  // where the dynamic loader's hook cannot be attached, new libraries are looked for every 2 s
+  auto r = run({kEacgm, "record", "-o", db_, "--", kWorkloads + "/cuda_dlopen", "50", "20", "3"},
+               {"EACGM_NO_LOADER_HOOK=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the dynamic loader's hook could not be attached (EACGM_NO_LOADER_HOOK "
+                       "is set): libraries a process loads later are found within 2 s"),
+            std::string::npos)
+      << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 50}, {"cudaFree", 20}}));
+}
+
 TEST_F(RecordCuda, ForkedAndExecedDescendantsAreTraced) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/fork_exec_parent",
                 kWorkloads + "/cuda_api_calls"});

@@ -194,6 +194,25 @@ TEST_F(Decode, FreesReturnTheBytesOfTheirAllocation) {
                         "name=cudaFree ret=0 addr=45056 "}));
 }
 
+TEST_F(Decode, AnExitedProcessLeavesNothingBehind) {
+  // what the decoder knows of a process goes with it: a long-running agent sees days of churn,
+  // and a pid used again is another process whose frees return nothing of the first's
+  auto alloc = call("cudaMalloc", {0x7ff0, 4096});
+  alloc.deref[0] = 0xa000;
+  feed(alloc);
+  EXPECT_EQ(decoder_->live_processes(), 1u);
+  eacgm_proc_event exit{};
+  exit.kind = EACGM_REC_PROC;
+  exit.type = EACGM_PROC_EXIT;
+  exit.ts_ns = 2000;
+  exit.pid = uint32_t(getpid());
+  feed(exit);
+  EXPECT_EQ(decoder_->live_processes(), 0u);
+  feed(call("cudaFree", {0xa000}));
+  EXPECT_EQ(rows(), (std::vector<std::string>{"name=cudaMalloc ret=0 bytes=4096 addr=40960 ",
+                                              "name=cudaFree ret=0 addr=40960 "}));
+}
+
 TEST_F(Decode, RuntimeLaunchesReadDim3RegistersAndStackAndNameTheStub) {
   uint64_t stub = reinterpret_cast<uint64_t>(&unit_fake::scale_stub);
   // cudaLaunchKernel(func, dim3 grid, dim3 block, void** args, size_t shmem, stream):
