@@ -20,7 +20,15 @@ PORT=${PORT:-19466}
 [ -x "$DEMO" ] || { echo "no $DEMO (needs nvcc: scripts/build.sh builds it)"; exit 1; }
 out=$(mktemp -d)
 agent=""
-cleanup() { [ -n "$agent" ] && kill "$agent" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$out"; }
+cleanup() {
+  if [ -n "$agent" ] && ! kill -0 "$agent" 2>/dev/null; then
+    echo "the agent died; the end of its log:"
+    tail -20 "$out/agent.log"
+  fi
+  [ -n "$agent" ] && kill "$agent" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$out"
+}
 trap cleanup EXIT
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
@@ -34,7 +42,9 @@ steps_per_s() {  # the demo loop on CPU 0, untraced or under the agent
   t0=$(date +%s.%N); $DEMO "$STEPS" 0 >/dev/null 2>&1; t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" -v n="$STEPS" 'BEGIN{printf "%.0f", n / (b - a)}'
 }
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+rss_kb() {
+  awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || { echo "the agent is gone" >&2; exit 1; }
+}
 fds() { ls "/proc/$1/fd" | wc -l; }
 maps() { bpftool map show 2>/dev/null | grep -c '^[0-9]*:' || true; }
 
