@@ -25,5 +25,6 @@ std::function<int()> add_doctor(CLI::App& app);
 std::function<int()> add_gmm(CLI::App& app);
 std::function<int()> add_detect(CLI::App& app);
 std::function<int()> add_agent(CLI::App& app);
+std::function<int()> add_merge(CLI::App& app);
 
 }  // namespace eacgm::cli

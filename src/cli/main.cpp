@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_gmm);
   reg(eacgm::cli::add_detect);
   reg(eacgm::cli::add_agent);
+  reg(eacgm::cli::add_merge);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

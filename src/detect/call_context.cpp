@@ -68,12 +68,14 @@ void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomali
     if (!w) continue;
     double quarter = 0.25 * double(a.dur_ns);
     if (double(w->straggling_ns()) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late (straggler)", w->last_rank,
-                             w->last_pid, double(w->straggling_ns()) / 1e6);
+      a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late (straggler)",
+                             w->last_rank, w->last_pid, collectives.on_host(w->last_pid),
+                             double(w->straggling_ns()) / 1e6);
     else if (double(w->cpu_ns) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}) joined {:.1f} ms late, kept off a CPU (CPU "
+      a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late, kept off a CPU (CPU "
                              "interference)",
-                             w->last_rank, w->last_pid, double(w->cpu_ns) / 1e6);
+                             w->last_rank, w->last_pid, collectives.on_host(w->last_pid),
+                             double(w->cpu_ns) / 1e6);
   }
 }
 

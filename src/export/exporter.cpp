@@ -279,11 +279,20 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   int64_t to_real = rec.monotonic_to_realtime_ns();
   std::set<uint32_t> pids;
   // the latest row of a pid names it (after exec)
-  rec.query("SELECT pid, COALESCE(NULLIF(command, ''), name) FROM processes ORDER BY rowid",
+  // the latest row of a pid names it (after exec); merged recordings and ranks of a job say
+  // where each process ran: "node-b rank 1: python3 train.py"
+  rec.query("SELECT pid, COALESCE(NULLIF(command, ''), name), " +
+                rec.columns_or("processes", {"host", "rank"}, "NULL") +
+                " FROM processes ORDER BY rowid",
             [&](Statement& s) {
               uint32_t pid = uint32_t(s.int_at(0));
               pids.insert(pid);
-              sink.add_process({pid, std::string(s.text_at(1))});
+              std::string where;
+              if (!s.null_at(2)) where = std::string(s.text_at(2));
+              if (!s.null_at(3))
+                where += fmt::format("{}rank {}", where.empty() ? "" : " ", s.int_at(3));
+              std::string name(s.text_at(1));
+              sink.add_process({pid, where.empty() ? name : where + ": " + name});
             });
   // processes seen only through their calls (e.g. --all) still get a track
   rec.query("SELECT DISTINCT pid FROM threads", [&](Statement& s) {

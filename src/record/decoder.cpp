@@ -13,6 +13,7 @@
 #include "probe/comm_ops.h"
 #include "probe/cuda_ops.h"
 #include "probe/demangle.h"
+#include "probe/job_identity.h"
 #include "probe/library_finder.h"
 #include "python/python_decoder.h"
 #include "util/error.h"
@@ -126,6 +127,36 @@ void EventDecoder::on_record(const void* data, size_t size) {
   }
 }
 
+namespace {
+int64_t number_or_unknown(const std::string& s) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoll(s);
+}
+}  // namespace
+
+void EventDecoder::note_place(ProcessRow& row, const ProcessRow* parent) {
+  // A forked child has its parent's environment; an exec'd or attached process says its own.
+  if (parent) {
+    row.job_id = parent->job_id;
+    row.rank = parent->rank, row.local_rank = parent->local_rank;
+    row.world_size = parent->world_size;
+  } else {
+    JobIdentity id = read_job_identity(row.pid);
+    row.job_id = id.job;
+    row.rank = number_or_unknown(id.rank);
+    row.local_rank = number_or_unknown(id.local_rank);
+    row.world_size = number_or_unknown(id.world_size);
+  }
+  if (row.job_id.empty() && row.rank < 0 && row.world_size < 0) {
+    places_.erase(row.pid);
+    return;
+  }
+  ProcessRow& place = places_[row.pid];  // only the place is kept
+  place.job_id = row.job_id;
+  place.rank = row.rank, place.local_rank = row.local_rank, place.world_size = row.world_size;
+}
+
 void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
   parents_[pid] = ppid;
   ProcessRow row;
@@ -135,6 +166,7 @@ void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
   row.command = command_line(pid);
   row.start_ns = ts_ns;
   commands_[pid] = row.command;
+  note_place(row, nullptr);
   out_.add(std::move(row));
 }
 
@@ -399,6 +431,8 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       row.command = it != commands_.end() ? it->second : row.name;
       row.start_ns = e.ts_ns;
       commands_[e.pid] = row.command;
+      auto parent = places_.find(e.ppid);
+      if (parent != places_.end()) note_place(row, &parent->second);
       if (on_process_named) on_process_named(e.pid, row.name);
       out_.add(std::move(row));
       break;
@@ -413,6 +447,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       if (row.command.empty()) row.command = row.name;
       row.start_ns = e.ts_ns;
       commands_[e.pid] = row.command;
+      note_place(row, nullptr);
       if (on_process_named) on_process_named(e.pid, row.name);
       out_.add(std::move(row));
       if (on_code_mapped) on_code_mapped(e.pid);
@@ -426,6 +461,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       parents_.erase(e.pid);
       commands_.erase(e.pid);
       state_.erase(e.pid);
+      places_.erase(e.pid);
       forget_c10d(e.pid);
       if (on_process_exit) on_process_exit(e.pid, e.exit_code);
       break;

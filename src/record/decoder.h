@@ -96,6 +96,9 @@ class EventDecoder {
   };
   std::unordered_map<uint32_t, ProcessState> state_;
   std::map<std::string, FirstCall> first_calls_;
+  // the place in a job of the processes whose launcher said one (job id, ranks), by pid
+  std::unordered_map<uint32_t, ProcessRow> places_;
+  void note_place(ProcessRow& row, const ProcessRow* parent);
   Interner names_;
   std::shared_ptr<const TorchOps> torch_ops_;
   std::vector<std::string_view> torch_names_;  // by op id - kTorchOpBase, filled on first use

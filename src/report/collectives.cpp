@@ -41,8 +41,17 @@ bool is_collective(const std::string& name) {
   return true;
 }
 
+std::string Collectives::on_host(uint32_t pid) const {
+  auto it = hosts_.find(pid);
+  return it == hosts_.end() ? std::string() : " on host " + it->second;
+}
+
 Collectives::Collectives(const RecordingReader& rec) {
   if (!rec.has_table("comm_calls")) return;
+  if (rec.column_or("processes", "host", "") == "host")
+    rec.query("SELECT pid, host FROM processes WHERE host IS NOT NULL", [&](Statement& s) {
+      hosts_[uint32_t(s.int_at(0))] = std::string(s.text_at(1));
+    });
   // (name, nranks) -> (pid, communicator) -> stream
   std::map<std::pair<std::string, int64_t>, std::map<std::pair<uint32_t, uint64_t>, Stream>> groups;
   std::map<std::pair<uint32_t, uint64_t>, Call> previous;  // (pid, communicator) -> last call

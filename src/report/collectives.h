@@ -51,6 +51,8 @@ class Collectives {
   const PeerWait* find(uint32_t pid, uint64_t ts_ns) const;
 
   const std::vector<std::string>& notes() const { return notes_; }
+  // " on host NAME" for a process of a merged recording (eacgm merge), else "".
+  std::string on_host(uint32_t pid) const;
   size_t matched_instances() const;
   // per (collective name, number of ranks), in time order
   const std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>>& instances()
@@ -62,6 +64,7 @@ class Collectives {
   std::map<std::pair<uint32_t, uint64_t>, PeerWait> waits_;  // (pid, ts_ns)
   std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>> instances_;
   std::vector<std::string> notes_;
+  std::map<uint32_t, std::string> hosts_;  // pid -> host, in merged recordings
 };
 
 // What report shows of one collective's instances: the longest wait per instance (p50, p99,

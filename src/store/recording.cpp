@@ -18,8 +18,13 @@ namespace eacgm {
 
 const char* const kRecordingSchema = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
+-- job_id, rank, local_rank, world_size: from the launcher's environment (torchrun, Open MPI,
+-- Slurm) when the process started. host: the host it ran on, in recordings made by eacgm merge
+-- (NULL: meta's hostname); host_pid: its pid there, where merge had to renumber it.
 CREATE TABLE processes(pid INTEGER NOT NULL, ppid INTEGER, name TEXT, command TEXT,
-                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
+                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER, job_id TEXT,
+                       rank INTEGER, local_rank INTEGER, world_size INTEGER, host TEXT,
+                       host_pid INTEGER);
 CREATE TABLE threads(pid INTEGER NOT NULL, tid INTEGER NOT NULL, name TEXT);
 -- Host-side CUDA API calls: dur_ns is the time in the API call (enqueue time for async calls),
 -- not GPU execution time.
@@ -243,13 +248,25 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (meta.run() != SQLITE_DONE) return failed("metadata");
   }
   Statement& proc =
-      st("INSERT INTO processes(pid, ppid, name, command, start_ns) VALUES(?,?,?,?,?)");
+      st("INSERT INTO processes(pid, ppid, name, command, start_ns, job_id, rank, local_rank, "
+         "world_size) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
   for (const auto& p : b.processes) {
     proc.bind(1, p.pid);
     proc.bind(2, p.ppid);
     proc.bind(3, p.name);
     proc.bind(4, p.command);
     proc.bind(5, static_cast<int64_t>(p.start_ns));
+    if (p.job_id.empty())
+      proc.bind_null(6);
+    else
+      proc.bind(6, p.job_id);
+    int index = 7;
+    for (int64_t v : {p.rank, p.local_rank, p.world_size}) {
+      if (v < 0)
+        proc.bind_null(index++);
+      else
+        proc.bind(index++, v);
+    }
     if (proc.run() != SQLITE_DONE) return failed("processes");
   }
   Statement& thread = st("INSERT INTO threads(pid, tid, name) VALUES(?,?,?)");

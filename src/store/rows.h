@@ -87,6 +87,9 @@ struct ProcessRow {
   std::string name;     // comm
   std::string command;  // full command line
   uint64_t start_ns = 0;
+  // its place in a distributed job, as its launcher's environment says ("" and -1: not said)
+  std::string job_id;
+  int64_t rank = -1, local_rank = -1, world_size = -1;
 };
 
 struct ProcessExitRow {
