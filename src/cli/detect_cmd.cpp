@@ -125,33 +125,27 @@ int run_detect(const DetectArgs& a) {
     trained_on = "recording " + a.train;
   }
   Collectives collectives(rec);
+  auto tables = tables_of(rec, window_ns, a.layers, collectives);
+  std::map<std::string, uint64_t> split;  // per group: its first row scored
   if (a.model.empty() && a.train.empty()) {
-    if (end <= start) fail("{} has no end time (was its recording interrupted?)", a.recording);
-    // the fraction is of the span of the traced calls: a job that spends its first seconds
-    // importing (torch, a dataset) would otherwise train on nothing but its start-up
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    for (const char* t : {"cuda_calls", "comm_calls", "torch_calls", "python_calls"})
-      if (rec.has_table(t))
-        rec.query(fmt::format("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM {}", t),
-                  [&](Statement& s) {
-                    if (s.null_at(0)) return;
-                    first = std::min(first, s.int_at(0));
-                    last = std::max(last, s.int_at(1));
-                  });
-    if (first < last) start = std::max(start, first), end = std::min(end, last);
-    if (end <= start) end = start + 1;
-    score_from = uint64_t(start + int64_t(double(end - start) * a.train_fraction));
-    model = detect::train_detector(tables_of(rec, window_ns, a.layers, collectives), score_from,
-                                   opts, &skipped);
+    // each operation learns from its own first calls: a split of the time would move when a
+    // fault makes calls take longer (a straggler's 20 ms waits) or when the job spends its
+    // first seconds importing torch. Windows are the recording's time: they learn from its
+    // first part (eval/score.py scores the windows after it).
+    split = detect::split_by_count(tables, a.train_fraction);
+    score_from = end > start ? uint64_t(start + int64_t(double(end - start) * a.train_fraction))
+                             : UINT64_MAX;
+    split["window"] = score_from;
+    model = detect::train_detector(tables, split, opts, &skipped);
     model.window_ns = window_ns;
-    trained_on = fmt::format("the first {:.0f}% of the recording's calls", 100 * a.train_fraction);
+    trained_on = fmt::format("the first {:.0f}% of each operation's calls and of the recording",
+                             100 * a.train_fraction);
   }
   if (!a.save_model.empty()) {
     std::ofstream out(a.save_model);
     out << detect::detector_to_json(model).dump(1) << "\n";
     if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
   }
-  auto tables = tables_of(rec, window_ns, a.layers, collectives);
   if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
   for (const auto& t : tables)
     for (const auto& g : model.groups)
@@ -161,8 +155,8 @@ int run_detect(const DetectArgs& a) {
                                       t.group, fmt::join(t.feature_names, ", "),
                                       fmt::join(g.features, ", ")));
   size_t busier = 0;
-  auto anomalies = detect::find_anomalies(model, tables, score_from, a.min_slowdown,
-                                          a.min_excess_us, &busier);
+  auto anomalies = detect::find_anomalies(model, tables, split, a.min_slowdown,
+                                          a.min_excess_us, &busier, score_from);
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
   detect::attribute_nested(anomalies);
@@ -287,8 +281,9 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--model", a->model, "use a model saved by --save-model instead of training");
   cmd->add_option("--save-model", a->save_model, "save the trained models as JSON here");
   cmd->add_option("--train-fraction", a->train_fraction,
-                  "without --train/--model: train on this first fraction of the recording, "
-                  "counted from its first traced call to its last")
+                  "without --train/--model: train each operation's model on this first "
+                  "fraction of its calls, and the window model on this first fraction of the "
+                  "recording's time")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 0.95));
   cmd->add_option("--window", a->window_s, "seconds per cross-layer window")

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <Eigen/Cholesky>
 #include <nlohmann/json.hpp>
@@ -98,12 +99,15 @@ constexpr double kMinWeight = 0.01;
 
 }  // namespace
 
-DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
-                             const DetectOptions& options, std::vector<std::string>* skipped) {
+namespace {
+using SplitOf = std::function<uint64_t(const std::string& group)>;
+
+DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf& until_of,
+                          const DetectOptions& options, std::vector<std::string>* skipped) {
   DetectorModel out;
   for (const auto& t : tables) {
     if (t.group == "window" && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
-    Eigen::MatrixXd x = rows_where(t, true, until_ns);
+    Eigen::MatrixXd x = rows_where(t, true, until_of(t.group));
     if (t.values.cols() == 0 || size_t(x.rows()) < options.min_samples) {
       if (skipped)
         skipped->push_back(fmt::format("{}: {} training samples, {} features (needs {} samples)",
@@ -143,6 +147,41 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t u
                       : std::min(quantile_of(s.component_log_density, options.quantile),
                                  quantile_of(drawn.component_log_density, options.quantile));
     out.groups.push_back(std::move(g));
+  }
+  return out;
+}
+}  // namespace
+
+DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
+                             const DetectOptions& options, std::vector<std::string>* skipped) {
+  return train_split(
+      tables, [until_ns](const std::string&) { return until_ns; }, options, skipped);
+}
+
+DetectorModel train_detector(const std::vector<FeatureTable>& tables,
+                             const std::map<std::string, uint64_t>& until_ns,
+                             const DetectOptions& options, std::vector<std::string>* skipped) {
+  return train_split(
+      tables,
+      [&](const std::string& g) {
+        auto it = until_ns.find(g);
+        return it == until_ns.end() ? UINT64_MAX : it->second;
+      },
+      options, skipped);
+}
+
+std::map<std::string, uint64_t> split_by_count(const std::vector<FeatureTable>& tables,
+                                               double fraction) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& t : tables) {
+    std::vector<uint64_t> ts(t.ts_ns.begin(), t.ts_ns.end());
+    size_t k = size_t(double(ts.size()) * fraction);
+    if (k >= ts.size()) {
+      out[t.group] = UINT64_MAX;
+      continue;
+    }
+    std::nth_element(ts.begin(), ts.begin() + std::ptrdiff_t(k), ts.end());
+    out[t.group] = ts[k];
   }
   return out;
 }
@@ -195,12 +234,23 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown, double min_excess_us,
                                     size_t* busier_windows) {
+  return find_anomalies(model, tables, std::map<std::string, uint64_t>{}, min_slowdown,
+                        min_excess_us, busier_windows, from_ns);
+}
+
+std::vector<Anomaly> find_anomalies(const DetectorModel& model,
+                                    const std::vector<FeatureTable>& tables,
+                                    const std::map<std::string, uint64_t>& from_ns,
+                                    double min_slowdown, double min_excess_us,
+                                    size_t* busier_windows, uint64_t otherwise_from_ns) {
   std::vector<Anomaly> out;
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
                           [&](const GroupModel& m) { return m.group == t.group; });
+    auto from = from_ns.find(t.group);
     if (g != model.groups.end())
-      find_anomalies(*g, t, from_ns, min_slowdown, out, min_excess_us, busier_windows);
+      find_anomalies(*g, t, from == from_ns.end() ? otherwise_from_ns : from->second, min_slowdown,
+                     out, min_excess_us, busier_windows);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;

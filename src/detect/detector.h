@@ -3,6 +3,7 @@
 // features that pull a sample's score down.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,6 +53,16 @@ DetectorModel detector_from_json(const nlohmann::json& j);
 // Groups too small to model are named in `skipped` with the reason.
 DetectorModel train_detector(const std::vector<FeatureTable>& tables, uint64_t until_ns,
                              const DetectOptions& options, std::vector<std::string>* skipped);
+// The same with a time per group (groups not in the map: all their rows).
+DetectorModel train_detector(const std::vector<FeatureTable>& tables,
+                             const std::map<std::string, uint64_t>& until_ns,
+                             const DetectOptions& options, std::vector<std::string>* skipped);
+// Per group, the start of the row that ends its first `fraction` of rows (by count, in time
+// order; UINT64_MAX when the fraction takes them all): training on each operation's first
+// calls does not move when a fault makes some calls take much longer, as a split of the time
+// would.
+std::map<std::string, uint64_t> split_by_count(const std::vector<FeatureTable>& tables,
+                                               double fraction);
 
 struct Anomaly {
   uint64_t ts_ns = 0, dur_ns = 0;
@@ -76,6 +87,12 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown = 3, double min_excess_us = 0,
                                     size_t* busier_windows = nullptr);
+// The same with a time per group (groups not in the map: from `otherwise_from_ns`).
+std::vector<Anomaly> find_anomalies(const DetectorModel& model,
+                                    const std::vector<FeatureTable>& tables,
+                                    const std::map<std::string, uint64_t>& from_ns,
+                                    double min_slowdown, double min_excess_us,
+                                    size_t* busier_windows, uint64_t otherwise_from_ns = 0);
 
 // The same for one group's table against its model, appending to `out` in row order.
 void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,

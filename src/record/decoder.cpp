@@ -256,9 +256,17 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
   out_.add(row);
 }
 
+std::map<std::string, EventDecoder::FirstCall> EventDecoder::first_calls() const {
+  std::map<std::string, FirstCall> out;
+  for (const FirstCall& f : first_calls_)
+    if (f.op != ~0ull) out.emplace(layer_of_op(f.op), f);
+  return out;
+}
+
 void EventDecoder::decode_call(const eacgm_call_event& e) {
-  if (first_calls_.size() < 3 && (e.op >= kCommOpBase || e.op < cuda_ops().size()))
-    first_calls_.try_emplace(layer_of_op(e.op), FirstCall{e.pid, e.op});
+  size_t layer = e.op >= kTorchOpBase ? 2 : e.op >= kCommOpBase ? 1 : 0;
+  if (first_calls_[layer].op == ~0ull && (layer > 0 || e.op < cuda_ops().size()))
+    first_calls_[layer] = {e.pid, e.op};
   if (e.op >= kTorchOpBase) return decode_torch(e);
   if (e.op >= kC10dOpBase) return decode_c10d(e);
   if (e.op >= kCommOpBase) return decode_comm(e);

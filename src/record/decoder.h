@@ -53,7 +53,7 @@ class EventDecoder {
     uint32_t pid = 0;
     uint64_t op = 0;
   };
-  const std::map<std::string, FirstCall>& first_calls() const { return first_calls_; }
+  std::map<std::string, FirstCall> first_calls() const;
   // Processes the decoder holds state for (threads, allocations, handles), until they exit.
   size_t live_processes() const { return state_.size(); }
 
@@ -95,7 +95,8 @@ class EventDecoder {
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
   };
   std::unordered_map<uint32_t, ProcessState> state_;
-  std::map<std::string, FirstCall> first_calls_;
+  // by layer: cuda, comm, torch (a hot path: no string per call); op ~0: none yet
+  FirstCall first_calls_[3] = {{0, ~0ull}, {0, ~0ull}, {0, ~0ull}};
   // the place in a job of the processes whose launcher said one (job id, ranks), by pid
   std::unordered_map<uint32_t, ProcessRow> places_;
   void note_place(ProcessRow& row, const ProcessRow* parent);

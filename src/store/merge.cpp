@@ -207,6 +207,8 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
     throw UsageError(
         "merge needs two or more recordings, e.g. eacgm merge a.eacgm.db "
         "b.eacgm.db -o job.eacgm.db");
+  if (output.empty())
+    throw UsageError("-o '': name the merged recording, e.g. -o job.eacgm.db");
   std::set<std::string> seen;
   for (const auto& p : inputs) {
     std::error_code ec;

@@ -33,10 +33,8 @@ class MergeHosts : public RecordingTest {
 TEST_F(MergeHosts, TwoHostsOfOneGlooJobBecomeOneTimeline) {
   const std::string w = EACGM_WORKLOAD_SOURCES;
   const std::string truth = dir_ + "/truth.json";
-  // 1200 steps; rank 1 arrives 30 ms late in 60% of the last 36. detect learns from the first
-  // half of the job's time: a step takes 1.2-2.7 ms here, so the delays (about 0.65 s) start at
-  // 0.68-0.81 of it and none is learnt as normal (with them at 0.48 of it, only 8 of 23 were
-  // found: the training half held some)
+  // 1200 steps; rank 1 arrives 30 ms late in 60% of the last 36 (plain detect learns from each
+  // operation's first half of calls)
   auto job = run({kPython, w + "/launch_ranks.py", "2",
                   std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "1200",
                   truth, "0.97", "1.0", "0.6", "30"},

@@ -419,5 +419,20 @@ TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
   EXPECT_LE(last_ten_seconds, 5u);
 }
 
+TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
+  // a straggler's slow calls at the end take most of the time, not most of the calls
+  FeatureTable fast, slow;
+  fast.group = "comm/gloo:all_reduce";
+  for (uint64_t k = 0; k < 10; ++k) fast.ts_ns.push_back(1000 + k);  // 10 calls in 10 ns
+  for (uint64_t k = 0; k < 10; ++k) fast.ts_ns.push_back(2000 + 1000 * k);  // 10 in 10 us
+  slow.group = "cuda/cudaMalloc";
+  slow.ts_ns = {50, 40, 30, 20, 10};  // out of order
+  auto split = split_by_count({fast, slow}, 0.5);
+  EXPECT_EQ(split.at("comm/gloo:all_reduce"), 2000u);  // a time split would fall at ~6000
+  EXPECT_EQ(split.at("cuda/cudaMalloc"), 30u);          // rows 10, 20 learn; 30.. are scored
+  EXPECT_EQ(split_by_count({slow}, 1.0).at("cuda/cudaMalloc"), UINT64_MAX);
+  EXPECT_EQ(split_by_count({slow}, 0.0).at("cuda/cudaMalloc"), 10u);
+}
+
 }  // namespace
 }  // namespace eacgm::detect

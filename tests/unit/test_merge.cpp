@@ -198,6 +198,8 @@ TEST_F(Merge, RefusesWhatItCannotDoSafely) {
               merge_recordings({a, a}, out, {});
             }).find("given twice"),
             std::string::npos);
+  EXPECT_NE(message([&] { merge_recordings({a, b}, "", {}); }).find("name the merged"),
+            std::string::npos);
   EXPECT_NE(message([&] {
               merge_recordings({a, b}, out, {});
             }).find("different jobs"),
