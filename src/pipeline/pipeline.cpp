@@ -268,20 +268,19 @@ void Pipeline::step(int timeout_ms) {
   uint64_t now = monotonic_now_ns();
   write_samples();
   if (!dirty_.empty()) plan_dirty();
-  if ((opts_.all || !planner_->loader_error().empty()) && now - last_rescan_ > 2'000'000'000ull) {
+  bool no_hook = !opts_.all && !planner_->loader_error().empty();
+  if (no_hook && !warned_loader_) {
+    if (!opts_.quiet)
+      fprintf(stderr,
+              "eacgm: the dynamic loader's hook could not be attached (%s): libraries a "
+              "process loads later are found within 2 s instead of at once\n",
+              planner_->loader_error().c_str());
+    warned_loader_ = true;
+  }
+  if ((opts_.all || no_hook) && now - last_rescan_ > 2'000'000'000ull) {
     // --all has no mmap events (too many host-wide): look for new processes on a timer; so
     // does a recording whose loader hook could not be attached, for its own processes
-    if (opts_.all) {
-      for (uint32_t p : descendants_of(1)) plan_process(p);
-    } else {
-      if (!warned_loader_ && !opts_.quiet)
-        fprintf(stderr,
-                "eacgm: the dynamic loader's hook could not be attached (%s): libraries a "
-                "process loads later are found within 2 s instead of at once\n",
-                planner_->loader_error().c_str());
-      warned_loader_ = true;
-      for (uint32_t p : tracer_->traced_pids()) plan_process(p);
-    }
+    for (uint32_t p : opts_.all ? descendants_of(1) : tracer_->traced_pids()) plan_process(p);
     last_rescan_ = now;
   }
   uint64_t rows = calls();
