@@ -170,8 +170,14 @@ void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
   out_.add(std::move(row));
 }
 
+EventDecoder::ProcessState& EventDecoder::state_of(uint32_t pid) {
+  // calls come in runs from one process: one hash lookup per run, not several per call
+  if (!last_state_ || last_pid_ != pid) last_state_ = &state_[pid], last_pid_ = pid;
+  return *last_state_;  // unordered_map elements stay put until erased
+}
+
 void EventDecoder::note_thread(uint32_t pid, uint32_t tid) {
-  if (!state_[pid].threads.insert(tid).second) return;
+  if (!state_of(pid).threads.insert(tid).second) return;
   std::string name = comm_of(pid, tid);
   out_.add(ThreadRow{pid, tid, name.empty() ? fmt::format("thread {}", tid) : name});
 }
@@ -213,7 +219,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   switch (op.kind) {
     case CommKind::Collective: {
       row.comm = arg(op.comm_arg);
-      auto& comms = state_[e.pid].comms;
+      auto& comms = state_of(e.pid).comms;
       if (auto it = comms.find(row.comm); it != comms.end()) {
         row.rank = it->second.rank;
         row.nranks = it->second.nranks;
@@ -226,7 +232,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
       row.comm = e.deref[0];
       row.nranks = int32_t(arg(op.nranks_arg));
       row.rank = op.rank_arg != kNoCommArg ? int32_t(arg(op.rank_arg)) : 0;
-      if (row.ret == 0 && row.comm) state_[e.pid].comms[row.comm] = {row.rank, row.nranks};
+      if (row.ret == 0 && row.comm) state_of(e.pid).comms[row.comm] = {row.rank, row.nranks};
       break;
     case CommKind::Split:
       // the new communicator's rank and size are NCCL's to decide: not known from the call
@@ -300,11 +306,11 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   switch (op.kind) {
     case CallKind::Alloc:
       row.address = e.deref[0];
-      if (row.ret == 0 && row.address) state_[e.pid].allocations[row.address] = row.bytes;
+      if (row.ret == 0 && row.address) state_of(e.pid).allocations[row.address] = row.bytes;
       break;
     case CallKind::Free: {
       row.address = e.args[0];
-      auto& allocations = state_[e.pid].allocations;
+      auto& allocations = state_of(e.pid).allocations;
       auto it = allocations.find(row.address);
       if (it != allocations.end()) {
         row.bytes = it->second;
@@ -372,7 +378,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.address = e.deref[0];
       if (row.ret == 0) {
         row.kernel = driver_kernel_name(e.pid, e.args[1]);
-        state_[e.pid].driver_names[row.address] = row.kernel;
+        state_of(e.pid).driver_names[row.address] = row.kernel;
       }
       break;
     default:
@@ -410,11 +416,11 @@ void EventDecoder::decode_exec_image(const eacgm_exec_image_event& e) {
 void EventDecoder::decode_name(const eacgm_name_event& e) {
   std::string_view raw(e.name, strnlen(e.name, sizeof(e.name)));
   // CUDA C++ kernels are looked up by their mangled names; Triton's are plain
-  state_[e.pid].driver_names[e.handle] = names_.intern(demangle(raw));
+  state_of(e.pid).driver_names[e.handle] = names_.intern(demangle(raw));
 }
 
 std::string_view EventDecoder::driver_kernel_name(uint32_t pid, uint64_t handle) {
-  auto& names = state_[pid].driver_names;
+  auto& names = state_of(pid).driver_names;
   auto it = names.find(handle);
   if (it != names.end()) return it->second;
   // looked up before tracing started, or through a path eacgm does not probe: named once,
@@ -469,6 +475,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       parents_.erase(e.pid);
       commands_.erase(e.pid);
       state_.erase(e.pid);
+      last_state_ = nullptr;  // the cache below may point at it
       places_.erase(e.pid);
       forget_c10d(e.pid);
       if (on_process_exit) on_process_exit(e.pid, e.exit_code);

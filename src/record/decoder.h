@@ -95,6 +95,9 @@ class EventDecoder {
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
   };
   std::unordered_map<uint32_t, ProcessState> state_;
+  ProcessState& state_of(uint32_t pid);
+  ProcessState* last_state_ = nullptr;  // state_of's cache: the last process looked up
+  uint32_t last_pid_ = 0;
   // by layer: cuda, comm, torch (a hot path: no string per call); op ~0: none yet
   FirstCall first_calls_[3] = {{0, ~0ull}, {0, ~0ull}, {0, ~0ull}};
   // the place in a job of the processes whose launcher said one (job id, ranks), by pid
