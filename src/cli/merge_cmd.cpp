@@ -40,12 +40,15 @@ std::function<int()> add_merge(CLI::App& app) {
       if (&h == &r.hosts[0])
         clock = "reference clock";
       else if (h.fix.instances)
-        clock = fmt::format("clock {} (wall clocks {}, refined {} on {} collective completions)",
+        clock = fmt::format("clock {} (wall clocks {}, refined {} on {} collectives{})",
                             ms(h.wall_offset_ns + h.fix.offset_ns), ms(h.wall_offset_ns),
-                            ms(h.fix.offset_ns), h.fix.instances);
+                            ms(h.fix.offset_ns), h.fix.instances,
+                            h.fix.bound_ns >= 0
+                                ? fmt::format(", true offset within +-{:.3f} ms", double(h.fix.bound_ns) / 1e6)
+                                : std::string(", from completions alone"));
       else
         clock = fmt::format("clock {} (wall clocks only)", ms(h.wall_offset_ns));
-      std::string residual = h.fix.residual_ns >= 0 ? fmt::format("; residual {:.3f} ms",
+      std::string residual = h.fix.residual_ns >= 0 ? fmt::format("; completions {:.3f} ms apart (median)",
                                                                   double(h.fix.residual_ns) / 1e6)
                                                     : "";
       fprintf(stderr, "eacgm: %s (%s): %zu process%s%s%s, %s%s\n", h.host.c_str(), h.file.c_str(),

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -26,7 +27,9 @@ int64_t median(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  if (v.size() % 2) return *mid;
+  int64_t below = *std::max_element(v.begin(), mid);  // an even count: the middle two's mean
+  return below + (*mid - below) / 2;
 }
 
 // What merge needs to know of one input before copying it.
@@ -92,7 +95,7 @@ void read_streams(const Input& in, size_t index, int64_t shift,
   if (!rec.has_table("comm_calls")) return;
   std::map<std::tuple<int64_t, int64_t, std::string>, size_t> at;
   rec.query(
-      "SELECT pid, comm, name, rank, nranks, ts_ns + dur_ns FROM comm_calls WHERE ret = 0 AND "
+      "SELECT pid, comm, name, rank, nranks, ts_ns + dur_ns, ts_ns FROM comm_calls WHERE ret = 0 AND "
       "rank >= 0 AND nranks > 1 AND instr(name, ':') > 0 ORDER BY ts_ns",
       [&](Statement& s) {
         std::string name(s.text_at(2));
@@ -101,6 +104,7 @@ void read_streams(const Input& in, size_t index, int64_t shift,
         auto [it, fresh] = at.try_emplace(key, out.size());
         if (fresh) out.push_back({index, name, s.int_at(3), s.int_at(4), {}});
         out[it->second].ends_ns.push_back(s.int_at(5) + shift);
+        out[it->second].starts_ns.push_back(s.int_at(6) + shift);
       });
 }
 
@@ -145,54 +149,91 @@ std::string quote(const std::string& text) {
 std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams, size_t inputs) {
   std::vector<ClockFix> fixes(inputs);
   if (inputs == 0) return fixes;
-  // instances: per matched group, per k, the completion of each rank (and its input)
-  struct Rank {
-    size_t input;
-    const std::vector<int64_t>* ends;
-  };
+  // instances: per matched group, the streams of its ranks 0..nranks-1
   std::map<std::pair<std::string, int64_t>, std::map<int64_t, std::vector<size_t>>> groups;
   for (size_t i = 0; i < streams.size(); ++i)
-    groups[{streams[i].name, streams[i].nranks}][streams[i].rank].push_back(i);
-  std::vector<std::vector<Rank>> matched;
+    if (streams[i].input < inputs) groups[{streams[i].name, streams[i].nranks}][streams[i].rank].push_back(i);
+  std::vector<std::vector<const CollectiveStream*>> matched;
   for (const auto& [key, ranks] : groups) {
     if (int64_t(ranks.size()) != key.second) continue;
-    std::vector<Rank> group;
+    std::vector<const CollectiveStream*> group;
     bool ok = true;
     for (int64_t r = 0; r < key.second && ok; ++r) {
       auto it = ranks.find(r);
       ok = it != ranks.end() && it->second.size() == 1;
       if (!ok) break;
       const CollectiveStream& s = streams[it->second[0]];
-      ok = group.empty() || s.ends_ns.size() == group[0].ends->size();
-      group.push_back({s.input, &s.ends_ns});
+      ok = group.empty() || s.ends_ns.size() == group[0]->ends_ns.size();
+      group.push_back(&s);
     }
-    if (!ok || group[0].ends->empty()) continue;
+    if (!ok || group[0]->ends_ns.empty()) continue;
     matched.push_back(std::move(group));
   }
   // place inputs one round at a time: each unplaced input that shares instances with placed
-  // ones is moved by the median distance of its completions from theirs
+  // ones is placed against them
   std::vector<bool> placed(inputs, false);
   placed[0] = true;
+  struct Seen {
+    std::vector<int64_t> distances, lows, highs;
+    bool starts = true;  // every instance had its starts
+  };
   for (bool progress = true; progress;) {
     progress = false;
-    std::vector<std::vector<int64_t>> distances(inputs);
-    for (const auto& group : matched)
-      for (size_t k = 0; k < group[0].ends->size(); ++k) {
+    std::vector<Seen> seen(inputs);
+    std::map<size_t, std::pair<int64_t, int64_t>> own;  // input -> (max start, min end)
+    for (const auto& group : matched) {
+      bool have_starts = true;
+      for (const auto* r : group) have_starts &= r->starts_ns.size() == r->ends_ns.size();
+      for (size_t k = 0; k < group[0]->ends_ns.size(); ++k) {
         std::vector<int64_t> reference;
-        for (const Rank& r : group)
-          if (placed[r.input]) reference.push_back((*r.ends)[k] + fixes[r.input].offset_ns);
+        int64_t first_end = INT64_MAX, last_start = INT64_MIN;
+        for (const auto* r : group)
+          if (placed[r->input]) {
+            int64_t shift = fixes[r->input].offset_ns;
+            reference.push_back(r->ends_ns[k] + shift);
+            first_end = std::min(first_end, r->ends_ns[k] + shift);
+            if (have_starts) last_start = std::max(last_start, r->starts_ns[k] + shift);
+          }
         if (reference.empty()) continue;
         int64_t at = median(reference);
-        for (const Rank& r : group)
-          if (!placed[r.input]) distances[r.input].push_back(at - (*r.ends)[k]);
+        own.clear();
+        for (const auto* r : group) {
+          if (placed[r->input]) continue;
+          seen[r->input].distances.push_back(at - r->ends_ns[k]);
+          auto [it, fresh] = own.try_emplace(r->input, INT64_MIN, INT64_MAX);
+          if (have_starts) it->second.first = std::max(it->second.first, r->starts_ns[k]);
+          it->second.second = std::min(it->second.second, r->ends_ns[k]);
+        }
+        for (const auto& [input, mine] : own) {
+          if (!have_starts) {
+            seen[input].starts = false;
+            continue;
+          }
+          seen[input].lows.push_back(last_start - mine.second);
+          seen[input].highs.push_back(first_end - mine.first);
+        }
       }
+    }
     for (size_t i = 0; i < inputs; ++i) {
-      if (placed[i] || distances[i].empty()) continue;
+      Seen& s = seen[i];
+      if (placed[i] || s.distances.empty()) continue;
       ClockFix& f = fixes[i];
-      f.offset_ns = median(distances[i]);
-      f.instances = distances[i].size();
+      f.offset_ns = median(s.distances);
+      f.instances = s.distances.size();
+      if (s.starts && !s.lows.empty()) {
+        // the 0.5% tightest bounds on each side are set aside (a stray timestamp)
+        size_t skip = s.lows.size() / 200;
+        std::nth_element(s.lows.begin(), s.lows.begin() + std::ptrdiff_t(skip), s.lows.end(),
+                         std::greater<>());
+        std::nth_element(s.highs.begin(), s.highs.begin() + std::ptrdiff_t(skip), s.highs.end());
+        int64_t low = s.lows[skip], high = s.highs[skip];
+        if (low <= high) {
+          f.offset_ns = low + (high - low) / 2;
+          f.bound_ns = (high - low) / 2;
+        }
+      }
       std::vector<int64_t> off;
-      for (int64_t d : distances[i]) off.push_back(std::abs(d - f.offset_ns));
+      for (int64_t d : s.distances) off.push_back(std::abs(d - f.offset_ns));
       f.residual_ns = median(off);
       placed[i] = true;
       progress = true;
@@ -430,9 +471,13 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
   meta["merged_hosts"] = hosts;
   meta["merged_from"] = files;
   meta["clock_offsets_ns"] = offsets;
-  int64_t worst = -1;
-  for (const auto& h : result.hosts) worst = std::max(worst, h.fix.residual_ns);
+  int64_t worst = -1, widest = -1;
+  for (const auto& h : result.hosts) {
+    worst = std::max(worst, h.fix.residual_ns);
+    widest = std::max(widest, h.fix.bound_ns);
+  }
   meta["clock_residual_ns"] = std::to_string(worst);
+  meta["clock_bound_ns"] = std::to_string(widest);
   meta["monotonic_to_realtime_ns"] = std::to_string(in[0].to_real);
   meta["start_monotonic_ns"] = std::to_string(start);
   meta["end_monotonic_ns"] = std::to_string(end);

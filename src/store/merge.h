@@ -18,6 +18,7 @@ struct CollectiveStream {
   std::string name;
   int64_t rank = -1, nranks = -1;
   std::vector<int64_t> ends_ns;
+  std::vector<int64_t> starts_ns;  // when each call began (same clock); empty if unknown
 };
 
 // What refining moved an input's clock by, on top of the wall-clock offset.
@@ -25,15 +26,24 @@ struct ClockFix {
   int64_t offset_ns = 0;     // add to the input's times (after the wall-clock offset)
   size_t instances = 0;      // collective instances it was measured on; 0: not refined
   int64_t residual_ns = -1;  // median distance of its ranks' completions from the others' after
+  int64_t bound_ns = -1;     // the true offset is within +-bound_ns of offset_ns (causality);
+                             // -1: no bound (no call starts, or they contradict the matching)
 };
 
-// Lines each input's collective completions up with the inputs already placed (the first
-// input is the reference): the k-th call of a collective on every rank of its communicator is
-// one instance, and all ranks complete it within the network's latency of one another. The
-// correction of an input is the median of its completions' distances from the placed inputs'
-// (robust to a straggler, which joins late but completes with the others). Groups that do not
-// have exactly one stream per rank 0..nranks-1, all of one length, are left out (as report's
-// matching does). Inputs that share no instance with a placed input get no correction.
+// Lines each input's collectives up with the inputs already placed (the first input is the
+// reference): the k-th call of a collective on every rank of its communicator is one instance.
+// No rank can complete an instance before every rank has begun it (it needs their data), so
+// each instance bounds the offset o of an input against the placed ones:
+//   max(placed starts) - min(its ends) <= o <= min(placed ends) - max(its starts).
+// Where the instances' bounds agree, the correction is the middle of their intersection (as
+// NTP takes the middle of a round trip; the 0.5% tightest on each side are set aside against
+// a stray timestamp), and bound_ns is its half width. Completions alone are a poorer guide:
+// on a busy host, ranks leave a collective up to a scheduling slice apart, and their median
+// distance can sit between two modes. Where the bounds contradict (no starts, or instances
+// that were not the same collective) the median distance of the completions is used.
+// Groups that do not have exactly one stream per rank 0..nranks-1, all of one length, are left
+// out (as report's matching does). Inputs that share no instance with a placed input get no
+// correction.
 std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams, size_t inputs);
 
 struct MergeOptions {

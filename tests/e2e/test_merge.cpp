@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -107,6 +109,134 @@ TEST_F(MergeHosts, TwoHostsOfOneGlooJobBecomeOneTimeline) {
          (long long)found);
   EXPECT_GE(double(found), 0.8 * double(delays)) << d.out;
   EXPECT_LE(found, int64_t(delays) + 2) << d.out;
+}
+
+// Two "nodes": network namespaces joined by a veth pair (10.232.0.1 and .2), as two hosts on
+// one switch would be.
+class NodePair {
+ public:
+  NodePair() {
+    std::string id = std::to_string(getpid() % 100000);
+    for (int n = 0; n < 2; ++n) {
+      ns_[n] = "eacgm-node" + std::to_string(n) + "-" + id;
+      dev_[n] = "eacgm-n" + std::to_string(n) + "v" + id;
+    }
+    std::string cmd = "ip netns add " + ns_[0] + " && ip netns add " + ns_[1] + " && ip link add " +
+                      dev_[0] + " netns " + ns_[0] + " type veth peer name " + dev_[1] +
+                      " netns " + ns_[1];
+    for (int n = 0; n < 2; ++n)
+      cmd += " && ip -n " + ns_[n] + " addr add 10.232.0." + std::to_string(n + 1) + "/24 dev " +
+             dev_[n] + " && ip -n " + ns_[n] + " link set " + dev_[n] + " up && ip -n " + ns_[n] +
+             " link set lo up";
+    ok_ = system((cmd + " 2>/dev/null").c_str()) == 0;
+  }
+  ~NodePair() {
+    (void)system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] +
+                  " 2>/dev/null")
+                     .c_str());
+  }
+  bool ok() const { return ok_; }
+  std::string netns() const { return ns_[0] + "," + ns_[1]; }
+  std::string devs() const { return dev_[0] + "," + dev_[1]; }
+  const std::string& dev(int n) const { return dev_[n]; }
+
+ private:
+  std::string ns_[2], dev_[2];
+  bool ok_ = false;
+};
+
+// The two-node job: torchrun --nnodes 2 --nproc-per-node 2 as launch_ranks.py's node
+// mode, each node in its own network and UTS namespace with one plain `eacgm record` (default
+// layers) tracing its two ranks; rank 3, on the second node, straggles; the second node's wall
+// clock is 20 ms wrong.
+TEST_F(MergeHosts, TwoNodesOfTwoRanksEachWithOneRecorderPerNode) {
+  NodePair nodes;
+  if (!nodes.ok()) GTEST_SKIP() << "cannot create network namespaces and a veth pair here";
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  const std::string truth = dir_ + "/truth.json";
+  auto job = run({kPython, w + "/launch_ranks.py", "2",
+                  std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "1200",
+                  truth, "0.97", "1.0", "0.6", "30", "3"},
+                 {"LAUNCH_NNODES=2", "LAUNCH_NETNS=" + nodes.netns(),
+                  "LAUNCH_IFNAMES=" + nodes.devs(), "LAUNCH_MASTER_ADDR=10.232.0.1",
+                  "LAUNCH_HOSTNAMES=node-a,node-b", "TORCHELASTIC_RUN_ID=two-nodes",
+                  "LAUNCH_WRAP=" + std::string(kEacgm) + " record -q -o " + dir_ +
+                      "/node{node}.eacgm.db --"},
+                 240);
+  ASSERT_EQ(job.exit_code, 0) << job.err << job.out;
+  const std::string a = dir_ + "/node0.eacgm.db", b = dir_ + "/node1.eacgm.db";
+  // each recorder saw its own node: its host name, its two ranks, its interface
+  for (int n = 0; n < 2; ++n) {
+    Db db(n ? b : a);
+    EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'hostname'"), n ? "node-b" : "node-a");
+    EXPECT_EQ(db.pairs("SELECT rank || ' ' || local_rank || ' ' || world_size || ' ' || job_id, "
+                       "count(*) FROM processes WHERE rank IS NOT NULL AND name LIKE 'python%' "
+                       "GROUP BY 1"),
+              (std::map<std::string, int64_t>{
+                  {std::to_string(2 * n) + " 0 4 two-nodes", 1},
+                  {std::to_string(2 * n + 1) + " 1 4 two-nodes", 1}}));
+    EXPECT_GT(db.scalar("SELECT count(*) FROM host_samples WHERE scope = 'net' AND name = '" +
+                        nodes.dev(n) + "'"),
+              0);
+  }
+  // node-b's wall clock 20 ms behind: its recording places itself 20 ms early
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(b.c_str(), &db), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db,
+                           "UPDATE meta SET value = CAST(value AS INTEGER) - 20000000 WHERE key = "
+                           "'monotonic_to_realtime_ns'",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const std::string job_db = dir_ + "/job.eacgm.db";
+  auto m = run({kEacgm, "merge", a, b, "-o", job_db});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  printf("%s", m.err.c_str());
+  Db db(job_db);
+  std::string offsets = db.text("SELECT value FROM meta WHERE key = 'clock_offsets_ns'");
+  auto at = offsets.find("node-b=");
+  ASSERT_NE(at, std::string::npos) << offsets;
+  double applied = std::stod(offsets.substr(at + 7));
+  printf("applied to node-b: %.3f ms (truth 0), bound %s ns, residual %s ns\n", applied / 1e6,
+         db.text("SELECT value FROM meta WHERE key = 'clock_bound_ns'").c_str(),
+         db.text("SELECT value FROM meta WHERE key = 'clock_residual_ns'").c_str());
+  EXPECT_LT(std::fabs(applied), 200'000) << offsets;
+
+  // all four ranks' collectives: counts and bytes exact, every instance matched across nodes
+  EXPECT_EQ(db.pairs("SELECT p.host || ' rank ' || p.rank || ' ' || c.name || ' ' || "
+                     "sum(c.bytes), count(*) FROM comm_calls c JOIN processes p USING (pid) WHERE "
+                     "p.rank IS NOT NULL GROUP BY p.host, p.rank, c.name"),
+            (std::map<std::string, int64_t>{
+                {"node-a rank 0 gloo:all_reduce 78643200", 1200},
+                {"node-a rank 1 gloo:all_reduce 78643200", 1200},
+                {"node-b rank 2 gloo:all_reduce 78643200", 1200},
+                {"node-b rank 3 gloo:all_reduce 78643200", 1200}}));
+  eacgm::RecordingReader rec(job_db);
+  eacgm::Collectives collectives(rec);
+  EXPECT_EQ(collectives.matched_instances(), 1200u);
+  // the straggler on node 2, found by a plain detect
+  auto d = run({kEacgm, "detect", job_db});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  auto intervals = nlohmann::json::parse(std::ifstream(truth))["intervals"];
+  size_t delays = intervals.size();
+  ASSERT_GT(delays, 8u);
+  // a delay is found when a waiting rank's call that spans it names rank 3 (node-b's clock is
+  // the merged one to within the 0.2 ms checked above)
+  int64_t found = 0;
+  for (const auto& iv : intervals)
+    found += db.scalar(fmt::format(
+                 "SELECT count(*) > 0 FROM anomalies WHERE ts_ns <= {} AND ts_ns + dur_ns >= {} "
+                 "AND cause LIKE '%rank 3 (pid % on host node-b) joined % late (straggler)%'",
+                 iv[1].get<int64_t>(), iv[0].get<int64_t>())) != 0;
+  int64_t others = db.scalar(
+      "SELECT count(*) FROM anomalies WHERE cause LIKE '%(straggler)%' AND cause NOT LIKE "
+      "'%rank 3 (pid % on host node-b)%'");
+  printf("%zu delays injected on rank 3, %lld found, %lld other stragglers named\n", delays,
+         (long long)found, (long long)others);
+  EXPECT_GE(double(found), 0.8 * double(delays)) << d.out;
+  EXPECT_LE(others, int64_t(delays) / 4) << d.out;
 }
 
 }  // namespace

@@ -65,6 +65,51 @@ TEST(RefineClocks, PlacesInputsThroughOneAnotherAndSkipsWhatCannotBeMatched) {
   EXPECT_EQ(fix[3].offset_ns, 0);
 }
 
+// a stream whose calls began `wait` before they ended, on the same clock as its ends
+CollectiveStream with_starts(CollectiveStream s, const std::vector<int64_t>& waits) {
+  for (size_t k = 0; k < s.ends_ns.size(); ++k)
+    s.starts_ns.push_back(s.ends_ns[k] - waits[k % waits.size()]);
+  return s;
+}
+
+TEST(RefineClocks, CausalityBoundsBeatCompletionsThatLeaveTheCollectiveApart) {
+  // two ranks per host on one true clock, host b's wall clock 30 ms ahead; every instance's
+  // completions scatter by a scheduling slice (+-500 us, in two modes; busier host b's ranks
+  // mostly late, a's mostly early: the completions' median distance is about 1 ms off), and
+  // which rank begins last alternates: the middle of the causality bounds is the truth
+  std::vector<CollectiveStream> s;
+  const size_t n = 400;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    size_t input = rank < 2 ? 0 : 1;
+    int64_t skew = input ? -30'000'000 : 0;
+    std::vector<int64_t> e = ends(n, skew, 0, 0);
+    for (size_t k = 0; k < n; ++k) {
+      bool usual = (k * 7 + size_t(rank) * 3) % 4 != 0;  // 3 instances in 4
+      e[k] += (usual == bool(input)) ? 500'000 : -500'000;
+    }
+    CollectiveStream cs{input, "gloo:all_reduce", rank, 4, e, {}};
+    // rank (k % 4) begins last, 100 us before the first completion can happen
+    for (size_t k = 0; k < n; ++k)
+      cs.starts_ns.push_back(1'000'000'000 + int64_t(k) * 10'000'000 - skew - 600'000 -
+                             (size_t(rank) == k % 4 ? 0 : 3'000'000));
+    s.push_back(cs);
+  }
+  auto fix = refine_clocks(s, 2);
+  EXPECT_NEAR(double(fix[1].offset_ns), -30e6, 10e3) << fix[1].bound_ns;
+  EXPECT_GE(fix[1].bound_ns, 0);
+  EXPECT_LE(fix[1].bound_ns, 500'000);
+  EXPECT_EQ(fix[1].instances, 2 * n);
+}
+
+TEST(RefineClocks, ContradictingStartsFallBackToTheCompletions) {
+  // starts after ends (instances that were not the same collective): no bound, the median
+  auto a = with_starts({0, "gloo:all_reduce", 0, 2, ends(50, 0, 0, 0), {}}, {-5'000'000});
+  auto b = with_starts({1, "gloo:all_reduce", 1, 2, ends(50, 2'000'000, 0, 0), {}}, {-5'000'000});
+  auto fix = refine_clocks({a, b}, 2);
+  EXPECT_EQ(fix[1].offset_ns, 2'000'000);
+  EXPECT_EQ(fix[1].bound_ns, -1);
+}
+
 TEST(RefineClocks, UnequalCountsOrNoStreamsLeaveClocksAlone) {
   std::vector<CollectiveStream> s = {
       {0, "gloo:all_reduce", 0, 2, ends(20, 0, 0, 0)},
