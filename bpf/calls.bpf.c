@@ -126,11 +126,13 @@ static __always_inline bool is_tail_call(__u64 sp)
 
 /*
  * PyTorch layouts, set by userspace for the libtorch version it found (0: unknown): where
- * c10::TensorImpl keeps numel_ and its dtype, and where c10d::ProcessGroup keeps rank_, size_.
+ * c10::TensorImpl keeps numel_ and its dtype, and where c10d::ProcessGroup keeps rank_, size_
+ * and its collectives' sequence number.
  */
 __u32 torch_numel_offset = 0;
 __u32 torch_dtype_offset = 0;
 __u32 torch_pg_rank_offset = 0;
+__u32 torch_pg_seq_offset = 0;
 
 /* log2 of the bytes per element of c10::ScalarType 0..15 (uint8 .. bfloat16), a nibble each:
  * 1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2 (a constant, not a table in .rodata) */
@@ -217,6 +219,9 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	if ((cookie & EACGM_COOKIE_PG_ARG1) && torch_pg_rank_offset)
 		bpf_probe_read_user(&e->deref[3], sizeof(__u64),
 				    (void *)(e->args[1] + torch_pg_rank_offset));
+	if ((cookie & EACGM_COOKIE_PG_ARG1) && torch_pg_seq_offset)
+		bpf_probe_read_user(&e->deref[2], sizeof(__u64),
+				    (void *)(e->args[1] + torch_pg_seq_offset));
 	bpf_ringbuf_submit(e, wake_flags());
 	return 0;
 }

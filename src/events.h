@@ -48,7 +48,8 @@ enum eacgm_record_kind {
 #define EACGM_COOKIE_DEREF_ARG1 (1ULL << 25)   /* deref[2] = the u64 arg1 points to */
 #define EACGM_COOKIE_TENSOR_ARG_SHIFT 26       /* 3 bits: the argument register (0..5) */
 #define EACGM_COOKIE_PG_ARG1 (1ULL << 29)      /* deref[3] = the u64 at arg1 + the process
-						  group's rank offset (rank | size << 32) */
+						  group's rank offset (rank | size << 32),
+						  deref[2] = its collectives' sequence number */
 #define EACGM_MAX_TENSORS 8                    /* summed per call; more: bytes unknown */
 
 #define EACGM_STACK_WORDS 3

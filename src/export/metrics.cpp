@@ -230,7 +230,7 @@ void MetricsSink::match_collective(const CommCallRow& r) {
   std::string job;
   for (auto& [k, v] : process_labels(r.pid, false))
     if (k == "job_id") job = v;
-  RankStarts& c = collectives_[{job, std::string(r.name), r.nranks}];
+  RankStarts& c = collectives_[{job, std::string(r.name), r.nranks, r.comm_id}];
   auto& mine = c.by_rank[r.rank];
   mine.emplace_back(r.ts_ns, r.pid);
   if (mine.size() > 1000) mine.pop_front();  // a rank whose peers stopped: keep it bounded

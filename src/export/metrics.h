@@ -119,7 +119,8 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Counter>& straggling_;
   prometheus::Family<prometheus::Counter>& bus_bytes_;
   // by (job, collective, world size)
-  std::map<std::tuple<std::string, std::string, int64_t>, RankStarts> collectives_;
+  // (job, collective, ranks, communicator identity: 0 unknown)
+  std::map<std::tuple<std::string, std::string, int64_t, uint64_t>, RankStarts> collectives_;
   prometheus::Family<prometheus::Counter>& anomalies_;
   prometheus::Family<prometheus::Gauge>& model_score_;
   prometheus::Family<prometheus::Gauge>& model_threshold_;

@@ -204,7 +204,7 @@ void Pipeline::use_torch_layout(const std::string& path) {
   if (layout) {
     if (torch_layout_ == layout->version) return;
     torch_layout_ = layout->version;
-    tracer_->set_torch_layout(layout->numel_offset, layout->dtype_offset, layout->pg_rank_offset);
+    tracer_->set_torch_layout(*layout);
     out_.set_meta("torch_version", version);
   } else if (warned_layouts_.insert(version).second) {
     fprintf(stderr,

@@ -82,8 +82,10 @@ struct KnownLayout {
   TorchLayout layout;
 };
 // Measured on Debian's python3-torch 1.13.1 (see FACTS.md): TensorImpl::numel_ at 168, its
-// TypeMeta (the ScalarType for built-in dtypes) at 176, ProcessGroup::rank_ at 0x18.
-const KnownLayout kLayouts[] = {{"1.13.", {"1.13", 168, 176, 0x18}}};
+// TypeMeta (the ScalarType for built-in dtypes) at 176, ProcessGroup::rank_ at 0x18, and
+// ProcessGroup::sequenceNum_'s number at 0x30 (found where
+// _get_sequence_number_for_group()'s value sits in two live groups of two ranks).
+const KnownLayout kLayouts[] = {{"1.13.", {"1.13", 168, 176, 0x18, 0x30}}};
 
 }  // namespace
 

@@ -38,10 +38,12 @@ std::span<const C10dOp> c10d_ops();
 uint64_t c10d_op_cookie(uint16_t index);
 
 // Where a PyTorch build keeps what the BPF side reads: c10::TensorImpl's numel_ and dtype, and
-// c10d::ProcessGroup's rank_ (size_ follows it).
+// c10d::ProcessGroup's rank_ (size_ follows it) and sequenceNum_ (the number of its next
+// collective: the same on every rank of the group, as PyTorch's own desync debugging matches
+// collectives; rank 0 draws its start with rand() and sends it to the others at creation).
 struct TorchLayout {
   std::string version;
-  uint32_t numel_offset = 0, dtype_offset = 0, pg_rank_offset = 0;
+  uint32_t numel_offset = 0, dtype_offset = 0, pg_rank_offset = 0, pg_seq_offset = 0;
 };
 
 // The layout of the libtorch at `path` when its version is one eacgm knows (from the file's

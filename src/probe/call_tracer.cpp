@@ -217,11 +217,11 @@ std::string CallTracer::attach_one(const std::string& path, const ProbePoint& po
   return err;
 }
 
-void CallTracer::set_torch_layout(uint32_t numel_offset, uint32_t dtype_offset,
-                                  uint32_t pg_rank_offset) {
-  skel_->bss->torch_numel_offset = numel_offset;
-  skel_->bss->torch_dtype_offset = dtype_offset;
-  skel_->bss->torch_pg_rank_offset = pg_rank_offset;
+void CallTracer::set_torch_layout(const TorchLayout& layout) {
+  skel_->bss->torch_numel_offset = layout.numel_offset;
+  skel_->bss->torch_dtype_offset = layout.dtype_offset;
+  skel_->bss->torch_pg_rank_offset = layout.pg_rank_offset;
+  skel_->bss->torch_pg_seq_offset = layout.pg_seq_offset;
 }
 
 std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t file_offset) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "probe/c10d_ops.h"
+
 struct calls_bpf;
 struct ring_buffer;
 struct bpf_link;
@@ -57,8 +59,9 @@ class CallTracer {
   // every process that maps it. Returns one error message per point ("" where it worked).
   std::vector<std::string> attach(const std::string& path, const std::vector<ProbePoint>& points);
 
-  // Tells the BPF side where a PyTorch build keeps tensor sizes and process-group ranks (c10d).
-  void set_torch_layout(uint32_t numel_offset, uint32_t dtype_offset, uint32_t pg_rank_offset);
+  // Tells the BPF side where a PyTorch build keeps tensor sizes and process-group ranks and
+  // sequence numbers (c10d).
+  void set_torch_layout(const TorchLayout& layout);
 
   // Attaches the hook that reports a traced process's dlopen (see loader_update in the BPF).
   std::string attach_loader_hook(const std::string& path, uint64_t file_offset);

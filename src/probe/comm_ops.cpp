@@ -59,8 +59,33 @@ uint64_t comm_op_cookie(uint16_t index) {
   for (int8_t arg : {o.count_arg, o.dtype_arg, o.redop_arg, o.root_arg, o.comm_arg, o.stream_arg})
     if (arg >= 6) flags |= EACGM_COOKIE_READ_STACK;
   if (o.kind == K::InitRank || o.kind == K::InitAll) flags |= EACGM_COOKIE_DEREF_OUT0;
+  // the ncclUniqueId passed by value: its first 24 bytes, the communicator's identity
+  if (o.kind == K::InitRank) flags |= EACGM_COOKIE_READ_STACK;
   if (o.kind == K::Split) flags |= EACGM_COOKIE_DEREF_OUT3;
   return flags;
+}
+
+namespace {
+// FNV-1a: what a handful of bytes needs to become an identity (no library in reach has a
+// stable 64-bit hash with a fixed definition).
+uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 0xcbf29ce484222325ULL) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+uint64_t as_identity(uint64_t h) {
+  h &= 0x7fffffffffffffffULL;
+  return h ? h : 1;
+}
+}  // namespace
+
+uint64_t nccl_comm_identity(const uint8_t* unique_id, size_t bytes) {
+  return as_identity(fnv1a(unique_id, bytes));
+}
+
+uint64_t nccl_split_identity(uint64_t parent, int64_t color) {
+  uint8_t b[16];
+  for (int i = 0; i < 8; ++i) b[i] = uint8_t(parent >> (8 * i)), b[8 + i] = uint8_t(uint64_t(color) >> (8 * i));
+  return as_identity(fnv1a(b, sizeof b));
 }
 
 std::optional<uint32_t> nccl_datatype_size(int64_t datatype) {

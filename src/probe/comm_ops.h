@@ -46,6 +46,14 @@ std::span<const CommOp> comm_ops();
 // The BPF cookie for comm op `index` (its id is kCommOpBase + index).
 uint64_t comm_op_cookie(uint16_t index);
 
+// A communicator's identity, the same on every rank of it: a hash of the first 24 bytes of the
+// ncclUniqueId its ranks passed to ncclCommInitRank (NCCL's bootstrap handle: a random 64-bit
+// magic and the root's socket address), never 0 and below 2^63 (a SQLite integer).
+uint64_t nccl_comm_identity(const uint8_t* unique_id, size_t bytes);
+// The identity of the communicator ncclCommSplit(parent, color, ...) gives the ranks that pass
+// `color`: the same for all of them, different per color.
+uint64_t nccl_split_identity(uint64_t parent, int64_t color);
+
 // ncclDataType_t: size in bytes and name; nullopt / "unknown" for values NCCL does not define.
 std::optional<uint32_t> nccl_datatype_size(int64_t datatype);
 std::string_view nccl_datatype_name(int64_t datatype);

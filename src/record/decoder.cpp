@@ -223,6 +223,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
       if (auto it = comms.find(row.comm); it != comms.end()) {
         row.rank = it->second.rank;
         row.nranks = it->second.nranks;
+        row.comm_id = it->second.id;
       }
       set_bandwidths(row, op.collective);
       break;
@@ -232,12 +233,25 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
       row.comm = e.deref[0];
       row.nranks = int32_t(arg(op.nranks_arg));
       row.rank = op.rank_arg != kNoCommArg ? int32_t(arg(op.rank_arg)) : 0;
-      if (row.ret == 0 && row.comm) state_of(e.pid).comms[row.comm] = {row.rank, row.nranks};
+      if (op.kind == CommKind::InitRank) {  // the ncclUniqueId's first 24 bytes, off the stack
+        uint8_t id[sizeof e.stack];
+        memcpy(id, e.stack, sizeof id);
+        row.comm_id = nccl_comm_identity(id, sizeof id);
+      }
+      if (row.ret == 0 && row.comm)
+        state_of(e.pid).comms[row.comm] = {row.rank, row.nranks, row.comm_id};
       break;
-    case CommKind::Split:
-      // the new communicator's rank and size are NCCL's to decide: not known from the call
+    case CommKind::Split: {
+      // the new communicator's rank and size are NCCL's to decide: not known from the call;
+      // its identity is the parent's and the color's
+      uint64_t parent = arg(op.comm_arg);
       row.comm = e.deref[1];
+      auto& comms = state_of(e.pid).comms;
+      if (auto it = comms.find(parent); it != comms.end() && it->second.id)
+        row.comm_id = nccl_split_identity(it->second.id, int64_t(int32_t(arg(1))));
+      if (row.ret == 0 && row.comm) comms[row.comm] = {-1, -1, row.comm_id};
       break;
+    }
     case CommKind::Group:
       break;
   }

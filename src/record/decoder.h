@@ -85,6 +85,7 @@ class EventDecoder {
   // What is known of each live process; dropped when it exits (the agent sees days of churn).
   struct CommInfo {
     int64_t rank = -1, nranks = -1;
+    uint64_t id = 0;  // nccl_comm_identity; 0: unknown
   };
   struct ProcessState {
     std::unordered_set<uint32_t> threads;  // threads given a row

@@ -54,6 +54,7 @@ void EventDecoder::decode_c10d(const eacgm_call_event& e) {
         row.rank = int32_t(e.deref[3] & 0xffffffff);
         row.nranks = int32_t(e.deref[3] >> 32);
       }
+      if (e.deref[2] && e.deref[2] < (1ULL << 62)) row.seq = int64_t(e.deref[2]);
       if (op.peer_arg >= 0) row.peer = int32_t(call_arg(e, op.peer_arg));
       c10d_pending_[e.tid] = std::move(call);
       break;

@@ -2,6 +2,8 @@
 #include "report/collectives.h"
 
 #include <algorithm>
+#include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -15,6 +17,7 @@ namespace {
 struct Call {
   uint64_t ts, end;
   int64_t tid, run_delay;  // the thread's whole wait for a CPU at entry; -1: unknown
+  int64_t seq = -1;        // c10d: its sequence number in the process group; -1: unknown
   // The process's previous collective on the same communicator (of any kind: every rank issues
   // them in the same order), the last point where the ranks were in step.
   bool has_prev = false;
@@ -52,30 +55,77 @@ Collectives::Collectives(const RecordingReader& rec) {
     rec.query("SELECT pid, host FROM processes WHERE host IS NOT NULL", [&](Statement& s) {
       hosts_[uint32_t(s.int_at(0))] = std::string(s.text_at(1));
     });
-  // (name, nranks) -> (pid, communicator) -> stream
-  std::map<std::pair<std::string, int64_t>, std::map<std::pair<uint32_t, uint64_t>, Stream>> groups;
+  // (name, nranks, communicator identity: 0 unknown) -> (pid, communicator) -> stream
+  using Groups = std::map<std::tuple<std::string, int64_t, int64_t>,
+                          std::map<std::pair<uint32_t, uint64_t>, Stream>>;
+  Groups groups;
   std::map<std::pair<uint32_t, uint64_t>, Call> previous;  // (pid, communicator) -> last call
+  // c10d process groups with sequence numbers: (pid, communicator) -> (size, first, last)
+  std::map<std::pair<uint32_t, uint64_t>, std::tuple<int64_t, int64_t, int64_t>> sequenced;
   rec.query(
       "SELECT name, pid, comm, rank, nranks, ts_ns, dur_ns, tid, " +
-          rec.column_or("comm_calls", "entry_run_delay_ns", "NULL") +
+          rec.column_or("comm_calls", "entry_run_delay_ns", "NULL") + ", " +
+          rec.column_or("comm_calls", "comm_id", "NULL") + ", " +
+          rec.column_or("comm_calls", "comm_seq", "NULL") +
           " FROM comm_calls WHERE rank >= 0 AND nranks > 1 ORDER BY ts_ns",
       [&](Statement& s) {
         std::string name(s.text_at(0));
         if (!is_collective(name)) return;
         std::pair<uint32_t, uint64_t> id{uint32_t(s.int_at(1)), uint64_t(s.int_at(2))};
-        Stream& st = groups[{name, s.int_at(4)}][id];
+        Stream& st = groups[{name, s.int_at(4), s.null_at(9) ? 0 : s.int_at(9)}][id];
         st.rank = s.int_at(3);
         st.pid = id.first;
         Call c{uint64_t(s.int_at(5)), uint64_t(s.int_at(5) + s.int_at(6)), s.int_at(7),
-               s.null_at(8) ? -1 : s.int_at(8)};
+               s.null_at(8) ? -1 : s.int_at(8), s.null_at(10) ? -1 : s.int_at(10)};
         if (auto p = previous.find(id); p != previous.end())
           c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
           c.prev_run_delay = p->second.run_delay;
         previous[id] = c;
         st.calls.push_back(c);
+        if (c.seq >= 0) {
+          auto [it, fresh] = sequenced.try_emplace(id, s.int_at(4), c.seq, c.seq);
+          std::get<1>(it->second) = std::min(std::get<1>(it->second), c.seq);
+          std::get<2>(it->second) = std::max(std::get<2>(it->second), c.seq);
+        }
       });
-  for (auto& [key, by_stream] : groups) {
-    const auto& [name, nranks] = key;
+  // c10d process groups: the same group on every rank counts its collectives from the same
+  // number, and different groups from numbers drawn at random, so the processes' groups whose
+  // numbers overlap (and size agrees) are one group; it is known by its lowest number.
+  if (!sequenced.empty()) {
+    std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::tuple<int64_t, int64_t, int64_t>>>
+        by_start(sequenced.begin(), sequenced.end());
+    std::sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) {
+      return std::make_pair(std::get<0>(a.second), std::get<1>(a.second)) <
+             std::make_pair(std::get<0>(b.second), std::get<1>(b.second));
+    });
+    std::map<std::pair<uint32_t, uint64_t>, int64_t> group_of;
+    int64_t size = -1, first = 0, last = -1;
+    for (const auto& [id, range] : by_start) {
+      const auto& [n, lo, hi] = range;
+      if (n != size || lo > last) size = n, first = lo, last = hi;  // a new group
+      last = std::max(last, hi);
+      group_of[id] = first;
+    }
+    Groups regrouped;
+    for (auto& [key, by_stream] : groups)
+      for (auto& [id, st] : by_stream) {
+        auto g = group_of.find(id);
+        int64_t identity = std::get<2>(key) || g == group_of.end() ? std::get<2>(key) : g->second;
+        regrouped[{std::get<0>(key), std::get<1>(key), identity}][id] = std::move(st);
+      }
+    groups = std::move(regrouped);
+  }
+  // communicators told apart by their identity: named by it where one collective of one size
+  // ran on several
+  std::map<std::pair<std::string, int64_t>, int> sharing;
+  for (const auto& [group, by_stream] : groups)
+    ++sharing[{std::get<0>(group), std::get<1>(group)}];
+  for (auto& [group, by_stream] : groups) {
+    const auto& [op_name, nranks, comm_id] = group;
+    std::string name = sharing[{op_name, nranks}] > 1 && comm_id
+                           ? fmt::format("{} [comm {:06x}]", op_name, uint64_t(comm_id) & 0xffffff)
+                           : op_name;
+    std::pair<std::string, int64_t> key{name, nranks};
     std::vector<const Stream*> ranks(size_t(nranks), nullptr);
     bool one_per_rank = by_stream.size() == size_t(nranks);
     for (const auto& [id, st] : by_stream) {
@@ -90,6 +140,32 @@ Collectives::Collectives(const RecordingReader& rec) {
                             "that size cannot be told apart)",
                             name, by_stream.size(), nranks));
       continue;
+    }
+    // with sequence numbers (c10d), an instance is the calls that carry one number on every
+    // rank: a call lost on one rank leaves its instance out, not the whole collective
+    std::vector<Stream> aligned;
+    if (std::all_of(ranks.begin(), ranks.end(), [](const Stream* r) {
+          return std::all_of(r->calls.begin(), r->calls.end(),
+                             [](const Call& c) { return c.seq >= 0; });
+        })) {
+      std::unordered_map<int64_t, int64_t> ranks_with;
+      for (const Stream* r : ranks)
+        for (const Call& c : r->calls) ++ranks_with[c.seq];
+      size_t dropped = 0;
+      aligned.reserve(ranks.size());
+      for (auto& r : ranks) {
+        aligned.push_back({r->rank, r->pid, {}});
+        for (const Call& c : r->calls)
+          if (ranks_with[c.seq] == nranks)
+            aligned.back().calls.push_back(c);
+          else
+            ++dropped;
+        r = &aligned.back();
+      }
+      if (dropped)
+        notes_.push_back(fmt::format("{}: {} calls whose instance is not on every rank (lost, or "
+                                     "a rank stopped early) left out",
+                                     name, dropped));
     }
     size_t n = ranks[0]->calls.size();
     if (std::any_of(ranks.begin(), ranks.end(), [&](const Stream* r) { return r->calls.size() != n; })) {
@@ -124,6 +200,9 @@ Collectives::Collectives(const RecordingReader& rec) {
       if (!c.has_prev || c.tid != c.prev_tid || c.run_delay < 0 || c.prev_run_delay < 0) return -1;
       return std::max<int64_t>(c.run_delay - c.prev_run_delay, 0);
     };
+    std::vector<RankWaits>& sides = rank_waits_[key];
+    sides.resize(size_t(nranks));
+    for (const Stream* r : ranks) sides[size_t(r->rank)].rank = r->rank, sides[size_t(r->rank)].pid = r->pid;
     for (size_t k = 0; k < n; ++k) {
       if (!ok[k]) continue;
       const Stream* last = ranks[0];
@@ -151,7 +230,13 @@ Collectives::Collectives(const RecordingReader& rec) {
         inst.ts_ns = std::min(inst.ts_ns, c.ts);
         inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
         inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());
+        RankWaits& side = sides[size_t(r->rank)];
+        ++side.calls;
+        side.waited_ns += w.wait_ns;
       }
+      RankWaits& late_side = sides[size_t(last->rank)];
+      ++late_side.joined_last;
+      late_side.straggled_ns += inst.straggling_ns;
       instances_[key].push_back(inst);
     }
   }
@@ -203,14 +288,49 @@ void print_collectives(const Collectives& c, FILE* out, uint64_t min_straggling_
     }
     std::string ranks;
     for (const auto& [rank, nt] : by_rank)
-      ranks += fmt::format("{}rank {} (pid {}): {} ({:.1f} ms)", ranks.empty() ? "" : ", ",
-                           rank.first, rank.second, nt.first, double(nt.second) / 1e6);
+      ranks += fmt::format("{}rank {} (pid {}{}): {} ({:.1f} ms)", ranks.empty() ? "" : ", ",
+                           rank.first, rank.second, c.on_host(rank.second), nt.first,
+                           double(nt.second) / 1e6);
     auto ms = [](uint64_t ns) { return fmt::format("{:.2f} ms", double(ns) / 1e6); };
     fmt::print(out, "{:<28} {:>5} {:>9} {:>10} {:>10} {:>10} {:>9}  {}\n", key.first, key.second,
                v.size(), ms(s.wait_p50_ns), ms(s.wait_p99_ns), ms(s.wait_max_ns),
                s.straggled.size(), ranks.empty() ? "-" : ranks);
   }
+  print_rank_waits(c, out);
   for (const auto& n : c.notes()) fmt::print(out, "  not lined up: {}\n", n);
+}
+
+void print_rank_waits(const Collectives& c, FILE* out) {
+  // the ranks that cost the others most first; all of them in a small job
+  const size_t shown = 16;
+  for (const auto& [key, sides] : c.rank_waits()) {
+    std::vector<const RankWaits*> order;
+    for (const auto& r : sides)
+      if (r.calls) order.push_back(&r);
+    if (order.empty()) continue;
+    if (order.size() > shown)
+      std::stable_sort(order.begin(), order.end(), [](const RankWaits* a, const RankWaits* b) {
+        return a->straggled_ns > b->straggled_ns;
+      });
+    fmt::print(out,
+               "{} per rank (waited: for the last rank to join; joined last: instances it was "
+               "the last to join, and the wait its lateness caused beyond what its previous "
+               "collective and CPU wait explain):\n",
+               key.first);
+    fmt::print(out, "  {:>6}  {:<30} {:>6} {:>11} {:>10} {:>12} {:>11}\n", "rank", "process",
+               "calls", "waited", "mean wait", "joined last", "straggled");
+    for (size_t i = 0; i < order.size() && i < shown; ++i) {
+      const RankWaits& r = *order[i];
+      std::string where = fmt::format("pid {}{}", r.pid, c.on_host(r.pid));
+      fmt::print(out, "  {:>6}  {:<30} {:>6} {:>9.1f} ms {:>7.2f} ms {:>12} {:>8.1f} ms\n",
+                 r.rank, where, r.calls, double(r.waited_ns) / 1e6,
+                 double(r.waited_ns) / 1e6 / double(r.calls), r.joined_last,
+                 double(r.straggled_ns) / 1e6);
+    }
+    if (order.size() > shown)
+      fmt::print(out, "  ... {} more ranks (the {} whose lateness cost most are shown)\n",
+                 order.size() - shown, shown);
+  }
 }
 
 }  // namespace eacgm

@@ -34,6 +34,17 @@ struct CollectiveInstance {
   uint32_t last_pid = 0;
 };
 
+// One rank's side of a collective's matched instances.
+struct RankWaits {
+  int64_t rank = -1;
+  uint32_t pid = 0;
+  size_t calls = 0;
+  uint64_t waited_ns = 0;    // its calls' waits for the last rank to join
+  size_t joined_last = 0;    // instances it joined last
+  uint64_t straggled_ns = 0;  // in those: the longest wait its lateness caused, net of what its
+                              // previous collective and CPU wait explain
+};
+
 // Is `name` (as in comm_calls) an operation that every rank of the communicator joins?
 // Point-to-point calls, groups and communicator set-up are not.
 bool is_collective(const std::string& name);
@@ -59,10 +70,15 @@ class Collectives {
       const {
     return instances_;
   }
+  // per (collective name, number of ranks), each rank's side, by rank
+  const std::map<std::pair<std::string, int64_t>, std::vector<RankWaits>>& rank_waits() const {
+    return rank_waits_;
+  }
 
  private:
   std::map<std::pair<uint32_t, uint64_t>, PeerWait> waits_;  // (pid, ts_ns)
   std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>> instances_;
+  std::map<std::pair<std::string, int64_t>, std::vector<RankWaits>> rank_waits_;
   std::vector<std::string> notes_;
   std::map<uint32_t, std::string> hosts_;  // pid -> host, in merged recordings
 };
@@ -75,6 +91,10 @@ struct CollectiveSummary {
 };
 CollectiveSummary summarize(const std::vector<CollectiveInstance>& instances,
                             uint64_t min_straggling_ns = 1'000'000);
+
+// Per collective, each rank's calls, total and mean wait, and the instances it joined last
+// (all ranks up to 16; beyond, the 16 whose lateness cost most).
+void print_rank_waits(const Collectives& c, FILE* out);
 
 // `eacgm report`'s section: per collective, its instances, the longest wait per instance
 // (p50, p99, max) and the instances a rank straggled at least `min_straggling_ns`, by rank.

@@ -71,12 +71,16 @@ CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGE
 -- completed; comm is the process group; ret 0 completed, 1 completed with an error, -1 raised
 -- before being queued. entry_run_delay_ns: the calling thread's whole wait for a CPU so far, at
 -- entry (kernel sched_info.run_delay); between two calls of a thread, its wait in between.
+-- comm_id: the communicator's identity, the same in every rank's recording (NCCL: a hash of the
+-- ncclUniqueId it was created with; of the parent's and the color for a split); NULL: unknown.
+-- comm_seq: a c10d call's sequence number in its process group, the same on every rank of the
+-- group (PyTorch's own: it starts where rank 0's rand() put it, +1 per collective).
 CREATE TABLE comm_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                         tid INTEGER NOT NULL, name TEXT NOT NULL, ret INTEGER, count INTEGER,
                         datatype TEXT, bytes INTEGER, redop TEXT, peer INTEGER, comm INTEGER,
                         rank INTEGER, nranks INTEGER, stream INTEGER, algbw_gbps REAL,
                         busbw_gbps REAL, py_stack INTEGER, runq_ns INTEGER,
-                        entry_run_delay_ns INTEGER);
+                        entry_run_delay_ns INTEGER, comm_id INTEGER, comm_seq INTEGER);
 -- PyTorch operators (dispatcher entry points). Nested operators lie inside their caller's span.
 CREATE TABLE torch_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
                          tid INTEGER NOT NULL, name TEXT NOT NULL, py_stack INTEGER,

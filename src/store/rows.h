@@ -46,6 +46,9 @@ struct CommCallRow {
   std::string_view redop;
   int64_t peer = -1;    // root of a rooted collective, or the peer of send/recv
   uint64_t comm = 0;    // communicator handle (for creation calls: the new communicator)
+  uint64_t comm_id = 0;  // its identity, the same on every rank (nccl_comm_identity); 0: unknown
+  int64_t seq = -1;  // c10d: the call's sequence number in its process group, the same on every
+                     // rank of it (PyTorch's sequenceNum_); -1: unknown
   int64_t rank = -1;    // this process's rank in it, when eacgm saw it created
   int64_t nranks = -1;  // its size, likewise
   bool has_stream = false;

@@ -99,7 +99,7 @@ void bind_opt(Statement& st, int col, const std::optional<T>& v) {
 bool write_comm_calls(Statements& db, const std::vector<CommCallRow>& rows) {
   if (rows.empty()) return true;
   Statement& insert = db("INSERT INTO comm_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
-                         "?12,?13,?14,?15,?16,?17,?18,?19,?20)");
+                         "?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)");
   for (const auto& c : rows) {
     bind_call(insert, c);
     insert.bind(6, c.ret);
@@ -117,6 +117,8 @@ bool write_comm_calls(Statements& db, const std::vector<CommCallRow>& rows) {
     if (c.py_stack) insert.bind(18, c.py_stack);
     if (c.runq_ns >= 0) insert.bind(19, c.runq_ns);
     if (c.entry_run_delay_ns >= 0) insert.bind(20, c.entry_run_delay_ns);
+    if (c.comm_id) insert.bind(21, static_cast<int64_t>(c.comm_id));
+    if (c.seq >= 0) insert.bind(22, c.seq);
     if (insert.run() != SQLITE_DONE) return false;
   }
   return true;

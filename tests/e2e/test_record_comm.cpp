@@ -3,6 +3,7 @@
 // streams; and, through a fake libnccl that can create communicators, ties collectives to
 // their rank and size and computes nccl-tests bandwidths.
 #include "e2e_util.h"
+#include "probe/comm_ops.h"
 
 namespace e2e {
 namespace {
@@ -98,6 +99,32 @@ TEST_F(RecordComm, CollectivesKnowTheirCommunicatorsRankAndSize) {
   EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls a JOIN comm_calls s ON a.comm = s.comm "
                       "WHERE s.name = 'ncclCommSplit' AND a.name = 'ncclAllReduce'"),
             1);
+  // every call on the world communicator carries its identity: the hash of the unique id's
+  // first 24 bytes (byte i = 1 + 7 i), what every rank of it would record; the split's is
+  // derived from it and its color (0); the communicator not seen created has none
+  uint8_t id[24];
+  for (size_t i = 0; i < sizeof id; ++i) id[i] = uint8_t(1 + 7 * i);
+  int64_t world = int64_t(eacgm::nccl_comm_identity(id, sizeof id));
+  int64_t half = int64_t(eacgm::nccl_split_identity(uint64_t(world), 0));
+  EXPECT_EQ(db.pairs("SELECT name || ' ' || COALESCE(comm_id, 'none'), count(*) FROM comm_calls "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"ncclCommInitRank " + std::to_string(world), 1},
+                                            {"ncclAllReduce " + std::to_string(world), 2},
+                                            {"ncclAllGather " + std::to_string(world), 1},
+                                            {"ncclCommSplit " + std::to_string(half), 1},
+                                            {"ncclAllReduce " + std::to_string(half), 1},
+                                            {"ncclAllReduce none", 1}}));
+  // another job's unique id: another identity
+  std::string other = dir_ + "/other.eacgm.db";
+  ASSERT_EQ(run({kEacgm, "record", "-q", "-o", other, "--layers", "comm", "--",
+                 kWorkloads + "/nccl_comm_tracking", "2"},
+                {"LD_LIBRARY_PATH=" + kWorkloads + "/fakenccl"})
+                .exit_code,
+            0);
+  for (size_t i = 0; i < sizeof id; ++i) id[i] = uint8_t(2 + 7 * i);
+  EXPECT_EQ(Db(other).scalar("SELECT comm_id FROM comm_calls WHERE name = 'ncclCommInitRank'"),
+            int64_t(eacgm::nccl_comm_identity(id, sizeof id)));
+  EXPECT_NE(int64_t(eacgm::nccl_comm_identity(id, sizeof id)), world);
 }
 
 }  // namespace

@@ -267,6 +267,24 @@ TEST_F(RecordTorch, GlooCollectivesOfBothRanksUntilTheyComplete) {
                       "busbw_gbps > 0"),
             db.scalar("SELECT count(*) FROM comm_calls WHERE name = 'gloo:all_reduce'"));
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'c10d_incomplete'"), "0");
+  // PyTorch's sequence number of each call in its process group: the same on both ranks, one
+  // more per collective from where rank 0's rand() started it (send and recv do not count:
+  // they carry the next collective's number)
+  std::string seqs[2];
+  for (int rank = 0; rank < 2; ++rank)
+    db.each("SELECT comm_seq FROM comm_calls WHERE rank = " + std::to_string(rank) +
+                " ORDER BY ts_ns",
+            [&](sqlite3_stmt* st) {
+              seqs[rank] += std::to_string(sqlite3_column_int64(st, 0)) + " ";
+            });
+  EXPECT_EQ(seqs[0], seqs[1]);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE comm_seq IS NULL"), 0);
+  EXPECT_EQ(db.scalar("SELECT max(comm_seq) - min(comm_seq) + 1 FROM comm_calls WHERE rank = 0"),
+            db.scalar("SELECT count(*) FROM comm_calls WHERE rank = 0 AND name NOT IN "
+                      "('gloo:send', 'gloo:recv')"));
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT comm_seq) FROM comm_calls WHERE rank = 0 AND name "
+                      "NOT IN ('gloo:send', 'gloo:recv')"),
+            16);
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'torch_version'"), "1.13.0");
   // each call knows its thread's whole wait for a CPU at entry, which never shrinks
   EXPECT_EQ(db.scalar("SELECT count(*) FROM comm_calls WHERE entry_run_delay_ns IS NULL"), 0);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fmt/format.h>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -220,6 +221,122 @@ TEST(Collectives, SayWhyTheyCannotBeLinedUp) {
   ASSERT_NE(c.find(100, kStart + 200 * ms), nullptr);
   EXPECT_EQ(c.find(100, kStart + 200 * ms)->wait_ns, 2 * ms);
   EXPECT_EQ(c.find(100, kStart + 100 * ms), nullptr);
+  fs::remove(path);
+}
+
+// Two communicators of two ranks each in one recording (data- and tensor-parallel groups of
+// equal size): without identities their streams cannot be told apart; with them (NCCL's unique
+// ids), each is lined up on its own and reported under its identity; the per-rank summary
+// says who waited and who was last.
+TEST(Collectives, CommunicatorsOfOneSizeAreToldApartByTheirIdentity) {
+  for (bool identified : {false, true}) {
+    std::string path = temp_path("collectives_identity");
+    {
+      RecordingWriter w(path, true);
+      // ranks 0-1 of comm A (pids 100, 101), ranks 0-1 of comm B (pids 100, 102)
+      auto call = [&](uint32_t pid, uint64_t comm, uint64_t id, int rank, uint64_t ts) {
+        CommCallRow c;
+        c.ts_ns = kStart + ts;
+        c.dur_ns = 10 * us;
+        c.pid = c.tid = pid;
+        c.name = "ncclAllReduce";
+        c.comm = comm;
+        c.comm_id = identified ? id : 0;
+        c.rank = rank;
+        c.nranks = 2;
+        w.add(c);
+      };
+      for (int i = 0; i < 5; ++i) {
+        uint64_t t = 10 * ms * uint64_t(i);
+        call(100, 0xa0, 0x111111ULL, 0, t);
+        call(101, 0xa8, 0x111111ULL, 1, t + 3 * ms);  // rank 1 of A joins 3 ms late
+        call(100, 0xb0, 0x222222ULL, 0, t + 5 * ms);
+        call(102, 0xb8, 0x222222ULL, 1, t + 5 * ms + 1 * ms);
+      }
+      w.flush();
+      ASSERT_EQ(w.close(), "");
+    }
+    RecordingReader rec(path);
+    Collectives c(rec);
+    if (!identified) {
+      EXPECT_EQ(c.matched_instances(), 0u);
+      ASSERT_EQ(c.notes().size(), 1u);
+      EXPECT_NE(c.notes()[0].find("4 streams of calls for 2 ranks"), std::string::npos);
+    } else {
+      EXPECT_TRUE(c.notes().empty());
+      EXPECT_EQ(c.matched_instances(), 10u);
+      std::set<std::string> names;
+      for (const auto& [key, v] : c.instances()) names.insert(key.first);
+      EXPECT_EQ(names, (std::set<std::string>{"ncclAllReduce [comm 111111]",
+                                              "ncclAllReduce [comm 222222]"}));
+      ASSERT_NE(c.find(100, kStart), nullptr);
+      EXPECT_EQ(c.find(100, kStart)->wait_ns, 3 * ms);
+      EXPECT_EQ(c.find(100, kStart + 5 * ms)->wait_ns, 1 * ms);
+      const auto& a = c.rank_waits().at({"ncclAllReduce [comm 111111]", 2});
+      EXPECT_EQ(a[0].pid, 100u);
+      EXPECT_EQ(a[0].calls, 5u);
+      EXPECT_EQ(a[0].waited_ns, 15 * ms);
+      EXPECT_EQ(a[1].pid, 101u);
+      EXPECT_EQ(a[1].joined_last, 5u);
+      EXPECT_EQ(a[1].waited_ns, 0u);
+      char* text = nullptr;
+      size_t size = 0;
+      FILE* out = open_memstream(&text, &size);
+      print_rank_waits(c, out);
+      fclose(out);
+      std::string printed(text, size);
+      free(text);
+      EXPECT_NE(printed.find("ncclAllReduce [comm 111111] per rank"), std::string::npos)
+          << printed;
+    }
+    fs::remove(path);
+  }
+}
+
+// c10d process groups have no identity in the recording, but their calls carry PyTorch's
+// sequence numbers (the same on every rank of a group, from a start drawn at random per
+// group): two groups of two ranks are told apart by them, and a call lost on one rank costs
+// its instance only.
+TEST(Collectives, ProcessGroupsAreToldApartByTheirSequenceNumbers) {
+  std::string path = temp_path("collectives_sequence");
+  {
+    RecordingWriter w(path, true);
+    auto call = [&](uint32_t pid, uint64_t pg, int64_t seq, int rank, uint64_t ts) {
+      CommCallRow c;
+      c.ts_ns = kStart + ts;
+      c.dur_ns = 4 * ms - (ts % (10 * ms));  // every instance completes 4 ms into its step
+      c.pid = c.tid = pid;
+      c.name = "gloo:all_reduce";
+      c.comm = pg;
+      c.seq = seq;
+      c.rank = rank;
+      c.nranks = 2;
+      w.add(c);
+    };
+    for (int64_t i = 0; i < 6; ++i) {
+      uint64_t t = 10 * ms * uint64_t(i);
+      call(100, 0xa0, 1804289384 + i, 0, t);
+      if (i != 2) call(101, 0xa8, 1804289384 + i, 1, t + 2 * ms);  // lost on rank 1
+      call(100, 0xb0, 846930887 + i, 0, t + 3 * ms);
+      call(102, 0xb8, 846930887 + i, 1, t + 3 * ms + 500 * us);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  std::set<std::string> names;
+  for (const auto& [key, v] : c.instances()) names.insert(key.first + " " + std::to_string(v.size()));
+  EXPECT_EQ(names, (std::set<std::string>{
+                       fmt::format("gloo:all_reduce [comm {:06x}] 5", 1804289384 & 0xffffff),
+                       fmt::format("gloo:all_reduce [comm {:06x}] 6", 846930887 & 0xffffff)}));
+  ASSERT_EQ(c.notes().size(), 1u);
+  EXPECT_NE(c.notes()[0].find("1 calls whose instance is not on every rank"), std::string::npos)
+      << c.notes()[0];
+  ASSERT_NE(c.find(100, kStart + 30 * ms), nullptr);  // the instance after the lost call
+  EXPECT_EQ(c.find(100, kStart + 30 * ms)->wait_ns, 2 * ms);
+  EXPECT_EQ(c.find(100, kStart + 20 * ms), nullptr);  // the lost call's instance
+  EXPECT_EQ(c.find(100, kStart + 23 * ms)->wait_ns, 500 * us);
   fs::remove(path);
 }
 
