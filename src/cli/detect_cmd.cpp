@@ -2,20 +2,24 @@
 // or a saved model), flag the calls and time windows that fall outside it, and write them to
 // the recording's anomalies table with a probable cause.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "detect/call_context.h"
 #include "detect/detector.h"
 #include "report/collectives.h"
 #include "store/anomalies.h"
+#include "store/merge.h"
 #include "store/reader.h"
 #include "store/rows.h"
 #include "store/sqlite_util.h"
@@ -29,11 +33,32 @@ using nlohmann::json;
 struct DetectArgs {
   std::string recording, train, model, save_model, layers = "cuda,comm,torch,python,window", components = "auto";
   std::string features_out;
+  std::vector<std::string> recordings, trains;  // as given; several: one job's, lined up
+  bool any_job = false;
+  // where the anomalies go: each recording examined, with what to subtract from the examined
+  // recording's times to put them on its clock (0 unless several were lined up)
+  std::vector<std::pair<std::string, int64_t>> write_to;
   double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 3,
          min_excess_us = 1000;
   double threshold = 0;
-  bool has_threshold = false, json_out = false;
+  bool has_threshold = false, json_out = false, window_given = false;
 };
+
+// --window's default: 1 s, shorter for a short recording so that the window model has at
+// least 60 windows to learn from (a minute-long job's first half gives 30 of 1 s), down to
+// 0.1 s (what the host layer's default sampling interval can fill).
+double default_window_s(const RecordingReader& rec, double fraction) {
+  int64_t start = 0, end = 0;
+  try {
+    start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+    end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+  } catch (const std::exception&) {
+    return 1.0;
+  }
+  if (end <= start) return 1.0;
+  double learn_s = double(end - start) / 1e9 * fraction;
+  return std::clamp(std::floor(learn_s / 60 * 100) / 100, 0.1, 1.0);
+}
 
 std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t window_ns,
                                             const std::string& layers,
@@ -77,6 +102,41 @@ void write_feature_tables(const std::vector<detect::FeatureTable>& tables, const
   }
 }
 
+// Several recordings of one job, lined up in a temporary merged copy (what `eacgm merge`
+// writes), deleted when done.
+struct LinedUp {
+  std::string path;
+  MergeResult result;
+  LinedUp(const std::vector<std::string>& inputs, bool any_job, const char* what) {
+    static int serial = 0;
+    path = (std::filesystem::temp_directory_path() /
+            fmt::format("eacgm-detect-{}-{}.eacgm.db", getpid(), serial++))
+               .string();
+    MergeOptions options;
+    options.any_job = any_job;
+    result = merge_recordings(inputs, path, options);
+    for (const auto& h : result.hosts) {
+      std::string clock =
+          &h == &result.hosts[0]
+              ? std::string("the reference clock")
+              : fmt::format("clock {:+.3f} ms{}",
+                            double(h.wall_offset_ns + h.fix.offset_ns) / 1e6,
+                            h.fix.bound_ns >= 0
+                                ? fmt::format(" (within +-{:.3f} ms)", double(h.fix.bound_ns) / 1e6)
+                                : std::string(h.fix.instances ? "" : " (wall clocks only)"));
+      fprintf(stderr, "eacgm detect: %s recording %s (%s): %s\n", what, h.file.c_str(),
+              h.host.c_str(), clock.c_str());
+    }
+    for (const auto& n : result.notes) fprintf(stderr, "eacgm detect: note: %s\n", n.c_str());
+  }
+  ~LinedUp() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  LinedUp(const LinedUp&) = delete;
+  LinedUp& operator=(const LinedUp&) = delete;
+};
+
 std::string human_duration(uint64_t ns) {
   if (ns >= 1'000'000'000) return fmt::format("{:.2f} s", double(ns) / 1e9);
   if (ns >= 1'000'000) return fmt::format("{:.1f} ms", double(ns) / 1e6);
@@ -85,7 +145,11 @@ std::string human_duration(uint64_t ns) {
 
 int run_detect(const DetectArgs& a) {
   RecordingReader rec(a.recording);
-  uint64_t window_ns = uint64_t(a.window_s * 1e9);
+  double window_s = a.window_s;
+  if (!a.window_given && a.model.empty())
+    window_s = a.train.empty() ? default_window_s(rec, a.train_fraction)
+                               : default_window_s(RecordingReader(a.train), 1.0);
+  uint64_t window_ns = uint64_t(window_s * 1e9);
   int64_t start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
   int64_t end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
   detect::DetectOptions opts;
@@ -122,7 +186,8 @@ int run_detect(const DetectArgs& a) {
     model = detect::train_detector(tables_of(train, window_ns, a.layers, train_collectives),
                                    UINT64_MAX, opts, &skipped);
     model.window_ns = window_ns;
-    trained_on = "recording " + a.train;
+    trained_on = a.trains.size() > 1 ? fmt::format("recordings {}", fmt::join(a.trains, ", "))
+                                      : "recording " + a.train;
   }
   Collectives collectives(rec);
   auto tables = tables_of(rec, window_ns, a.layers, collectives);
@@ -168,19 +233,29 @@ int run_detect(const DetectArgs& a) {
     rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,
                     features.dump()});
   }
-  write_anomalies(a.recording, rows,
-                  {{"detect_trained_on", trained_on},
-                   {"detect_groups", std::to_string(model.groups.size())},
-                   {"detect_anomalies", std::to_string(rows.size())}});
+  std::string written_to;
+  for (const auto& [path, shift] : a.write_to) {
+    std::vector<AnomalyRow> own = rows;
+    for (auto& r : own) r.ts_ns = uint64_t(int64_t(r.ts_ns) - shift);
+    write_anomalies(path, own,
+                    {{"detect_trained_on", trained_on},
+                     {"detect_groups", std::to_string(model.groups.size())},
+                     {"detect_anomalies", std::to_string(rows.size())}});
+    written_to += (written_to.empty() ? "" : ", ") + path;
+  }
 
   if (a.json_out) {
     json j;
-    j["recording"] = a.recording;
+    if (a.write_to.size() == 1)
+      j["recording"] = a.write_to[0].first;
+    else
+      for (const auto& [path, shift] : a.write_to) j["recordings"].push_back(path);
     j["trained_on"] = trained_on;
     j["scored_from_ns"] = score_from;  // calls and windows that start here or later
     j["groups"] = model.groups.size();
     j["skipped_groups"] = skipped;
     j["collectives_not_lined_up"] = collectives.notes();
+    j["window_s"] = double(window_ns) / 1e9;
     j["windows_busier_than_training"] = busier;  // unusual only in running faster: not flagged
     j["anomalies"] = json::array();
     for (const auto& r : rows)
@@ -190,8 +265,10 @@ int run_detect(const DetectArgs& a) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("eacgm detect: {} models trained on {}; {} anomalies written to {} (table anomalies)\n",
-             model.groups.size(), trained_on, rows.size(), a.recording);
+  fmt::print(
+      "eacgm detect: {} models trained on {} (windows of {:g} s); {} anomalies written to {} "
+      "(table anomalies)\n",
+      model.groups.size(), trained_on, double(window_ns) / 1e9, rows.size(), written_to);
   // a few, then how many more: a Python trace has dozens of functions called once or twice
   for (size_t i = 0; i < skipped.size() && i < 5; ++i)
     fmt::print("  not modelled: {}\n", skipped[i]);
@@ -251,7 +328,7 @@ int run_detect(const DetectArgs& a) {
     const auto& an = *p;
     if (++shown > 10) {
       fmt::print("  ... {} more: eacgm report {}, or SELECT * FROM anomalies\n",
-                 anomalies.size() - 10, a.recording);
+                 anomalies.size() - 10, a.write_to[0].first);
       break;
     }
     std::string top;
@@ -276,8 +353,16 @@ std::function<int()> add_detect(CLI::App& app) {
       "(--train) or a saved model (--model); samples whose log-density under their most likely "
       "component falls below a threshold calibrated on the training samples are written to the "
       "recording's anomalies table with the features that pushed them out and a probable cause.");
-  cmd->add_option("recording", a->recording, "the recording to examine")->required();
-  cmd->add_option("--train", a->train, "learn normal from this recording instead");
+  cmd->add_option("recordings", a->recordings,
+                  "the recording to examine; several recordings of one job (one per host) are "
+                  "lined up as `eacgm merge` does, examined as one, and each gets the job's "
+                  "anomalies on its own clock")
+      ->required();
+  cmd->add_option("--train", a->trains,
+                  "learn normal from this recording instead (repeat it for the recordings of "
+                  "one job on several hosts)");
+  cmd->add_flag("--any-job", a->any_job,
+                "line up recordings whose ranks name different jobs (refused otherwise)");
   cmd->add_option("--model", a->model, "use a model saved by --save-model instead of training");
   cmd->add_option("--save-model", a->save_model, "save the trained models as JSON here");
   cmd->add_option("--train-fraction", a->train_fraction,
@@ -286,9 +371,11 @@ std::function<int()> add_detect(CLI::App& app) {
                   "recording's time")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 0.95));
-  cmd->add_option("--window", a->window_s, "seconds per cross-layer window")
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--window", a->window_s,
+                  "seconds per cross-layer window (default: 1, or down to 0.1 for a recording "
+                  "too short to learn from 60 windows of 1 s)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->each([a](const std::string&) { a->window_given = true; });
   cmd->add_option("--layers", a->layers,
                   "what to model: cuda, comm, torch, python (calls, one model per operation), "
                   "window (time windows across layers)")
@@ -315,8 +402,23 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--features-out", a->features_out,
                   "also write each group's features as CSV into this folder (for other tools)");
   return [a]() {
-    if (!a->train.empty() && !a->model.empty())
+    if (!a->trains.empty() && !a->model.empty())
       throw UsageError("--train and --model both say what normal is: give one of them");
+    // several recordings of one job: one lined-up copy of them, removed at the end
+    std::vector<std::unique_ptr<LinedUp>> copies;
+    auto one = [&](const std::vector<std::string>& paths, const char* what) -> std::string {
+      if (paths.size() == 1) return paths[0];
+      copies.push_back(std::make_unique<LinedUp>(paths, a->any_job, what));
+      return copies.back()->path;
+    };
+    a->recording = one(a->recordings, "examined");
+    if (!a->trains.empty()) a->train = one(a->trains, "training");
+    a->write_to.clear();
+    if (a->recordings.size() == 1)
+      a->write_to.emplace_back(a->recording, 0);
+    else
+      for (const auto& h : copies.front()->result.hosts)
+        a->write_to.emplace_back(h.file, h.wall_offset_ns + h.fix.offset_ns);
     return run_detect(*a);
   };
 }

@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "e2e_util.h"
 #include "report/collectives.h"
@@ -31,6 +33,26 @@ class MergeHosts : public RecordingTest {
                    << " (scripts/setup.sh installs it)";
   }
 };
+
+// A recording whose host's wall clock was `ns` off, as NTP can leave one.
+void skew_wall_clock(const std::string& path, int64_t ns) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db,
+                         ("UPDATE meta SET value = CAST(value AS INTEGER) + " + std::to_string(ns) +
+                          " WHERE key = 'monotonic_to_realtime_ns'")
+                             .c_str(),
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+}
+
+RunResult merge(const std::string& a, const std::string& b, const std::string& out) {
+  auto m = run({kEacgm, "merge", a, b, "-o", out});
+  EXPECT_EQ(m.exit_code, 0) << m.err;
+  printf("%s", m.err.c_str());
+  return m;
+}
 
 TEST_F(MergeHosts, TwoHostsOfOneGlooJobBecomeOneTimeline) {
   const std::string w = EACGM_WORKLOAD_SOURCES;
@@ -53,21 +75,10 @@ TEST_F(MergeHosts, TwoHostsOfOneGlooJobBecomeOneTimeline) {
   EXPECT_EQ(Db(a).text("SELECT value FROM meta WHERE key = 'hostname'"), "node-a");
   EXPECT_EQ(Db(b).text("SELECT value FROM meta WHERE key = 'hostname'"), "node-b");
   // node-b's wall clock 30 ms ahead: its recording places itself 30 ms late
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(b.c_str(), &db), SQLITE_OK);
-    EXPECT_EQ(sqlite3_exec(db,
-                           "UPDATE meta SET value = CAST(value AS INTEGER) + 30000000 WHERE key = "
-                           "'monotonic_to_realtime_ns'",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
-
+  ASSERT_NO_FATAL_FAILURE(skew_wall_clock(b, 30'000'000));
   const std::string job_db = dir_ + "/job.eacgm.db";
-  auto m = run({kEacgm, "merge", a, b, "-o", job_db});
-  ASSERT_EQ(m.exit_code, 0) << m.err;
-  printf("%s", m.err.c_str());
+  auto m = merge(a, b, job_db);
+  ASSERT_EQ(m.exit_code, 0);
   EXPECT_NE(m.err.find("node-b (" + b + "): "), std::string::npos) << m.err;
   // the two recordings' wall-clock offsets were measured a few us apart: +30.0 ms, about
   EXPECT_TRUE(
@@ -180,20 +191,10 @@ TEST_F(MergeHosts, TwoNodesOfTwoRanksEachWithOneRecorderPerNode) {
               0);
   }
   // node-b's wall clock 20 ms behind: its recording places itself 20 ms early
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(b.c_str(), &db), SQLITE_OK);
-    EXPECT_EQ(sqlite3_exec(db,
-                           "UPDATE meta SET value = CAST(value AS INTEGER) - 20000000 WHERE key = "
-                           "'monotonic_to_realtime_ns'",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  ASSERT_NO_FATAL_FAILURE(skew_wall_clock(b, -20'000'000));
   const std::string job_db = dir_ + "/job.eacgm.db";
-  auto m = run({kEacgm, "merge", a, b, "-o", job_db});
-  ASSERT_EQ(m.exit_code, 0) << m.err;
-  printf("%s", m.err.c_str());
+  auto m = merge(a, b, job_db);
+  ASSERT_EQ(m.exit_code, 0);
   Db db(job_db);
   std::string offsets = db.text("SELECT value FROM meta WHERE key = 'clock_offsets_ns'");
   auto at = offsets.find("node-b=");
@@ -237,6 +238,34 @@ TEST_F(MergeHosts, TwoNodesOfTwoRanksEachWithOneRecorderPerNode) {
          (long long)found, (long long)others);
   EXPECT_GE(double(found), 0.8 * double(delays)) << d.out;
   EXPECT_LE(others, int64_t(delays) / 4) << d.out;
+
+  // the same without merging: detect lines the two recordings up itself, and each gets the
+  // job's anomalies on its own clock (node-b's: the merged clock minus what merge applied)
+  auto leftovers = [] {
+    std::set<std::string> names;
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+      if (e.path().filename().string().rfind("eacgm-detect-", 0) == 0)
+        names.insert(e.path().string());
+    return names;
+  };
+  auto before = leftovers();
+  auto both = run({kEacgm, "detect", a, b});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  printf("%s", both.err.c_str());
+  EXPECT_NE(both.err.find("examined recording " + b + " (node-b): clock"), std::string::npos)
+      << both.err;
+  EXPECT_NE(both.out.find("anomalies written to " + a + ", " + b), std::string::npos) << both.out;
+  const std::string straggles = "cause LIKE '%rank 3 (pid % on host node-b) joined%'";
+  int64_t merged_n = db.scalar("SELECT count(*) FROM anomalies WHERE " + straggles);
+  EXPECT_EQ(Db(a).scalar("SELECT count(*) FROM anomalies WHERE " + straggles), merged_n);
+  EXPECT_EQ(Db(b).scalar("SELECT count(*) FROM anomalies WHERE " + straggles), merged_n);
+  EXPECT_EQ(Db(a).scalar("SELECT min(ts_ns) FROM anomalies WHERE " + straggles),
+            db.scalar("SELECT min(ts_ns) FROM anomalies WHERE " + straggles));
+  EXPECT_EQ(Db(b).scalar("SELECT min(ts_ns) FROM anomalies WHERE " + straggles),
+            db.scalar("SELECT min(ts_ns) FROM anomalies WHERE " + straggles) -
+                int64_t(applied));
+  EXPECT_EQ(leftovers(), before);  // no lined-up copy left behind
 }
 
 }  // namespace
