@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 #include <sys/socket.h>
 
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -620,6 +621,104 @@ TEST_F(Agent, CpuHogAlertReachesAlertmanagerAndEveryDashboardPanelAnswers) {
   EXPECT_EQ(prom.wait(30), 0) << prom.err();
   kill(am.pid(), SIGTERM);
   EXPECT_EQ(am.wait(30), 0) << am.err();
+}
+
+// The fleet view of a job across nodes: two "nodes" of two ranks each (launch_ranks.py's node
+// mode; each node's ranks told apart by their command lines, as a real node's agent sees only
+// its own), one agent per node (--match), both scraped by one real Prometheus with deploy/'s
+// rules. Rank 3, on the second node, makes the job wait: deploy/'s recording rules see all four
+// ranks, and EacgmJobStraggler names rank 3 on the second node's agent, and no other rank.
+TEST_F(Agent, JobStragglerAcrossNodesIsNamedByTheFleetRules) {
+  if (!std::filesystem::exists("/usr/bin/prometheus"))
+    GTEST_SKIP() << "prometheus is not installed (scripts/setup.sh installs it)";
+  stop_agent();
+  start_agent({"--match", "straggler-node0"});
+  int port_b = free_port();
+  Process agent_b({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_b),
+                   "--duration", "90", "--state-dir", dir_ + "/state-b", "--match",
+                   "straggler-node1"});
+  ASSERT_TRUE(agent_b.wait_for_stderr("agent tracing this node", 30)) << agent_b.err();
+  ASSERT_TRUE(get_when_up(port_b, "/metrics", 10)) << agent_b.err();
+  const std::string node_a = "127.0.0.1:" + std::to_string(port_),
+                    node_b = "127.0.0.1:" + std::to_string(port_b);
+
+  int prom_port = free_port();
+  std::filesystem::copy_file(kDeploy + "/prometheus/eacgm-rules.yml", dir_ + "/eacgm-rules.yml");
+  std::ofstream(dir_ + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+      << "rule_files: [eacgm-rules.yml]\n"
+      << "scrape_configs:\n  - job_name: eacgm\n    static_configs:\n"
+      << "      - targets: ['" << node_a << "', '" << node_b << "']\n";
+  Process prom({"/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml",
+                "--storage.tsdb.path=" + dir_ + "/tsdb",
+                "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)});
+  ASSERT_TRUE(get_when_up(prom_port, "/-/ready", 30)) << prom.err();
+
+  // rank 3 arrives 20 ms late in half of 2,000 steps (about 25 s)
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  Process job({"/usr/bin/python3", w + "/launch_ranks.py", "2",
+               std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "2000",
+               dir_ + "/straggler-node{node}.json", "0", "1", "0.5", "20", "3"},
+              {"LAUNCH_NNODES=2", "LAUNCH_HOSTNAMES=node-a,node-b",
+               "TORCHELASTIC_RUN_ID=fleet-e2e"});
+  // while it runs (an agent forgets a process's series when it exits): all four ranks in the
+  // recording rule, then the alert pending
+  std::string busy, alerts;
+  int ranks_seen = 0, alerting = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (alerting == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ranks_seen =
+        series_count(prom_port, "eacgm:collective_busy:ratio_rate1m{job_id=\"fleet-e2e\"}", &busy);
+    alerting = series_count(prom_port, "ALERTS{alertname=\"EacgmJobStraggler\"}", &alerts);
+  }
+  ASSERT_EQ(alerting, 1) << "EacgmJobStraggler not raised in 60 s; busy ratios: " << busy
+                         << "\nalerts: " << alerts << agent_->err() << agent_b.err();
+  printf("busy ratios: %s\nalert: %s\n", busy.c_str(), alerts.c_str());
+  EXPECT_EQ(ranks_seen, 4) << busy;
+  auto a = nlohmann::json::parse(alerts)["data"]["result"][0]["metric"];  // a copy
+  EXPECT_EQ(a["rank"], "3") << alerts;
+  EXPECT_EQ(a["instance"], node_b) << alerts;
+  EXPECT_EQ(a["job_id"], "fleet-e2e") << alerts;
+  // each rank from its own node's agent
+  auto busy_series = nlohmann::json::parse(busy)["data"]["result"];
+  for (const auto& r : busy_series) {
+    int rank = std::stoi(r["metric"]["rank"].get<std::string>());
+    EXPECT_EQ(r["metric"]["instance"], rank < 2 ? node_a : node_b) << busy;
+  }
+  // fifteen seconds on, the rule says by how much: rank 3 spends far less of its time waiting
+  // (truly about 0.6 less; the rule's minute is not full yet, so it reads lower)
+  std::this_thread::sleep_for(std::chrono::seconds(15));
+  std::string by;
+  ASSERT_EQ(series_count(prom_port,
+                         "eacgm:collective_straggling:ratio_rate1m{job_id=\"fleet-e2e\"}", &by),
+            4)
+      << by;
+  printf("straggling: %s\n", by.c_str());
+  auto by_rank = nlohmann::json::parse(by)["data"]["result"];
+  double straggler = 0, others = 0;
+  for (const auto& r : by_rank) {
+    double v = std::stod(r["value"][1].get<std::string>());
+    if (r["metric"]["rank"] == "3")
+      straggler = v;
+    else
+      others = std::max(others, std::fabs(v));
+  }
+  EXPECT_GT(straggler, 0.1) << by;
+  EXPECT_GT(straggler, 5 * others) << by;
+  ASSERT_EQ(job.wait(90), 0) << job.err();
+  // over the whole run, no other rank was ever alerted on
+  std::string ever;
+  EXPECT_EQ(series_count(prom_port,
+                         "count by (rank, instance) (max_over_time(ALERTS{alertname="
+                         "\"EacgmJobStraggler\"}[5m]))",
+                         &ever),
+            1)
+      << ever;
+  kill(prom.pid(), SIGTERM);
+  EXPECT_EQ(prom.wait(30), 0) << prom.err();
+  kill(agent_b.pid(), SIGTERM);
+  EXPECT_EQ(agent_b.wait(20), 0) << agent_b.err();
 }
 
 }  // namespace
