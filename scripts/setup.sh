@@ -8,7 +8,7 @@ packages=(
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
   bpftrace iproute2
-  libeigen3-dev python3-sklearn libopenblas0-pthread
+  libeigen3-dev python3-sklearn libopenblas0-pthread time
   python3-torch python3.11-dev libcapstone-dev
   nftables iptables
   prometheus-cpp-dev libcpp-httplib-dev prometheus prometheus-alertmanager python3-yaml
