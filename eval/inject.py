@@ -17,7 +17,8 @@ truth (CLOCK_MONOTONIC ns intervals and the layer) to a JSON file. Run as root.
   inject.py mem-create NAME        creates a memory cgroup and prints its path
   inject.py mem-join CGROUP CMD..  moves itself into CGROUP, then runs CMD in its place
   inject.py mem-squeeze CGROUP HEADROOM_MB AFTER HOLD TRUTH
-                                   once a process runs in CGROUP, waits AFTER s, then for HOLD s
+                                   once a process runs in CGROUP, waits AFTER s (or, for
+                                   AFTER=@PATH, until PATH exists), then for HOLD s
                                    limits it to what it holds besides page cache (anonymous and
                                    kernel memory) plus HEADROOM_MB: the page cache charged to
                                    it (files it read first) is evicted and read again, the way
@@ -162,7 +163,10 @@ def unevictable_bytes(cgroup, v2):
 def mem_squeeze(cgroup, headroom_mb, after, hold, truth):
     _, v2 = memory_root()
     wait_for(lambda: open(f"{cgroup}/cgroup.procs").read().strip(), f"a process in {cgroup}")
-    time.sleep(after)
+    if after.startswith("@"):
+        wait_for(lambda: os.path.exists(after[1:]), f"the workload's signal {after[1:]}")
+    else:
+        time.sleep(float(after))
     limit_file = f"{cgroup}/{'memory.max' if v2 else 'memory.limit_in_bytes'}"
     limit = unevictable_bytes(cgroup, v2) + (int(headroom_mb) << 20)
     start = time.monotonic_ns()
@@ -243,7 +247,7 @@ def main():
     elif cmd == "mem-join" and len(args) >= 2:
         mem_join(args[0], args[1:])
     elif cmd == "mem-squeeze" and len(args) == 5:
-        mem_squeeze(args[0], int(args[1]), float(args[2]), float(args[3]), args[4])
+        mem_squeeze(args[0], int(args[1]), args[2], float(args[3]), args[4])
     elif cmd == "mem-remove" and len(args) == 1:
         os.rmdir(args[0])
     else:

@@ -10,7 +10,10 @@ The fault is on, with probability PROB per call, during steps [START_FRAC, END_F
 Each faulty call's interval (CLOCK_MONOTONIC ns) goes to TRUTH.json with the fault's layer.
 With EVAL_DATASET=PATH (a file of token bytes), each step reads its batch from that file instead
 of drawing it, like a shuffling data loader over a dataset in the page cache: 1 MiB per step, in
-a new random order of the file's 1 MiB chunks every epoch."""
+a new random order of the file's 1 MiB chunks every epoch.
+With EVAL_SIGNAL=FRAC:PATH, the loop creates PATH when it reaches step FRAC x STEPS (so that a
+fault injected from outside, eval/inject.py mem-squeeze @PATH, lands at that point of the
+training whatever the machine's speed)."""
 import json
 import math
 import os
@@ -76,7 +79,11 @@ if dataset:
     while os.read(data_fd, 1 << 20):  # a first pass: the dataset is in the page cache
         pass
     order = []
+signal_frac, _, signal_path = os.environ.get("EVAL_SIGNAL", "").partition(":")
+signal_step = int(float(signal_frac) * steps) if signal_path else -1
 for step in range(steps):
+    if step == signal_step:
+        open(signal_path, "w").close()
     active = fault != "none" and start_frac * steps <= step < end_frac * steps
     if dataset:
         # 1 MiB per step, of which the batch uses its first B x T bytes
