@@ -13,7 +13,7 @@ land alike on any machine:
   62% - 76%     rank 1 straggles: in 60% of its steps its data arrives 25 ms late (a slow
                 data loader), so every other rank waits for it in the all_reduce
   80%           rank 0 creates FILE (--signal): scripts/demo.sh then starts a noisy neighbour,
-                two busy processes that take the CPUs from the job for 2.5 s
+                three busy processes that take most of the CPUs from the job for 3 s
 """
 import argparse
 import os
@@ -122,6 +122,8 @@ def train(a):
         if rank == 0 and a.signal and t >= 0.80 and not signalled:
             open(a.signal, "w").close()
             signalled = True
+            print(f"gpt_ddp: noisy neighbour signalled at {time.monotonic_ns()} "
+                  "(CLOCK_MONOTONIC ns)", flush=True)
         idx, targets = next_batch(late)
         loss = F.cross_entropy(model(idx).view(-1, V), targets.reshape(-1))
         opt.zero_grad()

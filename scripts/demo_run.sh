@@ -20,15 +20,24 @@ db=$out/demo.eacgm.db
 signal=$out/.neighbour-now
 rm -f "$signal"
 
-# The noisy neighbour: when rank 0 says (80% into training), two busy processes that eacgm
-# does not trace take both CPUs for 2.5 s.
+# The noisy neighbour: when rank 0 says (80% into training), three busy processes that eacgm
+# does not trace take most of both CPUs for 3 s.
 (
   while [ ! -e "$signal" ]; do sleep 0.05; done
-  for _ in 1 2; do timeout 2.5 sh -c 'while :; do :; done' & done
+  for _ in 1 2 3; do timeout 3 sh -c 'while :; do :; done' & done
   wait
 ) >/dev/null 2>&1 &
 neighbour=$!
-trap 'kill "$neighbour" 2>/dev/null || true; rm -f "$signal"' EXIT
+cuda_neighbour=""
+# on any exit, no neighbour stays behind (timeout passes the signal on to its loop)
+stop_neighbours() {
+  for p in $neighbour $cuda_neighbour; do
+    pkill -P "$p" 2>/dev/null || true
+    kill "$p" 2>/dev/null || true
+  done
+  rm -f "$signal"
+}
+trap stop_neighbours EXIT
 
 echo "demo: tracing a 2-rank GPT training for ${seconds} s (rank 1 straggles at 62-76%, a noisy neighbour at 80%)"
 "$EACGM" record --force -o "$db" -- "$PYTHON" examples/gpt_ddp.py --seconds "$seconds" --signal "$signal"
