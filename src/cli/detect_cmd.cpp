@@ -370,10 +370,12 @@ std::function<int()> add_detect(CLI::App& app) {
                   "fraction of its calls, and the window model on this first fraction of the "
                   "recording's time")
       ->capture_default_str()
+      ->check(finite_number())
       ->check(CLI::Range(0.05, 0.95));
   cmd->add_option("--window", a->window_s,
                   "seconds per cross-layer window (default: 1, or down to 0.1 for a recording "
                   "too short to learn from 60 windows of 1 s)")
+      ->check(finite_number())
       ->check(CLI::Range(0.01, 3600.0))
       ->each([a](const std::string&) { a->window_given = true; });
   cmd->add_option("--layers", a->layers,
@@ -385,18 +387,22 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--quantile", a->quantile,
                   "threshold: this quantile of the training samples' scores")
       ->capture_default_str()
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--min-slowdown", a->min_slowdown,
                   "a call flagged for its duration must be at least this many times slower than "
                   "its usual duration")
       ->capture_default_str()
+      ->check(finite_number())
       ->check(CLI::Range(1.0, 1000.0));
   cmd->add_option("--min-excess-us", a->min_excess_us,
                   "... and at least this many microseconds slower (0: no minimum); shorter "
                   "delays are what interrupts and preemption do to any call")
       ->capture_default_str()
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
+      ->check(finite_number())
       ->each([a](const std::string&) { a->has_threshold = true; });
   cmd->add_flag("--json", a->json_out, "print the result as JSON");
   cmd->add_option("--features-out", a->features_out,

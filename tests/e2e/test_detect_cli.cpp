@@ -113,6 +113,18 @@ TEST_F(DetectCli, BadInputGetsAClearError) {
   auto not_db = run({kEacgm, "detect", dir_ + "/nothing.db"});
   EXPECT_EQ(not_db.exit_code, 1);
   EXPECT_NE(not_db.err.find("no such file"), std::string::npos) << not_db.err;
+  // a number option that is not a finite number (NaN passes a range check) is refused by name
+  for (const char* option : {"--window", "--train-fraction", "--quantile", "--min-slowdown",
+                             "--min-excess-us", "--threshold"})
+    for (const char* value : {"nan", "inf"}) {
+      auto bad = run({kEacgm, "detect", db, option, value});
+      EXPECT_EQ(bad.exit_code, 2) << option << " " << value << ": " << bad.err;
+      EXPECT_NE(bad.err.find(option), std::string::npos) << bad.err;
+    }
+  // the same recording twice, and recordings of different jobs, are refused
+  auto twice = run({kEacgm, "detect", db, db});
+  EXPECT_EQ(twice.exit_code, 2) << twice.err;
+  EXPECT_NE(twice.err.find("given twice"), std::string::npos) << twice.err;
 }
 
 }  // namespace
