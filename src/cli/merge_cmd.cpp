@@ -19,9 +19,10 @@ std::function<int()> add_merge(CLI::App& app) {
       "Merge recordings of one distributed job made on several hosts (one eacgm record or "
       "flight recording per host) into one recording that report, detect and export read: "
       "processes keep their host (renumbered where two hosts share a pid), and each host's "
-      "clock is mapped onto the first recording's by the wall clocks, then refined so that "
-      "the ranks' completions of the same c10d collectives line up (NTP-grade offsets of tens "
-      "of ms become well under a millisecond).");
+      "clock is mapped onto the first recording's by the wall clocks, then refined on the c10d "
+      "collectives the hosts share: no rank completes one before every rank has begun it, and "
+      "each host is placed in the middle of the bounds that gives (NTP-grade offsets of tens "
+      "of ms become well under a millisecond). Or skip the merge: eacgm detect a.db b.db.");
   cmd->add_option("recordings", *inputs, "the recordings, one per host (the first sets the clock)")
       ->required();
   cmd->add_option("-o,--output", *output, "merged recording to write")->capture_default_str();
