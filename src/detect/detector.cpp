@@ -224,8 +224,8 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
       if (busier_windows) ++*busier_windows;
       continue;
     }
+    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered);  // from all features
     if (a.top_features.size() > 3) a.top_features.resize(3);
-    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered);
     out.push_back(std::move(a));
   }
 }
@@ -286,6 +286,18 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (has("block")) return "storage I/O";
     return "";
   };
+  // The job's CPU fell while its run-queue wait rose: something else took the CPUs (a noisy
+  // neighbour), whatever else moved more. (CPU falling with the wait falling too is a job
+  // waiting elsewhere, on a slow link.)
+  auto weight_of = [&](const char* wanted) {
+    for (const auto& [feature, weight] : top)
+      if (feature == wanted) return weight;
+    return 0.0;
+  };
+  if (!top.empty() && lowered.count("cpu_cores") &&
+      weight_of("cpu_cores") >= 0.1 * top.front().second &&
+      weight_of("runq_wait_ms_per_s") >= 2.0 && !lowered.count("runq_wait_ms_per_s"))
+    return "CPU interference";
   // Reclaim explains the page-cache refills and disk reads that come with it.
   for (const auto& [feature, weight] : top)
     if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos &&

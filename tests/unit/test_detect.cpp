@@ -359,6 +359,23 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "memory pressure");
   EXPECT_EQ(probable_cause("window", "window", F{{"tcp_retransmits_per_s", 9}}),
             "network packet loss");
+  // the job's CPU fell while its run-queue wait rose (little, beside the CPU): a neighbour
+  // took the CPUs; with the wait falling too, or not beyond noise, it did not
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cpu_cores", 198}, {"torch_call_log_duration_us", 16},
+                             {"nic_mb_per_s", 8}, {"runq_wait_ms_per_s", 3}},
+                           {"cpu_cores", "nic_mb_per_s"}),
+            "CPU interference");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cpu_cores", 198}, {"torch_call_log_duration_us", 16},
+                             {"runq_wait_ms_per_s", 3}},
+                           {"cpu_cores", "runq_wait_ms_per_s"}),
+            "unusual window: cpu_cores");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cpu_cores", 198}, {"torch_call_log_duration_us", 16},
+                             {"runq_wait_ms_per_s", 1}},
+                           {"cpu_cores"}),
+            "unusual window: cpu_cores");
   // no resource: a layer's symptom among the top features, before "unusual"
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 4}},
                            {"cpu_cores", "comm_calls_per_s"}),
