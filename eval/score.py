@@ -122,7 +122,7 @@ def scores(out, name):
     truth, det, table = load(out, name)
     y = labels(table, truth["intervals"])
     n = len(y)
-    # detect trained on what starts before this (the first half of the recording)
+    # detect trained on what starts before this (the first half of the job's windows)
     split_ns = det["scored_from_ns"]
     test = table["ts_ns"].astype(np.int64) >= split_ns
     feats = [c for c in table.dtype.names if c not in ("ts_ns", "dur_ns")]

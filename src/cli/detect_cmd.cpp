@@ -195,15 +195,18 @@ int run_detect(const DetectArgs& a) {
   if (a.model.empty() && a.train.empty()) {
     // each operation learns from its own first calls: a split of the time would move when a
     // fault makes calls take longer (a straggler's 20 ms waits) or when the job spends its
-    // first seconds importing torch. Windows are the recording's time: they learn from its
-    // first part (eval/score.py scores the windows after it).
+    // first seconds importing torch. Windows, which cover the job's working time (from its
+    // first traced call to its last), learn from their first part (eval/score.py scores the
+    // windows from scored_from_ns).
     split = detect::split_by_count(tables, a.train_fraction);
-    score_from = end > start ? uint64_t(start + int64_t(double(end - start) * a.train_fraction))
-                             : UINT64_MAX;
-    split["window"] = score_from;
+    if (auto w = split.find("window"); w != split.end())
+      score_from = w->second;
+    else
+      score_from = end > start ? uint64_t(start + int64_t(double(end - start) * a.train_fraction))
+                               : UINT64_MAX;
     model = detect::train_detector(tables, split, opts, &skipped);
     model.window_ns = window_ns;
-    trained_on = fmt::format("the first {:.0f}% of each operation's calls and of the recording",
+    trained_on = fmt::format("the first {:.0f}% of each operation's calls and of the job's windows",
                              100 * a.train_fraction);
   }
   if (!a.save_model.empty()) {
@@ -219,9 +222,9 @@ int run_detect(const DetectArgs& a) {
                                       "({}); train on a recording of the same kind",
                                       t.group, fmt::join(t.feature_names, ", "),
                                       fmt::join(g.features, ", ")));
-  size_t busier = 0;
+  detect::WindowsNotFlagged not_flagged;
   auto anomalies = detect::find_anomalies(model, tables, split, a.min_slowdown,
-                                          a.min_excess_us, &busier, score_from);
+                                          a.min_excess_us, &not_flagged, score_from);
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
   detect::attribute_nested(anomalies);
@@ -256,7 +259,9 @@ int run_detect(const DetectArgs& a) {
     j["skipped_groups"] = skipped;
     j["collectives_not_lined_up"] = collectives.notes();
     j["window_s"] = double(window_ns) / 1e9;
-    j["windows_busier_than_training"] = busier;  // unusual only in running faster: not flagged
+    // unusual only in running faster, or a little slower: not flagged
+    j["windows_busier_than_training"] = not_flagged.faster;
+    j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
     j["anomalies"] = json::array();
     for (const auto& r : rows)
       j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -276,9 +281,14 @@ int run_detect(const DetectArgs& a) {
     fmt::print("  not modelled: {} more groups (all in --json's skipped_groups)\n",
                skipped.size() - 5);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
-  if (busier)
+  if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
-               "training (more calls or traffic per second, nothing slower)\n", busier);
+               "training (more calls or traffic per second, nothing slower)\n",
+               not_flagged.faster);
+  if (not_flagged.a_little_slower)
+    fmt::print("  {} windows not flagged: unusual only in that the job's calls ran under {:g}x "
+               "slower or fewer than in training, no resource under more pressure\n",
+               not_flagged.a_little_slower, detect::kMinWindowSlowdown);
   // one line per cause, its amounts in milliseconds as a range: "joined 26.4-30.3 ms late"
   struct Cause {
     size_t n = 0;
@@ -368,7 +378,7 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--train-fraction", a->train_fraction,
                   "without --train/--model: train each operation's model on this first "
                   "fraction of its calls, and the window model on this first fraction of the "
-                  "recording's time")
+                  "job's windows (from its first traced call to its last)")
       ->capture_default_str()
       ->check(finite_number())
       ->check(CLI::Range(0.05, 0.95));

@@ -57,11 +57,12 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
   Eigen::Index best = 0;
   s.contributions.row(r).maxCoeff(&best);
   const std::string& f = g.features[size_t(best)];
-  // back to microseconds: log(us) for durations, log(1 + us) for waits (they may be 0)
-  double offset = f == "log_duration_us" ? 0 : f == "log_straggler_wait_us" ? 1 : -1;
+  // back to microseconds: log(us) for durations, log(1 + units of 10 us) for waits (may be 0)
+  double offset = f == "log_duration_us" ? 0 : f == "log_straggler_wait_10us" ? 1 : -1;
   if (offset < 0) return false;
-  double us = std::exp(x(r, best)) - offset;
-  double usual_us = std::exp(g.model.means()(s.component(r), best)) - offset;
+  double unit = offset == 1 ? kStragglerWaitUnitUs : 1;
+  double us = (std::exp(x(r, best)) - offset) * unit;
+  double usual_us = (std::exp(g.model.means()(s.component(r), best)) - offset) * unit;
   return us < min_slowdown * usual_us || us - usual_us < min_excess_us;
 }
 
@@ -69,33 +70,48 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
 // running faster, no fault: every feature that pulls its score down (a tenth of the top
 // contribution or more) must be a work rate above usual (calls, the job's own socket and NIC
 // traffic, CPU), a call duration below usual, or a pressure below usual (run-queue wait,
-// preemptions, retransmits, reclaim, faults, disk). More run-queue waits per second count as
-// more work while the time spent waiting did not grow. `all` is sorted, largest first.
-bool only_busier(const std::vector<std::pair<std::string, double>>& all,
-                 const std::set<std::string>& lowered) {
-  if (all.empty()) return false;
+// preemptions, retransmits, reclaim, faults, disk). More run-queue waits and preemptions per
+// second count as more work while the time spent waiting did not grow.
+// A window unusual only because the job's calls ran a little slower or fewer than usual, with
+// no resource under more pressure, is no fault either: to a density of tight training windows
+// 10% slower operators are far out (as after a fault, while caches refill), but not to anyone
+// reading the report. Such a window's calls must be kMinWindowSlowdown times slower (mean log
+// duration) or that many times fewer per second to be flagged.
+enum class WindowKind { fault, faster, a_little_slower };
+WindowKind window_kind(const std::vector<std::pair<std::string, double>>& all,
+                       const ValueAndUsual& value_and_usual) {
+  if (all.empty()) return WindowKind::fault;
   auto up = [&](const std::string& f) {
-    for (const auto& [g, c] : all)
-      if (g == f) return !lowered.count(f);
-    return false;
+    auto it = value_and_usual.find(f);
+    return it != value_and_usual.end() && it->second.first >= it->second.second;
   };
   static const std::set<std::string> pressures = {
       "runq_wait_ms_per_s", "involuntary_switches_per_s", "tcp_retransmits_per_s",
       "page_faults_per_s",  "reclaim_ms_per_s",           "pagein_mb_per_s",
       "block_mb_per_s"};
+  const double slower = std::log(kMinWindowSlowdown);
+  bool any_slower = false;
   for (const auto& [f, c] : all) {
     if (c < 0.1 * all.front().second) break;
     bool busier = up(f) ? f.ends_with("_calls_per_s") || f == "socket_mb_per_s" ||
                               f == "cpu_cores" || (f == "nic_mb_per_s" && up("socket_mb_per_s")) ||
-                              (f == "runq_waits_per_s" && !up("runq_wait_ms_per_s"))
+                              ((f == "runq_waits_per_s" || f == "involuntary_switches_per_s") &&
+                               !up("runq_wait_ms_per_s"))
                         : f.ends_with("_call_log_duration_us") || pressures.count(f);
-    if (!busier) return false;
+    if (busier) continue;
+    auto [value, usual] = value_and_usual.at(f);
+    bool little = up(f) ? f.ends_with("_call_log_duration_us") && value - usual < slower
+                        : f.ends_with("_calls_per_s") && value * kMinWindowSlowdown > usual;
+    if (!little) return WindowKind::fault;
+    any_slower = true;
   }
-  return true;
+  return any_slower ? WindowKind::a_little_slower : WindowKind::faster;
 }
 
 // Components below this share of the training samples are not kept (see train_detector).
-constexpr double kMinWeight = 0.01;
+// Windows are few (tens): a component of two or three of them (the job's first windows, still
+// loading) would be a wide one that welcomes every later outlier window.
+constexpr double kMinWeight = 0.01, kMinWindowWeight = 0.1;
 
 }  // namespace
 
@@ -132,7 +148,8 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
       fit = std::move(fits[choose_by_bic(fits)]);
       // A component for a handful of training outliers would later welcome every outlier as
       // "likely under its component": fewer components, so that outliers stay in the tails.
-      while (fit.model.n_components() > 1 && fit.model.weights().minCoeff() < kMinWeight) {
+      double min_weight = few ? kMinWindowWeight : kMinWeight;
+      while (fit.model.n_components() > 1 && fit.model.weights().minCoeff() < min_weight) {
         gmm.n_components = fit.model.n_components() - 1;
         fit = fit_gmm(x, gmm);
       }
@@ -188,7 +205,7 @@ std::map<std::string, uint64_t> split_by_count(const std::vector<FeatureTable>& 
 
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us,
-                    size_t* busier_windows) {
+                    WindowsNotFlagged* not_flagged) {
   if (g.features != t.feature_names) return;
   std::vector<size_t> idx;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
@@ -213,18 +230,24 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     a.score = score;
     a.threshold = g.threshold;
     std::set<std::string> lowered;
+    ValueAndUsual value_and_usual;
     for (Eigen::Index j = 0; j < x.cols(); ++j) {
-      a.top_features.emplace_back(t.feature_names[size_t(j)], s.contributions(Eigen::Index(r), j));
-      if (x(Eigen::Index(r), j) < g.model.means()(s.component(Eigen::Index(r)), j))
-        lowered.insert(t.feature_names[size_t(j)]);
+      const std::string& f = t.feature_names[size_t(j)];
+      a.top_features.emplace_back(f, s.contributions(Eigen::Index(r), j));
+      double value = x(Eigen::Index(r), j), usual = g.model.means()(s.component(Eigen::Index(r)), j);
+      value_and_usual[f] = {value, usual};
+      if (value < usual) lowered.insert(f);
     }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
-    if (a.layer == "window" && only_busier(a.top_features, lowered)) {
-      if (busier_windows) ++*busier_windows;
-      continue;
+    if (a.layer == "window") {
+      WindowKind kind = window_kind(a.top_features, value_and_usual);
+      if (kind != WindowKind::fault) {
+        if (not_flagged) ++(kind == WindowKind::faster ? not_flagged->faster : not_flagged->a_little_slower);
+        continue;
+      }
     }
-    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered);  // from all features
+    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered, value_and_usual);  // all
     if (a.top_features.size() > 3) a.top_features.resize(3);
     out.push_back(std::move(a));
   }
@@ -233,16 +256,16 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown, double min_excess_us,
-                                    size_t* busier_windows) {
+                                    WindowsNotFlagged* not_flagged) {
   return find_anomalies(model, tables, std::map<std::string, uint64_t>{}, min_slowdown,
-                        min_excess_us, busier_windows, from_ns);
+                        min_excess_us, not_flagged, from_ns);
 }
 
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables,
                                     const std::map<std::string, uint64_t>& from_ns,
                                     double min_slowdown, double min_excess_us,
-                                    size_t* busier_windows, uint64_t otherwise_from_ns) {
+                                    WindowsNotFlagged* not_flagged, uint64_t otherwise_from_ns) {
   std::vector<Anomaly> out;
   for (const auto& t : tables) {
     auto g = std::find_if(model.groups.begin(), model.groups.end(),
@@ -250,7 +273,7 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
     auto from = from_ns.find(t.group);
     if (g != model.groups.end())
       find_anomalies(*g, t, from == from_ns.end() ? otherwise_from_ns : from->second, min_slowdown,
-                     out, min_excess_us, busier_windows);
+                     out, min_excess_us, not_flagged);
   }
   std::sort(out.begin(), out.end(), [](const Anomaly& a, const Anomaly& b) { return a.ts_ns < b.ts_ns; });
   return out;
@@ -258,11 +281,11 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
 
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top,
-                           const std::set<std::string>& lowered) {
+                           const std::set<std::string>& lowered, const ValueAndUsual& values) {
   std::string f = top.empty() ? "" : top.front().first;
   if (layer != "window") {
     if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
-    if (f == "log_straggler_wait_us") return fmt::format("straggling rank: {} waited for a peer", name);
+    if (f == "log_straggler_wait_10us") return fmt::format("straggling rank: {} waited for a peer", name);
     if (layer == "comm") return fmt::format("slow collective: {}", name);
     if (layer == "torch") return fmt::format("slow operator: {}", name);
     if (layer == "python") return fmt::format("slow Python function: {}", name);
@@ -273,9 +296,10 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   // tenth of the top one's weight or more.
   auto resource = [&](const std::string& feature) -> std::string {
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
-    // the direction that hurts: a lower clock, more of anything else
+    // the direction that hurts: a lower clock, more of anything else (the job's own CPU is no
+    // resource: more is a job busier, less a symptom, CPU interference only as below)
     if (lowered.count(feature) != has("clock")) return "";
-    if (has("runq") || has("involuntary") || has("cpu_cores")) return "CPU interference";
+    if (has("runq") || has("involuntary")) return "CPU interference";
     if (has("tcp_retransmits")) return "network packet loss";
     if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
     if (has("nic") || has("socket")) return "network contention";
@@ -298,6 +322,19 @@ std::string probable_cause(const std::string& layer, const std::string& name,
       weight_of("cpu_cores") >= 0.1 * top.front().second &&
       weight_of("runq_wait_ms_per_s") >= 2.0 && !lowered.count("runq_wait_ms_per_s"))
     return "CPU interference";
+  // Likewise where its threads already waited for the CPUs in training (more runnable threads
+  // than cores) and the wait cannot rise much: the job's CPU fell to under half, beyond its
+  // noise, while the wait per CPU-second it got rose threefold or more, however much slower its
+  // calls became meanwhile. (A job waiting elsewhere waits less for CPUs as it uses less: its
+  // wait per CPU-second stays.)
+  auto cpu = values.find("cpu_cores"), wait = values.find("runq_wait_ms_per_s");
+  if (cpu != values.end() && wait != values.end() && weight_of("cpu_cores") >= 4.0) {
+    auto [cores, usual_cores] = cpu->second;
+    auto [ms, usual_ms] = wait->second;
+    if (usual_cores > 0 && usual_ms > 0 && cores < 0.5 * usual_cores &&
+        ms * usual_cores >= 3 * usual_ms * std::max(cores, 1e-3))
+      return "CPU interference";
+  }
   // Reclaim explains the page-cache refills and disk reads that come with it.
   for (const auto& [feature, weight] : top)
     if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos &&

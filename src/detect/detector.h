@@ -82,29 +82,39 @@ struct Anomaly {
 // and `min_excess_us` microseconds slower than their component's typical duration (quicker or
 // barely slower is no fault; a 15 us operator taking 60 us is an interrupt, not a problem),
 // and windows unusual only in that the job did more per second than in training (more calls,
-// more of its own traffic, more CPU, quicker calls: it ran faster), counted in `busier_windows`.
+// more of its own traffic, more CPU, quicker calls: it ran faster) or only in that its calls
+// ran a little slower or fewer (less than kMinWindowSlowdown, no resource under pressure),
+// counted in `not_flagged`.
+struct WindowsNotFlagged {
+  size_t faster = 0;
+  size_t a_little_slower = 0;
+};
+constexpr double kMinWindowSlowdown = 1.5;
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables, uint64_t from_ns,
                                     double min_slowdown = 3, double min_excess_us = 0,
-                                    size_t* busier_windows = nullptr);
+                                    WindowsNotFlagged* not_flagged = nullptr);
 // The same with a time per group (groups not in the map: from `otherwise_from_ns`).
 std::vector<Anomaly> find_anomalies(const DetectorModel& model,
                                     const std::vector<FeatureTable>& tables,
                                     const std::map<std::string, uint64_t>& from_ns,
                                     double min_slowdown, double min_excess_us,
-                                    size_t* busier_windows, uint64_t otherwise_from_ns = 0);
+                                    WindowsNotFlagged* not_flagged, uint64_t otherwise_from_ns = 0);
 
 // The same for one group's table against its model, appending to `out` in row order.
 void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us = 0,
-                    size_t* busier_windows = nullptr);
+                    WindowsNotFlagged* not_flagged = nullptr);
 
 // What most likely made a sample anomalous, from its layer and its top features. `lowered`
 // names the features that were below normal (the most likely component's mean): a resource
 // explains a window only in the direction that hurts (more run-queue wait, more retransmits,
-// more reclaim, a lower SM clock); less of it is a symptom of waiting elsewhere.
+// more reclaim, a lower SM clock); less of it is a symptom of waiting elsewhere. `values`, where
+// given, holds each feature's value and usual value (the component's mean).
+using ValueAndUsual = std::map<std::string, std::pair<double, double>>;
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top,
-                           const std::set<std::string>& lowered = {});
+                           const std::set<std::string>& lowered = {},
+                           const ValueAndUsual& values = {});
 
 }  // namespace eacgm::detect

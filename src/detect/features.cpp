@@ -43,7 +43,8 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
                                       ? collectives->find(g.pid.back(), g.ts.back())
                                       : nullptr;
               g.has_peer_wait |= w != nullptr;
-              g.log_peer_wait.push_back(w ? std::log1p(double(w->straggling_ns()) / 1e3) : 0.0);
+              g.log_peer_wait.push_back(
+                  w ? std::log1p(double(w->straggling_ns()) / 1e3 / kStragglerWaitUnitUs) : 0.0);
               if (w) dur -= int64_t(w->wait_ns);
               g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
               bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
@@ -58,7 +59,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     t.group = key.first + "/" + key.second;
     t.feature_names = {"log_duration_us"};
     if (g.has_bytes) t.feature_names.push_back("log2_bytes");
-    if (g.has_peer_wait) t.feature_names.push_back("log_straggler_wait_us");
+    if (g.has_peer_wait) t.feature_names.push_back("log_straggler_wait_10us");
     t.values.resize(Eigen::Index(g.ts.size()), Eigen::Index(t.feature_names.size()));
     for (size_t i = 0; i < g.ts.size(); ++i) {
       Eigen::Index c = 0;
@@ -144,9 +145,10 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
           }
         });
   }
-  int64_t last_call_end = 0;
+  int64_t last_call_end = 0, first_call = INT64_MAX;
   rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
     last_call_end = std::max(last_call_end, s.int_at(1) + s.int_at(2));
+    first_call = std::min(first_call, s.int_at(1));
     int64_t w = window_of(s.int_at(1));
     std::string layer(s.text_at(0));
     m[layer + "_calls_per_s"].add(w, per_s);
@@ -160,9 +162,14 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
                                                      {"reclaim_ms_per_s", 1},
                                                      {"page_faults_per_s", 1000}};
   // Whole windows only, up to the last traced call: what follows is the job's exit (rates
-  // falling to nothing, exit paths paging in code never run before), not its behaviour.
+  // falling to nothing, exit paths paging in code never run before), not its behaviour;
   if (last_call_end > start) end = std::min(end, last_call_end);
   int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
+  // and from the window of the first traced call: what precedes it is the job starting
+  // (imports, loading: page faults and CPU without calls), not its behaviour, and a model that
+  // learnt it would be too wide to see a noisy neighbour later.
+  int64_t first_window =
+      first_call != INT64_MAX && first_call > start ? std::min(windows, window_of(first_call)) : 0;
   // Keep the metrics that vary: a constant one carries no information and no variance.
   std::vector<std::pair<std::string, std::vector<double>>> columns;
   for (auto& [name, wm] : m) {
@@ -178,18 +185,20 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
         col[size_t(w)] = wm.level ? last : 0.0;
       }
     }
+    col.erase(col.begin(), col.begin() + first_window);  // levels carried over, then dropped
     if (auto floor = noise_floor.find(name); floor != noise_floor.end())
       for (double& v : col) v = std::max(0.0, v - floor->second);
     bool varies = false;
     for (double v : col) varies |= v != col.front();
     if (varies) columns.emplace_back(name, std::move(col));
   }
-  t.values.resize(windows, Eigen::Index(columns.size()));
+  t.values.resize(windows - first_window, Eigen::Index(columns.size()));
   for (size_t c = 0; c < columns.size(); ++c) {
     t.feature_names.push_back(columns[c].first);
-    for (int64_t w = 0; w < windows; ++w) t.values(w, Eigen::Index(c)) = columns[c].second[size_t(w)];
+    for (Eigen::Index r = 0; r < t.values.rows(); ++r)
+      t.values(r, Eigen::Index(c)) = columns[c].second[size_t(r)];
   }
-  for (int64_t w = 0; w < windows; ++w) {
+  for (int64_t w = first_window; w < windows; ++w) {
     t.ts_ns.push_back(uint64_t(start + w * int64_t(window_ns)));
     t.dur_ns.push_back(window_ns);
   }

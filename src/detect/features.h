@@ -32,7 +32,13 @@ struct FeatureTable {
 // Per call of each (layer, name): log duration (us), net of the thread's wait for a CPU; log2
 // of bytes where the operation moves data (a size unlike the usual ones is itself worth a
 // look); for collectives matched across ranks (`collectives`), the duration net of the wait for
-// the last rank to join, and log(1 + us of that wait the late rank straggled: see PeerWait).
+// the last rank to join, and log(1 + that wait the late rank straggled, in units of
+// kStragglerWaitUnitUs: see PeerWait).
+// Waits of a few microseconds are the cost of a wakeup, not a rank straggling: in units of 1 us
+// their spread (0-10 us beside the usual 0.1-2 ms) widened the wait's normal so much that a
+// rank 25 ms late, ten times any training wait, stayed inside it (a third of the demo's late
+// steps missed in one run of three); in units of 10 us all were found.
+constexpr double kStragglerWaitUnitUs = 10;
 std::vector<FeatureTable> call_features(const RecordingReader& rec,
                                         const Collectives* collectives = nullptr);
 

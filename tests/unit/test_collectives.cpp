@@ -383,7 +383,7 @@ TEST(Collectives, DetectFindsTheStragglerAndOnlyIt) {
   auto tables = call_features(rec, &c);
   ASSERT_EQ(tables.size(), 1u);
   EXPECT_EQ(tables[0].feature_names,
-            (std::vector<std::string>{"log_duration_us", "log2_bytes", "log_straggler_wait_us"}));
+            (std::vector<std::string>{"log_duration_us", "log2_bytes", "log_straggler_wait_10us"}));
   DetectOptions opts;
   auto model = train_detector(tables, half, opts, nullptr);
   auto found = find_anomalies(model, tables, half, 3, 1000);
