@@ -6,8 +6,9 @@ truth (CLOCK_MONOTONIC ns intervals and the layer) to a JSON file. Run as root.
                                    pair (ev0 10.77.0.1 <-> ev1 10.77.0.2)
   inject.py net-down               removes them
   inject.py net-fault KIND VALUE AFTER HOLD TRUTH
-                                   once a process runs in eacgm-ev0, waits AFTER s, then for
-                                   HOLD s applies KIND to both directions of the link:
+                                   once a process runs in eacgm-ev0, waits AFTER s (or, for
+                                   AFTER=@PATH, until PATH exists), then for HOLD s applies
+                                   KIND to both directions of the link:
                                      loss      VALUE % of TCP segments dropped at random (nftables)
                                      throttle  the link limited to VALUE Mbit/s (tc tbf)
                                      delay     VALUE ms added to every TCP packet leaving
@@ -73,7 +74,10 @@ def net_down():
 
 def net_fault(kind, value, after, hold, truth):
     wait_for(lambda: sh("ip", "netns", "pids", NS[0]).stdout.strip(), f"a process in {NS[0]}")
-    time.sleep(after)
+    if after.startswith("@"):
+        wait_for(lambda: os.path.exists(after[1:]), f"the workload's signal {after[1:]}")
+    else:
+        time.sleep(float(after))
     mode = kind
     if kind == "loss":
         # every TCP segment arriving in either namespace is dropped with this probability
@@ -241,7 +245,7 @@ def main():
     elif cmd == "net-down":
         net_down()
     elif cmd == "net-fault" and len(args) == 5:
-        net_fault(args[0], args[1], float(args[2]), float(args[3]), args[4])
+        net_fault(args[0], args[1], args[2], float(args[3]), args[4])
     elif cmd == "mem-create" and len(args) == 1:
         mem_create(args[0])
     elif cmd == "mem-join" and len(args) >= 2:

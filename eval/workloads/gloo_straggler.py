@@ -5,8 +5,11 @@ Usage (through tests/e2e/workloads/launch_ranks.py 2 ...): gloo_straggler.py STE
 64 KiB. During steps [START_FRAC, END_FRAC) x STEPS, rank STRAGGLER (default 1) arrives
 DELAY_MS late with probability PROB (a slow or preempted rank), so the other ranks' all_reduce
 waits for it. The straggler writes the delays (CLOCK_MONOTONIC ns) to TRUTH.json, layer
-comm."""
+comm. With EVAL_SIGNAL=FRAC:PATH, rank 0 creates PATH when it reaches step FRAC x STEPS (so that
+a fault injected from outside, eval/inject.py net-fault ... @PATH, lands at that point of the
+job whatever the machine's speed)."""
 import json
+import os
 import random
 import sys
 import time
@@ -24,7 +27,11 @@ rng = random.Random(7)
 grad = torch.ones(16384)
 w = torch.randn(64, 64)
 intervals = []
+signal_frac, _, signal_path = os.environ.get("EVAL_SIGNAL", "").partition(":")
+signal_step = int(float(signal_frac) * steps) if signal_path and rank == 0 else -1
 for step in range(steps):
+    if step == signal_step:
+        open(signal_path, "w").close()
     for _ in range(4):
         w = torch.tanh(w @ w.t() * 0.01)
     if rank == straggler and start_frac * steps <= step < end_frac * steps and rng.random() < prob:
