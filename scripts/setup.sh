@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
   bpftrace iproute2
   libeigen3-dev python3-sklearn libopenblas0-pthread time
-  python3-torch python3.11-dev libcapstone-dev
+  python3-torch python3.11-dev libcapstone-dev libcap-dev
   nftables iptables
   prometheus-cpp-dev libcpp-httplib-dev prometheus prometheus-alertmanager python3-yaml
 )

@@ -32,6 +32,7 @@
 #include "export/metrics.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
 #include "util/error.h"
+#include "util/privileges.h"
 
 namespace eacgm {
 namespace {
@@ -240,10 +241,9 @@ int run_agent(const AgentOptions& given) {
     SinkFanout none;
     MatchFilter check(o.match, none, read_command_line);
   }
-  if (geteuid() != 0)
-    fail(
-        "the agent needs root (eBPF uprobes on every process): run it as root, or with "
-        "CAP_BPF and CAP_PERFMON (deploy/ has a systemd unit)");
+  require_tracing_privileges("the agent (deploy/systemd has a unit with what it needs)");
+  if (std::string gaps = other_users_gaps(current_privileges()); !gaps.empty())
+    fprintf(stderr, "eacgm agent: %s\n", gaps.c_str());
   // Before anything loads (BPF takes seconds): a stop signal then ends the agent cleanly.
   struct sigaction sa {};
   sa.sa_handler = on_agent_stop;

@@ -35,17 +35,15 @@ std::function<int()> add_agent(CLI::App& app) {
   cmd->add_option("--interval", opts->interval_ms,
                   "sampling interval of the gpu and host layers, in milliseconds")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 60000.0));
+      ->check(number_in(1.0, 60000.0, "a number of milliseconds"));
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
-      ->check(CLI::Range(0.0, 1e9))
-      ->check(finite_number("a number of seconds"));
+      ->check(number_in(0.0, 1e9, "a number of seconds"));
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  auto finite = finite_number();
+      ->check(number_in(1, 4096, "a number of MiB", true));
   cmd->add_option("--state-dir", opts->state_dir,
                   "where models and anomalies are kept across restarts (created 0700 if "
                   "missing); '' keeps nothing")
@@ -54,38 +52,35 @@ std::function<int()> add_agent(CLI::App& app) {
                   "seconds per window of the window model (the traced processes' run-queue "
                   "wait, CPU, network, memory, GPU and call rates)")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 3600.0))
-      ->check(finite);
+      ->check(number_in(0.05, 3600.0, "a number of seconds"));
   cmd->add_option("--history", opts->history_s,
                   "seconds of the past the models are fitted on (refitted every minute, or "
                   "every quarter of this if shorter)")
       ->capture_default_str()
-      ->check(CLI::Range(10.0, 7 * 86400.0))
-      ->check(finite);
+      ->check(number_in(10.0, 7 * 86400.0, "a number of seconds"));
   cmd->add_option("--train-windows", opts->train_windows,
                   "windows the window model needs before it judges (with --window 1: a minute)")
       ->capture_default_str()
-      ->check(CLI::Range(10, 1000000));
+      ->check(number_in(10, 1000000, "a count", true));
   cmd->add_option("--train-calls", opts->train_calls,
                   "calls an operation's model needs before it judges")
       ->capture_default_str()
-      ->check(CLI::Range(10, 1000000));
+      ->check(number_in(10, 1000000, "a count", true));
   cmd->add_option("--flight-seconds", opts->flight_seconds,
                   "seconds of full-detail events held in memory; on an anomaly (at most one "
                   "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "
                   "this host they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
                   "report, detect and export read; 0: off")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 3600.0))
-      ->check(finite);
+      ->check(number_in(0.0, 3600.0, "a number of seconds"));
   cmd->add_option("--flight-mb", opts->flight_mb,
                   "memory the flight recorder may hold, in MiB (the oldest events go first)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
+      ->check(number_in(1, 65536, "a number of MiB", true));
   cmd->add_option("--flight-keep-mb", opts->flight_keep_mb,
                   "flight recordings kept in the state dir, in MiB (the oldest go first)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(number_in(1, 1 << 24, "a number of MiB", true));
   cmd->add_option("--match", opts->match,
                   "only processes whose command line matches this regular expression (searched "
                   "anywhere in it; repeat for more), e.g. --match 'torchrun|train\\.py'. Others "

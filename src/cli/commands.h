@@ -2,6 +2,9 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -12,7 +15,36 @@ namespace eacgm::cli {
 inline CLI::Validator finite_number(const std::string& what = "a finite number") {
   return CLI::Validator(
       [what](std::string& v) {
-        return std::isfinite(std::stod(v)) ? std::string() : "give " + what;
+        char* end = nullptr;
+        double d = std::strtod(v.c_str(), &end);
+        bool number = !v.empty() && end && *end == '\0';
+        return number && std::isfinite(d) ? std::string() : "'" + v + "': give " + what;
+      },
+      "NUMBER");
+}
+
+// 1000000000, 0.05, 1e+20: bounds as a person writes them.
+inline std::string human_number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(int64_t(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A number option's range check with one line a person can act on ("--duration: 'abc' is not
+// a number of seconds from 0 to 1000000000"), refusing NaN and infinity too; `whole` for
+// counts.
+inline CLI::Validator number_in(double lo, double hi, const std::string& what = "a number",
+                                bool whole = false) {
+  return CLI::Validator(
+      [=](std::string& v) {
+        char* end = nullptr;
+        double d = std::strtod(v.c_str(), &end);
+        bool ok = !v.empty() && end && *end == '\0' && std::isfinite(d) && d >= lo && d <= hi &&
+                  (!whole || d == std::floor(d));
+        return ok ? std::string()
+                  : "'" + v + "' is not " + what + " from " + human_number(lo) + " to " +
+                        human_number(hi);
       },
       "NUMBER");
 }

@@ -2,7 +2,10 @@
 // or a saved model), flag the calls and time windows that fall outside it, and write them to
 // the recording's anomalies table with a probable cause.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -102,8 +105,36 @@ void write_feature_tables(const std::vector<detect::FeatureTable>& tables, const
   }
 }
 
+// Temporary files removed also when a stop signal ends detect (Ctrl-C, SIGTERM): the handler
+// unlinks them (async-signal-safe) and lets the signal end the process as it would have.
+constexpr int kMaxTempFiles = 32;
+char g_temp_files[kMaxTempFiles][4096];
+std::atomic<int> g_temp_count{0};
+
+void remove_temp_files_and_stop(int sig) {
+  for (int i = 0; i < g_temp_count.load(); ++i) unlink(g_temp_files[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+// `path` and what SQLite and merge put beside it, removed on a stop signal.
+void remove_on_stop_signal(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm", "-journal", ".merging", ".merging-wal",
+                             ".merging-shm", ".merging-journal"}) {
+    std::string p = path + suffix;
+    int i = g_temp_count.load();
+    if (i >= kMaxTempFiles || p.size() >= sizeof g_temp_files[0]) return;
+    std::snprintf(g_temp_files[i], sizeof g_temp_files[0], "%s", p.c_str());
+    g_temp_count.store(i + 1);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = remove_temp_files_and_stop;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 // Several recordings of one job, lined up in a temporary merged copy (what `eacgm merge`
-// writes), deleted when done.
+// writes), deleted when done, or when a stop signal ends detect.
 struct LinedUp {
   std::string path;
   MergeResult result;
@@ -112,6 +143,7 @@ struct LinedUp {
     path = (std::filesystem::temp_directory_path() /
             fmt::format("eacgm-detect-{}-{}.eacgm.db", getpid(), serial++))
                .string();
+    remove_on_stop_signal(path);
     MergeOptions options;
     options.any_job = any_job;
     result = merge_recordings(inputs, path, options);
@@ -380,13 +412,11 @@ std::function<int()> add_detect(CLI::App& app) {
                   "fraction of its calls, and the window model on this first fraction of the "
                   "job's windows (from its first traced call to its last)")
       ->capture_default_str()
-      ->check(finite_number())
-      ->check(CLI::Range(0.05, 0.95));
+      ->check(number_in(0.05, 0.95, "a fraction"));
   cmd->add_option("--window", a->window_s,
                   "seconds per cross-layer window (default: 1, or down to 0.1 for a recording "
                   "too short to learn from 60 windows of 1 s)")
-      ->check(finite_number())
-      ->check(CLI::Range(0.01, 3600.0))
+      ->check(number_in(0.01, 3600.0, "a number of seconds"))
       ->each([a](const std::string&) { a->window_given = true; });
   cmd->add_option("--layers", a->layers,
                   "what to model: cuda, comm, torch, python (calls, one model per operation), "
@@ -397,20 +427,17 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--quantile", a->quantile,
                   "threshold: this quantile of the training samples' scores")
       ->capture_default_str()
-      ->check(finite_number())
-      ->check(CLI::Range(0.0, 0.5));
+      ->check(number_in(0.0, 0.5, "a quantile"));
   cmd->add_option("--min-slowdown", a->min_slowdown,
                   "a call flagged for its duration must be at least this many times slower than "
                   "its usual duration")
       ->capture_default_str()
-      ->check(finite_number())
-      ->check(CLI::Range(1.0, 1000.0));
+      ->check(number_in(1.0, 1000.0, "a factor"));
   cmd->add_option("--min-excess-us", a->min_excess_us,
                   "... and at least this many microseconds slower (0: no minimum); shorter "
                   "delays are what interrupts and preemption do to any call")
       ->capture_default_str()
-      ->check(finite_number())
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(number_in(0.0, 1e9, "a number of microseconds"));
   cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
       ->check(finite_number())
       ->each([a](const std::string&) { a->has_threshold = true; });

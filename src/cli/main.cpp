@@ -4,9 +4,11 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/inherited_signals.h"
 #include "version.h"
 
 int main(int argc, char** argv) {
+  eacgm::save_inherited_signals();
   CLI::App app{"eacgm: full-stack tracing and anomaly detection for AI/ML workloads, without "
                "changing their code: eBPF on CUDA, NCCL and the host, NVML for the GPU, Gaussian "
                "mixture models for what is not normal",

@@ -3,18 +3,28 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "probe/torch_ops.h"
 #include "record/recorder.h"
 #include "util/error.h"
 
 namespace eacgm::cli {
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
+// A comma-separated list given to `option`: an empty element (a stray comma) is a typo, and so
+// is an empty list; `example` shows a good value.
+std::vector<std::string> split_list(const std::string& option, const std::string& s,
+                                    const char* example) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  if (!s.empty() && s.back() == ',') out.emplace_back();
+  if (out.empty())
+    throw UsageError(fmt::format("{} '': give at least one (e.g. {} {})", option, option, example));
+  for (const auto& i : out)
+    if (i.empty())
+      throw UsageError(fmt::format("{} {}: an empty element (a stray comma?); e.g. {} {}", option,
+                                   s, option, example));
   return out;
 }
 
@@ -76,7 +86,7 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("--python-stack-depth", opts->python_stack_depth,
                   "python layer: innermost Python frames kept for each cuda/comm call")
       ->capture_default_str()
-      ->check(CLI::Range(1, 16));
+      ->check(number_in(1, 16, "a count of frames", true));
   cmd->add_flag("--python-no-hook", opts->python_no_hook,
                 "python layer: leave CPython 3.11+'s inlined Python-to-Python calls alone; then "
                 "only calls entered from C are recorded there (stacks are complete either way). "
@@ -92,22 +102,22 @@ std::function<int()> add_record(CLI::App& app) {
                   "refreshes or which change slowly, are read at most every 100 ms (so is PCIe "
                   "throughput where the driver has no PCIe byte counters: that call takes 20 ms)")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 60000.0));
+      ->check(number_in(1.0, 60000.0, "a number of milliseconds"));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
-      ->check(CLI::Range(0.0, 1e9))
-      ->check(finite_number("a number of seconds"));
+      ->check(number_in(0.0, 1e9, "a number of seconds"));
   cmd->add_option("-p,--pid", *pids, "trace these running processes: PID[,PID...]");
   cmd->add_flag("--all", opts->all, "trace every process mapping a traced library");
   cmd->add_option("--ring-mb", opts->ring_mb, "ring buffer size in MiB (power of two)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(number_in(1, 4096, "a number of MiB", true));
   cmd->add_flag("-q,--quiet", opts->quiet, "print only errors and warnings");
   cmd->add_option("command", opts->command, "the command to run and trace, after --");
   cmd->positionals_at_end();
 
   return [cmd, opts, pids, layers, torch_ops]() {
-    for (const auto& p : split_list(*pids)) {
+    for (const auto& p : pids->empty() ? std::vector<std::string>{}
+                                       : split_list("-p", *pids, "4242,4243")) {
       try {
         size_t used = 0;
         unsigned long v = std::stoul(p, &used);
@@ -123,10 +133,9 @@ std::function<int()> add_record(CLI::App& app) {
     if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)
       throw UsageError(
           fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)", opts->ring_mb));
-    opts->layers = split_list(*layers);
-    opts->torch_ops = split_list(*torch_ops);
-    if (opts->torch_ops.empty())
-      throw UsageError("--torch-ops: give at least one pattern (e.g. default, or linear,addmm)");
+    opts->layers = split_list("--layers", *layers, "auto");
+    opts->torch_ops = split_list("--torch-ops", *torch_ops, "default,add,mul");
+    TorchOpFilter check_patterns(opts->torch_ops);  // a typo is refused now, not at the end
     (void)cmd;
     return run_record(*opts);
   };

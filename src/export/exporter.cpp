@@ -11,6 +11,7 @@
 #include "store/reader.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace eacgm {
 namespace {
@@ -316,11 +317,11 @@ void export_recording(const std::string& db, const std::string& out, ExportForma
                       bool force) {
   RecordingReader rec(db);
   std::error_code ec;
-  if (std::filesystem::exists(out, ec) && !force)
-    throw UsageError(fmt::format(
-        "output {} already exists (use --force to overwrite, or choose another name)", out));
+  check_output_file(out, force, format == ExportFormat::Perfetto ? "--perfetto" : "--chrome");
   // Write next to the target and rename at the end: an interrupted export leaves no half file.
   std::string tmp = out + ".tmp";
+  if (!remove_regular_file(tmp))
+    fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
   {
     std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
     if (!file) fail("cannot write {}: {} (check the directory exists and is writable)", out,

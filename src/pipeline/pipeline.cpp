@@ -177,13 +177,17 @@ void Pipeline::start(const std::string& target) {
   out_.set_meta("monotonic_to_realtime_ns", std::to_string(int64_t(real - start_mono_)));
   out_.set_meta("command", target);
   out_.set_meta("layers", choice_.text());
+  out_.set_meta("recording_state", "recording");  // "complete" once finish() ran
+  out_.set_meta("end_monotonic_ns", std::to_string(start_mono_));
+  out_.set_meta("events", "0");
+  out_.set_meta("dropped_events", "0");
   out_.set_meta("duration_note",
                 "cuda durations are host-side API times (enqueue time for async calls), "
                 "not GPU execution times");
   out_.flush();
   if (choice_.armed("gpu")) start_gpu();
   plan_dirty();
-  last_flush_ = last_rescan_ = monotonic_now_ns();
+  last_flush_ = last_rescan_ = last_progress_meta_ = monotonic_now_ns();
 }
 
 void Pipeline::snapshot_maps(uint32_t pid) {
@@ -284,6 +288,15 @@ void Pipeline::step(int timeout_ms) {
     last_rescan_ = now;
   }
   uint64_t rows = calls();
+  if (now - last_progress_meta_ >= 1'000'000'000ull) {
+    // A recorder killed outright (SIGKILL, OOM) leaves no finish(): the recording says how far
+    // it got and what it had dropped, as of the last second (recording_state "recording").
+    TracerCounters c = tracer_->counters();
+    out_.set_meta("end_monotonic_ns", std::to_string(now));
+    out_.set_meta("events", std::to_string(decoder_->stats().calls));
+    out_.set_meta("dropped_events", std::to_string(c.ring_drops));
+    last_progress_meta_ = now;
+  }
   if (rows - calls_at_flush_ > 50'000 || now - last_flush_ >= 90'000'000ull) {
     out_.flush();
     last_flush_ = now;
@@ -334,6 +347,7 @@ void Pipeline::finish() {
   TracerCounters c = tracer_->counters();
   out_.set_meta("end_monotonic_ns", std::to_string(monotonic_now_ns()));
   out_.set_meta("events", std::to_string(decoder_->stats().calls));
+  out_.set_meta("recording_state", "complete");
   if (gpu_) {
     std::string lines;
     for (const auto& line : gpu_->unavailable()) {

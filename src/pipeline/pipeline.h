@@ -119,7 +119,7 @@ class Pipeline {
   std::string torch_layout_;  // the PyTorch version whose layout the BPF side reads
   std::set<std::string> warned_layouts_;
   uint64_t start_mono_ = 0;
-  uint64_t last_flush_ = 0, last_rescan_ = 0;
+  uint64_t last_flush_ = 0, last_rescan_ = 0, last_progress_meta_ = 0;
   bool warned_loader_ = false;
   uint64_t calls_at_flush_ = 0;
 };

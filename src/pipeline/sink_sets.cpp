@@ -13,6 +13,10 @@ RecordSinks::RecordSinks(const std::string& output, bool force, std::string perf
   fanout_.attach(recording_);
 }
 
+RecordSinks::~RecordSinks() {
+  if (!started_) recording_.discard();
+}
+
 std::string RecordSinks::close() { return recording_.close(); }
 
 void RecordSinks::write_perfetto(bool force) const {

@@ -25,6 +25,11 @@ class RecordSinks {
  public:
   // Creates the recording (refused if it exists, unless `force`).
   RecordSinks(const std::string& output, bool force, std::string perfetto);
+  // Unless started() was called, the recording is removed: a start that failed leaves nothing.
+  ~RecordSinks();
+  RecordSinks(const RecordSinks&) = delete;
+  RecordSinks& operator=(const RecordSinks&) = delete;
+  void started() { started_ = true; }
 
   Sink& sink() { return fanout_; }
   // Closes the recording and writes what is derived from it. Returns the recording's first
@@ -35,6 +40,7 @@ class RecordSinks {
 
  private:
   std::string output_, perfetto_;
+  bool started_ = false;
   RecordingWriter recording_;
   SinkFanout fanout_;
 };

@@ -14,6 +14,7 @@
 #include "calls.skel.h"
 #include "events.h"
 #include "util/error.h"
+#include "util/privileges.h"
 
 namespace eacgm {
 namespace {
@@ -75,8 +76,8 @@ int create_multi_link(bpf_program* prog, uint32_t attach_type, const std::string
 }
 
 std::string load_error_hint(int err) {
-  // As root, EACCES at load is the verifier refusing a program, not a missing privilege.
-  if (err == EACCES && geteuid() == 0)
+  // With the privileges (checked before loading), EACCES is the verifier refusing a program.
+  if (err == EACCES && current_privileges().missing_for_tracing().empty())
     return "the kernel's BPF verifier rejected a program (its log is above; eacgm needs "
            "Linux 6.6 or newer: run 'eacgm doctor')";
   if (err == EPERM || err == EACCES)

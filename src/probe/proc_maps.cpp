@@ -93,7 +93,8 @@ bool process_gone(int err) { return err == ENOENT || err == ESRCH; }
 
 [[noreturn]] void fail_to_read(const std::string& file, int err) {
   if (err == EACCES || err == EPERM) {
-    fail("cannot read {}: permission denied (run eacgm as root)", file);
+    fail("cannot read {}: permission denied (another user's process: eacgm needs "
+         "CAP_PERFMON or CAP_SYS_PTRACE for it; run as root)", file);
   }
   fail("cannot read {}: {} (check that /proc is mounted and the process is still running)", file,
        errno_text(err));

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/inherited_signals.h"
 
 namespace eacgm {
 
@@ -63,8 +64,7 @@ LaunchedCommand::LaunchedCommand(std::vector<std::string> argv) : argv_(std::mov
     close(exec_status[0]);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(127);  // parent gave up before starting us
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    restore_inherited_signals();  // as without eacgm: SIGPIPE, SIGINT, ... and the mask
     // Stop right after exec (SIGTRAP) so the parent can read our maps once the program is
     // mapped and before it runs; the parent detaches at once.
     ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
@@ -118,6 +118,11 @@ std::optional<int> LaunchedCommand::poll_exit() {
   int status = 0;
   pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == pid_) status_ = status;
+  return status_;
+}
+
+std::optional<int> LaunchedCommand::wait_exit(int timeout_ms) {
+  for (int waited = 0; !poll_exit() && waited < timeout_ms; waited += 10) usleep(10'000);
   return status_;
 }
 

@@ -30,6 +30,8 @@ class LaunchedCommand {
   void start(const std::function<void()>& at_exec);
   // The child's wait status if it has exited, without blocking.
   std::optional<int> poll_exit();
+  // The same, waiting up to `timeout_ms` for it.
+  std::optional<int> wait_exit(int timeout_ms);
   void send_signal(int sig) const;
 
  private:

@@ -7,6 +7,7 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "probe/elf_symbols.h"
 #include "probe/library_finder.h"
+#include "util/error.h"
 
 namespace eacgm {
 namespace {
@@ -105,8 +107,32 @@ std::unordered_map<std::string, std::string> aten_schema_names(const std::string
   return out;
 }
 
+namespace {
+
+// Operator names are identifiers with an overload after a '.': a pattern with anything else in
+// it, or a bracket left open, can match nothing and is a typo to report now, not at the end.
+void check_pattern(const std::string& p) {
+  if (p.empty()) throw UsageError("--torch-ops: an empty pattern (e.g. a stray comma); give globs such as linear,addmm");
+  int depth = 0;
+  for (char c : p) {
+    bool word = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
+    bool glob = c == '*' || c == '?' || c == '[' || c == ']' || c == '!' || c == '^' || c == '-';
+    if (!word && !glob)
+      throw UsageError(fmt::format(
+          "--torch-ops {}: '{}' cannot be in an operator name (give globs on names such as "
+          "linear, add.Tensor, conv*)", p, c));
+    if (c == '[') ++depth;
+    if (c == ']' && depth > 0) --depth;
+  }
+  if (depth > 0)
+    throw UsageError(fmt::format("--torch-ops {}: a '[' is not closed (e.g. conv[12]d)", p));
+}
+
+}  // namespace
+
 TorchOpFilter::TorchOpFilter(const std::vector<std::string>& patterns) {
   for (std::string p : patterns) {
+    check_pattern(p);
     if (p == "default") {
       for (const auto& d : default_torch_op_patterns()) patterns_.push_back(d);
       continue;

@@ -3,6 +3,7 @@
 #include "record/recorder.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,28 +20,49 @@
 #include "probe/target.h"
 #include "report/report.h"
 #include "util/error.h"
+#include "util/output_file.h"
+#include "util/privileges.h"
 
 namespace eacgm {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_signals{0};         // how many arrived
+std::atomic<bool> g_sent_by_process{false};  // the last one came from kill(), not a terminal
 
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+  g_sent_by_process.store(info && info->si_code <= 0);  // SI_USER, SI_QUEUE, SI_TKILL
+  g_stop_signal.store(sig);
+  g_stop_signals.fetch_add(1);
+}
 
 // Handlers without SA_RESTART so the ring-buffer poll returns at once on Ctrl-C.
 void install_signal_handlers() {
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);  // the launched command gets its own back (inherited_signals.h)
 }
 
-void check_privileges() {
-  if (geteuid() != 0)
-    fail(
-        "recording needs root (eBPF uprobes): run with sudo, or grant CAP_BPF, CAP_PERFMON "
-        "and CAP_SYS_RESOURCE to the eacgm binary");
+// One line per privilege that is missing (util/privileges.h says which part needs what):
+// without CAP_BPF and CAP_PERFMON nothing can be traced; other users' processes (-p, --all)
+// are traced without some of what they hold unless CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
+void check_privileges(const RecordOptions& o) {
+  require_tracing_privileges("recording");
+  Privileges p = current_privileges();
+  bool others = o.all;
+  for (uint32_t pid : o.pids) {
+    struct stat st {};
+    others |= stat(fmt::format("/proc/{}", pid).c_str(), &st) == 0 && st.st_uid != geteuid();
+  }
+  if (std::string gaps = other_users_gaps(p); !gaps.empty() && others)
+    fprintf(stderr, "eacgm: %s\n", gaps.c_str());
+  if (p.memlock_matters)
+    fprintf(stderr,
+            "eacgm: no CAP_SYS_RESOURCE on a kernel before 5.11: BPF maps count against "
+            "RLIMIT_MEMLOCK (raise it with ulimit -l, or grant CAP_SYS_RESOURCE)\n");
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
@@ -70,6 +92,7 @@ class RecordSession {
   std::unique_ptr<LaunchedCommand> command_;
   std::set<uint32_t> live_;  // -p targets still running
   uint64_t last_progress_ = 0;
+  bool stopped_by_duration_ = false;  // --duration ended a launched command
 };
 
 // Says what is traced; returns it for the recording's meta.
@@ -118,19 +141,27 @@ int RecordSession::run() {
   }
   // After the command's exec, so that the first sample names it by its program, not "eacgm".
   pipeline_.start_sampling();
+  sinks_.started();  // from here on the recording is kept, however the run ends
   if (!opts_.quiet)
     fprintf(stderr, "eacgm: recording %s to %s (Ctrl-C to stop)\n", target.c_str(),
             opts_.output.c_str());
 
   uint64_t start = pipeline_.start_monotonic_ns();
-  uint64_t stop_deadline = 0;  // after a stop signal: how long the command may take to exit
-  bool forwarded = false;
+  // Stopping a launched command is part of its recording: a stop signal is passed on to it
+  // (SIGINT from the terminal reached its process group already), --duration sends it SIGTERM
+  // (as nsys does), and eacgm records until it exits. A second signal stops recording at once
+  // and leaves the command running, said in one line; so does a command that outlives
+  // --duration's SIGTERM by kStopGrace (then SIGKILL: --duration is a limit, unattended).
+  constexpr uint64_t kStopGrace = 10'000'000'000ull;
+  int signals_handled = 0;
+  uint64_t stopping_since = 0;
+  bool said_waiting = false, killed = false;
   for (;;) {
     // Events that need an answer (process lifecycle, new mappings, Python code objects) wake
     // this loop at once, calls when the ring fills; the timeout only paces the periodic work.
     // Every wakeup costs (about 45 us of CPU in a VM): 10 a second, and one at --duration's end.
     int timeout_ms = 100;
-    if (opts_.duration_s > 0) {
+    if (opts_.duration_s > 0 && !stopping_since) {
       double elapsed_ms = double(monotonic_now_ns() - start) / 1e6;
       timeout_ms = std::clamp(int(opts_.duration_s * 1e3 - elapsed_ms) + 1, 1, timeout_ms);
     }
@@ -139,31 +170,54 @@ int RecordSession::run() {
     progress(now);
     if (!sinks_.sink().error().empty()) break;  // e.g. disk full: stop, keep what was written
     if (targets_done()) break;
-    if (opts_.duration_s > 0 && double(now - start) / 1e9 >= opts_.duration_s) break;
-    if (int sig = g_stop_signal.load()) {
+    bool duration_over = opts_.duration_s > 0 && double(now - start) / 1e9 >= opts_.duration_s;
+    if (int n = g_stop_signals.load(); n > signals_handled) {
+      signals_handled = n;
+      if (!command_ || stopping_since) break;  // the second signal: stop now
+      int sig = g_stop_signal.load();
+      if (sig != SIGINT || g_sent_by_process.load()) command_->send_signal(sig);
+      stopping_since = now;
+    } else if (duration_over && !stopping_since) {
       if (!command_) break;
-      if (!forwarded) {
-        // Ctrl-C reached the command too (same process group); SIGTERM/SIGHUP did not.
-        if (sig != SIGINT) command_->send_signal(sig);
-        forwarded = true;
-        stop_deadline = now + 5'000'000'000ull;
-      } else if (now > stop_deadline) {
-        break;
-      }
+      stopped_by_duration_ = true;
+      command_->send_signal(SIGTERM);
+      stopping_since = now;
+      if (!opts_.quiet)
+        fprintf(stderr, "eacgm: --duration %g s reached: sent SIGTERM to %s (pid %d)\n",
+                opts_.duration_s, command_->program().c_str(), int(command_->pid()));
+    }
+    if (stopping_since && !said_waiting && now - stopping_since > kStopGrace / 2) {
+      said_waiting = true;
+      fprintf(stderr,
+              "eacgm: waiting for %s (pid %d) to exit; Ctrl-C again stops recording now and "
+              "leaves it running\n",
+              command_->program().c_str(), int(command_->pid()));
+    }
+    if (stopped_by_duration_ && !killed && now - stopping_since > kStopGrace) {
+      killed = true;
+      command_->send_signal(SIGKILL);
+      fprintf(stderr, "eacgm: %s (pid %d) did not exit %g s after SIGTERM: sent SIGKILL\n",
+              command_->program().c_str(), int(command_->pid()), double(kStopGrace) / 1e9);
     }
   }
   pipeline_.stop();
   std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
+  if (command_ && !status && killed) status = command_->wait_exit(2'000);
   bool write_failed = !sinks_.sink().error().empty();
   finish(status);
-  if (write_failed) {
-    // Tracing failed, the job did not: it keeps running, untraced, rather than being killed.
-    if (command_ && !status)
-      fprintf(stderr, "eacgm: recording stopped; %s (pid %d) keeps running untraced\n",
-              command_->program().c_str(), int(command_->pid()));
-    return 1;
-  }
+  if (command_ && !status)
+    fprintf(stderr, "eacgm: recording stopped; %s (pid %d) keeps running untraced\n",
+            command_->program().c_str(), int(command_->pid()));
+  if (write_failed) return 1;  // tracing failed, the job did not: it was not stopped
   if (command_) {
+    if (status && stopped_by_duration_) {
+      // what --duration asked for: a complete recording of that long; the command's own
+      // status is in the recording (exit_status) and here
+      if (!opts_.quiet)
+        fprintf(stderr, "eacgm: %s exited with status %d after --duration's SIGTERM\n",
+                command_->program().c_str(), exit_code_of_status(*status));
+      return 0;
+    }
     if (status) return exit_code_of_status(*status);
     return 128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGTERM);
   }
@@ -176,6 +230,7 @@ void RecordSession::finish(std::optional<int> exit_status) {
   pipeline_.finish();
   if (exit_status) out.set_meta("exit_status", std::to_string(exit_code_of_status(*exit_status)));
   if (int sig = g_stop_signal.load()) out.set_meta("stopped_by_signal", std::to_string(sig));
+  if (stopped_by_duration_) out.set_meta("stopped_by_duration_s", fmt::format("{:g}", opts_.duration_s));
   if (std::string err = sinks_.close(); !err.empty())
     fprintf(stderr, "eacgm: %s; the recording holds what was written before\n", err.c_str());
   sinks_.write_perfetto(opts_.force);
@@ -197,11 +252,10 @@ int run_record(const RecordOptions& options) {
   if (targets != 1)
     throw UsageError("say what to trace: -- COMMAND [ARGS], -p PID[,PID...], or --all");
   if (!options.command.empty()) LaunchedCommand::check_program(options.command[0]);
-  check_privileges();
-  if (!options.perfetto.empty() && std::filesystem::exists(options.perfetto) && !options.force)
-    throw UsageError(fmt::format(
-        "output {} already exists (use --force to overwrite, or choose another --perfetto)",
-        options.perfetto));
+  check_privileges(options);
+  if (!options.pids.empty()) check_pids_exist(options.pids);  // before the output is created
+  if (!options.perfetto.empty()) check_output_file(options.perfetto, options.force, "--perfetto");
+  check_output_file(options.output, options.force, "-o");
   install_signal_handlers();
   RecordSession session(options);
   return session.run();

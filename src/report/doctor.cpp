@@ -5,6 +5,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "probe/library_finder.h"
 #include "probe/torch_ops.h"
 #include "util/error.h"
+#include "util/privileges.h"
 
 namespace eacgm {
 namespace {
@@ -49,11 +51,11 @@ void check_kernel(Doctor& d) {
   utsname u{};
   uname(&u);
   d.ok("kernel", fmt::format("{} {}", u.sysname, u.release));
-  if (geteuid() == 0)
-    d.ok("privileges", "running as root");
+  Privileges privileges = current_privileges();  // as record and the agent check them
+  if (privileges.missing_for_tracing().empty())
+    d.ok("privileges", describe_privileges(privileges));
   else
-    d.missing("privileges", "not root: recording needs root or CAP_BPF+CAP_PERFMON (use sudo)",
-              true);
+    d.missing("privileges", describe_privileges(privileges), true);
   if (fs::exists("/sys/kernel/btf/vmlinux"))
     d.ok("BTF", "/sys/kernel/btf/vmlinux");
   else
@@ -63,7 +65,7 @@ void check_kernel(Doctor& d) {
     d.ok("uprobes", "perf uprobe PMU present");
   else
     d.missing("uprobes", "no uprobe PMU: kernel built without CONFIG_UPROBE_EVENTS", true);
-  if (geteuid() == 0) {
+  if (privileges.missing_for_tracing().empty()) {
     try {
       CallTracer tracer(CallTracerOptions{false, 1 << 20, 4096});
       d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
@@ -110,8 +112,15 @@ void check_libraries(Doctor& d) {
   });
   if (pythons.empty())
     d.missing("Python", "no /usr/bin/python3.X");
-  else
-    d.ok("Python", pythons.front() + " (python layer not implemented yet in this version)");
+  for (const auto& p : pythons) {
+    int minor = std::atoi(p.c_str() + p.rfind("python3.") + 8);
+    if (minor >= 10 && minor <= 13)
+      d.ok("Python", p + " (python layer: its stacks at cuda/comm/torch calls by default, every "
+                         "call with --layers auto,python)");
+    else
+      d.missing("Python", fmt::format("{}: the python layer reads CPython 3.10-3.13, not 3.{} "
+                                      "(the other layers trace it all the same)", p, minor));
+  }
   auto torch = find_files({"/usr/lib/python3/dist-packages/torch/lib"}, "libtorch_cpu");
   if (torch.empty()) {
     d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location (pip wheels "

@@ -182,6 +182,17 @@ void print_report(const std::string& path, bool json, FILE* out) {
              rec.meta_or("hostname", "?"), rec.meta_or("layers", "?"));
   fmt::print(out, "events {}, dropped {}\n", rec.meta_or("events", "?"),
              rec.meta_or("dropped_events", "?"));
+  if (rec.meta_or("recording_state", "") == "recording") {
+    // a recorder killed outright (or one still running) left its progress of the last second
+    double s = 0;
+    try {
+      s = double(std::stoll(rec.meta_or("end_monotonic_ns", "0")) -
+                 std::stoll(rec.meta_or("start_monotonic_ns", "0"))) / 1e9;
+    } catch (const std::exception&) {
+    }
+    fmt::print(out, "not finished: the recorder was stopped without closing it (killed?), or is "
+                    "still writing; events and drops as of {:.1f} s in\n", s);
+  }
   fmt::print(out, "durations are host-side API times (enqueue time for async calls), not GPU "
                   "execution times\n\n");
   fmt::print(out, "{:<6} {:<28} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7}\n",

@@ -1,6 +1,7 @@
 // The recording writer: schema, batching, and a writer thread that commits each batch.
 #include "store/recording.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include "store/sample_tables.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace eacgm {
 
@@ -118,32 +120,25 @@ CREATE VIEW trace AS
 
 namespace {
 
-void check_output_path(const std::string& path, bool force) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  if (fs::is_directory(p, ec))
-    throw UsageError(fmt::format("output {} is a directory (give a file name, e.g. {}/run.eacgm.db)",
-                                 path, path));
-  if (fs::exists(p, ec)) {
-    if (!force)
-      throw UsageError(fmt::format(
-          "output {} already exists (use --force to overwrite, or choose another -o)", path));
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-  }
-  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec))
-    fail("cannot create {}: directory {} does not exist (create it first)", path, dir.string());
-  if (access(dir.c_str(), W_OK) != 0)
-    fail("cannot create {}: directory {} is not writable ({})", path, dir.string(),
-         errno_text(errno));
+// Refuses what may not be replaced, removes an old recording (with --force: regular files
+// only, its -wal and -shm beside it) and creates the file 0600 as perf does for perf.data:
+// recordings hold command lines, job identities and source file names.
+void create_output(const std::string& path, bool force) {
+  check_output_file(path, force, "-o");
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+    if (!remove_regular_file(path + suffix))
+      fail("cannot replace {}{}: {} (it is not a regular file, or cannot be removed: choose "
+           "another -o)", path, suffix, errno_text(errno));
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail("cannot create {}: {}", path, errno_text(errno));
+  close(fd);
 }
 
 }  // namespace
 
 RecordingWriter::RecordingWriter(const std::string& path, bool force)
     : path_(path), batch_(std::make_unique<Batch>()) {
-  check_output_path(path, force);
+  create_output(path, force);
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
@@ -168,6 +163,11 @@ RecordingWriter::RecordingWriter(const std::string& path, bool force)
 }
 
 RecordingWriter::~RecordingWriter() { close(); }
+
+void RecordingWriter::discard() {
+  close();
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) remove_regular_file(path_ + suffix);
+}
 
 void RecordingWriter::set_meta(std::string key, std::string value) {
   batch_->meta.emplace_back(std::move(key), std::move(value));

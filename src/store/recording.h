@@ -24,10 +24,14 @@ extern const char* const kRecordingSchema;
 // The recording sink: what `record` and the flight recorder write.
 class RecordingWriter final : public Sink {
  public:
-  // Creates `path`. An existing file is refused unless `force`; the directory must be writable.
+  // Creates `path`, mode 0600. An existing file is refused unless `force`, and anything but a
+  // regular file always (never replaced); the directory must be writable.
   // Throws eacgm::Error naming the path and the fix.
   RecordingWriter(const std::string& path, bool force);
   ~RecordingWriter() override;  // close()s
+  // Closes and removes the file: for a recording that never started (nothing to keep, and a
+  // retry must not find it in the way).
+  void discard();
   RecordingWriter(const RecordingWriter&) = delete;
   RecordingWriter& operator=(const RecordingWriter&) = delete;
 

@@ -129,3 +129,36 @@ TEST_F(DetectCli, BadInputGetsAClearError) {
 
 }  // namespace
 }  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// `detect a.db b.db` lines the recordings up in a temporary copy: Ctrl-C (or SIGTERM) while it
+// works must not leave that copy behind in $TMPDIR.
+TEST(DetectCliSignals, AStopSignalLeavesNoTemporaryCopy) {
+  std::string dir = scratch_dir(), tmp = dir + "/tmp";
+  std::filesystem::create_directories(tmp);
+  // a 64-rank job on 8 hosts: long enough to merge that the signal finds it at work
+  auto synth = run({EACGM_SYNTH_JOB, dir, "64", "3000"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  for (int sig : {SIGINT, SIGTERM}) {
+    Process p({kEacgm, "detect", dir + "/host0.eacgm.db", dir + "/host1.eacgm.db"},
+              {"TMPDIR=" + tmp}, true);
+    bool seen = false;
+    for (int i = 0; i < 3000 && !seen; ++i) {
+      for (const auto& e : std::filesystem::directory_iterator(tmp))
+        seen |= e.path().filename().string().rfind("eacgm-detect-", 0) == 0;
+      if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_TRUE(seen) << "detect made no temporary copy in " << tmp;
+    kill(p.pid(), sig);
+    EXPECT_EQ(p.wait(30), 128 + sig) << p.err();
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(tmp))
+      left.push_back(e.path().filename().string());
+    EXPECT_TRUE(left.empty()) << "left in " << tmp << ": " << left.front();
+  }
+}
+
+}  // namespace
+}  // namespace e2e

@@ -54,7 +54,9 @@ TEST_F(RecordErrors, NotRoot) {
   auto r = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kEacgm,
                 "record", "-o", db_, "--", "/bin/true"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("recording needs root"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("recording needs CAP_BPF and CAP_PERFMON"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing CAP_BPF and CAP_PERFMON: run as root"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(RecordErrors, UnknownLayer) {

@@ -161,7 +161,7 @@ TEST(ReadProcMaps, PermissionDeniedThrows) {
       read_proc_maps(1);
       _exit(1);  // no error
     } catch (const Error& e) {
-      _exit(std::string(e.what()).find("permission denied (run eacgm as root)") !=
+      _exit(std::string(e.what()).find("permission denied (another user's process: eacgm needs CAP_PERFMON or CAP_SYS_PTRACE") !=
                     std::string::npos
                 ? 0
                 : 2);

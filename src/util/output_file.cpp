@@ -1,0 +1,60 @@
+#include "util/output_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "util/error.h"
+
+namespace eacgm {
+namespace {
+
+const char* kind_of(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+void check_output_file(const std::string& path, bool force, const std::string& option) {
+  if (path.empty()) throw UsageError(fmt::format("{}: give a file name", option));
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      throw UsageError(fmt::format("{} {}: is a directory (give a file name, e.g. {}/run.eacgm.db)",
+                                   option, path, path));
+    if (!S_ISREG(st.st_mode))
+      throw UsageError(fmt::format(
+          "{} {}: is {}; eacgm writes and replaces only regular files, --force or not (choose "
+          "another name)",
+          option, path, kind_of(st.st_mode)));
+    if (!force)
+      throw UsageError(
+          fmt::format("output {} already exists (use --force to overwrite, or choose another {})",
+                      path, option));
+  }
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    fail("cannot create {}: directory {} does not exist (create it first)", path, dir.string());
+  if (access(dir.c_str(), W_OK) != 0)
+    fail("cannot create {}: directory {} is not writable ({})", path, dir.string(),
+         errno_text(errno));
+}
+
+bool remove_regular_file(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
+  if (!S_ISREG(st.st_mode)) return false;
+  return unlink(path.c_str()) == 0 || errno == ENOENT;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,18 @@
+// Checks on a file eacgm is about to write (a recording, a trace, a merged recording): eacgm
+// writes only regular files, and replaces only those (with --force); a device, a FIFO, a
+// socket, a symlink or a directory at the path is never unlinked or written over.
+#pragma once
+#include <string>
+
+namespace eacgm {
+
+// Throws UsageError when `path` exists and is not a regular file, or exists without `force`,
+// or its directory is missing or not writable (eacgm::Error). `option` names where the path
+// came from in messages ("-o", "--perfetto").
+void check_output_file(const std::string& path, bool force, const std::string& option);
+
+// Removes `path` if it is a regular file (what check_output_file allowed replacing); anything
+// else is left alone. Returns false if it could not.
+bool remove_regular_file(const std::string& path);
+
+}  // namespace eacgm
