@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -188,39 +189,55 @@ TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
   EXPECT_EQ(model.groups.size(), 1u);
 }
 
+// Windows of 100 ms from kStart with these features, row r's values set by `row`: the window
+// model learns from the first 400 and judges the rest.
+struct JudgedWindows {
+  FeatureTable t;
+  std::vector<Anomaly> found;
+  WindowsNotFlagged not_flagged;
+};
+JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
+                            const std::function<void(size_t, double*)>& row) {
+  JudgedWindows w;
+  w.t.group = w.t.layer = w.t.name = "window";
+  w.t.feature_names = std::move(names);
+  w.t.values.resize(Eigen::Index(n), Eigen::Index(w.t.feature_names.size()));
+  std::vector<double> v(w.t.feature_names.size());
+  for (size_t r = 0; r < n; ++r) {
+    row(r, v.data());
+    for (size_t c = 0; c < v.size(); ++c) w.t.values(Eigen::Index(r), Eigen::Index(c)) = v[c];
+    w.t.ts_ns.push_back(kStart + r * 100'000'000);
+    w.t.dur_ns.push_back(100'000'000);
+  }
+  uint64_t split = kStart + 400 * 100'000'000ull;
+  DetectorModel model = train_detector({w.t}, split, DetectOptions{}, nullptr);
+  w.found = find_anomalies(model, {w.t}, split, 3, 0, &w.not_flagged);
+  return w;
+}
+
 // Windows of a collective loop: 400 training windows, then three kinds of unusual window. One
 // where the job ran twice as fast (twice the calls and traffic, more but shorter run-queue
 // waits) is no fault and is only counted; one where it ran at a third of its speed, and one as
 // fast but with ten times the run-queue wait, are flagged.
 TEST(DetectWindows, WhereTheJobRanFasterAreCountedNotFlagged) {
-  FeatureTable t;
-  t.group = t.layer = t.name = "window";
-  t.feature_names = {"comm_calls_per_s", "socket_mb_per_s", "runq_waits_per_s",
-                     "runq_wait_ms_per_s"};
   std::mt19937_64 rng(3);
   std::normal_distribution<double> noise(1.0, 0.05);
   const double usual[] = {300, 20, 600, 5};
   const double faster[] = {600, 40, 1200, 2}, slower[] = {100, 6.7, 200, 5},
                crowded[] = {600, 40, 1200, 50};
-  const size_t n = 403;
-  t.values.resize(n, 4);
-  for (size_t r = 0; r < n; ++r) {
-    const double* v = r == 400 ? faster : r == 401 ? slower : r == 402 ? crowded : usual;
-    for (int c = 0; c < 4; ++c) t.values(Eigen::Index(r), c) = v[c] * noise(rng);
-    t.ts_ns.push_back(kStart + r * 100'000'000);
-    t.dur_ns.push_back(100'000'000);
-  }
-  uint64_t split = kStart + 400 * 100'000'000ull;
-  DetectorModel model = train_detector({t}, split, DetectOptions{}, nullptr);
-  WindowsNotFlagged not_flagged;
-  auto found = find_anomalies(model, {t}, split, 3, 0, &not_flagged);
-  EXPECT_EQ(not_flagged.faster, 1u);
-  EXPECT_EQ(not_flagged.a_little_slower, 0u);
-  ASSERT_EQ(found.size(), 2u);
-  EXPECT_EQ(found[0].ts_ns, t.ts_ns[401]);
-  EXPECT_EQ(found[0].cause, "slow collectives");
-  EXPECT_EQ(found[1].ts_ns, t.ts_ns[402]);
-  EXPECT_EQ(found[1].cause, "CPU interference");
+  auto w = judge_windows(
+      {"comm_calls_per_s", "socket_mb_per_s", "runq_waits_per_s", "runq_wait_ms_per_s"}, 403,
+      [&](size_t r, double* out) {
+        const double* v = r == 400 ? faster : r == 401 ? slower : r == 402 ? crowded : usual;
+        for (int c = 0; c < 4; ++c) out[c] = v[c] * noise(rng);
+      });
+  EXPECT_EQ(w.not_flagged.faster, 1u);
+  EXPECT_EQ(w.not_flagged.a_little_slower, 0u);
+  ASSERT_EQ(w.found.size(), 2u);
+  EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
+  EXPECT_EQ(w.found[0].cause, "slow collectives");
+  EXPECT_EQ(w.found[1].ts_ns, w.t.ts_ns[402]);
+  EXPECT_EQ(w.found[1].cause, "CPU interference");
 }
 
 // The same loop's windows, where the job's collectives took 10% longer and came 10% fewer
@@ -228,29 +245,19 @@ TEST(DetectWindows, WhereTheJobRanFasterAreCountedNotFlagged) {
 // first is unusual to a density of tight windows but no fault to a reader, and is counted; the
 // second is flagged.
 TEST(DetectWindows, WhereTheCallsRanALittleSlowerAreCountedNotFlagged) {
-  FeatureTable t;
-  t.group = t.layer = t.name = "window";
-  t.feature_names = {"comm_calls_per_s", "comm_call_log_duration_us"};
   std::mt19937_64 rng(5);
   std::normal_distribution<double> noise(0.0, 0.005);
-  const size_t n = 402;
-  t.values.resize(n, 2);
-  for (size_t r = 0; r < n; ++r) {
-    double slowdown = r == 400 ? 1.1 : r == 401 ? 2.0 : 1.0;
-    t.values(Eigen::Index(r), 0) = 300 / slowdown * (1 + noise(rng));
-    t.values(Eigen::Index(r), 1) = std::log(100 * slowdown) + noise(rng);
-    t.ts_ns.push_back(kStart + r * 100'000'000);
-    t.dur_ns.push_back(100'000'000);
-  }
-  uint64_t split = kStart + 400 * 100'000'000ull;
-  DetectorModel model = train_detector({t}, split, DetectOptions{}, nullptr);
-  WindowsNotFlagged not_flagged;
-  auto found = find_anomalies(model, {t}, split, 3, 0, &not_flagged);
-  EXPECT_EQ(not_flagged.a_little_slower, 1u);
-  EXPECT_EQ(not_flagged.faster, 0u);
-  ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found[0].ts_ns, t.ts_ns[401]);
-  EXPECT_EQ(found[0].cause, "slow collectives");
+  auto w = judge_windows({"comm_calls_per_s", "comm_call_log_duration_us"}, 402,
+                         [&](size_t r, double* out) {
+                           double slowdown = r == 400 ? 1.1 : r == 401 ? 2.0 : 1.0;
+                           out[0] = 300 / slowdown * (1 + noise(rng));
+                           out[1] = std::log(100 * slowdown) + noise(rng);
+                         });
+  EXPECT_EQ(w.not_flagged.a_little_slower, 1u);
+  EXPECT_EQ(w.not_flagged.faster, 0u);
+  ASSERT_EQ(w.found.size(), 1u);
+  EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
+  EXPECT_EQ(w.found[0].cause, "slow collectives");
 }
 
 // A job that starts its calls 3 s into the recording (importing, loading: CPU and page faults
