@@ -209,6 +209,8 @@ int run_detect(const DetectArgs& a) {
       model = detect::detector_from_json(json::parse(in));
     } catch (const json::exception& e) {
       fail("model {} is not valid JSON: {}", a.model, e.what());
+    } catch (const Error& e) {
+      fail("model {}: {}", a.model, e.what());
     }
     window_ns = model.window_ns ? model.window_ns : window_ns;
     trained_on = "model " + a.model;

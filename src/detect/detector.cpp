@@ -346,8 +346,9 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   }
   // No resource: the symptom of a layer among the top features (the job's own CPU falling
   // while it waits on a slow link is no cause; the collectives it waits in are).
-  for (const auto& [feature, weight] : top) {
+  for (const auto& [top_feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;
+    const std::string& feature = top_feature;  // clang 14: no structured binding in a lambda
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
     if (has("comm_")) return "slow collectives";
     if (has("cuda_")) return "slow CUDA calls";
@@ -376,22 +377,34 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
 }
 
 DetectorModel detector_from_json(const nlohmann::json& j) {
-  if (j.value("format", "") != "eacgm-detector")
+  auto format = j.is_object() ? j.find("format") : j.end();
+  if (format == j.end() || !format->is_string() || *format != "eacgm-detector")
     fail("not an eacgm detector model (no \"format\": \"eacgm-detector\"; save one with "
          "eacgm detect --save-model)");
-  DetectorModel m;
-  m.window_ns = j.at("window_ns").get<uint64_t>();
-  for (const auto& g : j.at("groups")) {
-    GroupModel gm;
-    gm.group = g.at("group");
-    gm.layer = g.at("layer");
-    gm.name = g.at("name");
-    gm.threshold = g.at("threshold");
-    gm.train_samples = g.at("train_samples");
-    gm.model = model_from_json(g.at("model"), &gm.features);
-    m.groups.push_back(std::move(gm));
+  try {
+    DetectorModel m;
+    const auto& window = j.at("window_ns");
+    if (!window.is_number_unsigned() || window.get<uint64_t>() > 3'600'000'000'000ull)
+      fail("'window_ns' must be a whole number of nanoseconds up to an hour");
+    m.window_ns = window.get<uint64_t>();
+    for (const auto& g : j.at("groups")) {
+      GroupModel gm;
+      gm.group = g.at("group").get<std::string>();
+      gm.layer = g.at("layer").get<std::string>();
+      gm.name = g.at("name").get<std::string>();
+      if (!g.at("threshold").is_number() || !std::isfinite(g.at("threshold").get<double>()))
+        fail("group {}: 'threshold' must be a finite number", gm.group);
+      gm.threshold = g.at("threshold").get<double>();
+      if (!g.at("train_samples").is_number_unsigned())
+        fail("group {}: 'train_samples' must be a whole number", gm.group);
+      gm.train_samples = g.at("train_samples").get<size_t>();
+      gm.model = model_from_json(g.at("model"), &gm.features);
+      m.groups.push_back(std::move(gm));
+    }
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    fail("malformed detector model: {}", e.what());
   }
-  return m;
 }
 
 }  // namespace eacgm::detect

@@ -1,5 +1,6 @@
 // GMM models as JSON files, so a model fitted once can score later runs.
 #include <cerrno>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -64,20 +65,36 @@ json model_to_json(const GaussianMixture& model, const std::vector<std::string>&
   return j;
 }
 
+// A count in a model file: an integer in [lo, hi] (a float or a huge number converted to int
+// is undefined behaviour: found by fuzz/fuzz_gmm_model).
+int count_at(const json& j, const char* key, int lo, int hi) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    fail("'{}' must be a whole number from {} to {}", key, lo, hi);
+  return int(v.get<int64_t>());
+}
+
 GaussianMixture model_from_json(const json& j, std::vector<std::string>* feature_names) {
   try {
     if (!j.is_object() || j.value("format", "") != kFormat)
       fail("not an eacgm GMM model (no \"format\": \"{}\")", kFormat);
-    if (j.at("version").get<int>() != kVersion)
+    if (!j.at("version").is_number_integer() || j.at("version").get<int64_t>() != kVersion)
       fail("model version {} is not supported (this eacgm reads version {})",
            j.at("version").dump(), kVersion);
     std::string type = j.at("covariance_type").get<std::string>();
     if (type != "full" && type != "diag") fail("covariance_type '{}' is not full or diag", type);
-    int k = j.at("n_components").get<int>(), d = j.at("n_features").get<int>();
-    if (k < 1 || d < 1) fail("n_components and n_features must be at least 1");
+    int k = count_at(j, "n_components", 1, 1000), d = count_at(j, "n_features", 1, 100000);
     auto w = j.at("weights").get<std::vector<double>>();
     if (int(w.size()) != k) fail("'weights' must hold {} numbers", k);
+    // a weight of 0 made every density -inf - -inf = NaN (found by fuzz/fuzz_gmm_model)
+    double sum = 0;
+    for (double x : w) {
+      if (!std::isfinite(x) || x <= 0 || x > 1 + 1e-9) fail("'weights' must be numbers in (0, 1]");
+      sum += x;
+    }
+    if (std::fabs(sum - 1) > 1e-6) fail("'weights' must sum to 1 (they sum to {})", sum);
     Eigen::MatrixXd means = matrix_from(j.at("means"), k, d, "means");
+    if (!means.allFinite()) fail("'means' must be finite numbers");
     const json& covs = j.at("covariances");
     if (!covs.is_array() || int(covs.size()) != k) fail("'covariances' must hold {} entries", k);
     std::vector<Eigen::MatrixXd> cov;
@@ -89,6 +106,8 @@ GaussianMixture model_from_json(const json& j, std::vector<std::string>* feature
         cov.push_back(diag.row(0).asDiagonal());
       }
     }
+    for (const auto& c : cov)
+      if (!c.allFinite()) fail("'covariances' must be finite numbers");
     if (feature_names) {
       *feature_names = j.value("feature_names", std::vector<std::string>{});
       if (!feature_names->empty() && int(feature_names->size()) != d)

@@ -1,10 +1,14 @@
 // The GMM engine: parameter recovery on known mixtures, determinism, BIC, scoring, JSON.
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <omp.h>
 
 #include <Eigen/Cholesky>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
 
@@ -244,6 +248,35 @@ TEST(Gmm, MalformedModelIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("'means' must be an array of 3 rows"), std::string::npos)
         << e.what();
   }
+}
+
+// Values a fitted model never holds are refused when loaded: a weight of 0 once gave every
+// sample a NaN density (found by fuzz/fuzz_gmm_model), and non-finite means or covariances
+// would too.
+TEST(Gmm, ModelWithImpossibleValuesIsRefused) {
+  nlohmann::json good = model_to_json(fit_gmm(sample(three_blobs(), 300, 11), options(3)).model, {});
+  EXPECT_NO_THROW(model_from_json(good, nullptr));
+  auto refused = [&](const std::function<void(nlohmann::json&)>& spoil, const char* says) {
+    nlohmann::json j = good;
+    spoil(j);
+    try {
+      model_from_json(j, nullptr);
+      ADD_FAILURE() << "no error for " << says;
+    } catch (const eacgm::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused([](nlohmann::json& j) { j["weights"][0] = 0.0; }, "'weights' must be numbers in (0, 1]");
+  refused([](nlohmann::json& j) { j["weights"][0] = -0.5; }, "'weights' must be numbers in (0, 1]");
+  refused([](nlohmann::json& j) { j["weights"][0] = 0.9; }, "'weights' must sum to 1");
+  refused([](nlohmann::json& j) { j["means"][1][0] = std::numeric_limits<double>::infinity(); }, "'means' must be finite");
+  refused([](nlohmann::json& j) { j["covariances"][2][0][0] = std::nan(""); },
+          "'covariances' must be finite");
+  // a count that is no int (converting 1.1e37 to int was undefined behaviour, also fuzz-found)
+  refused([](nlohmann::json& j) { j["n_components"] = 1.1e37; },
+          "'n_components' must be a whole number from 1 to 1000");
+  refused([](nlohmann::json& j) { j["n_features"] = 2.5; }, "'n_features' must be a whole number");
+  refused([](nlohmann::json& j) { j["version"] = 1e300; }, "model version 1e+300 is not supported");
 }
 
 TEST(Gmm, TooFewRowsForKIsAnError) {
