@@ -12,6 +12,9 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(proc_maps job_identity csv gmm_model elf)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing (scripts/setup.sh installs clang)" >&2; exit 1; }
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2; }
+for t in "${targets[@]}"; do
+  [ -d "fuzz/corpus/$t" ] || { echo "fuzz.sh: unknown target '$t' (one of: $(ls fuzz/corpus | tr '\n' ' '))" >&2; exit 2; }
+done
 out=${FUZZ_BUILD:-build-fuzz}
 mkdir -p "$out/artifacts"
 if ! { cmake -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
@@ -22,7 +25,6 @@ if ! { cmake -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=R
   exit 1
 fi
 for t in "${targets[@]}"; do
-  [ -d "fuzz/corpus/$t" ] || { echo "fuzz.sh: unknown target '$t' (no fuzz/corpus/$t)" >&2; exit 2; }
   mkdir -p "$out/corpus/$t"
   cp -n fuzz/corpus/"$t"/* "$out/corpus/$t/" 2>/dev/null || true
   echo "fuzz.sh: $t for ${seconds} s"

@@ -176,6 +176,7 @@ void FlightRecorder::write(const Pending& p) {
   c->meta.emplace_back("start_monotonic_ns", std::to_string(start));
   c->meta.emplace_back("start_realtime_ns", std::to_string(int64_t(start) + to_real));
   c->meta.emplace_back("end_monotonic_ns", std::to_string(end));
+  c->meta.emplace_back("recording_state", "complete");  // the agent's own is "recording"
   // lost while these rows were held: the total now less the total before the first of them
   uint64_t lost = dropped_.empty() ? 0
                   : dropped_.front().first < start

@@ -341,6 +341,7 @@ TEST_F(Agent, FlightRecordingOnDemandIsAnOrdinaryRecording) {
   auto report = run({kEacgm, "report", path});
   ASSERT_EQ(report.exit_code, 0) << report.err;
   EXPECT_NE(report.out.find("flight recording (http)"), std::string::npos) << report.out;
+  EXPECT_EQ(report.out.find("not finished"), std::string::npos) << report.out;  // it is whole
   std::istringstream lines(report.out);
   bool malloc_line = false;
   for (std::string line; std::getline(lines, line);)
