@@ -296,6 +296,7 @@ int run_detect(const DetectArgs& a) {
     // unusual only in running faster, or a little slower: not flagged
     j["windows_busier_than_training"] = not_flagged.faster;
     j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
+    j["training_windows_starved_of_cpu"] = model.starved_training_windows;  // left out of training
     j["anomalies"] = json::array();
     for (const auto& r : rows)
       j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -315,6 +316,10 @@ int run_detect(const DetectArgs& a) {
     fmt::print("  not modelled: {} more groups (all in --json's skipped_groups)\n",
                skipped.size() - 5);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
+  if (model.starved_training_windows)
+    fmt::print("  {} training windows left out: the job got under half its usual CPU in them while "
+               "waiting 3x longer for a CPU (CPU interference while learning)\n",
+               model.starved_training_windows);
   if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
                "training (more calls or traffic per second, nothing slower)\n",

@@ -22,6 +22,34 @@ Eigen::MatrixXd rows_where(const FeatureTable& t, bool before, uint64_t cut) {
   return x;
 }
 
+double median_of(Eigen::VectorXd v) {
+  std::sort(v.data(), v.data() + v.size());
+  Eigen::Index n = v.size();
+  return n % 2 ? v(n / 2) : 0.5 * (v(n / 2 - 1) + v(n / 2));
+}
+
+// Leaves out the training windows in which the job was starved of CPU, judged against the
+// training windows' medians (robust to the starved windows themselves while they are fewer than
+// half). Enough of them (a tenth, as one noisy neighbour for a second or two of a short
+// training gives) would form a mixture component of their own, and the same neighbour later
+// would be "normal". Returns how many were left out.
+size_t drop_starved_windows(const FeatureTable& t, Eigen::MatrixXd& x) {
+  const auto& f = t.feature_names;
+  auto cpu = std::find(f.begin(), f.end(), "cpu_cores"), wait = std::find(f.begin(), f.end(), "runq_wait_ms_per_s");
+  if (cpu == f.end() || wait == f.end() || x.rows() == 0) return 0;
+  Eigen::Index c = cpu - f.begin(), w = wait - f.begin();
+  double usual_cores = median_of(x.col(c)), usual_wait = median_of(x.col(w));
+  std::vector<Eigen::Index> keep;
+  for (Eigen::Index r = 0; r < x.rows(); ++r)
+    if (!starved_of_cpu(x(r, c), usual_cores, x(r, w), usual_wait)) keep.push_back(r);
+  size_t dropped = size_t(x.rows()) - keep.size();
+  if (dropped == 0) return 0;
+  Eigen::MatrixXd kept(Eigen::Index(keep.size()), x.cols());
+  for (size_t r = 0; r < keep.size(); ++r) kept.row(Eigen::Index(r)) = x.row(keep[r]);
+  x = std::move(kept);
+  return dropped;
+}
+
 // Samples drawn from the model itself, to calibrate a threshold beyond what a small training
 // set can show (30 windows say nothing about their own 0.5% tail).
 Eigen::MatrixXd draw_from(const GaussianMixture& m, Eigen::Index n, uint64_t seed) {
@@ -45,6 +73,18 @@ double quantile_of(Eigen::VectorXd v, double q) {
   double pos = q * double(v.size() - 1);
   auto lo = Eigen::Index(std::floor(pos)), hi = Eigen::Index(std::ceil(pos));
   return v(lo) + (v(hi) - v(lo)) * (pos - double(lo));
+}
+
+// The quantile q of the training samples' scores. Fewer than 1/q samples (60 windows for the
+// 0.5% quantile) cannot show their own tail: their lowest is as likely an outlier of training
+// (the job's first window, still loading; a hiccup) as the tail, and one sample alone would set
+// the threshold (a start-up window ten times as unusual as any other let a noisy neighbour's
+// windows through). Then the second lowest stands for the tail.
+double training_quantile(const Eigen::VectorXd& scores, double q) {
+  if (scores.size() < 2 || double(scores.size()) * q >= 1) return quantile_of(scores, q);
+  Eigen::VectorXd v = scores;
+  std::nth_element(v.data(), v.data() + 1, v.data() + v.size());
+  return v(1);
 }
 
 // A call flagged mostly for its duration must also be clearly slower than its component's
@@ -124,6 +164,7 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
   for (const auto& t : tables) {
     if (t.group == "window" && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
     Eigen::MatrixXd x = rows_where(t, true, until_of(t.group));
+    if (t.group == "window") out.starved_training_windows = drop_starved_windows(t, x);
     if (t.values.cols() == 0 || size_t(x.rows()) < options.min_samples) {
       if (skipped)
         skipped->push_back(fmt::format("{}: {} training samples, {} features (needs {} samples)",
@@ -161,7 +202,7 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
     GmmScores drawn = score_gmm(g.model, draw_from(g.model, 20000, options.seed + 1));
     g.threshold = options.threshold
                       ? *options.threshold
-                      : std::min(quantile_of(s.component_log_density, options.quantile),
+                      : std::min(training_quantile(s.component_log_density, options.quantile),
                                  quantile_of(drawn.component_log_density, options.quantile));
     out.groups.push_back(std::move(g));
   }
@@ -279,6 +320,12 @@ std::vector<Anomaly> find_anomalies(const DetectorModel& model,
   return out;
 }
 
+bool starved_of_cpu(double cores, double usual_cores, double runq_ms_per_s,
+                    double usual_runq_ms_per_s) {
+  return usual_cores > 0 && usual_runq_ms_per_s > 0 && cores < 0.5 * usual_cores &&
+         runq_ms_per_s * usual_cores >= 3 * usual_runq_ms_per_s * std::max(cores, 1e-3);
+}
+
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top,
                            const std::set<std::string>& lowered, const ValueAndUsual& values) {
@@ -323,18 +370,13 @@ std::string probable_cause(const std::string& layer, const std::string& name,
       weight_of("runq_wait_ms_per_s") >= 2.0 && !lowered.count("runq_wait_ms_per_s"))
     return "CPU interference";
   // Likewise where its threads already waited for the CPUs in training (more runnable threads
-  // than cores) and the wait cannot rise much: the job's CPU fell to under half, beyond its
-  // noise, while the wait per CPU-second it got rose threefold or more, however much slower its
-  // calls became meanwhile. (A job waiting elsewhere waits less for CPUs as it uses less: its
-  // wait per CPU-second stays.)
+  // than cores) and the wait cannot rise much: the job was starved of CPU (starved_of_cpu),
+  // beyond its CPU's noise, however much slower its calls became meanwhile.
   auto cpu = values.find("cpu_cores"), wait = values.find("runq_wait_ms_per_s");
-  if (cpu != values.end() && wait != values.end() && weight_of("cpu_cores") >= 4.0) {
-    auto [cores, usual_cores] = cpu->second;
-    auto [ms, usual_ms] = wait->second;
-    if (usual_cores > 0 && usual_ms > 0 && cores < 0.5 * usual_cores &&
-        ms * usual_cores >= 3 * usual_ms * std::max(cores, 1e-3))
-      return "CPU interference";
-  }
+  if (cpu != values.end() && wait != values.end() && weight_of("cpu_cores") >= 4.0 &&
+      starved_of_cpu(cpu->second.first, cpu->second.second, wait->second.first,
+                     wait->second.second))
+    return "CPU interference";
   // Reclaim explains the page-cache refills and disk reads that come with it.
   for (const auto& [feature, weight] : top)
     if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos &&

@@ -40,7 +40,17 @@ struct GroupModel {
 struct DetectorModel {
   uint64_t window_ns = 0;
   std::vector<GroupModel> groups;
+  // Training windows left out because the job was starved of CPU in them (starved_of_cpu
+  // against the training windows' medians): a noisy neighbour while learning is no normal to
+  // learn. Not saved with the model; it describes this training only.
+  size_t starved_training_windows = 0;
 };
+
+// The job got under half its usual CPU while it waited for a CPU three times as long (or more)
+// per CPU-second it got: something else took the CPUs. (A job waiting elsewhere, on a link or
+// a disk, waits less for CPUs as it uses less: its wait per CPU-second stays.)
+bool starved_of_cpu(double cores, double usual_cores, double runq_ms_per_s,
+                    double usual_runq_ms_per_s);
 
 // The kind of a cause, without the operation it names ("slow cuda call: cudaMalloc" -> "slow
 // cuda call"): a bounded set, fit for a metric label.

@@ -190,14 +190,15 @@ TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
 }
 
 // Windows of 100 ms from kStart with these features, row r's values set by `row`: the window
-// model learns from the first 400 and judges the rest.
+// model learns from the first `train` (400) and judges the rest.
 struct JudgedWindows {
   FeatureTable t;
   std::vector<Anomaly> found;
   WindowsNotFlagged not_flagged;
+  size_t starved_training_windows = 0;
 };
 JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
-                            const std::function<void(size_t, double*)>& row) {
+                            const std::function<void(size_t, double*)>& row, size_t train = 400) {
   JudgedWindows w;
   w.t.group = w.t.layer = w.t.name = "window";
   w.t.feature_names = std::move(names);
@@ -209,9 +210,10 @@ JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
     w.t.ts_ns.push_back(kStart + r * 100'000'000);
     w.t.dur_ns.push_back(100'000'000);
   }
-  uint64_t split = kStart + 400 * 100'000'000ull;
+  uint64_t split = kStart + train * 100'000'000ull;
   DetectorModel model = train_detector({w.t}, split, DetectOptions{}, nullptr);
   w.found = find_anomalies(model, {w.t}, split, 3, 0, &w.not_flagged);
+  w.starved_training_windows = model.starved_training_windows;
   return w;
 }
 
@@ -258,6 +260,52 @@ TEST(DetectWindows, WhereTheCallsRanALittleSlowerAreCountedNotFlagged) {
   ASSERT_EQ(w.found.size(), 1u);
   EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
   EXPECT_EQ(w.found[0].cause, "slow collectives");
+}
+
+// A noisy neighbour for 6 s of a 40 s training (60 of the 400 training windows: enough for a
+// mixture component of their own) and again later: the job got 0.05 of its 1.9 cores, waited
+// twice as long for them, its operators ran 5x slower and 20x fewer. The training windows are
+// left out, so the neighbour's later windows are flagged as CPU interference, not learnt as one
+// more kind of normal. A job merely idle for a while (less CPU, less wait) is kept.
+TEST(DetectWindows, ANoisyNeighbourWhileLearningIsNotLearntAsNormal) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  const double usual[] = {1.9, 2100, std::log(100.0), 30000}, idle[] = {0.9, 900, std::log(100.0), 14000},
+               starved[] = {0.05, 4000, std::log(500.0), 1500};
+  auto w = judge_windows(
+      {"cpu_cores", "runq_wait_ms_per_s", "torch_call_log_duration_us", "torch_calls_per_s"}, 420,
+      [&](size_t r, double* out) {
+        bool neighbour = (r >= 100 && r < 160) || r >= 405;
+        const double* v = neighbour ? starved : (r >= 200 && r < 230) ? idle : usual;
+        for (int c = 0; c < 4; ++c) out[c] = v[c] * noise(rng);
+      });
+  EXPECT_EQ(w.starved_training_windows, 60u);
+  ASSERT_EQ(w.found.size(), 15u);
+  for (const auto& a : w.found) {
+    EXPECT_GE(a.ts_ns, w.t.ts_ns[405]);
+    EXPECT_EQ(a.cause, "CPU interference");
+  }
+}
+
+// 60 training windows (too few to show their own 0.5% tail), the first of them the job's
+// start-up (reading its files: 100 MB/s of page-ins, a third of the calls): that one window
+// does not set the threshold, so the later windows at two thirds of the usual speed with 30%
+// more run-queue wait are flagged although the start-up was stranger still.
+TEST(DetectWindows, TheLowestOfFewTrainingWindowsDoesNotSetTheThreshold) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  const double usual[] = {300, 2000, 1}, startup[] = {100, 1000, 100}, crowded[] = {200, 2600, 1};
+  auto w = judge_windows({"comm_calls_per_s", "runq_wait_ms_per_s", "pagein_mb_per_s"}, 70,
+                         [&](size_t r, double* out) {
+                           const double* v = r == 0 ? startup : r >= 65 ? crowded : usual;
+                           for (int c = 0; c < 3; ++c) out[c] = v[c] * noise(rng);
+                         },
+                         60);
+  ASSERT_EQ(w.found.size(), 5u);
+  for (const auto& a : w.found) {
+    EXPECT_GE(a.ts_ns, w.t.ts_ns[65]);
+    EXPECT_EQ(a.cause, "CPU interference");
+  }
 }
 
 // A job that starts its calls 3 s into the recording (importing, loading: CPU and page faults
