@@ -53,8 +53,8 @@ struct DetectArgs {
 double default_window_s(const RecordingReader& rec, double fraction) {
   int64_t start = 0, end = 0;
   try {
-    start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
-    end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+    start = rec.meta_ns("start_monotonic_ns");
+    end = rec.meta_ns("end_monotonic_ns");
   } catch (const std::exception&) {
     return 1.0;
   }
@@ -182,8 +182,8 @@ int run_detect(const DetectArgs& a) {
     window_s = a.train.empty() ? default_window_s(rec, a.train_fraction)
                                : default_window_s(RecordingReader(a.train), 1.0);
   uint64_t window_ns = uint64_t(window_s * 1e9);
-  int64_t start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
-  int64_t end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+  int64_t start = rec.meta_ns("start_monotonic_ns");
+  int64_t end = rec.meta_ns("end_monotonic_ns");
   detect::DetectOptions opts;
   opts.quantile = a.quantile;
   if (a.has_threshold) opts.threshold = a.threshold;

@@ -28,14 +28,14 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
                 rec.column_or("trace", "runq_ns", "NULL") + ", tid FROM trace ORDER BY ts_ns",
             [&](Statement& s) {
               CallGroup& g = groups[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
-              g.ts.push_back(uint64_t(s.int_at(2)));
+              g.ts.push_back(uint64_t(s.ns_at(2)));
               g.pid.push_back(uint32_t(s.int_at(5)));
               g.tid.push_back(uint32_t(s.int_at(7)));
-              g.runq.push_back(s.null_at(6) ? -1 : s.int_at(6));
-              g.dur.push_back(uint64_t(s.int_at(3)));
+              g.runq.push_back(s.null_at(6) ? -1 : s.ns_at(6));
+              g.dur.push_back(uint64_t(s.ns_at(3)));
               // Net of the time the thread waited for a CPU (where known): preemption is the
               // host's doing, which the window model sees; the call itself was not slower.
-              int64_t dur = s.int_at(3) - (s.null_at(6) ? 0 : s.int_at(6));
+              int64_t dur = s.ns_at(3) - (s.null_at(6) ? 0 : s.ns_at(6));
               // And net of a collective's wait for the last rank to join. The part of that wait
               // the late rank's own progress explains (straggling: it took longer since the
               // previous instance, not for want of a CPU) is a feature of its own.
@@ -95,8 +95,7 @@ struct WindowMetric {
 FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   FeatureTable t;
   t.group = t.layer = t.name = "window";
-  int64_t start = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
-  int64_t end = std::stoll(rec.meta_or("end_monotonic_ns", "0"));
+  int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
   auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
   std::map<std::string, WindowMetric> m;
   double per_s = 1e9 / double(window_ns);
@@ -108,21 +107,21 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
                            {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
             " FROM host_samples",
         [&](Statement& s) {
-          int64_t w = window_of(s.int_at(0));  // by the middle of the sampled interval
+          int64_t w = window_of(s.ns_at(0));  // by the middle of the sampled interval
           std::string scope(s.text_at(1));
           if (scope == "process") {
             m["runq_wait_ms_per_s"].add(w, double(s.int_at(2)) / 1e6 * per_s);
             m["runq_waits_per_s"].add(w, double(s.int_at(3)) * per_s);
             m["involuntary_switches_per_s"].add(w, double(s.int_at(4)) * per_s);
             m["cpu_cores"].add(w, double(s.int_at(5)) / double(window_ns));
-            m["socket_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
+            m["socket_mb_per_s"].add(w, (double(s.int_at(6)) + double(s.int_at(7))) / 1e6 * per_s);
             m["block_mb_per_s"].add(w, double(s.int_at(8)) / 1e6 * per_s);
             m["tcp_retransmits_per_s"].add(w, double(s.int_at(9)) * per_s);
             m["page_faults_per_s"].add(w, double(s.int_at(10)) * per_s);
             m["reclaim_ms_per_s"].add(w, double(s.int_at(11)) / 1e6 * per_s);
             m["pagein_mb_per_s"].add(w, double(s.int_at(12)) / 1e6 * per_s);
           } else if (scope == "net") {
-            m["nic_mb_per_s"].add(w, double(s.int_at(6) + s.int_at(7)) / 1e6 * per_s);
+            m["nic_mb_per_s"].add(w, (double(s.int_at(6)) + double(s.int_at(7))) / 1e6 * per_s);
           }
         });
   }
@@ -131,7 +130,7 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
         "SELECT ts_ns, sm_util_pct, mem_used_bytes, power_w, temperature_c, sm_clock_mhz, "
         "pcie_tx_bytes_per_s + pcie_rx_bytes_per_s, throttle_reasons FROM gpu_samples",
         [&](Statement& s) {
-          int64_t w = window_of(s.int_at(0));
+          int64_t w = window_of(s.ns_at(0));
           const char* names[] = {"gpu_util_pct", "gpu_mem_gib", "gpu_power_w", "gpu_temp_c",
                                  "gpu_sm_clock_mhz", "gpu_pcie_mb_per_s", "gpu_throttled"};
           const double scale[] = {1, 1.0 / (1ull << 30), 1, 1, 1, 1e-6, 1};
@@ -147,12 +146,12 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   }
   int64_t last_call_end = 0, first_call = INT64_MAX;
   rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
-    last_call_end = std::max(last_call_end, s.int_at(1) + s.int_at(2));
-    first_call = std::min(first_call, s.int_at(1));
-    int64_t w = window_of(s.int_at(1));
+    last_call_end = std::max(last_call_end, s.ns_at(1) + s.ns_at(2));
+    first_call = std::min(first_call, s.ns_at(1));
+    int64_t w = window_of(s.ns_at(1));
     std::string layer(s.text_at(0));
     m[layer + "_calls_per_s"].add(w, per_s);
-    m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.int_at(2), 1)) / 1e3));
+    m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.ns_at(2), 1)) / 1e3));
   });
   // Rare-event counts are 0 in most training windows, so any small amount would be far in the
   // tail; only what exceeds a noise floor counts (a few spurious retransmits or tail-loss
@@ -165,6 +164,12 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   // falling to nothing, exit paths paging in code never run before), not its behaviour;
   if (last_call_end > start) end = std::min(end, last_call_end);
   int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
+  // A day at 0.1 s is 864,000 windows; more than this is a damaged recording or a tiny --window.
+  constexpr int64_t kMaxWindows = 10'000'000;
+  if (windows > kMaxWindows)
+    fail("{}: {:.0f} s from its start to its last traced call make {} windows of {:g} s, more "
+         "than {} (is the recording damaged? else pass a larger --window)",
+         rec.path(), double(end - start) / 1e9, windows, double(window_ns) / 1e9, kMaxWindows);
   // and from the window of the first traced call: what precedes it is the job starting
   // (imports, loading: page faults and CPU without calls), not its behaviour, and a model that
   // learnt it would be too wide to see a noisy neighbour later.

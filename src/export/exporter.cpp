@@ -19,8 +19,8 @@ namespace {
 // A call row's slice from its first columns: ts_ns, dur_ns, pid, tid, name.
 TimelineSlice call_slice(const Statement& s, int64_t to_real, const char* layer) {
   TimelineSlice slice;
-  slice.ts_ns = uint64_t(s.int_at(0) + to_real);
-  slice.dur_ns = uint64_t(s.int_at(1));
+  slice.ts_ns = uint64_t(s.ns_at(0) + to_real);
+  slice.dur_ns = uint64_t(s.ns_at(1));
   slice.pid = uint32_t(s.int_at(2));
   slice.tid = uint32_t(s.int_at(3));
   slice.category = layer;
@@ -171,7 +171,7 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
                          {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
           " FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
       [&](Statement& s) {
-        uint64_t end = uint64_t(s.int_at(0) + to_real), dt = uint64_t(s.int_at(1));
+        uint64_t end = uint64_t(s.ns_at(0) + to_real), dt = uint64_t(s.ns_at(1));
         double per_s = 1e9 / double(dt), mb_per_s = per_s / 1e6;
         std::string scope(s.text_at(2)), name(s.text_at(5));
         auto put = [&](uint32_t pid, const std::string& track, double v) {
@@ -214,7 +214,7 @@ void add_gpu_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to
       "nvlink_tx_bytes_per_s, nvlink_rx_bytes_per_s, throttle_reasons FROM gpu_samples "
       "ORDER BY ts_ns",
       [&](Statement& s) {
-        uint64_t ts = uint64_t(s.int_at(0) + to_real);
+        uint64_t ts = uint64_t(s.ns_at(0) + to_real);
         std::string gpu = fmt::format("GPU {} ", s.int_at(1));
         auto put = [&](int col, const char* track, double scale) {
           if (!s.null_at(col)) sink.add_counter({ts, 0, gpu + track, s.double_at(col) * scale});
@@ -236,7 +236,7 @@ void add_gpu_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to
       "SELECT ts_ns, gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes "
       "FROM gpu_process_samples ORDER BY ts_ns",
       [&](Statement& s) {
-        uint64_t ts = uint64_t(s.int_at(0) + to_real);
+        uint64_t ts = uint64_t(s.ns_at(0) + to_real);
         uint32_t pid = uint32_t(s.int_at(2));
         std::string gpu = fmt::format("GPU {} ", s.int_at(1));
         if (!s.null_at(3)) sink.add_counter({ts, pid, gpu + "SM util (%)", s.double_at(3)});
@@ -246,7 +246,7 @@ void add_gpu_counters(const RecordingReader& rec, TimelineSink& sink, int64_t to
       });
   // An XID is an event: a spike to its number on the GPU's track, back to 0 just after.
   rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {
-    uint64_t ts = uint64_t(s.int_at(0) + to_real);
+    uint64_t ts = uint64_t(s.ns_at(0) + to_real);
     std::string track = fmt::format("GPU {} XID", s.int_at(1));
     sink.add_counter({ts, 0, track, double(s.int_at(2))});
     sink.add_counter({ts + 1'000'000, 0, track, 0});
@@ -260,7 +260,7 @@ void add_anomalies(const RecordingReader& rec, TimelineSink& sink, int64_t to_re
             "ORDER BY ts_ns",
             [&](Statement& s) {
               TimelineInstant i;
-              i.ts_ns = uint64_t(s.int_at(0) + to_real);
+              i.ts_ns = uint64_t(s.ns_at(0) + to_real);
               i.track = "anomalies";
               i.category = "anomaly";
               i.name = std::string(s.text_at(6));

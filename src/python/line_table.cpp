@@ -3,17 +3,24 @@
 // saying how the line changes and (L + 1) code units covered.
 #include "python/line_table.h"
 
+#include <climits>
+
 namespace eacgm {
 namespace {
 
-int line_310(std::span<const uint8_t> t, int line, uint32_t instr) {
-  uint32_t byte_offset = instr * 2, start = 0;
+// The table comes from the traced process's memory and may say anything: lines are summed in
+// 64 bits (hundreds of deltas of +-2^31 cannot overflow them) and any sum that is no line
+// number (negative, or beyond int) is unknown.
+int line_or_unknown(int64_t line) { return line < 0 || line > INT_MAX ? -1 : int(line); }
+
+int line_310(std::span<const uint8_t> t, int64_t line, uint32_t instr) {
+  uint64_t byte_offset = uint64_t(instr) * 2, start = 0;
   for (size_t i = 0; i + 1 < t.size(); i += 2) {
-    uint32_t end = start + t[i];
+    uint64_t end = start + t[i];
     int delta = int8_t(t[i + 1]);
     bool no_line = delta == -128;
     if (!no_line) line += delta;
-    if (byte_offset >= start && byte_offset < end) return no_line ? -1 : line;
+    if (byte_offset >= start && byte_offset < end) return no_line ? -1 : line_or_unknown(line);
     start = end;
   }
   return -1;
@@ -44,14 +51,14 @@ class Reader {
   size_t i_ = 0;
 };
 
-int line_311(std::span<const uint8_t> t, int line, uint32_t instr) {
+int line_311(std::span<const uint8_t> t, int64_t line, uint32_t instr) {
   Reader r(t);
-  uint32_t start = 0;
+  uint64_t start = 0;
   while (!r.done()) {
     uint8_t first = r.byte();
     if (!(first & 0x80)) return -1;  // lost our place: a truncated or unexpected table
     int code = (first >> 3) & 15;
-    uint32_t end = start + (first & 7) + 1;
+    uint64_t end = start + (first & 7) + 1;
     bool no_line = false;
     switch (code) {
       case 15: no_line = true; break;  // no location
@@ -66,7 +73,7 @@ int line_311(std::span<const uint8_t> t, int line, uint32_t instr) {
         break;
       default: r.byte(); break;  // short forms: same line, one column byte
     }
-    if (instr >= start && instr < end) return no_line ? -1 : line;
+    if (instr >= start && instr < end) return no_line ? -1 : line_or_unknown(line);
     start = end;
   }
   return -1;

@@ -33,15 +33,25 @@ void append_utf8(std::string& out, uint32_t c) {
   }
 }
 
-// A str object's characters as the BPF side copied them (ASCII, or 1/2/4 bytes per character).
+// A str object's characters as the BPF side copied them (ASCII, or 1/2/4 bytes per character),
+// as valid UTF-8: what the process held may be torn or not what its kind says (bytes >= 0x80 in
+// an ASCII string, lone surrogates, which CPython's str may hold, or beyond U+10FFFF); each such
+// character becomes U+FFFD, so that the recording's text stays text for JSON and protobuf.
 std::string to_utf8(const char* data, size_t bytes, uint8_t kind) {
-  if (kind == 0) return std::string(data, strnlen(data, bytes));
-  if (kind != 1 && kind != 2 && kind != 4) return "?";
+  if (kind != 0 && kind != 1 && kind != 2 && kind != 4) return "?";
   std::string out;
+  if (kind == 0) {
+    for (size_t i = 0; i < bytes && data[i]; ++i)
+      if (uint8_t(data[i]) < 0x80)
+        out += data[i];
+      else
+        append_utf8(out, 0xfffd);
+    return out;
+  }
   for (size_t i = 0; i + kind <= bytes; i += kind) {
     uint32_t c = 0;
     std::memcpy(&c, data + i, kind);  // little endian
-    append_utf8(out, c);
+    append_utf8(out, (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff ? 0xfffd : c);
   }
   return out;
 }

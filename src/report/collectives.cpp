@@ -75,8 +75,8 @@ Collectives::Collectives(const RecordingReader& rec) {
         Stream& st = groups[{name, s.int_at(4), s.null_at(9) ? 0 : s.int_at(9)}][id];
         st.rank = s.int_at(3);
         st.pid = id.first;
-        Call c{uint64_t(s.int_at(5)), uint64_t(s.int_at(5) + s.int_at(6)), s.int_at(7),
-               s.null_at(8) ? -1 : s.int_at(8), s.null_at(10) ? -1 : s.int_at(10)};
+        Call c{uint64_t(s.ns_at(5)), uint64_t(s.ns_at(5) + s.ns_at(6)), s.int_at(7),
+               s.null_at(8) ? -1 : s.ns_at(8), s.null_at(10) ? -1 : s.int_at(10)};
         if (auto p = previous.find(id); p != previous.end())
           c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
           c.prev_run_delay = p->second.run_delay;
@@ -126,10 +126,12 @@ Collectives::Collectives(const RecordingReader& rec) {
                            ? fmt::format("{} [comm {:06x}]", op_name, uint64_t(comm_id) & 0xffffff)
                            : op_name;
     std::pair<std::string, int64_t> key{name, nranks};
-    std::vector<const Stream*> ranks(size_t(nranks), nullptr);
+    // as many streams as ranks before anything is sized by nranks (a damaged recording's may
+    // be anything)
     bool one_per_rank = by_stream.size() == size_t(nranks);
+    std::vector<const Stream*> ranks(one_per_rank ? size_t(nranks) : 0, nullptr);
     for (const auto& [id, st] : by_stream) {
-      if (st.rank >= nranks || ranks[size_t(st.rank)]) one_per_rank = false;
+      if (!one_per_rank || st.rank >= nranks || ranks[size_t(st.rank)]) one_per_rank = false;
       else ranks[size_t(st.rank)] = &st;
     }
     if (!one_per_rank) {

@@ -16,6 +16,12 @@
 namespace eacgm {
 namespace {
 
+// An anomaly's features column: JSON as the detector wrote it, or else the text as it is.
+nlohmann::json features_json(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(std::string(text)) : j;
+}
+
 std::string human_ns(double ns) {
   if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
   if (ns < 1e6) return fmt::format("{:.2f} us", ns / 1e3);
@@ -37,7 +43,7 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
   if (!rec.has_table("anomalies")) return;
   std::string trained = rec.meta_or("detect_trained_on", "");
   if (trained.empty()) return;
-  int64_t t0 = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+  int64_t t0 = rec.meta_ns("start_monotonic_ns");
   fmt::print(out, "\nanomalies (eacgm detect, trained on {}):\n", trained);
   size_t n = 0;
   rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause ORDER BY 2 DESC",
@@ -155,7 +161,9 @@ void print_report(const std::string& path, bool json, FILE* out) {
                        {"layer", std::string(s.text_at(2))}, {"name", std::string(s.text_at(3))},
                        {"score", s.double_at(4)}, {"threshold", s.double_at(5)},
                        {"cause", std::string(s.text_at(6))},
-                       {"features", nlohmann::json::parse(std::string(s.text_at(7)))}});
+                       // the detector writes JSON here; anything else (an edit, damage)
+                       // is passed on as the text it is
+                       {"features", features_json(s.text_at(7))}});
                 });
     Collectives collectives(rec);
     j["collectives"] = nlohmann::json::array();
@@ -175,7 +183,8 @@ void print_report(const std::string& path, bool json, FILE* out) {
     j["gpu_xids"] = nlohmann::json::array();
     for (const auto& x : gpu_xids(rec))
       j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
-    fmt::print(out, "{}\n", j.dump(2));
+    // text from the traced programs may not be UTF-8 (a damaged recording): replaced, not refused
+    fmt::print(out, "{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
   fmt::print(out, "recording {}: {} on {}, layers {}\n", path, rec.meta_or("command", "?"),
@@ -186,8 +195,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
     // a recorder killed outright (or one still running) left its progress of the last second
     double s = 0;
     try {
-      s = double(std::stoll(rec.meta_or("end_monotonic_ns", "0")) -
-                 std::stoll(rec.meta_or("start_monotonic_ns", "0"))) / 1e9;
+      s = double(rec.meta_ns("end_monotonic_ns") - rec.meta_ns("start_monotonic_ns")) / 1e9;
     } catch (const std::exception&) {
     }
     fmt::print(out, "not finished: the recorder was stopped without closing it (killed?), or is "
@@ -214,7 +222,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
   auto xids = gpu_xids(rec);
   if (!xids.empty()) {
     fmt::print(out, "\nGPU XID errors (see NVIDIA's XID table):\n");
-    int64_t t0 = std::stoll(rec.meta_or("start_monotonic_ns", "0"));
+    int64_t t0 = rec.meta_ns("start_monotonic_ns");
     for (const auto& x : xids)
       fmt::print(out, "  +{:.3f} s  GPU {}  XID {}\n", double(x.ts_ns - t0) / 1e9, x.gpu, x.xid);
   }

@@ -3,6 +3,8 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
 
 #include "store/sqlite_util.h"
@@ -22,14 +24,17 @@ RecordingReader::RecordingReader(const std::string& path) : path_(path) {
     fail("cannot open recording {}: {}", path, msg);
   }
   sqlite3_busy_timeout(db_, 5000);
-  if (!has_table("meta")) {
+  try {  // a constructor that throws runs no destructor: the connection is closed here
+    if (!has_table("meta"))
+      fail("{} is not an eacgm recording (no meta table; was it written by eacgm record?)", path);
+    query("SELECT key, value FROM meta", [this](Statement& s) {
+      meta_.emplace(std::string(s.text_at(0)), std::string(s.text_at(1)));
+    });
+  } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
-    fail("{} is not an eacgm recording (no meta table; was it written by eacgm record?)", path);
+    throw;
   }
-  query("SELECT key, value FROM meta", [this](Statement& s) {
-    meta_.emplace(std::string(s.text_at(0)), std::string(s.text_at(1)));
-  });
 }
 
 RecordingReader::~RecordingReader() { sqlite3_close(db_); }
@@ -39,8 +44,22 @@ std::string RecordingReader::meta_or(const std::string& key, const std::string& 
   return it == meta_.end() ? fallback : it->second;
 }
 
+int64_t RecordingReader::meta_ns(const std::string& key) const {
+  auto it = meta_.find(key);
+  if (it == meta_.end()) return 0;
+  const std::string& v = it->second;
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec == std::errc::result_out_of_range) return v.starts_with('-') ? 0 : kMaxRecordedNs;
+  if (ec != std::errc() || end != v.data() + v.size() || v.empty())
+    fail("{}: its meta '{}' is '{}', not a whole number of nanoseconds (the file was damaged or "
+         "edited; record again)",
+         path_, key, v.substr(0, 40));
+  return std::clamp<int64_t>(n, 0, kMaxRecordedNs);
+}
+
 int64_t RecordingReader::monotonic_to_realtime_ns() const {
-  return std::stoll(meta_or("monotonic_to_realtime_ns", "0"));
+  return meta_ns("monotonic_to_realtime_ns");
 }
 
 bool RecordingReader::has_table(const std::string& name) const {

@@ -23,6 +23,9 @@ class RecordingReader {
 
   const std::map<std::string, std::string>& meta() const { return meta_; }
   std::string meta_or(const std::string& key, const std::string& fallback) const;
+  // A time in ns (start_monotonic_ns, ...): 0 when absent; a value that is no whole number is
+  // eacgm::Error naming the file and key; one beyond 0..2^62 is read as the nearest bound.
+  int64_t meta_ns(const std::string& key) const;
   // CLOCK_MONOTONIC ns + this = wall clock ns
   int64_t monotonic_to_realtime_ns() const;
 

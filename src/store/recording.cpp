@@ -136,8 +136,8 @@ void create_output(const std::string& path, bool force) {
 
 }  // namespace
 
-RecordingWriter::RecordingWriter(const std::string& path, bool force)
-    : path_(path), batch_(std::make_unique<Batch>()) {
+RecordingWriter::RecordingWriter(const std::string& path, bool force, size_t max_queued_rows)
+    : path_(path), batch_(std::make_unique<Batch>()), max_queued_rows_(max_queued_rows) {
   create_output(path, force);
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
@@ -176,7 +176,13 @@ void RecordingWriter::set_meta(std::string key, std::string value) {
 void RecordingWriter::flush() {
   if (batch_->size() == 0) return;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // Back-pressure: while the writer is max_queued_rows_ behind (the disk slower than the
+    // events, for longer than a second or so), the caller waits instead of queueing more. Its
+    // ring buffer fills meanwhile and the kernel drops events, counted as dropped_events:
+    // bounded memory and a count, not a recorder that grows until the OOM killer ends it.
+    drained_.wait(lock, [this] { return queued_rows_ < max_queued_rows_ || writer_done_; });
+    queued_rows_ += batch_->size();
     queue_.push_back(std::move(batch_));
   }
   cv_.notify_one();
@@ -202,6 +208,11 @@ std::string RecordingWriter::close() {
   return error();
 }
 
+size_t RecordingWriter::queued_rows() const {
+  std::lock_guard lock(mu_);
+  return queued_rows_;
+}
+
 std::string RecordingWriter::error() const {
   std::lock_guard lock(mu_);
   return error_;
@@ -219,18 +230,28 @@ void RecordingWriter::writer_loop() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) {
+        writer_done_ = true;
+        drained_.notify_all();
+        return;
+      }
       batch = std::move(queue_.front());
       queue_.pop_front();
-      if (!error_.empty()) continue;  // after a write error (disk full) nothing more is kept
     }
-    try {
-      write_batch(*batch);
-    } catch (const Error& e) {  // a statement that would not prepare: keep the message
-      exec_sql(db_, "ROLLBACK");
+    if (error().empty()) {  // after a write error (disk full) nothing more is kept
+      try {
+        write_batch(*batch);
+      } catch (const Error& e) {  // a statement that would not prepare: keep the message
+        exec_sql(db_, "ROLLBACK");
+        std::lock_guard lock(mu_);
+        if (error_.empty()) error_ = e.what();
+      }
+    }
+    {
       std::lock_guard lock(mu_);
-      if (error_.empty()) error_ = e.what();
+      queued_rows_ -= batch->size();
     }
+    drained_.notify_all();
   }
 }
 

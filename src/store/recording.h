@@ -27,7 +27,8 @@ class RecordingWriter final : public Sink {
   // Creates `path`, mode 0600. An existing file is refused unless `force`, and anything but a
   // regular file always (never replaced); the directory must be writable.
   // Throws eacgm::Error naming the path and the fix.
-  RecordingWriter(const std::string& path, bool force);
+  // At most `max_queued_rows` wait for the writer thread: flush() waits beyond (see flush).
+  RecordingWriter(const std::string& path, bool force, size_t max_queued_rows = 1'000'000);
   ~RecordingWriter() override;  // close()s
   // Closes and removes the file: for a recording that never started (nothing to keep, and a
   // retry must not find it in the way).
@@ -60,6 +61,8 @@ class RecordingWriter final : public Sink {
   // The first error the writer thread hit (e.g. disk full), or "".
   std::string error() const override;
   uint64_t rows_written() const;
+  // Rows handed to the writer thread and not written yet.
+  size_t queued_rows() const;
 
  private:
   struct Batch {
@@ -94,6 +97,12 @@ class RecordingWriter final : public Sink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Batch>> queue_;
+  // Rows handed to the writer thread and not yet written; flush() waits while there are
+  // max_queued_rows_ (by default about a second of the writer's work, 100-200 MB).
+  size_t max_queued_rows_;
+  size_t queued_rows_ = 0;
+  std::condition_variable drained_;
+  bool writer_done_ = false;
   bool stopping_ = false;
   std::string error_;
   uint64_t rows_written_ = 0;

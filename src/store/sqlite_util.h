@@ -2,6 +2,7 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -12,6 +13,10 @@
 #include "util/error.h"
 
 namespace eacgm {
+
+// 2^62 ns, 146 years: no time or duration eacgm records comes near it (and two of them add up
+// without overflow).
+inline constexpr int64_t kMaxRecordedNs = (int64_t(1) << 62) - 1;
 
 class Statement {
  public:
@@ -44,6 +49,10 @@ class Statement {
     return false;
   }
   int64_t int_at(int col) const { return sqlite3_column_int64(stmt_, col); }
+  // A time or duration (ns): what eacgm writes lies in 0..kMaxRecordedNs; anything else is a
+  // damaged or edited recording, read as the nearest bound so that sums and differences of two
+  // such values cannot overflow.
+  int64_t ns_at(int col) const { return std::clamp<int64_t>(int_at(col), 0, kMaxRecordedNs); }
   double double_at(int col) const { return sqlite3_column_double(stmt_, col); }
   bool null_at(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   std::string_view text_at(int col) const {

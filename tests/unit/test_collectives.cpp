@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -16,6 +17,7 @@
 #include "report/collectives.h"
 #include "store/reader.h"
 #include "store/recording.h"
+#include "util/error.h"
 
 namespace eacgm::detect {
 namespace {
@@ -221,6 +223,48 @@ TEST(Collectives, SayWhyTheyCannotBeLinedUp) {
   ASSERT_NE(c.find(100, kStart + 200 * ms), nullptr);
   EXPECT_EQ(c.find(100, kStart + 200 * ms)->wait_ns, 2 * ms);
   EXPECT_EQ(c.find(100, kStart + 100 * ms), nullptr);
+  fs::remove(path);
+}
+
+// A damaged recording (found by fuzz_recording): a collective claiming 2^40 ranks is one more
+// that cannot be lined up, not a vector of 2^40 ranks; a call at 2^62 ns is read as such (its
+// end does not overflow), and the windows detect would need from the recording's start to it
+// are refused with a line that names the file, not allocated.
+TEST(Collectives, ADamagedRecordingIsANoteOrAClearError) {
+  std::string path = temp_path("collectives_damaged");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    w.set_meta("end_monotonic_ns", std::to_string(uint64_t(1) << 62));
+    CommCallRow c;
+    c.ts_ns = kStart;
+    c.dur_ns = ms;
+    c.pid = c.tid = 100;
+    c.name = "gloo:all_gather";
+    c.rank = 0;
+    c.nranks = int64_t(1) << 40;
+    w.add(c);
+    c.ts_ns = uint64_t(1) << 62;
+    c.dur_ns = uint64_t(1) << 62;
+    c.name = "gloo:broadcast";
+    c.nranks = 2;
+    w.add(c);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  std::unique_ptr<Collectives> c;
+  ASSERT_NO_THROW(c = std::make_unique<Collectives>(rec));
+  std::set<std::string> notes(c->notes().begin(), c->notes().end());
+  EXPECT_EQ(notes, (std::set<std::string>{"gloo:all_gather: 1 of its 1099511627776 ranks traced",
+                                          "gloo:broadcast: 1 of its 2 ranks traced"}));
+  try {
+    window_features(rec, 100 * ms);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pass a larger --window"), std::string::npos) << e.what();
+  }
   fs::remove(path);
 }
 

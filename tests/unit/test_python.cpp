@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "pipeline/sink.h"
 #include "probe/elf_symbols.h"
 #include "python/code_filter.h"
 #include "python/cpython_build.h"
@@ -321,6 +323,53 @@ TEST(PythonLineTables, UnknownInstructionAndTruncatedTable) {
   EXPECT_EQ(cpython_line_of(10, table, 5, 4), 7);
   EXPECT_EQ(cpython_line_of(10, table, 5, 6), -1);   // past the table
   EXPECT_EQ(cpython_line_of(10, table, 5, ~0u), -1);  // a frame that has not started
+}
+
+// A line table is read from the traced process and may say anything (found by fuzz_python):
+// lines that would pass INT_MAX (undefined behaviour before) or fall below 0 are unknown.
+TEST(PythonLineTables, ALineNoSourceCanHaveIsUnknown) {
+  std::vector<uint8_t> t310 = {0x02, 0x7f, 0x02, 0x7f};  // 3.10: 2 bytes +127 lines, twice
+  EXPECT_EQ(cpython_line_of(10, t310, 10, 1), 264);
+  EXPECT_EQ(cpython_line_of(10, t310, INT_MAX - 100, 0), -1);
+  EXPECT_EQ(cpython_line_of(10, t310, INT_MAX - 200, 1), -1);
+  std::vector<uint8_t> t311 = {0xe8, 21};  // 3.11: code 13 (no column), 1 unit, line -10
+  EXPECT_EQ(cpython_line_of(11, t311, 12, 0), 2);
+  EXPECT_EQ(cpython_line_of(11, t311, 5, 0), -1);
+}
+
+// Text the BPF side copied from a code object is made valid UTF-8 whatever it held: bytes
+// >= 0x80 in an ASCII string (a torn read) and lone surrogates in a 2-byte string (CPython's
+// str may hold them) become U+FFFD; before, they reached the recording as invalid UTF-8, which
+// `report --json` and the exports could not write (found by fuzz_python).
+TEST(PythonDecoder, NamesAreValidUtf8WhateverTheProcessHeld) {
+  struct Rows final : Sink {
+    std::vector<std::string> names, files;
+    void add(const PythonCallRow& r) override {
+      names.emplace_back(r.name);
+      files.emplace_back(r.file);
+    }
+  } rows;
+  PythonDecoder decoder(rows, PythonFilter("*"), [](const eacgm_py_code_key&, uint32_t) {});
+  eacgm_py_code_event code{};
+  code.kind = EACGM_REC_PY_CODE;
+  code.version = 311;
+  code.key = {0x1000, 0x2000, 7, 1};
+  code.name_kind = 0;
+  std::memcpy(code.name, "f\xe9" "e", 3);
+  code.name_bytes = 3;
+  code.file_kind = 2;
+  const uint16_t file[] = {'/', 'a', 0xd800, '.', 'p', 'y'};
+  std::memcpy(code.file, file, sizeof file);
+  code.file_bytes = sizeof file;
+  ASSERT_TRUE(decoder.on_record(code.kind, &code, sizeof code));
+  eacgm_py_call_event call{};
+  call.kind = EACGM_REC_PY_CALL;
+  call.ts_ns = 100, call.dur_ns = 10, call.pid = 7, call.tid = 7;
+  call.code = 0x1000, call.name_obj = 0x2000, call.firstlineno = 1;
+  ASSERT_TRUE(decoder.on_record(call.kind, &call, sizeof call));
+  ASSERT_EQ(rows.names.size(), 1u);
+  EXPECT_NE(rows.names[0].find("f\xef\xbf\xbd" "e"), std::string::npos) << rows.names[0];
+  EXPECT_EQ(rows.files[0], "/a\xef\xbf\xbd.py");
 }
 
 TEST(PythonDecoder, NamePrintIsFnv1aOfTheFirst32CharactersFolded) {

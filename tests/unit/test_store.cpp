@@ -7,8 +7,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "report/report.h"
+#include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/recording.h"
 #include "store/rows.h"
@@ -151,6 +154,25 @@ TEST_F(Store, ManyBatchesAllLandInOrder) {
   EXPECT_EQ(out_of_order, 0);
 }
 
+// The writer thread behind the events (a slow disk, a burst) makes flush() wait once
+// max_queued_rows are queued, instead of queueing without bound: the caller's ring buffer then
+// fills and the kernel drops events (counted), and the recorder's memory stays bounded. Before,
+// a 20 s burst the writer could not keep up with took the recorder from 86 to 440 MB.
+TEST_F(Store, AWriterFarBehindMakesFlushWaitNotQueueWithoutBound) {
+  constexpr size_t kBound = 20'000, kBatch = 5'000;
+  RecordingWriter w(path_, false, kBound);
+  size_t most = 0;
+  for (int b = 0; b < 100; ++b) {
+    for (size_t i = 0; i < kBatch; ++i) w.add(copy_call(uint64_t(b) * kBatch + i, 64));
+    w.flush();
+    most = std::max(most, w.queued_rows());
+  }
+  EXPECT_LE(most, kBound + kBatch);
+  EXPECT_GT(most, kBatch);  // the writer did fall behind: the bound was what held it
+  ASSERT_EQ(w.close(), "");
+  EXPECT_EQ(w.rows_written(), 100 * kBatch);
+}
+
 TEST_F(Store, ReadableWhileBeingWritten) {
   RecordingWriter w(path_, false);
   w.set_meta("command", "still running");
@@ -229,6 +251,48 @@ TEST_F(Store, BadOutputPathsNameTheProblem) {
     fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
     EXPECT_NE(message((dir_ / "ro/run.db").string()).find("not writable"), std::string::npos);
   }
+}
+
+// A damaged or edited recording (found by fuzz_recording): a time in meta that is no number is
+// an error naming the file and the key (it escaped as std::invalid_argument, "internal error:
+// stoll" from report and detect); one beyond 2^62 ns is read as 2^62; an anomaly's features that are not JSON are
+// reported as the text they are (report --json threw json's parse_error).
+TEST_F(Store, DamagedMetaAndAnomaliesAreClearErrorsOrReadAsTheyAre) {
+  {
+    RecordingWriter w(path_, false);
+    w.set_meta("start_monotonic_ns", "12abc");
+    w.set_meta("end_monotonic_ns", "99999999999999999999");
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  write_anomalies(path_, {AnomalyRow{1, 2, "cuda", "cudaMalloc", -9, -3, "slow", "not json"}}, {});
+  RecordingReader rec(path_);
+  EXPECT_EQ(rec.meta_ns("end_monotonic_ns"), kMaxRecordedNs);
+  EXPECT_EQ(rec.meta_ns("no_such_key"), 0);
+  try {
+    rec.meta_ns("start_monotonic_ns");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path_ + ": its meta 'start_monotonic_ns' is '12abc', not a whole number of "
+                      "nanoseconds (the file was damaged or edited; record again)");
+  }
+  {
+    RecordingWriter w(path_, true);
+    w.set_meta("start_monotonic_ns", "1");
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  write_anomalies(path_, {AnomalyRow{1, 2, "cuda", "cudaMalloc", -9, -3, "slow", "not json"}}, {});
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  ASSERT_NO_THROW(print_report(path_, true, out));
+  fclose(out);
+  auto j = nlohmann::json::parse(std::string(text, size));
+  free(text);
+  ASSERT_EQ(j["anomalies"].size(), 1u);
+  EXPECT_EQ(j["anomalies"][0]["features"], "not json");
 }
 
 TEST_F(Store, ReaderRefusesWhatIsNotARecording) {
