@@ -68,7 +68,7 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
                     top += fmt::format("{}{}={:.1f}", top.empty() ? "" : " ",
                                        f[0].get<std::string>(), f[1].get<double>());
               fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}{}\n",
-                         double(s.int_at(0) - t0) / 1e9, s.text_at(2),
+                         (double(s.ns_at(0)) - double(t0)) / 1e9, s.text_at(2),
                          anomaly_subject(s.text_at(2), s.text_at(3)), human_ns(double(s.int_at(1))),
                          s.double_at(4), s.double_at(5), s.text_at(6),
                          top.empty() ? "" : " (" + top + ")");
@@ -93,7 +93,9 @@ std::vector<OperationStats> operation_stats(const RecordingReader& rec) {
   rec.query("SELECT layer, name, dur_ns, bytes, ret FROM trace", [&](Statement& s) {
     Acc& a = acc[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
     a.durs.push_back(uint64_t(s.int_at(2)));
-    if (!s.null_at(3)) a.bytes += s.int_at(3);
+    // a damaged recording's sizes may add up past int64: the total stops at its largest
+    if (!s.null_at(3) && __builtin_add_overflow(a.bytes, s.int_at(3), &a.bytes))
+      a.bytes = s.int_at(3) > 0 ? INT64_MAX : INT64_MIN;
     if (s.int_at(4) != 0) ++a.errors;
   });
   std::vector<OperationStats> out;
@@ -224,7 +226,8 @@ void print_report(const std::string& path, bool json, FILE* out) {
     fmt::print(out, "\nGPU XID errors (see NVIDIA's XID table):\n");
     int64_t t0 = rec.meta_ns("start_monotonic_ns");
     for (const auto& x : xids)
-      fmt::print(out, "  +{:.3f} s  GPU {}  XID {}\n", double(x.ts_ns - t0) / 1e9, x.gpu, x.xid);
+      fmt::print(out, "  +{:.3f} s  GPU {}  XID {}\n", (double(x.ts_ns) - double(t0)) / 1e9, x.gpu,
+                 x.xid);
   }
   print_collectives(Collectives(rec), out);
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())

@@ -2,6 +2,7 @@
 #include "store/recording.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -247,11 +248,18 @@ void RecordingWriter::writer_loop() {
         if (error_.empty()) error_ = e.what();
       }
     }
+    bool caught_up = false;
     {
       std::lock_guard lock(mu_);
       queued_rows_ -= batch->size();
+      backlog_peak_ = std::max(backlog_peak_, queued_rows_ + batch->size());
+      if (queued_rows_ == 0 && backlog_peak_ >= kTrimAfterRows) caught_up = true, backlog_peak_ = 0;
     }
     drained_.notify_all();
+    batch.reset();
+    // Caught up after a backlog (a burst): hand the freed batches' memory back to the system,
+    // which glibc otherwise keeps (a soak's recorder stayed at 285 MB after a burst, 87 before).
+    if (caught_up) malloc_trim(0);
   }
 }
 

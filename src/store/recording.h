@@ -101,6 +101,8 @@ class RecordingWriter final : public Sink {
   // max_queued_rows_ (by default about a second of the writer's work, 100-200 MB).
   size_t max_queued_rows_;
   size_t queued_rows_ = 0;
+  size_t backlog_peak_ = 0;  // most rows queued since the queue was last empty
+  static constexpr size_t kTrimAfterRows = 100'000;
   std::condition_variable drained_;
   bool writer_done_ = false;
   bool stopping_ = false;

@@ -256,7 +256,8 @@ TEST_F(Store, BadOutputPathsNameTheProblem) {
 // A damaged or edited recording (found by fuzz_recording): a time in meta that is no number is
 // an error naming the file and the key (it escaped as std::invalid_argument, "internal error:
 // stoll" from report and detect); one beyond 2^62 ns is read as 2^62; an anomaly's features that are not JSON are
-// reported as the text they are (report --json threw json's parse_error).
+// reported as the text they are (report --json threw json's parse_error); an XID at 2^63 ns and
+// sizes adding up past int64 are printed without overflow.
 TEST_F(Store, DamagedMetaAndAnomaliesAreClearErrorsOrReadAsTheyAre) {
   {
     RecordingWriter w(path_, false);
@@ -280,6 +281,10 @@ TEST_F(Store, DamagedMetaAndAnomaliesAreClearErrorsOrReadAsTheyAre) {
   {
     RecordingWriter w(path_, true);
     w.set_meta("start_monotonic_ns", "1");
+    w.add(GpuXidEvent{uint64_t(1) << 63, 0, 79});  // read back as INT64_MIN
+    CudaCallRow big = copy_call(10, INT64_MAX);
+    w.add(big);
+    w.add(big);  // the bytes of the two add up past int64
     w.flush();
     ASSERT_EQ(w.close(), "");
   }
@@ -287,6 +292,11 @@ TEST_F(Store, DamagedMetaAndAnomaliesAreClearErrorsOrReadAsTheyAre) {
   char* text = nullptr;
   size_t size = 0;
   FILE* out = open_memstream(&text, &size);
+  ASSERT_NO_THROW(print_report(path_, false, out));  // no overflow either (UBSan in the asan test)
+  fclose(out);
+  EXPECT_NE(std::string(text, size).find("XID 79"), std::string::npos);
+  free(text);
+  out = open_memstream(&text, &size);
   ASSERT_NO_THROW(print_report(path_, true, out));
   fclose(out);
   auto j = nlohmann::json::parse(std::string(text, size));
