@@ -13,19 +13,24 @@
 namespace eacgm::detect {
 namespace {
 
+Eigen::MatrixXd select_rows(const Eigen::MatrixXd& x, const std::vector<Eigen::Index>& keep) {
+  Eigen::MatrixXd out(Eigen::Index(keep.size()), x.cols());
+  for (size_t r = 0; r < keep.size(); ++r) out.row(Eigen::Index(r)) = x.row(keep[r]);
+  return out;
+}
+
 Eigen::MatrixXd rows_where(const FeatureTable& t, bool before, uint64_t cut) {
   std::vector<Eigen::Index> keep;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
     if ((t.ts_ns[i] < cut) == before) keep.push_back(Eigen::Index(i));
-  Eigen::MatrixXd x(Eigen::Index(keep.size()), t.values.cols());
-  for (size_t r = 0; r < keep.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(keep[r]);
-  return x;
+  return select_rows(t.values, keep);
 }
 
-double median_of(Eigen::VectorXd v) {
+double quantile_of(Eigen::VectorXd v, double q) {
   std::sort(v.data(), v.data() + v.size());
-  Eigen::Index n = v.size();
-  return n % 2 ? v(n / 2) : 0.5 * (v(n / 2 - 1) + v(n / 2));
+  double pos = q * double(v.size() - 1);
+  auto lo = Eigen::Index(std::floor(pos)), hi = Eigen::Index(std::ceil(pos));
+  return v(lo) + (v(hi) - v(lo)) * (pos - double(lo));
 }
 
 // Leaves out the training windows in which the job was starved of CPU, judged against the
@@ -38,15 +43,13 @@ size_t drop_starved_windows(const FeatureTable& t, Eigen::MatrixXd& x) {
   auto cpu = std::find(f.begin(), f.end(), "cpu_cores"), wait = std::find(f.begin(), f.end(), "runq_wait_ms_per_s");
   if (cpu == f.end() || wait == f.end() || x.rows() == 0) return 0;
   Eigen::Index c = cpu - f.begin(), w = wait - f.begin();
-  double usual_cores = median_of(x.col(c)), usual_wait = median_of(x.col(w));
+  double usual_cores = quantile_of(x.col(c), 0.5), usual_wait = quantile_of(x.col(w), 0.5);
   std::vector<Eigen::Index> keep;
   for (Eigen::Index r = 0; r < x.rows(); ++r)
     if (!starved_of_cpu(x(r, c), usual_cores, x(r, w), usual_wait)) keep.push_back(r);
   size_t dropped = size_t(x.rows()) - keep.size();
   if (dropped == 0) return 0;
-  Eigen::MatrixXd kept(Eigen::Index(keep.size()), x.cols());
-  for (size_t r = 0; r < keep.size(); ++r) kept.row(Eigen::Index(r)) = x.row(keep[r]);
-  x = std::move(kept);
+  x = select_rows(x, keep);
   return dropped;
 }
 
@@ -66,13 +69,6 @@ Eigen::MatrixXd draw_from(const GaussianMixture& m, Eigen::Index n, uint64_t see
     x.row(i) = (m.means().row(k).transpose() + chol[size_t(k)] * v).transpose();
   }
   return x;
-}
-
-double quantile_of(Eigen::VectorXd v, double q) {
-  std::sort(v.data(), v.data() + v.size());
-  double pos = q * double(v.size() - 1);
-  auto lo = Eigen::Index(std::floor(pos)), hi = Eigen::Index(std::ceil(pos));
-  return v(lo) + (v(hi) - v(lo)) * (pos - double(lo));
 }
 
 // The quantile q of the training samples' scores. Fewer than 1/q samples (60 windows for the
