@@ -29,6 +29,7 @@
 #include "detect/features.h"
 #include "export/exporter.h"
 #include "report/collectives.h"
+#include "report/html_report.h"
 #include "report/report.h"
 #include "store/reader.h"
 #include "store/recording.h"
@@ -215,6 +216,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   as_a_command([&] { eacgm::print_report(db_path, false, devnull); });
   as_a_command([&] { eacgm::print_report(db_path, true, devnull); });
   fclose(devnull);
+  as_a_command([&] {
+    eacgm::RecordingReader rec(db_path);
+    eacgm::HtmlReportOptions options;
+    options.columns = 50;
+    // what report --html writes into the page: it must serialise whatever the cells held
+    auto page = eacgm::html_report_data(rec, options)
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (page.empty()) std::abort();
+  });
   as_a_command([&] { eacgm::export_recording(db_path, out, eacgm::ExportFormat::Perfetto, true); });
   as_a_command([&] { eacgm::export_recording(db_path, out, eacgm::ExportFormat::ChromeJson, true); });
   as_a_command([&] {

@@ -3,8 +3,9 @@
 #   scripts/demo_run.sh [OUT_DIR] [SECONDS]
 # Traces a 2-rank GPT-style training (examples/gpt_ddp.py: PyTorch, Gloo, CPU) with a plain
 # `eacgm record`, while rank 1 straggles for a while and then a noisy neighbour takes the CPUs;
-# then a plain `eacgm detect` names both, and the recording, a Perfetto trace and the report
-# are written to OUT_DIR (default demo-output). About a minute. Run as root.
+# then a plain `eacgm detect` names both, and the recording, a Perfetto trace, the report and
+# its page of charts (report --html) are written to OUT_DIR (default demo-output). About a
+# minute. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-demo-output}
@@ -48,6 +49,7 @@ echo
 echo
 "$EACGM" export "$db" --perfetto "$out/demo.pftrace" --force
 "$EACGM" report "$db"
+"$EACGM" report "$db" --html "$out/demo.html" --force
 
 # The CUDA side, when the toolkit built the bundled CUDA loop: 5,000 steps on CPU 0 (about
 # 11 s), a noisy neighbour on that CPU for 1.5 s from 8 s after the recorder starts (about
@@ -62,12 +64,16 @@ if [ -x "$DEMO_TRAIN" ]; then
   "$EACGM" record --force -o "$cuda_db" -q -- "$DEMO_TRAIN" 5000 0
   wait "$cuda_neighbour" 2>/dev/null || true
   "$EACGM" detect "$cuda_db"
+  "$EACGM" report "$cuda_db" --html "$out/demo-cuda.html" --force
 else
   cuda_db=""
 fi
 echo
 cat <<MSG
 demo: done. Where to look:
+  $out/demo.html: the charts, in any browser (offline): latency over time with the anomalies
+    as red crosses, the wait of each rank per step (rank 1 is the row the others wait for),
+    host metrics with the anomalous windows, the anomalies table
   the anomalies above: rank 1 "joined ... late (straggler)" in the all_reduce; CPU interference
     in the time windows of the noisy neighbour (eacgm report $db lists them all)
   $out/demo.pftrace: open it in https://ui.perfetto.dev (one track per rank and thread, the
@@ -75,4 +81,5 @@ demo: done. Where to look:
   $db: the recording (SQLite; eacgm report, eacgm detect --help, or sqlite3)
 MSG
 [ -z "$cuda_db" ] ||
-  echo "  $cuda_db: the CUDA loop's recording (its CPU interference above; eacgm report $cuda_db)"
+  echo "  $cuda_db: the CUDA loop's recording (its CPU interference above; eacgm report $cuda_db;
+    its charts: $out/demo-cuda.html)"

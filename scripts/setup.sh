@@ -12,6 +12,7 @@ packages=(
   python3-torch python3.11-dev libcapstone-dev libcap-dev
   nftables iptables
   prometheus-cpp-dev libcpp-httplib-dev prometheus prometheus-alertmanager python3-yaml
+  chromium
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -36,4 +37,21 @@ fi
 # It only matters for the end-to-end tests and the demo workload; eacgm itself does not link it.
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup.sh: warning: /usr/local/cuda/bin/nvcc not found; CUDA end-to-end tests and the demo will be skipped" >&2
+fi
+
+# Browser-side libraries that eacgm embeds in the pages it writes (report --html): the versions
+# web/package-lock.json pins, from the npm registry. Node.js and npm come from Debian when the
+# machine has neither.
+if ! command -v npm >/dev/null; then
+  echo "setup.sh: installing npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+fi
+web="$(cd "$(dirname "$0")/.." && pwd)/web"
+if [ -f "$web/node_modules/echarts/dist/echarts.min.js" ] &&
+   [ "$(node -p "require('$web/node_modules/echarts/package.json').version" 2>/dev/null)" = \
+     "$(node -p "require('$web/package.json').dependencies.echarts" 2>/dev/null)" ]; then
+  echo "setup.sh: browser libraries present"
+else
+  echo "setup.sh: installing browser libraries (npm ci in web/)"
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
 fi

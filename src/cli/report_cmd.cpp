@@ -1,5 +1,8 @@
-// `eacgm report`: per-layer summaries of a recording.
+// `eacgm report`: per-layer summaries of a recording, as text, JSON or one HTML page of charts.
+#include <fmt/format.h>
+
 #include "cli/commands.h"
+#include "report/html_report.h"
 #include "report/report.h"
 
 namespace eacgm::cli {
@@ -7,12 +10,26 @@ namespace eacgm::cli {
 std::function<int()> add_report(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto html = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "report", "Summarise a recording: per layer and operation count, total, mean, p50, p99, "
-                "max, bytes; top kernels by launches.");
+                "max, bytes; top kernels by launches; host, GPU and collectives; anomalies.");
   cmd->add_option("recording", *path, "recording file")->required();
   cmd->add_flag("--json", *json, "print JSON instead of tables");
-  return [path, json]() {
+  cmd->add_option("--html", *html,
+                  "write one self-contained page of charts to this file instead (latency over "
+                  "time with anomalies as red crosses, distributions, GPU and host metrics, "
+                  "collectives per rank, top operations, the anomalies table); opens offline in "
+                  "any browser")
+      ->excludes("--json");
+  cmd->add_flag("-f,--force", *force, "replace an existing --html file");
+  return [path, json, html, force]() {
+    if (!html->empty()) {
+      write_html_report(*path, *html, *force);
+      fmt::print(stderr, "eacgm: wrote {} (open it in a browser)\n", *html);
+      return 0;
+    }
     print_report(*path, *json, stdout);
     return 0;
   };

@@ -65,7 +65,11 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   EXPECT_NE(demo.out.find("joined"), std::string::npos);
   EXPECT_GT(std::filesystem::file_size(dir_ + "/demo.pftrace"), 100'000u);
   EXPECT_NE(demo.out.find("demo: done. Where to look:"), std::string::npos);
+  // the page of charts (drawn in headless Chromium by the ReportHtml tests), and where it is
+  EXPECT_GT(std::filesystem::file_size(dir_ + "/demo.html"), 1'000'000u);
+  EXPECT_NE(demo.out.find(dir_ + "/demo.html"), std::string::npos) << demo.out;
   if (EACGM_HAVE_CUDA && std::filesystem::exists(EACGM_DEMO_TRAIN)) {
+    EXPECT_GT(std::filesystem::file_size(dir_ + "/demo-cuda.html"), 1'000'000u);
     Db cuda(dir_ + "/demo-cuda.eacgm.db");
     EXPECT_GE(cuda.scalar("SELECT count(*) FROM anomalies WHERE cause LIKE '%CPU interference%'"),
               1)

@@ -1,0 +1,436 @@
+// eacgm report --html: draws a recording's data (the JSON in #eacgm-data, written by
+// src/report/html_report.cpp) with Apache ECharts, which the page carries inside it.
+// After drawing, the page checks itself (every chart has marks in its plot, every anomaly of
+// the table is a red cross where the table says) and writes the result to #eacgm-selfcheck,
+// which the end-to-end test reads from headless Chromium.
+(function () {
+  'use strict';
+  const errors = [];
+  window.addEventListener('error', (e) => errors.push(String(e.message || e)));
+  window.addEventListener('unhandledrejection', (e) => errors.push('unhandled rejection: ' + e.reason));
+
+  const RED = '#e00000';
+  const PALETTE = ['#3b6fd1', '#2a9d5b', '#e0a100', '#8a4fbf', '#18a3b8', '#7a7a7a', '#c25b9e', '#5d8c2f'];
+  // a filled "x": anomalies are red crosses, as in the paper's figures
+  const CROSS = 'path://M2,0L5,3L8,0L10,2L7,5L10,8L8,10L5,7L2,10L0,8L3,5L0,2Z';
+  const GRID = { left: 70, right: 24, top: 58, bottom: 58 };
+  const charts = []; // {id, chart, anomalySeries, marks: [{row, value}]}
+
+  const data = JSON.parse(document.getElementById('eacgm-data').textContent);
+  const app = document.getElementById('app');
+  const span = (data.summary && data.summary.duration_s) || 1;
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+  function esc(s) {
+    return String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+  }
+  function num(v, digits) {
+    if (v === null || v === undefined || !isFinite(v)) return '-';
+    return Number(v).toLocaleString('en-US', { maximumFractionDigits: digits === undefined ? 3 : digits });
+  }
+  function us(v) {
+    if (v === null || !isFinite(v)) return '-';
+    if (v < 1) return num(v * 1e3, 0) + ' ns';
+    if (v < 1e3) return num(v, 2) + ' us';
+    if (v < 1e6) return num(v / 1e3, 2) + ' ms';
+    return num(v / 1e6, 2) + ' s';
+  }
+  function section(id, title, intro) {
+    const s = el('section', { id: id }, el('h2', {}, title));
+    if (intro) s.append(el('p', { class: 'intro' }, intro));
+    app.append(s);
+    return s;
+  }
+  function missing(parent, text) {
+    parent.append(el('p', { class: 'missing' }, text));
+  }
+
+  function makeChart(parent, id, height) {
+    const div = el('div', { class: 'chart', id: 'chart-' + id });
+    div.style.height = (height || 300) + 'px';
+    parent.append(div);
+    const chart = echarts.init(div, null, { renderer: 'canvas' });
+    const entry = { id: id, chart: chart, anomalySeries: -1, marks: [] };
+    charts.push(entry);
+    return entry;
+  }
+
+  // Window anomalies (the whole job's time windows) as red bands over a time chart.
+  function windowBands() {
+    const bands = [];
+    for (const a of data.anomalies || [])
+      if (a.chart === 'timeline' && a.t !== null)
+        bands.push([{ xAxis: a.t, name: a.cause }, { xAxis: a.t + Math.max(a.dur_ms || 0, 1) / 1e3 }]);
+    return bands;
+  }
+
+  function timeOption(title, series, opts) {
+    opts = opts || {};
+    return {
+      animation: false,
+      color: PALETTE,
+      title: { text: title, left: 0, textStyle: { fontSize: 13, fontWeight: 'bold' } },
+      tooltip: { trigger: 'item', confine: true },
+      legend: { type: 'scroll', top: 24, left: 0, right: 0, textStyle: { fontSize: 11 } },
+      grid: GRID,
+      xAxis: { type: 'value', name: 'time (s)', nameLocation: 'middle', nameGap: 24, min: 0, max: +span.toFixed(3),
+               axisLabel: { formatter: (v) => num(v, 2) } },
+      yAxis: { type: opts.log ? 'log' : 'value', scale: !opts.log,
+               axisLabel: { formatter: opts.log ? (v) => us(v) : (v) => num(v, 2) } },
+      dataZoom: [{ type: 'inside', xAxisIndex: 0, filterMode: 'none' },
+                 { type: 'slider', xAxisIndex: 0, height: 14, bottom: 4, filterMode: 'none' }],
+      series: series,
+    };
+  }
+
+  function anomalyTooltip(row) {
+    const a = data.anomalies[row];
+    return '<b style="color:' + RED + '">anomaly: ' + esc(a.cause) + '</b><br>' + esc(a.layer) + ' ' + esc(a.subject) +
+      '<br>at ' + num(a.t, 3) + ' s, ' + num(a.dur_ms, 3) + ' ms<br>score ' + num(a.score, 1) + ' &lt; ' +
+      num(a.threshold, 1) + (a.features ? '<br>' + esc(a.features) : '');
+  }
+
+  // ---- summary ---------------------------------------------------------------------------
+  function drawSummary() {
+    const s = data.summary || {};
+    const sec = section('summary', 'eacgm report', null);
+    const rows = [['recording', s.recording], ['command', s.command], ['host', s.hostname], ['started', s.started],
+      ['duration', s.duration], ['layers', s.layers], ['events', s.events], ['dropped events', s.dropped_events],
+      ['state', s.recording_state], ['exit status', s.exit_status], ['stopped by signal', s.stopped_by_signal],
+      ['merged hosts', s.merged_hosts], ['detect trained on', s.detect_trained_on], ['eacgm', s.eacgm_version]];
+    const t = el('table', { class: 'kv' });
+    for (const [k, v] of rows) if (v !== undefined && v !== '') t.append(el('tr', {}, el('th', {}, k), el('td', {}, v)));
+    sec.append(t);
+    if (s.recording_state === 'recording')
+      missing(sec, 'This recording was not finished: the recorder was killed, or is still writing. It shows what was written up to then.');
+    const causes = data.anomaly_causes || [];
+    if (!data.detected) {
+      missing(sec, 'No anomalies: eacgm detect has not run on this recording.');
+    } else if (causes.length === 0) {
+      sec.append(el('p', {}, 'eacgm detect found no anomalies.'));
+    } else {
+      // causes that differ only in their measurements ("joined 25.1 ms late") count as one
+      const grouped = new Map();
+      for (const [cause, n] of causes) {
+        const kind = String(cause).replace(/\d+(\.\d+)?(?= ?(ns|us|ms|s|%|x|MB|GB|KiB|MiB|GiB)\b)/g, '…');
+        grouped.set(kind, (grouped.get(kind) || 0) + n);
+      }
+      const ul = el('ul', { class: 'causes' });
+      for (const [cause, n] of [...grouped].sort((a, b) => b[1] - a[1]))
+        ul.append(el('li', {}, el('b', {}, num(n, 0)), ' ' + cause));
+      sec.append(el('h3', {}, 'anomalies by cause'), ul);
+      const entry = makeChart(sec, 'timeline', 200);
+      const layers = [...new Set(data.anomalies.map((a) => a.layer))];
+      const marks = data.anomalies.map((a, i) => ({ value: [a.t, layers.indexOf(a.layer)], row: i }));
+      const opt = timeOption('anomalies over time', [{
+        name: 'anomalies', type: 'scatter', symbol: CROSS, symbolSize: 10, itemStyle: { color: RED }, z: 10,
+        data: marks, tooltip: { formatter: (p) => anomalyTooltip(p.data.row) },
+      }]);
+      opt.yAxis = { type: 'category', data: layers, inverse: true };
+      opt.grid = Object.assign({}, GRID, { top: 40 });
+      opt.legend = { show: false };
+      entry.chart.setOption(opt);
+      entry.anomalySeries = 0;
+      entry.marks = marks;
+    }
+    const procs = s.processes || [];
+    if (procs.length) {
+      const pt = el('table', { class: 'data' }, el('tr', {}, ...['pid', 'name', 'rank', 'exit', 'host', 'command'].map((h) => el('th', {}, h))));
+      for (const p of procs)
+        pt.append(el('tr', {}, el('td', {}, p.pid), el('td', {}, p.name), el('td', {}, p.rank === undefined ? '' : p.rank),
+          el('td', {}, p.exit_code === undefined ? '' : p.exit_code), el('td', {}, p.host || ''), el('td', { class: 'cmd' }, p.command)));
+      sec.append(el('details', {}, el('summary', {}, procs.length + ' processes traced'), pt));
+    }
+    if ((data.notes || []).length) {
+      const ul = el('ul', { class: 'notes' });
+      for (const n of data.notes) ul.append(el('li', {}, n));
+      sec.append(el('h3', {}, 'not in this recording, or shown in part'), ul);
+    }
+  }
+
+  // ---- call layers: latency over time and its distribution -------------------------------
+  const LAYER_TITLES = { cuda: 'CUDA calls', comm: 'collectives and communication calls', torch: 'PyTorch operators', python: 'Python functions' };
+  function drawLayers() {
+    for (const L of data.layers || []) {
+      const sec = section('layer-' + L.layer, LAYER_TITLES[L.layer] || L.layer,
+        'Latency of each call over time (log scale; per pixel column the fastest and slowest call, so nothing unusual is hidden), ' +
+        'the ' + L.series.length + ' operations with the most total time of ' + L.operations + '. Red crosses: anomalies found by eacgm detect.');
+      const entry = makeChart(sec, 'layer-' + L.layer, 340);
+      const series = L.series.map((s) => ({
+        name: s.name + ' (' + num(s.calls, 0) + ')', type: 'scatter', symbolSize: 3, large: s.points.length > 4000,
+        data: s.points.map((p) => [p[0], Math.max(p[1], 0.001)]),
+        tooltip: { formatter: (p) => esc(s.name) + '<br>at ' + num(p.value[0], 3) + ' s: ' + us(p.value[1]) },
+      }));
+      const marks = (L.anomalies || []).map((a) => ({ value: [a[0], Math.max(a[1], 0.001)], row: a[2] }));
+      if (marks.length) {
+        entry.anomalySeries = series.length;
+        entry.marks = marks;
+        series.push({ name: 'anomalies', type: 'scatter', symbol: CROSS, symbolSize: 10, z: 10, itemStyle: { color: RED },
+          data: marks, tooltip: { formatter: (p) => anomalyTooltip(p.data.row) } });
+      }
+      entry.chart.setOption(timeOption('latency of each call over time', series, { log: true }));
+      // distributions: bins of 1/8 decade
+      const edges = L.histogram_edges_us || [];
+      if (edges.length > 1) {
+        const h = makeChart(sec, 'hist-' + L.layer, 260);
+        const labels = edges.slice(0, -1).map((e) => us(+e.toPrecision(2)));
+        h.chart.setOption({
+          animation: false, color: PALETTE,
+          title: { text: 'latency distribution (calls per bin, 8 bins per decade)', left: 0, textStyle: { fontSize: 13 } },
+          tooltip: { trigger: 'axis', confine: true },
+          legend: { type: 'scroll', top: 24, left: 0, right: 0, textStyle: { fontSize: 11 } },
+          grid: GRID,
+          xAxis: { type: 'category', data: labels, name: 'duration from', nameLocation: 'middle', nameGap: 28 },
+          yAxis: { type: 'log', min: 1, logBase: 10 },
+          series: L.histograms.map((d) => ({ name: d.name, type: 'bar', barGap: '0%', data: d.counts.map((c) => (c > 0 ? c : null)) })),
+        });
+      }
+    }
+  }
+
+  // ---- sampled metrics (GPU, host) -------------------------------------------------------
+  function drawSampled(id, title, intro, section_) {
+    const sec = section(id, title, intro);
+    if (!section_) {
+      missing(sec, 'No samples in this recording.');
+      return;
+    }
+    if (section_.devices && section_.devices.length)
+      sec.append(el('p', {}, section_.devices.map((d) => 'GPU ' + d.gpu + ': ' + d.name).join(', ')));
+    const bands = windowBands();
+    for (const c of section_.charts) {
+      const entry = makeChart(sec, c.id, 260);
+      const series = c.series.map((s) => ({ name: s.name, type: 'line', showSymbol: false, sampling: 'none', step: false,
+        connectNulls: false, data: s.points, lineStyle: { width: 1.2 } }));
+      if (series.length && bands.length)
+        series[0].markArea = { silent: false, itemStyle: { color: 'rgba(224,0,0,0.12)' }, data: bands,
+          tooltip: { formatter: (p) => 'window anomaly: ' + esc(p.name) } };
+      const opt = timeOption(c.title, series);
+      opt.tooltip = { trigger: 'axis', confine: true, valueFormatter: (v) => num(v, 2) };
+      entry.chart.setOption(opt);
+    }
+  }
+
+  // ---- collectives -----------------------------------------------------------------------
+  function drawCollectives() {
+    const C = data.collectives;
+    const sec = section('collectives', 'collectives across ranks',
+      'Per rank and step, how long the rank waited in the collective for the last rank to join (the slowest peer). ' +
+      'A straggling rank is the row that hardly waits while every other row does: they wait for it.');
+    if (!C) {
+      missing(sec, 'No collectives in this recording.');
+      return;
+    }
+    C.heatmaps.forEach((h, i) => {
+      const cols = h.cells.reduce((m, c) => Math.max(m, c[0] + 1), 0);
+      const per = h.steps_per_column;
+      const entry = makeChart(sec, 'heat-' + i, Math.min(600, 110 + 22 * h.ranks.length));
+      entry.chart.setOption({
+        animation: false,
+        title: { text: h.name + ' on ' + h.nranks + ' ranks: wait for the slowest peer (ms), ' + h.steps + ' steps' +
+          (per > 1 ? ' (' + per + ' per column, the longest)' : ''), left: 0, textStyle: { fontSize: 13 } },
+        tooltip: { confine: true, formatter: (p) => 'rank ' + h.ranks[p.value[1]] + ', step ' + p.value[0] * per +
+          (per > 1 ? '-' + (p.value[0] * per + per - 1) : '') + ': waited ' + num(p.value[2], 3) + ' ms' },
+        grid: Object.assign({}, GRID, { top: 34, right: 90 }),
+        xAxis: { type: 'category', data: Array.from({ length: cols }, (_, k) => String(k * per)), name: 'step',
+                 nameLocation: 'middle', nameGap: 26 },
+        yAxis: { type: 'category', data: h.ranks.map((r) => 'rank ' + r), inverse: true },
+        visualMap: { min: 0, max: Math.max(h.max_ms, 0.001), calculable: true, orient: 'vertical', right: 0, top: 34,
+                     itemHeight: 120, inRange: { color: ['#ffffcc', '#fd8d3c', '#800026'] }, text: ['ms', ''] },
+        series: [{ type: 'heatmap', data: h.cells, progressive: 0 }],
+      });
+      if (h.ranks_detail && h.ranks_detail.length) {
+        const b = makeChart(sec, 'straggle-' + i, 220);
+        b.chart.setOption({
+          animation: false, color: PALETTE,
+          title: { text: h.name + ': per rank, the time it kept the others waiting (ms, net of what its previous collective and CPU wait explain)',
+                   left: 0, textStyle: { fontSize: 13 } },
+          tooltip: { trigger: 'axis', confine: true },
+          legend: { top: 24, left: 0 },
+          grid: GRID,
+          xAxis: { type: 'category', data: h.ranks_detail.map((r) => 'rank ' + r.rank) },
+          yAxis: { type: 'value' },
+          series: [{ name: 'straggled (ms)', type: 'bar', data: h.ranks_detail.map((r) => r.straggled_ms) },
+                   { name: 'waited for others (ms)', type: 'bar', data: h.ranks_detail.map((r) => r.waited_ms) }],
+        });
+      }
+    });
+    if (C.bandwidth.length) {
+      const entry = makeChart(sec, 'bandwidth', 260);
+      entry.chart.setOption(timeOption('bandwidth over time: bytes / call duration (GB/s; for NCCL calls the duration is enqueue time)',
+        C.bandwidth.map((s) => ({ name: s.name, type: 'scatter', symbolSize: 3, data: s.points }))));
+    }
+  }
+
+  // ---- top tables ------------------------------------------------------------------------
+  function sortable(table, rows, columns, onRow) {
+    let key = null, dir = 1;
+    const head = el('tr', {});
+    const body = el('tbody', {});
+    function fill() {
+      body.replaceChildren();
+      const sorted = rows.slice();
+      if (key !== null) sorted.sort((a, b) => {
+        const x = columns[key].value(a), y = columns[key].value(b);
+        return (typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y))) * dir;
+      });
+      for (const r of sorted) {
+        const tr = el('tr', {}, ...columns.map((c) => { const td = el('td', { class: c.cls || '' }); const v = c.show(r); td.append(v instanceof Node ? v : String(v)); return td; }));
+        if (onRow) { tr.classList.add('link'); tr.addEventListener('click', () => onRow(r, tr)); }
+        body.append(tr);
+      }
+    }
+    columns.forEach((c, i) => head.append(el('th', { class: 'sort', title: 'sort', onclick: () => { dir = key === i ? -dir : 1; key = i; fill(); } }, c.title)));
+    table.append(el('thead', {}, head), body);
+    fill();
+  }
+
+  function stackCell(r) {
+    if (!r.stack || !r.stack.length) return r.name;
+    return el('details', {}, el('summary', {}, r.name), el('pre', {}, r.stack.join('\n')));
+  }
+
+  function drawTops() {
+    const T = data.top || {};
+    const sec = section('top', 'top kernels, operators and functions', 'By total time (kernels by launches). The Python stack shown is the one most calls came from.');
+    let any = false;
+    if ((T.kernels || []).length) {
+      any = true;
+      const t = el('table', { class: 'data' });
+      sortable(t, T.kernels, [
+        { title: 'kernel', show: (r) => r.kernel, value: (r) => r.kernel, cls: 'name' },
+        { title: 'launches', show: (r) => num(r.launches, 0), value: (r) => r.launches },
+        { title: 'launch time (ms)', show: (r) => num(r.launch_ms), value: (r) => r.launch_ms }]);
+      sec.append(el('h3', {}, 'CUDA kernels'), t);
+    }
+    for (const layer of ['torch', 'python', 'cuda', 'comm']) {
+      const rows = T[layer] || [];
+      if (!rows.length) continue;
+      any = true;
+      const t = el('table', { class: 'data' });
+      sortable(t, rows, [
+        { title: 'name', show: stackCell, value: (r) => r.name, cls: 'name' },
+        { title: 'calls', show: (r) => num(r.calls, 0), value: (r) => r.calls },
+        { title: 'total (ms)', show: (r) => num(r.total_ms), value: (r) => r.total_ms },
+        { title: 'mean', show: (r) => us(r.mean_us), value: (r) => r.mean_us },
+        { title: 'p99', show: (r) => us(r.p99_us), value: (r) => r.p99_us },
+        { title: 'max', show: (r) => us(r.max_us), value: (r) => r.max_us },
+        { title: 'errors', show: (r) => num(r.errors, 0), value: (r) => r.errors }]);
+      sec.append(el('h3', {}, LAYER_TITLES[layer] || layer), t);
+    }
+    if (!any) missing(sec, 'No calls recorded.');
+  }
+
+  // ---- anomalies table -------------------------------------------------------------------
+  function focus(row, tr) {
+    const a = data.anomalies[row];
+    const entry = charts.find((c) => c.id === a.chart);
+    document.querySelectorAll('tr.focused').forEach((e) => e.classList.remove('focused'));
+    if (tr) tr.classList.add('focused');
+    if (!entry) return;
+    entry.chart.getDom().scrollIntoView({ behavior: 'smooth', block: 'center' });
+    const half = Math.max(span / 50, (a.dur_ms || 0) / 1e3);
+    entry.chart.dispatchAction({ type: 'dataZoom', dataZoomIndex: 0, startValue: Math.max(0, a.t - half), endValue: a.t + half });
+    const idx = entry.marks.findIndex((m) => m.row === row);
+    if (idx >= 0) entry.chart.dispatchAction({ type: 'showTip', seriesIndex: entry.anomalySeries, dataIndex: idx });
+  }
+
+  function drawAnomalyTable() {
+    const sec = section('anomalies', 'anomalies', 'Sortable; click a row to see it in its chart.');
+    const rows = (data.anomalies || []).map((a, i) => Object.assign({ row: i }, a));
+    if (!rows.length) {
+      missing(sec, data.detected ? 'eacgm detect found no anomalies in this recording.' :
+        'eacgm detect has not run on this recording: run `eacgm detect ' + (data.summary || {}).recording + '`, then write this page again.');
+      return;
+    }
+    const t = el('table', { class: 'data', id: 'anomaly-table' });
+    sortable(t, rows, [
+      { title: 'time (s)', show: (r) => num(r.t, 3), value: (r) => r.t },
+      { title: 'duration (ms)', show: (r) => num(r.dur_ms, 3), value: (r) => r.dur_ms },
+      { title: 'layer', show: (r) => r.layer, value: (r) => r.layer },
+      { title: 'what', show: (r) => r.subject, value: (r) => r.subject, cls: 'name' },
+      { title: 'cause', show: (r) => r.cause, value: (r) => r.cause },
+      { title: 'score', show: (r) => num(r.score, 1) + ' < ' + num(r.threshold, 1), value: (r) => r.score - r.threshold },
+      { title: 'strongest features', show: (r) => r.features, value: (r) => r.features, cls: 'features' }],
+      (r, tr) => focus(r.row, tr));
+    sec.append(t);
+  }
+
+  // ---- self-check --------------------------------------------------------------------------
+  function selfCheck() {
+    // drawn_ms: from the page's start to here (everything drawn), by the page's own clock
+    const result = { charts: {}, anomalies: { checked: 0, drawn: 0, missing: [] }, errors: errors,
+                     drawn_ms: Math.round(performance.now()) };
+    for (const c of charts) {
+      c.chart.getZr().flush();
+      // all of the chart's layers (a heat map draws on a layer of its own) in one canvas
+      let canvas = c.chart.renderToCanvas({ backgroundColor: '#fff' });
+      const ratio = canvas.width / c.chart.getWidth();
+      const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+      // marks: coloured (not grey, not white) pixels inside the plot, where axes, labels and
+      // the legend are not
+      const x0 = Math.round(GRID.left * ratio) + 2, x1 = canvas.width - Math.round(GRID.right * ratio) - 2;
+      const y0 = Math.round(34 * ratio), y1 = canvas.height - Math.round(GRID.bottom * ratio) - 2;
+      let inked = 0;
+      for (let y = y0; y < y1; y++)
+        for (let x = x0; x < x1; x++) {
+          const i = (y * canvas.width + x) * 4;
+          const r = pixels[i], g = pixels[i + 1], b = pixels[i + 2], a = pixels[i + 3];
+          if (a > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 40) inked++;
+        }
+      result.charts[c.id] = { inked: inked };
+      // each anomaly: a red pixel within 4 px of where the chart puts it
+      c.chart.dispatchAction({ type: 'dataZoom', dataZoomIndex: 0, start: 0, end: 100 });
+      c.chart.getZr().flush();
+      canvas = c.chart.renderToCanvas({ backgroundColor: '#fff' });
+      const fresh = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+      for (const m of c.marks.slice(0, 200)) {
+        result.anomalies.checked++;
+        // where the anomalies table says it is (time, and duration on a layer's chart)
+        const a = data.anomalies[m.row];
+        const at = c.id === 'timeline' ? [a.t, m.value[1]] : [a.t, Math.max(a.dur_ms * 1e3, 0.001)];
+        const px = c.chart.convertToPixel({ seriesIndex: c.anomalySeries }, at);
+        let red = false;
+        if (px && isFinite(px[0]) && isFinite(px[1]))
+          for (let dy = -4; dy <= 4 && !red; dy++)
+            for (let dx = -4; dx <= 4 && !red; dx++) {
+              const x = Math.round((px[0] + dx) * ratio), y = Math.round((px[1] + dy) * ratio);
+              if (x < 0 || y < 0 || x >= canvas.width || y >= canvas.height) continue;
+              const i = (y * canvas.width + x) * 4;
+              red = fresh[i] > 170 && fresh[i + 1] < 60 && fresh[i + 2] < 60;
+            }
+        if (red) result.anomalies.drawn++;
+        else result.anomalies.missing.push({ chart: c.id, row: m.row });
+      }
+    }
+    const pre = el('pre', { id: 'eacgm-selfcheck', hidden: '' }, JSON.stringify(result));
+    document.body.append(pre);
+    document.documentElement.setAttribute('data-rendered', 'yes');
+  }
+
+  try {
+    drawSummary();
+    drawLayers();
+    drawSampled('gpu', 'GPU (NVML)', 'Per GPU over time; red bands: time windows detect found anomalous.', data.gpu);
+    drawSampled('host', 'host', 'Traced processes and network interfaces over time (per sampling interval); red bands: anomalous windows.', data.host);
+    drawCollectives();
+    drawTops();
+    drawAnomalyTable();
+  } catch (e) {
+    errors.push(String(e && e.stack || e));
+    app.append(el('p', { class: 'missing' }, 'This page failed to draw: ' + e));
+  }
+  window.addEventListener('resize', () => charts.forEach((c) => c.chart.resize()));
+  requestAnimationFrame(() => setTimeout(() => {
+    try { selfCheck(); } catch (e) { errors.push('self-check: ' + e); document.body.append(el('pre', { id: 'eacgm-selfcheck', hidden: '' }, JSON.stringify({ errors: errors }))); }
+  }, 0));
+})();

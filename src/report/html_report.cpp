@@ -1,0 +1,680 @@
+// The data behind `eacgm report --html`, cut down per pixel column, and the page around it.
+#include "report/html_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "report/collectives.h"
+#include "report/report.h"
+#include "store/reader.h"
+#include "store/rows.h"
+#include "store/sqlite_util.h"
+#include "util/error.h"
+#include "util/output_file.h"
+
+// The page's assets, compiled in from the files CMake names (the chart library from npm, the
+// page's own script and style): .incbin keeps a 1 MB library out of a generated C++ array.
+#define EACGM_EMBED(name, path)                                                                    \
+  asm(".pushsection .rodata\n.balign 16\n.global " #name "_begin\n.hidden " #name "_begin\n" #name \
+      "_begin:\n.incbin \"" path "\"\n.global " #name "_end\n.hidden " #name "_end\n" #name        \
+      "_end:\n.byte 0\n.popsection\n");                                                            \
+  extern "C" const char name##_begin[], name##_end[];
+EACGM_EMBED(eacgm_echarts_js, EACGM_ECHARTS_JS)
+EACGM_EMBED(eacgm_report_js, EACGM_REPORT_JS)
+EACGM_EMBED(eacgm_report_css, EACGM_REPORT_CSS)
+
+namespace eacgm {
+namespace {
+
+using nlohmann::json;
+
+std::string_view embedded(const char* begin, const char* end) {
+  return {begin, size_t(end - begin)};
+}
+
+// Rounded to `digits` decimals as the decimal it stands for: an integer divided by a power of
+// ten is the double nearest that decimal, which JSON then prints short ("12.345", not
+// "12.345000000000001"). Not finite: null (a damaged recording's NaN draws nothing).
+json rounded(double v, int digits = 3) {
+  if (!std::isfinite(v)) return nullptr;
+  double scale = std::pow(10.0, digits);
+  if (std::fabs(v) * scale >= 9e15) return v;
+  return std::round(v * scale) / scale;
+}
+
+// Per column of the time axis, the lowest and the highest value with their times: drawn at the
+// page's width, a series of millions of points looks as the whole series does (its envelope and
+// every spike) at a size that does not grow with the recording.
+class ColumnDecimator {
+ public:
+  ColumnDecimator(double span_s, size_t columns)
+      : span_s_(span_s > 0 ? span_s : 1), columns_(std::max<size_t>(columns, 1)) {}
+
+  void add(double t_s, double v) {
+    if (!std::isfinite(t_s) || !std::isfinite(v)) return;
+    double pos =
+        std::clamp(t_s / span_s_ * double(columns_.size()), 0.0, double(columns_.size() - 1));
+    Column& c = columns_[size_t(pos)];
+    ++total_;
+    if (c.n++ == 0) {
+      c.t_lo = c.t_hi = t_s;
+      c.lo = c.hi = v;
+      return;
+    }
+    if (v < c.lo) c.lo = v, c.t_lo = t_s;
+    if (v > c.hi) c.hi = v, c.t_hi = t_s;
+  }
+
+  uint64_t total() const { return total_; }
+
+  // [[t_s, value], ...] in time order
+  json points(int digits = 3) const {
+    json out = json::array();
+    auto add = [&](double t, double v) { out.push_back({rounded(t, 6), rounded(v, digits)}); };
+    for (const Column& c : columns_) {
+      if (c.n == 0) continue;
+      if (c.n == 1 || (c.t_lo == c.t_hi && c.lo == c.hi)) {
+        add(c.t_lo, c.lo);
+      } else if (c.t_lo <= c.t_hi) {
+        add(c.t_lo, c.lo), add(c.t_hi, c.hi);
+      } else {
+        add(c.t_hi, c.hi), add(c.t_lo, c.lo);
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Column {
+    uint64_t n = 0;
+    double t_lo = 0, lo = 0, t_hi = 0, hi = 0;
+  };
+  double span_s_;
+  std::vector<Column> columns_;
+  uint64_t total_ = 0;
+};
+
+// Latency histograms: 8 bins per decade from 10 ns (bin i starts at 10 * 10^(i/8) ns).
+constexpr int kBinsPerDecade = 8, kBins = 8 * 12;
+int latency_bin(uint64_t dur_ns) {
+  if (dur_ns <= 10) return 0;
+  return std::clamp(int(std::floor(kBinsPerDecade * std::log10(double(dur_ns) / 10.0))), 0,
+                    kBins - 1);
+}
+
+std::string human_duration(double s) {
+  if (s < 1) return fmt::format("{:.0f} ms", s * 1e3);
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  return fmt::format("{:.1f} min", s / 60);
+}
+
+// The recording's time line: from its start (meta) to its last event or sample.
+struct TimeBase {
+  int64_t t0 = 0;
+  double span_s = 1;
+  double at(int64_t ts_ns) const { return double(ts_ns - t0) / 1e9; }
+};
+
+TimeBase time_base(const RecordingReader& rec) {
+  int64_t first = INT64_MAX, last = 0;
+  auto extent = [&](const std::string& table, const std::string& end) {
+    if (!rec.has_table(table)) return;
+    rec.query(fmt::format("SELECT min(ts_ns), max({}) FROM {}", end, table), [&](Statement& s) {
+      if (s.null_at(0)) return;
+      first = std::min(first, s.ns_at(0));
+      last = std::max(last, s.ns_at(1));
+    });
+  };
+  for (const char* t : {"cuda_calls", "comm_calls", "torch_calls", "python_calls"})
+    extent(t, "ts_ns + dur_ns");
+  for (const char* t : {"host_samples", "gpu_samples"}) extent(t, "ts_ns");
+  TimeBase b;
+  b.t0 = rec.meta_ns("start_monotonic_ns");
+  if (b.t0 == 0 || (first != INT64_MAX && first < b.t0)) b.t0 = first == INT64_MAX ? 0 : first;
+  last = std::max(last, rec.meta_ns("end_monotonic_ns"));
+  b.span_s = std::max(1e-3, double(last - b.t0) / 1e9);
+  return b;
+}
+
+json summary(const RecordingReader& rec, const TimeBase& tb) {
+  json s;
+  s["recording"] = rec.path();
+  for (const char* key :
+       {"command", "hostname", "layers", "events", "dropped_events", "recording_state",
+        "exit_status", "stopped_by_signal", "eacgm_version", "detect_trained_on", "merged_hosts"})
+    if (auto v = rec.meta_or(key, ""); !v.empty()) s[key] = v;
+  if (int64_t wall = rec.meta_ns("start_realtime_ns"); wall > 0) {
+    time_t secs = time_t(wall / 1'000'000'000);
+    char buf[64];
+    struct tm tm_utc;
+    if (gmtime_r(&secs, &tm_utc) && strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm_utc))
+      s["started"] = buf;
+  }
+  s["duration_s"] = rounded(tb.span_s, 3);
+  s["duration"] = human_duration(tb.span_s);
+  json procs = json::array();
+  if (rec.has_table("processes"))
+    rec.query("SELECT pid, name, command, " +
+                  rec.columns_or("processes", {"rank", "exit_code", "host"}, "NULL") +
+                  " FROM processes ORDER BY pid LIMIT 200",
+              [&](Statement& q) {
+                std::string cmd(q.text_at(2));
+                if (cmd.size() > 300) cmd = cmd.substr(0, 300) + "...";
+                json p{{"pid", q.int_at(0)}, {"name", std::string(q.text_at(1))}, {"command", cmd}};
+                if (!q.null_at(3)) p["rank"] = q.int_at(3);
+                if (!q.null_at(4)) p["exit_code"] = q.int_at(4);
+                if (!q.null_at(5)) p["host"] = std::string(q.text_at(5));
+                procs.push_back(p);
+              });
+  s["processes"] = procs;
+  return s;
+}
+
+struct AnomalyPoint {
+  int64_t ts_ns, dur_ns;
+  std::string layer, name, cause, features;
+  double score, threshold;
+};
+
+std::vector<AnomalyPoint> read_anomalies(const RecordingReader& rec, size_t limit, size_t& total) {
+  std::vector<AnomalyPoint> out;
+  total = 0;
+  if (!rec.has_table("anomalies")) return out;
+  rec.query("SELECT count(*) FROM anomalies", [&](Statement& s) { total = size_t(s.int_at(0)); });
+  rec.query(
+      fmt::format("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features "
+                  "FROM anomalies ORDER BY score - threshold LIMIT {}",
+                  limit),
+      [&](Statement& s) {
+        out.push_back({s.ns_at(0), s.ns_at(1), std::string(s.text_at(2)), std::string(s.text_at(3)),
+                       std::string(s.text_at(6)), std::string(s.text_at(7)),
+                       s.null_at(4) ? std::nan("") : s.double_at(4),  // SQLite's NaN
+                       s.null_at(5) ? std::nan("") : s.double_at(5)});
+      });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ts_ns < b.ts_ns; });
+  return out;
+}
+
+// "name=contribution" of an anomaly's strongest features, as detect prints them.
+std::string top_features(const std::string& text, size_t n) {
+  std::string top;
+  auto f = json::parse(text, nullptr, false);
+  if (!f.is_array()) return text.size() > 200 ? text.substr(0, 200) : text;
+  for (const auto& e : f) {
+    if (n-- == 0) break;
+    if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number())
+      top += fmt::format("{}{}={:.1f}", top.empty() ? "" : " ", e[0].get<std::string>(),
+                         e[1].get<double>());
+  }
+  return top;
+}
+
+const char* const kCallLayers[] = {"cuda", "comm", "torch", "python"};
+
+std::string table_of(const std::string& layer) { return layer + "_calls"; }
+
+// Per layer: its top operations' latency over time and their distributions, and its anomalies.
+json layer_sections(const RecordingReader& rec, const TimeBase& tb,
+                    const std::vector<OperationStats>& ops,
+                    const std::vector<AnomalyPoint>& anomalies, const HtmlReportOptions& opt) {
+  json layers = json::array();
+  for (const char* layer : kCallLayers) {
+    std::vector<const OperationStats*> top;
+    for (const auto& o : ops)
+      if (o.layer == layer && top.size() < opt.top_operations) top.push_back(&o);
+    if (top.empty()) continue;
+    std::map<std::string, size_t> index;
+    std::vector<ColumnDecimator> over_time;
+    std::vector<std::vector<uint64_t>> hist(top.size(), std::vector<uint64_t>(kBins, 0));
+    for (const auto* o : top) {
+      index[o->name] = over_time.size();
+      over_time.emplace_back(tb.span_s, opt.columns);
+    }
+    rec.query("SELECT ts_ns, dur_ns, name FROM " + table_of(layer), [&](Statement& s) {
+      auto it = index.find(std::string(s.text_at(2)));
+      if (it == index.end()) return;
+      uint64_t dur = uint64_t(s.ns_at(1));
+      over_time[it->second].add(tb.at(s.ns_at(0)), double(dur) / 1e3);
+      ++hist[it->second][size_t(latency_bin(dur))];
+    });
+    json series = json::array(), dists = json::array();
+    int lo_bin = kBins, hi_bin = -1;
+    for (const auto& h : hist)
+      for (int b = 0; b < kBins; ++b)
+        if (h[size_t(b)]) lo_bin = std::min(lo_bin, b), hi_bin = std::max(hi_bin, b);
+    json edges = json::array();
+    for (int b = lo_bin; b <= hi_bin + 1 && hi_bin >= 0; ++b)
+      edges.push_back(rounded(10.0 * std::pow(10.0, double(b) / kBinsPerDecade) / 1e3, 4));
+    for (size_t i = 0; i < top.size(); ++i) {
+      series.push_back({{"name", top[i]->name},
+                        {"calls", over_time[i].total()},
+                        {"points", over_time[i].points()}});
+      json counts = json::array();
+      for (int b = lo_bin; b <= hi_bin && hi_bin >= 0; ++b) counts.push_back(hist[i][size_t(b)]);
+      dists.push_back({{"name", top[i]->name}, {"counts", counts}});
+    }
+    json marks = json::array();
+    for (size_t i = 0; i < anomalies.size(); ++i)
+      if (anomalies[i].layer == layer)
+        marks.push_back({rounded(tb.at(anomalies[i].ts_ns), 6),
+                         rounded(double(anomalies[i].dur_ns) / 1e3, 3), i});
+    size_t n_ops = 0;
+    for (const auto& o : ops) n_ops += o.layer == layer;
+    layers.push_back({{"layer", layer},
+                      {"operations", n_ops},
+                      {"series", series},
+                      {"histogram_edges_us", edges},
+                      {"histograms", dists},
+                      {"anomalies", marks}});
+  }
+  return layers;
+}
+
+// One time series per subject and metric, cut down per column.
+class SeriesSet {
+ public:
+  SeriesSet(const TimeBase& tb, size_t columns) : tb_(tb), columns_(columns) {}
+  void add(const std::string& chart, const std::string& series, int64_t ts_ns, double v) {
+    auto& by_series = charts_[chart];
+    auto it = by_series.find(series);
+    if (it == by_series.end())
+      it = by_series.emplace(series, ColumnDecimator(tb_.span_s, columns_)).first;
+    it->second.add(tb_.at(ts_ns), v);
+  }
+  bool empty() const { return charts_.empty(); }
+  // [{id, series: [{name, points}]}] in the order `order` names the charts
+  json charts(const std::vector<std::pair<std::string, std::string>>& order) const {
+    json out = json::array();
+    for (const auto& [id, title] : order) {
+      auto it = charts_.find(id);
+      if (it == charts_.end()) continue;
+      json series = json::array();
+      for (const auto& [name, d] : it->second)
+        series.push_back({{"name", name}, {"points", d.points()}});
+      out.push_back({{"id", id}, {"title", title}, {"series", series}});
+    }
+    return out;
+  }
+
+ private:
+  const TimeBase& tb_;
+  size_t columns_;
+  std::map<std::string, std::map<std::string, ColumnDecimator>> charts_;
+};
+
+json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt) {
+  if (!rec.has_table("gpu_samples")) return nullptr;
+  std::map<int64_t, std::string> names;
+  if (rec.has_table("gpu_devices"))
+    rec.query("SELECT gpu, name FROM gpu_devices",
+              [&](Statement& s) { names[s.int_at(0)] = std::string(s.text_at(1)); });
+  SeriesSet set(tb, opt.columns);
+  rec.query(
+      "SELECT ts_ns, gpu, sm_util_pct, mem_util_pct, mem_used_bytes, power_w, "
+      "temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, pcie_tx_bytes_per_s, "
+      "pcie_rx_bytes_per_s FROM gpu_samples ORDER BY ts_ns",
+      [&](Statement& s) {
+        int64_t ts = s.ns_at(0);
+        std::string g = fmt::format("GPU {}", s.int_at(1));
+        auto put = [&](const char* chart, const std::string& series, int col, double scale) {
+          if (!s.null_at(col)) set.add(chart, series, ts, s.double_at(col) * scale);
+        };
+        put("gpu_util", g + " SM", 2, 1);
+        put("gpu_util", g + " memory", 3, 1);
+        put("gpu_memory", g, 4, 1.0 / (1 << 30));
+        put("gpu_power", g, 5, 1);
+        put("gpu_temperature", g, 6, 1);
+        put("gpu_clocks", g + " SM", 7, 1);
+        put("gpu_clocks", g + " memory", 8, 1);
+        if (!s.null_at(9))
+          set.add("gpu_throttle", g, ts, double(std::popcount(uint64_t(s.int_at(9)))));
+        put("gpu_pcie", g + " tx", 10, 1e-6);
+        put("gpu_pcie", g + " rx", 11, 1e-6);
+      });
+  if (set.empty()) return nullptr;
+  json devices = json::array();
+  for (const auto& [gpu, name] : names) devices.push_back({{"gpu", gpu}, {"name", name}});
+  return {{"devices", devices},
+          {"charts", set.charts({{"gpu_util", "utilization (%)"},
+                                 {"gpu_memory", "memory used (GiB)"},
+                                 {"gpu_power", "power (W)"},
+                                 {"gpu_temperature", "temperature (°C)"},
+                                 {"gpu_clocks", "clocks (MHz)"},
+                                 {"gpu_throttle", "active throttle reasons (count)"},
+                                 {"gpu_pcie", "PCIe (MB/s)"}})}};
+}
+
+json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt,
+                  json& notes) {
+  if (!rec.has_table("host_samples")) return nullptr;
+  // the busiest processes by CPU time have series of their own
+  std::vector<std::pair<double, int64_t>> busiest;
+  rec.query("SELECT id, sum(oncpu_ns) FROM host_samples WHERE scope = 'process' GROUP BY id",
+            [&](Statement& s) {
+              busiest.push_back({s.double_at(1), s.int_at(0)});
+            });
+  std::sort(busiest.rbegin(), busiest.rend());
+  std::set<int64_t> shown;
+  for (size_t i = 0; i < busiest.size() && i < opt.max_subjects; ++i)
+    shown.insert(busiest[i].second);
+  if (busiest.size() > shown.size())
+    notes.push_back(
+        fmt::format("host: {} of {} processes drawn (the most CPU time); the others "
+                    "are in `eacgm report`",
+                    shown.size(), busiest.size()));
+  SeriesSet set(tb, opt.columns);
+  // Intervals without activity have no row: a subject's silence is drawn as zero, not as a
+  // line from its last busy interval to its next.
+  std::map<std::pair<std::string, int64_t>, int64_t> last_ts;
+  rec.query(
+      "SELECT ts_ns, interval_ns, scope, id, name, oncpu_ns, runq_wait_ns, tx_bytes, "
+      "rx_bytes, " +
+          rec.columns_or("host_samples", {"reclaim_ns", "page_faults"}, "NULL") +
+          " FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
+      [&](Statement& s) {
+        int64_t ts = s.ns_at(0);
+        double dt = double(s.int_at(1));
+        std::string scope(s.text_at(2)), name(s.text_at(4));
+        auto rate = [&](int col, double scale) { return s.double_at(col) / dt * 1e9 * scale; };
+        if (scope == "process" && !shown.count(s.int_at(3))) return;
+        if (scope != "process" && scope != "net") return;
+        std::string who = scope == "process" ? fmt::format("{} ({})", name, s.int_at(3)) : name;
+        auto put = [&](int64_t at, bool idle) {
+          auto v = [&](double x) { return idle ? 0.0 : x; };
+          if (scope == "process") {
+            set.add("host_cpu", who, at, v(100 * s.double_at(5) / dt));
+            set.add("host_runq", who, at, v(rate(6, 1e-6)));
+            set.add("host_socket", who + " tx", at, v(rate(7, 1e-6)));
+            set.add("host_socket", who + " rx", at, v(rate(8, 1e-6)));
+            if (!s.null_at(9)) set.add("host_reclaim", who, at, v(rate(9, 1e-6)));
+            if (!s.null_at(10)) set.add("host_faults", who, at, v(rate(10, 1)));
+          } else {
+            set.add("host_nic", who + " tx", at, v(rate(7, 1e-6)));
+            set.add("host_nic", who + " rx", at, v(rate(8, 1e-6)));
+          }
+        };
+        auto [last, first] = last_ts.try_emplace({scope, s.int_at(3)}, ts);
+        int64_t interval = int64_t(dt);
+        if (!first && ts - last->second > 2 * interval) {
+          put(last->second + interval, true);
+          put(ts - interval, true);
+        }
+        last->second = ts;
+        put(ts, false);
+      });
+  if (set.empty()) return nullptr;
+  return {{"charts", set.charts({{"host_cpu", "CPU per process (%)"},
+                                 {"host_runq", "run-queue wait per process (ms per s)"},
+                                 {"host_reclaim", "memory reclaim per process (ms per s)"},
+                                 {"host_faults", "page faults per process (per s)"},
+                                 {"host_socket", "socket traffic per process (MB/s)"},
+                                 {"host_nic", "network interfaces (MB/s)"}})}};
+}
+
+// Per collective: each rank's wait for the last rank to join, per step (a heat map in which a
+// straggling rank is the row that never waits while the others do), what each rank straggled,
+// and the bandwidth over time.
+json collectives_section(const RecordingReader& rec, const TimeBase& tb,
+                         const HtmlReportOptions& opt, json& notes) {
+  if (!rec.has_table("comm_calls")) return nullptr;
+  Collectives c(rec);
+  for (const auto& n : c.notes()) notes.push_back("collectives: " + n);
+  // (name, nranks) -> rank -> waits in call order (ms)
+  std::map<std::pair<std::string, int64_t>, std::map<int64_t, std::vector<double>>> waits;
+  std::map<std::string, ColumnDecimator> bandwidth;
+  std::map<std::string, int64_t> bw_bytes;
+  rec.query("SELECT pid, ts_ns, dur_ns, name, rank, nranks, bytes FROM comm_calls ORDER BY ts_ns",
+            [&](Statement& s) {
+              std::string name(s.text_at(3));
+              int64_t bytes = s.null_at(6) ? 0 : s.int_at(6), dur = s.ns_at(2);
+              if (bytes > 0 && dur > 0) {
+                auto it = bandwidth.find(name);
+                if (it == bandwidth.end())
+                  it = bandwidth.emplace(name, ColumnDecimator(tb.span_s, opt.columns)).first;
+                it->second.add(tb.at(s.ns_at(1)), double(bytes) / double(dur));
+                bw_bytes[name] += bytes;
+              }
+              if (s.int_at(4) < 0 || s.int_at(5) <= 1 || !is_collective(name)) return;
+              const PeerWait* w = c.find(uint32_t(s.int_at(0)), uint64_t(s.ns_at(1)));
+              if (!w) return;
+              waits[{name, s.int_at(5)}][s.int_at(4)].push_back(double(w->wait_ns) / 1e6);
+            });
+  json heatmaps = json::array();
+  for (const auto& [key, by_rank] : waits) {
+    size_t steps = 0;
+    for (const auto& [rank, v] : by_rank) steps = std::max(steps, v.size());
+    size_t nranks = by_rank.size();
+    size_t cols = std::min(steps, std::max<size_t>(20, std::min<size_t>(500, 200000 / nranks)));
+    size_t per_col = (steps + cols - 1) / std::max<size_t>(cols, 1);
+    json cells = json::array(), ranks = json::array();
+    size_t row = 0;
+    double max_ms = 0;
+    for (const auto& [rank, v] : by_rank) {
+      ranks.push_back(rank);
+      for (size_t col = 0; col * per_col < v.size(); ++col) {
+        double m = 0;
+        for (size_t k = col * per_col; k < std::min(v.size(), (col + 1) * per_col); ++k)
+          m = std::max(m, v[k]);
+        max_ms = std::max(max_ms, m);
+        cells.push_back({col, row, rounded(m, 3)});
+      }
+      ++row;
+    }
+    json straggled = json::array();
+    for (const auto& [rkey, rw] : c.rank_waits())
+      if ((rkey.first == key.first || rkey.first.rfind(key.first + " [", 0) == 0) &&
+          rkey.second == key.second)
+        for (const auto& r : rw)
+          straggled.push_back({{"rank", r.rank},
+                               {"calls", r.calls},
+                               {"joined_last", r.joined_last},
+                               {"waited_ms", rounded(double(r.waited_ns) / 1e6, 3)},
+                               {"straggled_ms", rounded(double(r.straggled_ns) / 1e6, 3)}});
+    heatmaps.push_back({{"name", key.first},
+                        {"nranks", key.second},
+                        {"steps", steps},
+                        {"steps_per_column", per_col},
+                        {"ranks", ranks},
+                        {"cells", cells},
+                        {"max_ms", rounded(max_ms, 3)},
+                        {"ranks_detail", straggled}});
+  }
+  std::vector<std::pair<int64_t, std::string>> by_bytes;
+  for (const auto& [name, b] : bw_bytes) by_bytes.push_back({b, name});
+  std::sort(by_bytes.rbegin(), by_bytes.rend());
+  json bw = json::array();
+  for (size_t i = 0; i < by_bytes.size() && i < opt.top_operations; ++i)
+    bw.push_back(
+        {{"name", by_bytes[i].second}, {"points", bandwidth.at(by_bytes[i].second).points(4)}});
+  if (heatmaps.empty() && bw.empty()) return nullptr;
+  return {{"heatmaps", heatmaps}, {"bandwidth", bw}};
+}
+
+// The Python stack most calls of each operation of `table` were made from.
+std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& table) {
+  std::map<std::string, json> out;
+  if (!rec.has_table(table) || !rec.has_table("python_stacks") ||
+      rec.column_or(table, "py_stack", "") != "py_stack")
+    return out;
+  std::map<std::string, std::pair<int64_t, int64_t>> best;  // name -> (calls, stack id)
+  rec.query("SELECT name, py_stack, count(*) FROM " + table +
+                " WHERE py_stack IS NOT NULL GROUP BY name, py_stack",
+            [&](Statement& s) {
+              auto& b = best[std::string(s.text_at(0))];
+              if (s.int_at(2) > b.first) b = {s.int_at(2), s.int_at(1)};
+            });
+  std::map<int64_t, json> frames;
+  for (const auto& [name, b] : best) {
+    auto found = frames.try_emplace(b.second, json::array());
+    json& stack = found.first->second;
+    if (found.second)
+      rec.query(
+          fmt::format("SELECT name, file, line FROM python_stacks WHERE id = {} ORDER BY "
+                      "depth LIMIT 64",
+                      b.second),
+          [&](Statement& s) {
+            stack.push_back(fmt::format("{} ({}:{})", s.text_at(0), s.text_at(1), s.int_at(2)));
+          });
+    out[name] = stack;
+  }
+  return out;
+}
+
+json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& ops) {
+  json out;
+  json kernels = json::array();
+  if (rec.has_table("cuda_calls"))
+    for (const auto& k : top_kernels(rec, 20))
+      kernels.push_back({{"kernel", k.kernel},
+                         {"launches", k.launches},
+                         {"launch_ms", rounded(double(k.total_ns) / 1e6, 3)}});
+  out["kernels"] = kernels;
+  for (const char* layer : kCallLayers) {
+    auto stacks = usual_stacks(rec, table_of(layer));
+    json rows = json::array();
+    for (const auto& o : ops) {
+      if (o.layer != layer) continue;
+      json r{{"name", o.name},
+             {"calls", o.count},
+             {"total_ms", rounded(double(o.total_ns) / 1e6, 3)},
+             {"mean_us", rounded(o.mean_ns / 1e3, 3)},
+             {"p99_us", rounded(double(o.p99_ns) / 1e3, 3)},
+             {"max_us", rounded(double(o.max_ns) / 1e3, 3)},
+             {"errors", o.errors}};
+      if (o.bytes > 0) r["bytes"] = o.bytes;
+      if (auto it = stacks.find(o.name); it != stacks.end()) r["stack"] = it->second;
+      rows.push_back(r);
+      if (rows.size() == 25) break;
+    }
+    out[layer] = rows;
+  }
+  return out;
+}
+
+}  // namespace
+
+json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) {
+  TimeBase tb = time_base(rec);
+  json notes = json::array();
+  json data;
+  data["summary"] = summary(rec, tb);
+  auto ops = operation_stats(rec);
+  size_t anomalies_total = 0;
+  auto anomalies = read_anomalies(rec, opt.max_anomalies, anomalies_total);
+  bool detected = !rec.meta_or("detect_trained_on", "").empty();
+  if (!detected)
+    notes.push_back(
+        fmt::format("anomalies: eacgm detect has not run on this recording (run "
+                    "`eacgm detect {}`, then write this page again)",
+                    rec.path()));
+  else if (anomalies_total > anomalies.size())
+    notes.push_back(fmt::format("anomalies: the {} strongest of {} are drawn", anomalies.size(),
+                                anomalies_total));
+  json causes = json::array();
+  if (rec.has_table("anomalies"))
+    rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause ORDER BY 2 DESC",
+              [&](Statement& s) {
+                causes.push_back({std::string(s.text_at(0)), s.int_at(1)});
+              });
+  data["anomaly_causes"] = causes;
+  data["detected"] = detected;
+  data["layers"] = layer_sections(rec, tb, ops, anomalies, opt);
+  if (data["layers"].empty())
+    notes.push_back("calls: none recorded (the cuda, comm, torch and python layers saw no calls)");
+  data["gpu"] = gpu_section(rec, tb, opt);
+  if (data["gpu"].is_null())
+    notes.push_back(
+        "GPU: no NVML samples in this recording (no GPU, no driver, or the gpu layer was off)" +
+        (rec.meta_or("gpu_unavailable_metrics", "").empty()
+             ? std::string()
+             : ": " + rec.meta_or("gpu_unavailable_metrics", "")));
+  data["host"] = host_section(rec, tb, opt, notes);
+  if (data["host"].is_null())
+    notes.push_back("host: no samples in this recording (the host layer was off)");
+  data["collectives"] = collectives_section(rec, tb, opt, notes);
+  if (data["collectives"].is_null())
+    notes.push_back("collectives: none recorded (no NCCL or c10d calls traced)");
+  data["top"] = top_tables(rec, ops);
+  json table = json::array();
+  for (const auto& a : anomalies) {
+    std::string chart = a.layer == "window" || a.name == a.layer ? "timeline" : "layer-" + a.layer;
+    table.push_back({{"t", rounded(tb.at(a.ts_ns), 6)},
+                     {"dur_ms", rounded(double(a.dur_ns) / 1e6, 3)},
+                     {"layer", a.layer},
+                     {"subject", std::string(anomaly_subject(a.layer, a.name))},
+                     {"cause", a.cause},
+                     {"score", rounded(a.score, 2)},
+                     {"threshold", rounded(a.threshold, 2)},
+                     {"features", top_features(a.features, 4)},
+                     {"chart", chart}});
+  }
+  data["anomalies"] = table;
+  data["notes"] = notes;
+  return data;
+}
+
+void write_html_report(const std::string& recording, const std::string& out, bool force,
+                       const HtmlReportOptions& options) {
+  RecordingReader rec(recording);
+  check_output_file(out, force, "--html");
+  json data = html_report_data(rec, options);
+  // in a <script> element only "</script" and "<!--" could end it early: every '<' of the JSON
+  // (which can only stand inside its strings) is written as its escape
+  std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace), escaped;
+  escaped.reserve(text.size());
+  for (char ch : text) ch == '<' ? escaped += "\\u003c" : escaped += ch;
+  std::string title = rec.meta_or("command", recording);
+  std::string title_html;
+  for (char ch : title.substr(0, 120)) {
+    switch (ch) {
+      case '<':
+        title_html += "&lt;";
+        break;
+      case '>':
+        title_html += "&gt;";
+        break;
+      case '&':
+        title_html += "&amp;";
+        break;
+      default:
+        title_html += ch;
+    }
+  }
+  std::string tmp = out + ".tmp";
+  if (!remove_regular_file(tmp))
+    fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
+  std::error_code ec;
+  try {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    if (!file)
+      fail("cannot write {}: {} (check the directory exists and is writable)", out,
+           errno_text(errno));
+    file << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<meta name=\"generator\" content=\"eacgm "
+         << rec.meta_or("eacgm_version", "") << "\"><title>eacgm: " << title_html
+         << "</title>\n<style>" << embedded(eacgm_report_css_begin, eacgm_report_css_end)
+         << "</style></head>\n<body>\n<noscript>This page draws its charts with JavaScript "
+            "(everything it needs is inside it: nothing is fetched).</noscript>\n"
+            "<div id=\"app\"></div>\n<script type=\"application/json\" id=\"eacgm-data\">"
+         << escaped << "</script>\n<script>"
+         << embedded(eacgm_echarts_js_begin, eacgm_echarts_js_end) << "</script>\n<script>"
+         << embedded(eacgm_report_js_begin, eacgm_report_js_end) << "</script>\n</body></html>\n";
+    file.close();
+    if (!file) fail("cannot write {}: disk full or I/O error (free space and try again)", out);
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  std::filesystem::rename(tmp, out, ec);
+  if (ec) fail("cannot move {} to {}: {}", tmp, out, ec.message());
+}
+
+}  // namespace eacgm

@@ -1,0 +1,244 @@
+// End to end: `eacgm report --html` on real recordings, drawn by headless Chromium. The page
+// checks itself after drawing (marks inside each chart's plot, a red cross at each anomaly's
+// place as the anomalies table gives it, JavaScript errors) into #eacgm-selfcheck; the tests read
+// that, the page's data and its tables from the DOM Chromium dumps, compare them with the
+// recording, and keep a screenshot under build/test-artifacts/html/.
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+const std::string kChromium = "/usr/bin/chromium";
+
+struct Rendered {
+  std::string dom, log;
+  nlohmann::json check;  // the page's self-check
+  nlohmann::json data;   // the data the page drew
+};
+
+std::string html_unescape(std::string s) {
+  for (auto [from, to] : {std::pair{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&amp;", "&"}})
+    for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += std::strlen(to))
+      s.replace(at, std::strlen(from), to);
+  return s;
+}
+
+// Chromium as the machine allows (root: no sandbox; no network: nothing of Google's fetched),
+// in a profile of its own, bounded by `timeout`, which ends its whole process group.
+RunResult chromium(const std::string& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/usr/bin/timeout",
+                                "-k",
+                                "5",
+                                "60",
+                                kChromium,
+                                "--headless",
+                                "--no-sandbox",
+                                "--disable-gpu",
+                                "--disable-quic",
+                                "--no-first-run",
+                                "--disable-background-networking",
+                                "--disable-component-update",
+                                "--disable-sync",
+                                "--user-data-dir=" + dir + "/chromium-profile",
+                                "--virtual-time-budget=20000",
+                                "--enable-logging=stderr",
+                                "--v=0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {}, 80);
+}
+
+Rendered render(const std::string& page, const std::string& name) {
+  Rendered r;
+  std::string dir = std::filesystem::path(page).parent_path().string();
+  auto dumped = chromium(dir, {"--dump-dom", "file://" + page});
+  EXPECT_EQ(dumped.exit_code, 0) << dumped.err;
+  r.dom = dumped.out;
+  r.log = dumped.err;
+  // (std::regex recurses per character: no good on a 1.5 MB page)
+  auto element = [&](const std::string& open) {
+    size_t at = r.dom.find(open);
+    if (at == std::string::npos) return std::string();
+    at += open.size();
+    return r.dom.substr(at, r.dom.find('<', at) - at);
+  };
+  r.check = nlohmann::json::parse(
+      html_unescape(element("<pre id=\"eacgm-selfcheck\" hidden=\"\">")), nullptr, false);
+  r.data = nlohmann::json::parse(element("<script type=\"application/json\" id=\"eacgm-data\">"),
+                                 nullptr, false);
+  // the screenshot, kept as the test's artifact
+  std::string artifacts = std::string(EACGM_ARTIFACT_DIR) + "/html";
+  std::filesystem::create_directories(artifacts);
+  auto shot = chromium(dir, {"--window-size=1300,5000", "--hide-scrollbars",
+                             "--screenshot=" + artifacts + "/" + name + ".png", "file://" + page});
+  EXPECT_EQ(shot.exit_code, 0) << shot.err;
+  EXPECT_TRUE(std::filesystem::exists(artifacts + "/" + name + ".png"));
+  std::filesystem::copy_file(page, artifacts + "/" + name + ".html",
+                             std::filesystem::copy_options::overwrite_existing);
+  printf("page and screenshot: %s/%s.{html,png}\n", artifacts.c_str(), name.c_str());
+  return r;
+}
+
+// What every page must be: drawn, without a JavaScript error, each chart named in `charts` with
+// marks in its plot, every anomaly of the table drawn where the table says.
+void expect_drawn(const Rendered& r, const std::vector<std::string>& charts) {
+  ASSERT_TRUE(r.check.is_object()) << "no self-check in the page: it did not finish drawing\n"
+                                   << r.log.substr(0, 4000);
+  EXPECT_TRUE(r.check.at("errors").empty()) << r.check.at("errors").dump();
+  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log.substr(0, 4000);
+  for (const auto& id : charts) {
+    ASSERT_TRUE(r.check.at("charts").contains(id)) << "no chart " << id << ": " << r.check.dump();
+    EXPECT_GT(r.check.at("charts").at(id).at("inked").get<int>(), 100)
+        << "chart " << id << " has no marks: " << r.check.dump();
+  }
+  const auto& a = r.check.at("anomalies");
+  EXPECT_EQ(a.at("drawn"), a.at("checked")) << a.dump();
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+class ReportHtml : public RecordingTest {
+ protected:
+  void SetUp() override {
+    RecordingTest::SetUp();
+    if (IsSkipped()) return;
+    if (access(kChromium.c_str(), X_OK) != 0)
+      GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+  }
+};
+
+// A CUDA run with injected slow launches, after detect: the latency chart, its distribution and
+// the anomalies' time line are drawn, each slow launch is a red cross where the table puts it,
+// and the table has a row per anomaly of the recording.
+TEST_F(ReportHtml, CudaRunShowsEachAnomalyAsARedCrossWhereTheTableSays) {
+  E2E_REQUIRE_CUDA();
+  auto r = run(
+      {kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_slow_launches", "4000", "250"},
+      {"LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(run({kEacgm, "detect", db_, "--layers", "cuda"}).exit_code, 0);
+  int64_t anomalies = Db(db_).scalar("SELECT count(*) FROM anomalies");
+  ASSERT_GE(anomalies, 6);
+  std::string page = dir_ + "/report.html";
+  auto w = run({kEacgm, "report", db_, "--html", page});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.err.find(page), std::string::npos) << "it says where the page is: " << w.err;
+  // self-contained: nothing the page would fetch
+  std::ifstream in(page);
+  std::string html((std::istreambuf_iterator<char>(in)), {});
+  for (const char* ref : {"src=\"http", "href=\"http", "<link ", "src=\"//"})
+    EXPECT_EQ(html.find(ref), std::string::npos) << ref;
+  EXPECT_EQ((std::filesystem::status(page).permissions() & std::filesystem::perms::others_write),
+            std::filesystem::perms::none);
+
+  Rendered p = render(page, "cuda_slow_launches");
+  expect_drawn(p, {"layer-cuda", "hist-cuda", "timeline"});
+  // every anomaly in the table, and each checked as a red cross (on the layer's chart and on
+  // the time line)
+  int64_t on_calls = Db(db_).scalar("SELECT count(*) FROM anomalies WHERE layer = 'cuda'");
+  EXPECT_EQ(p.check.at("anomalies").at("checked").get<int64_t>(), anomalies + on_calls);
+  ASSERT_TRUE(p.data.is_object());
+  EXPECT_EQ(int64_t(p.data.at("anomalies").size()), anomalies);
+  size_t table = p.dom.find("id=\"anomaly-table\"");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_EQ(int64_t(count_of(p.dom.substr(table, p.dom.find("</table>", table) - table),
+                             "<tr class=\"link\"")),
+            anomalies);
+  // the table's times are the recording's, from its start
+  int64_t t0 = std::stoll(Db(db_).text("SELECT value FROM meta WHERE key = 'start_monotonic_ns'"));
+  int64_t first = Db(db_).scalar("SELECT min(ts_ns) FROM anomalies");
+  EXPECT_NEAR(p.data.at("anomalies").at(0).at("t").get<double>(), double(first - t0) / 1e9, 1e-5);
+  EXPECT_EQ(p.data.at("anomalies").at(0).at("cause"), "slow cuda call: cuLaunchKernel");
+  // what the recording lacks is said, not drawn empty
+  EXPECT_NE(p.dom.find("GPU: no NVML samples"), std::string::npos);
+  EXPECT_NE(p.dom.find("No collectives in this recording"), std::string::npos);
+}
+
+// A two-rank Gloo job whose rank 1 arrives 10 ms late at many steps, recorded with the default
+// layers and analysed with plain detect: the heat map of waits, the per-rank straggling bars and
+// the host charts are drawn, and the page's data puts the straggling on rank 1.
+TEST_F(ReportHtml, GlooStragglerIsTheRankThatKeptTheOthersWaiting) {
+  if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0)
+    GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", "/usr/bin/python3", w + "/launch_ranks.py",
+                "2", std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "300",
+                dir_ + "/truth.json", "0.5", "0.9", "0.7", "10"},
+               {}, 100);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto d = run({kEacgm, "detect", db_});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  std::string page = dir_ + "/report.html";
+  ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
+  Rendered p = render(page, "gloo_straggler");
+  expect_drawn(p, {"layer-comm", "heat-0", "straggle-0", "host_cpu", "timeline"});
+  ASSERT_TRUE(p.data.is_object());
+  const auto& heat = p.data.at("collectives").at("heatmaps").at(0);
+  EXPECT_EQ(heat.at("name"), "gloo:all_reduce");
+  double straggled[2] = {0, 0};
+  for (const auto& rank : heat.at("ranks_detail"))
+    straggled[rank.at("rank").get<int>()] = rank.at("straggled_ms").get<double>();
+  auto truth = nlohmann::json::parse(std::ifstream(dir_ + "/truth.json"));
+  double slept_ms = 0;
+  for (const auto& i : truth.at("intervals"))
+    slept_ms += double(i.at(1).get<int64_t>() - i.at(0).get<int64_t>()) / 1e6;
+  printf("rank 1 slept %.1f ms in all; straggled: rank 0 %.1f ms, rank 1 %.1f ms\n", slept_ms,
+         straggled[0], straggled[1]);
+  EXPECT_GT(straggled[1], 0.5 * slept_ms);
+  EXPECT_GT(straggled[1], 5 * straggled[0]);
+  EXPECT_GT(count_of(p.dom, "straggling rank: gloo:all_reduce"), 0u) << "the causes are listed";
+}
+
+// A recording without what most sections draw (no anomalies yet, no GPU, NULL metrics in the
+// samples it has) gives a page that says what is missing, without an error; and the page is
+// written only where eacgm may write.
+TEST_F(ReportHtml, WhatARecordingLacksIsSaidAndBadOutputsAreRefused) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "host", "--",
+                kWorkloads + "/sched_probe", "0", "300"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // a sampled metric the kernel could not give, and a GPU that answered nothing
+  {
+    sqlite3* db;
+    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "UPDATE host_samples SET runq_wait_ns = NULL, tx_bytes = NULL "
+                           "WHERE rowid % 2 = 0;"
+                           "INSERT INTO gpu_samples(ts_ns, gpu) SELECT ts_ns, 0 FROM host_samples;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  std::string page = dir_ + "/report.html";
+  auto w = run({kEacgm, "report", db_, "--html", page});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  Rendered p = render(page, "no_anomalies_null_metrics");
+  expect_drawn(p, {"host_cpu"});
+  EXPECT_NE(p.dom.find("eacgm detect has not run on this recording"), std::string::npos);
+  EXPECT_NE(p.dom.find("calls: none recorded"), std::string::npos);
+
+  // an existing page is kept without --force; what is not a regular file is never replaced
+  auto again = run({kEacgm, "report", db_, "--html", page});
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_NE(again.err.find("--force"), std::string::npos) << again.err;
+  auto dev = run({kEacgm, "report", db_, "--html", "/dev/null", "--force"});
+  EXPECT_NE(dev.exit_code, 0);
+  EXPECT_NE(dev.err.find("only regular files"), std::string::npos) << dev.err;
+  struct stat st;
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  auto both = run({kEacgm, "report", db_, "--html", page, "--json"});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  auto missing = run({kEacgm, "report", dir_ + "/nope.eacgm.db", "--html", dir_ + "/x.html"});
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.html"));
+}
+
+}  // namespace
+}  // namespace e2e
