@@ -207,7 +207,12 @@
     if (section_.devices && section_.devices.length)
       sec.append(el('p', {}, section_.devices.map((d) => 'GPU ' + d.gpu + ': ' + d.name).join(', ')));
     const bands = windowBands();
+    const flat = [];
     for (const c of section_.charts) {
+      if (c.series.every((ser) => ser.points.every((p) => !p[1]))) {
+        flat.push(c.title);
+        continue;
+      }
       const entry = makeChart(sec, c.id, 260);
       const series = c.series.map((s) => ({ name: s.name, type: 'line', showSymbol: false, sampling: 'none', step: false,
         connectNulls: false, data: s.points, lineStyle: { width: 1.2 } }));
@@ -218,6 +223,7 @@
       opt.tooltip = { trigger: 'axis', confine: true, valueFormatter: (v) => num(v, 2) };
       entry.chart.setOption(opt);
     }
+    if (flat.length) sec.append(el('p', { class: 'intro' }, 'Zero throughout, not drawn: ' + flat.join('; ') + '.'));
   }
 
   // ---- collectives -----------------------------------------------------------------------
