@@ -65,12 +65,18 @@
   }
 
   // Window anomalies (the whole job's time windows) as red bands over a time chart.
+  // Adjacent windows of one cause are one band.
   function windowBands() {
+    const windows = (data.anomalies || []).filter((a) => a.chart === 'timeline' && a.t !== null)
+      .map((a) => ({ from: a.t, to: a.t + Math.max(a.dur_ms || 0, 1) / 1e3, cause: a.cause }))
+      .sort((x, y) => x.from - y.from);
     const bands = [];
-    for (const a of data.anomalies || [])
-      if (a.chart === 'timeline' && a.t !== null)
-        bands.push([{ xAxis: a.t, name: a.cause }, { xAxis: a.t + Math.max(a.dur_ms || 0, 1) / 1e3 }]);
-    return bands;
+    for (const w of windows) {
+      const last = bands[bands.length - 1];
+      if (last && last.cause === w.cause && w.from <= last.to + 1e-3) last.to = Math.max(last.to, w.to);
+      else bands.push(Object.assign({}, w));
+    }
+    return bands.map((b) => [{ xAxis: b.from, name: b.cause }, { xAxis: b.to }]);
   }
 
   function timeOption(title, series, opts) {
@@ -217,7 +223,7 @@
       const series = c.series.map((s) => ({ name: s.name, type: 'line', showSymbol: false, sampling: 'none', step: false,
         connectNulls: false, data: s.points, lineStyle: { width: 1.2 } }));
       if (series.length && bands.length)
-        series[0].markArea = { silent: false, itemStyle: { color: 'rgba(224,0,0,0.12)' }, data: bands,
+        series[0].markArea = { silent: false, itemStyle: { color: 'rgba(224,0,0,0.12)' }, label: { show: false }, data: bands,
           tooltip: { formatter: (p) => 'window anomaly: ' + esc(p.name) } };
       const opt = timeOption(c.title, series);
       opt.tooltip = { trigger: 'axis', confine: true, valueFormatter: (v) => num(v, 2) };
@@ -239,18 +245,23 @@
     C.heatmaps.forEach((h, i) => {
       const cols = h.cells.reduce((m, c) => Math.max(m, c[0] + 1), 0);
       const per = h.steps_per_column;
+      // colours up to the 99th percentile of the cells: one very long wait (a rank's start-up)
+      // would otherwise leave every other wait pale
+      const waits = h.cells.map((c) => c[2] || 0).sort((x, y) => x - y);
+      const top = Math.max(waits[Math.min(waits.length - 1, Math.floor(0.99 * waits.length))] || 0, 0.001);
       const entry = makeChart(sec, 'heat-' + i, Math.min(600, 110 + 22 * h.ranks.length));
       entry.chart.setOption({
         animation: false,
         title: { text: h.name + ' on ' + h.nranks + ' ranks: wait for the slowest peer (ms), ' + h.steps + ' steps' +
-          (per > 1 ? ' (' + per + ' per column, the longest)' : ''), left: 0, textStyle: { fontSize: 13 } },
+          (per > 1 ? ' (' + per + ' per column, the longest)' : '') + (top < h.max_ms ? '; colours up to ' + num(top, 2) +
+          ' ms (99th percentile), longest ' + num(h.max_ms, 1) + ' ms' : ''), left: 0, textStyle: { fontSize: 13 } },
         tooltip: { confine: true, formatter: (p) => 'rank ' + h.ranks[p.value[1]] + ', step ' + p.value[0] * per +
           (per > 1 ? '-' + (p.value[0] * per + per - 1) : '') + ': waited ' + num(p.value[2], 3) + ' ms' },
         grid: Object.assign({}, GRID, { top: 34, right: 90 }),
         xAxis: { type: 'category', data: Array.from({ length: cols }, (_, k) => String(k * per)), name: 'step',
                  nameLocation: 'middle', nameGap: 26 },
         yAxis: { type: 'category', data: h.ranks.map((r) => 'rank ' + r), inverse: true },
-        visualMap: { min: 0, max: Math.max(h.max_ms, 0.001), calculable: true, orient: 'vertical', right: 0, top: 34,
+        visualMap: { min: 0, max: +top.toPrecision(3), calculable: true, orient: 'vertical', right: 0, top: 34,
                      itemHeight: 120, inRange: { color: ['#ffffcc', '#fd8d3c', '#800026'] }, text: ['ms', ''] },
         series: [{ type: 'heatmap', data: h.cells, progressive: 0 }],
       });
