@@ -316,30 +316,13 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,
                       bool force) {
   RecordingReader rec(db);
-  std::error_code ec;
   check_output_file(out, force, format == ExportFormat::Perfetto ? "--perfetto" : "--chrome");
-  // Write next to the target and rename at the end: an interrupted export leaves no half file.
-  std::string tmp = out + ".tmp";
-  if (!remove_regular_file(tmp))
-    fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file) fail("cannot write {}: {} (check the directory exists and is writable)", out,
-                    errno_text(errno));
+  write_then_rename(out, [&](std::ostream& file) {
     auto sink = format == ExportFormat::Perfetto ? make_perfetto_writer(file)
                                                  : make_chrome_json_writer(file);
-    try {
-      emit_timeline(rec, *sink);
-      sink->finish();
-      file.close();
-      if (!file) fail("cannot write {}: disk full or I/O error (free space and export again)", out);
-    } catch (...) {
-      std::filesystem::remove(tmp, ec);
-      throw;
-    }
-  }
-  std::filesystem::rename(tmp, out, ec);
-  if (ec) fail("cannot move {} to {}: {}", tmp, out, ec.message());
+    emit_timeline(rec, *sink);
+    sink->finish();
+  });
 }
 
 }  // namespace eacgm

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -647,15 +645,7 @@ void write_html_report(const std::string& recording, const std::string& out, boo
         title_html += ch;
     }
   }
-  std::string tmp = out + ".tmp";
-  if (!remove_regular_file(tmp))
-    fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
-  std::error_code ec;
-  try {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file)
-      fail("cannot write {}: {} (check the directory exists and is writable)", out,
-           errno_text(errno));
+  write_then_rename(out, [&](std::ostream& file) {
     file << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<meta name=\"generator\" content=\"eacgm "
@@ -667,14 +657,7 @@ void write_html_report(const std::string& recording, const std::string& out, boo
          << escaped << "</script>\n<script>"
          << embedded(eacgm_echarts_js_begin, eacgm_echarts_js_end) << "</script>\n<script>"
          << embedded(eacgm_report_js_begin, eacgm_report_js_end) << "</script>\n</body></html>\n";
-    file.close();
-    if (!file) fail("cannot write {}: disk full or I/O error (free space and try again)", out);
-  } catch (...) {
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
-  std::filesystem::rename(tmp, out, ec);
-  if (ec) fail("cannot move {} to {}: {}", tmp, out, ec.message());
+  });
 }
 
 }  // namespace eacgm

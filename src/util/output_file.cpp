@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 
 #include "util/error.h"
 
@@ -55,6 +56,27 @@ bool remove_regular_file(const std::string& path) {
   if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
   if (!S_ISREG(st.st_mode)) return false;
   return unlink(path.c_str()) == 0 || errno == ENOENT;
+}
+
+void write_then_rename(const std::string& out, const std::function<void(std::ostream&)>& write) {
+  std::string tmp = out + ".tmp";
+  if (!remove_regular_file(tmp))
+    fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
+  std::error_code ec;
+  try {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    if (!file)
+      fail("cannot write {}: {} (check the directory exists and is writable)", out,
+           errno_text(errno));
+    write(file);
+    file.close();
+    if (!file) fail("cannot write {}: disk full or I/O error (free space and try again)", out);
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  std::filesystem::rename(tmp, out, ec);
+  if (ec) fail("cannot move {} to {}: {}", tmp, out, ec.message());
 }
 
 }  // namespace eacgm

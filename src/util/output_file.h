@@ -2,6 +2,8 @@
 // writes only regular files, and replaces only those (with --force); a device, a FIFO, a
 // socket, a symlink or a directory at the path is never unlinked or written over.
 #pragma once
+#include <functional>
+#include <iosfwd>
 #include <string>
 
 namespace eacgm {
@@ -14,5 +16,10 @@ void check_output_file(const std::string& path, bool force, const std::string& o
 // Removes `path` if it is a regular file (what check_output_file allowed replacing); anything
 // else is left alone. Returns false if it could not.
 bool remove_regular_file(const std::string& path);
+
+// Writes `out` through `write` into OUT.tmp beside it, then renames it into place: an
+// interrupted or failed write (eacgm::Error, a full disk) leaves no half file, and the tmp file
+// is removed. Call check_output_file first.
+void write_then_rename(const std::string& out, const std::function<void(std::ostream&)>& write);
 
 }  // namespace eacgm
