@@ -6,111 +6,20 @@
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "chromium.h"
 #include "e2e_util.h"
 
 namespace e2e {
 namespace {
-
-const std::string kChromium = "/usr/bin/chromium";
-
-struct Rendered {
-  std::string dom, log;
-  nlohmann::json check;  // the page's self-check
-  nlohmann::json data;   // the data the page drew
-};
-
-std::string html_unescape(std::string s) {
-  for (auto [from, to] : {std::pair{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&amp;", "&"}})
-    for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += std::strlen(to))
-      s.replace(at, std::strlen(from), to);
-  return s;
-}
-
-// Chromium as the machine allows (root: no sandbox; no network: nothing of Google's fetched),
-// in a profile of its own, bounded by `timeout`, which ends its whole process group.
-RunResult chromium(const std::string& dir, const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"/usr/bin/timeout",
-                                "-k",
-                                "5",
-                                "60",
-                                kChromium,
-                                "--headless",
-                                "--no-sandbox",
-                                "--disable-gpu",
-                                "--disable-quic",
-                                "--no-first-run",
-                                "--disable-background-networking",
-                                "--disable-component-update",
-                                "--disable-sync",
-                                "--user-data-dir=" + dir + "/chromium-profile",
-                                "--virtual-time-budget=20000",
-                                "--enable-logging=stderr",
-                                "--v=0"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, {}, 80);
-}
-
-Rendered render(const std::string& page, const std::string& name) {
-  Rendered r;
-  std::string dir = std::filesystem::path(page).parent_path().string();
-  auto dumped = chromium(dir, {"--dump-dom", "file://" + page});
-  EXPECT_EQ(dumped.exit_code, 0) << dumped.err;
-  r.dom = dumped.out;
-  r.log = dumped.err;
-  // (std::regex recurses per character: no good on a 1.5 MB page)
-  auto element = [&](const std::string& open) {
-    size_t at = r.dom.find(open);
-    if (at == std::string::npos) return std::string();
-    at += open.size();
-    return r.dom.substr(at, r.dom.find('<', at) - at);
-  };
-  r.check = nlohmann::json::parse(
-      html_unescape(element("<pre id=\"eacgm-selfcheck\" hidden=\"\">")), nullptr, false);
-  r.data = nlohmann::json::parse(element("<script type=\"application/json\" id=\"eacgm-data\">"),
-                                 nullptr, false);
-  // the screenshot, kept as the test's artifact
-  std::string artifacts = std::string(EACGM_ARTIFACT_DIR) + "/html";
-  std::filesystem::create_directories(artifacts);
-  auto shot = chromium(dir, {"--window-size=1300,5000", "--hide-scrollbars",
-                             "--screenshot=" + artifacts + "/" + name + ".png", "file://" + page});
-  EXPECT_EQ(shot.exit_code, 0) << shot.err;
-  EXPECT_TRUE(std::filesystem::exists(artifacts + "/" + name + ".png"));
-  std::filesystem::copy_file(page, artifacts + "/" + name + ".html",
-                             std::filesystem::copy_options::overwrite_existing);
-  printf("page and screenshot: %s/%s.{html,png}\n", artifacts.c_str(), name.c_str());
-  return r;
-}
-
-// What every page must be: drawn, without a JavaScript error, each chart named in `charts` with
-// marks in its plot, every anomaly of the table drawn where the table says.
-void expect_drawn(const Rendered& r, const std::vector<std::string>& charts) {
-  ASSERT_TRUE(r.check.is_object()) << "no self-check in the page: it did not finish drawing\n"
-                                   << r.log.substr(0, 4000);
-  EXPECT_TRUE(r.check.at("errors").empty()) << r.check.at("errors").dump();
-  EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log.substr(0, 4000);
-  for (const auto& id : charts) {
-    ASSERT_TRUE(r.check.at("charts").contains(id)) << "no chart " << id << ": " << r.check.dump();
-    EXPECT_GT(r.check.at("charts").at(id).at("inked").get<int>(), 100)
-        << "chart " << id << " has no marks: " << r.check.dump();
-  }
-  const auto& a = r.check.at("anomalies");
-  EXPECT_EQ(a.at("drawn"), a.at("checked")) << a.dump();
-}
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-  return n;
-}
 
 class ReportHtml : public RecordingTest {
  protected:
   void SetUp() override {
     RecordingTest::SetUp();
     if (IsSkipped()) return;
-    if (access(kChromium.c_str(), X_OK) != 0)
-      GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it)";
+    if (std::string why = chromium_missing(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -194,6 +103,40 @@ TEST_F(ReportHtml, GlooStragglerIsTheRankThatKeptTheOthersWaiting) {
   EXPECT_GT(straggled[1], 0.5 * slept_ms);
   EXPECT_GT(straggled[1], 5 * straggled[0]);
   EXPECT_GT(count_of(p.dom, "straggling rank: gloo:all_reduce"), 0u) << "the causes are listed";
+}
+
+// The GPU layer's metrics (from the fake NVML the GPU tests use: utilization that changes,
+// memory, power, temperature, clocks, throttle reasons, PCIe) are each a chart with marks, under
+// the GPU's name.
+TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
+  std::ofstream(dir_ + "/nvml.script")
+      << "devices 1\nname 0 Fake H100\n"
+         "utilization 0 10:20 30:40 55:66 80:10 95:50 20:20\n"
+         "memory 0 1073741824:85899345920\ntemperature 0 61\n"
+         "power_instant 0 250500\npower 0 1\npower_limit 0 700000\n"
+         "clock_sm 0 1980\nclock_mem 0 2619\n"
+         "pcie_tx_count 0 *3\npcie_rx_count 0 *2\npcie_tx 0 1\n"
+         "clocks_event 0 0 68\n";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "gpu,host", "--interval", "20",
+                "--nvml-library", std::string(EACGM_FAKE_NVML_DIR) + "/full/libnvidia-ml.so.1",
+                "--", kWorkloads + "/sched_probe", "0", "800"},
+               {"EACGM_FAKE_NVML_SCRIPT=" + dir_ + "/nvml.script"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_GT(Db(db_).scalar("SELECT count(*) FROM gpu_samples"), 10);
+  std::string page = dir_ + "/report.html";
+  ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
+  Rendered p = render(page, "gpu_fake_nvml");
+  expect_drawn(p, {"gpu_util", "gpu_memory", "gpu_power", "gpu_temperature", "gpu_clocks",
+                   "gpu_throttle", "host_cpu"});
+  EXPECT_NE(p.dom.find("GPU 0: Fake H100"), std::string::npos);
+  // utilization as NVML gave it: every scripted value is in the chart's data
+  std::set<double> sm;
+  for (const auto& c : p.data.at("gpu").at("charts"))
+    if (c.at("id") == "gpu_util")
+      for (const auto& s : c.at("series"))
+        if (s.at("name") == "GPU 0 SM")
+          for (const auto& pt : s.at("points")) sm.insert(pt.at(1).get<double>());
+  EXPECT_EQ(sm, (std::set<double>{10, 30, 55, 80, 95, 20}));
 }
 
 // A recording without what most sections draw (no anomalies yet, no GPU, NULL metrics in the
