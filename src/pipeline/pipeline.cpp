@@ -293,7 +293,7 @@ void Pipeline::step(int timeout_ms) {
     // it got and what it had dropped, as of the last second (recording_state "recording").
     TracerCounters c = tracer_->counters();
     out_.set_meta("end_monotonic_ns", std::to_string(now));
-    out_.set_meta("events", std::to_string(decoder_->stats().calls));
+    out_.set_meta("events", std::to_string(calls()));  // the python layer's too
     out_.set_meta("dropped_events", std::to_string(c.ring_drops));
     last_progress_meta_ = now;
   }
@@ -346,7 +346,7 @@ void Pipeline::finish_python() {
 void Pipeline::finish() {
   TracerCounters c = tracer_->counters();
   out_.set_meta("end_monotonic_ns", std::to_string(monotonic_now_ns()));
-  out_.set_meta("events", std::to_string(decoder_->stats().calls));
+  out_.set_meta("events", std::to_string(calls()));  // the python layer's too
   out_.set_meta("recording_state", "complete");
   if (gpu_) {
     std::string lines;
