@@ -536,6 +536,15 @@ json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& o
   out["kernels"] = kernels;
   for (const char* layer : kCallLayers) {
     auto stacks = usual_stacks(rec, table_of(layer));
+    // Python functions: where they are defined (file and first line)
+    std::map<std::string, std::string> where;
+    if (std::string_view(layer) == "python" && rec.has_table("python_calls"))
+      rec.query("SELECT name, file, min(line) FROM python_calls WHERE file IS NOT NULL GROUP BY "
+                "name, file",
+                [&](Statement& s) {
+                  where.try_emplace(std::string(s.text_at(0)),
+                                    fmt::format("{}:{}", s.text_at(1), s.int_at(2)));
+                });
     json rows = json::array();
     for (const auto& o : ops) {
       if (o.layer != layer) continue;
@@ -548,6 +557,7 @@ json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& o
              {"errors", o.errors}};
       if (o.bytes > 0) r["bytes"] = o.bytes;
       if (auto it = stacks.find(o.name); it != stacks.end()) r["stack"] = it->second;
+      if (auto it = where.find(o.name); it != where.end()) r["where"] = it->second;
       rows.push_back(r);
       if (rows.size() == 25) break;
     }

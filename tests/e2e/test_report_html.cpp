@@ -139,6 +139,31 @@ TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
   EXPECT_EQ(sm, (std::set<double>{10, 30, 55, 80, 95, 20}));
 }
 
+// The python layer's calls: their latency chart and distribution, and the functions' table
+// with where each is defined and its exact count.
+TEST_F(ReportHtml, PythonFunctionsAreDrawnAndListedWithWhereTheyAre) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", "/usr/bin/python3",
+                std::string(EACGM_PY_WORKLOADS) + "/nesting.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // the summary's events count the python layer's calls too
+  Db db(db_);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'events'"),
+            std::to_string(db.scalar("SELECT count(*) FROM python_calls")));
+  std::string page = dir_ + "/report.html";
+  ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
+  Rendered p = render(page, "python_nesting");
+  expect_drawn(p, {"layer-python", "hist-python"});
+  bool found = false;
+  for (const auto& row : p.data.at("top").at("python"))
+    if (row.at("name") == "nesting.h") {
+      found = true;
+      EXPECT_EQ(row.at("calls"), 61);
+      EXPECT_EQ(row.at("where"), std::string(EACGM_PY_WORKLOADS) + "/nesting.py:5");
+    }
+  EXPECT_TRUE(found) << p.data.at("top").dump();
+  EXPECT_NE(p.dom.find("nesting.py:5"), std::string::npos);
+}
+
 // A recording without what most sections draw (no anomalies yet, no GPU, NULL metrics in the
 // samples it has) gives a page that says what is missing, without an error; and the page is
 // written only where eacgm may write.

@@ -312,6 +312,7 @@
   }
 
   function stackCell(r) {
+    if (r.where) return el('span', {}, r.name, el('span', { class: 'where' }, ' ' + r.where));
     if (!r.stack || !r.stack.length) return r.name;
     return el('details', {}, el('summary', {}, r.name), el('pre', {}, r.stack.join('\n')));
   }
