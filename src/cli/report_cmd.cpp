@@ -17,15 +17,15 @@ std::function<int()> add_report(CLI::App& app) {
                 "max, bytes; top kernels by launches; host, GPU and collectives; anomalies.");
   cmd->add_option("recording", *path, "recording file")->required();
   cmd->add_flag("--json", *json, "print JSON instead of tables");
-  cmd->add_option("--html", *html,
+  CLI::Option* html_option = cmd->add_option("--html", *html,
                   "write one self-contained page of charts to this file instead (latency over "
                   "time with anomalies as red crosses, distributions, GPU and host metrics, "
                   "collectives per rank, top operations, the anomalies table); opens offline in "
                   "any browser")
       ->excludes("--json");
-  cmd->add_flag("-f,--force", *force, "replace an existing --html file");
-  return [path, json, html, force]() {
-    if (!html->empty()) {
+  cmd->add_flag("-f,--force", *force, "replace an existing --html file")->needs(html_option);
+  return [path, json, html, force, html_option]() {
+    if (html_option->count() > 0) {  // an empty name is refused by write_html_report
       write_html_report(*path, *html, *force);
       fmt::print(stderr, "eacgm: wrote {} (open it in a browser)\n", *html);
       return 0;

@@ -16,7 +16,7 @@ struct HtmlReportOptions {
   size_t columns = 1000;
   size_t top_operations = 6;     // per layer, drawn over time (by total time)
   size_t max_anomalies = 20000;  // the strongest, when detect found more
-  size_t max_subjects = 8;       // host processes and collectives' ranks beyond are summed up
+  size_t max_subjects = 8;       // host processes drawn (the most CPU time; a note says so)
 };
 
 // Everything the page draws, as the JSON its script reads (also what tests check).

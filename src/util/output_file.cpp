@@ -21,6 +21,14 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
+// A file name for what `option` writes, for messages.
+const char* example_name(const std::string& option) {
+  if (option == "--html") return "run.html";
+  if (option == "--perfetto") return "run.pftrace";
+  if (option == "--chrome") return "run.json";
+  return "run.eacgm.db";
+}
+
 }  // namespace
 
 void check_output_file(const std::string& path, bool force, const std::string& option) {
@@ -28,8 +36,8 @@ void check_output_file(const std::string& path, bool force, const std::string& o
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode))
-      throw UsageError(fmt::format("{} {}: is a directory (give a file name, e.g. {}/run.eacgm.db)",
-                                   option, path, path));
+      throw UsageError(fmt::format("{} {}: is a directory (give a file name, e.g. {}/{})", option,
+                                   path, path, example_name(option)));
     if (!S_ISREG(st.st_mode))
       throw UsageError(fmt::format(
           "{} {}: is {}; eacgm writes and replaces only regular files, --force or not (choose "

@@ -203,6 +203,14 @@ TEST_F(ReportHtml, WhatARecordingLacksIsSaidAndBadOutputsAreRefused) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   auto both = run({kEacgm, "report", db_, "--html", page, "--json"});
   EXPECT_EQ(both.exit_code, 2) << both.err;
+  // an empty name is no page (not the text report instead); --force alone is a usage error
+  auto empty = run({kEacgm, "report", db_, "--html", ""});
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.err.find("--html: give a file name"), std::string::npos) << empty.err;
+  EXPECT_EQ(run({kEacgm, "report", db_, "--force"}).exit_code, 2);
+  auto dir = run({kEacgm, "report", db_, "--html", dir_});
+  EXPECT_EQ(dir.exit_code, 2);
+  EXPECT_NE(dir.err.find("e.g. " + dir_ + "/run.html"), std::string::npos) << dir.err;
   auto missing = run({kEacgm, "report", dir_ + "/nope.eacgm.db", "--html", dir_ + "/x.html"});
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.html"));
