@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -328,43 +327,11 @@ int run_detect(const DetectArgs& a) {
     fmt::print("  {} windows not flagged: unusual only in that the job's calls ran under {:g}x "
                "slower or fewer than in training, no resource under more pressure\n",
                not_flagged.a_little_slower, detect::kMinWindowSlowdown);
-  // one line per cause, its amounts in milliseconds as a range: "joined 26.4-30.3 ms late"
-  struct Cause {
-    size_t n = 0;
-    std::vector<double> lo, hi;
-  };
-  std::map<std::string, Cause> by_cause;
-  static const std::regex amount(R"((\d+(?:\.\d+)?) ms)");
-  for (const auto& r : rows) {
-    std::string key;
-    std::vector<double> values;
-    auto at = r.cause.cbegin();
-    for (std::sregex_iterator it(r.cause.begin(), r.cause.end(), amount), stop; it != stop; ++it) {
-      key.append(at, (*it)[0].first);
-      key += "\x01 ms";
-      values.push_back(std::stod((*it)[1].str()));
-      at = (*it)[0].second;
-    }
-    key.append(at, r.cause.cend());
-    Cause& c = by_cause[key];
-    if (c.n++ == 0) c.lo = c.hi = values;
-    for (size_t i = 0; i < values.size() && i < c.lo.size(); ++i)
-      c.lo[i] = std::min(c.lo[i], values[i]), c.hi[i] = std::max(c.hi[i], values[i]);
-  }
-  for (const auto& [key, c] : by_cause) {
-    std::string line;
-    size_t i = 0;
-    for (char ch : key) {
-      if (ch != '\x01') {
-        line += ch;
-        continue;
-      }
-      line += c.lo[i] == c.hi[i] ? fmt::format("{:.1f}", c.lo[i])
-                                 : fmt::format("{:.1f}-{:.1f}", c.lo[i], c.hi[i]);
-      ++i;
-    }
-    fmt::print("  {:>6}  {}\n", c.n, line);
-  }
+  // one line per cause, its measurements as ranges: "joined 26.4-30.3 ms late"
+  std::map<std::string, size_t> counts;
+  for (const auto& r : rows) ++counts[r.cause];
+  for (const auto& g : group_causes({counts.begin(), counts.end()}))
+    fmt::print("  {:>6}  {}\n", g.count, g.cause);
   // the strongest first: how far below its threshold each one fell
   std::vector<const detect::Anomaly*> strongest;
   for (const auto& an : anomalies) strongest.push_back(&an);

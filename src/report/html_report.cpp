@@ -11,6 +11,7 @@
 
 #include "report/collectives.h"
 #include "report/report.h"
+#include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/rows.h"
 #include "store/sqlite_util.h"
@@ -587,10 +588,14 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
                                 anomalies_total));
   json causes = json::array();
   if (rec.has_table("anomalies"))
-    rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause ORDER BY 2 DESC",
-              [&](Statement& s) {
-                causes.push_back({std::string(s.text_at(0)), s.int_at(1)});
-              });
+  {
+    // causes that differ only in their measurements as one, with their ranges
+    std::vector<std::pair<std::string, size_t>> counts;
+    rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause", [&](Statement& s) {
+      counts.emplace_back(std::string(s.text_at(0)), size_t(s.int_at(1)));
+    });
+    for (const auto& g : group_causes(counts)) causes.push_back({g.cause, g.count});
+  }
   data["anomaly_causes"] = causes;
   data["detected"] = detected;
   data["layers"] = layer_sections(rec, tb, ops, anomalies, opt);

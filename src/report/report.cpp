@@ -8,6 +8,7 @@
 
 #include "report/collectives.h"
 #include "report/sampled_report.h"
+#include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/rows.h"
 #include "store/sqlite_util.h"
@@ -46,11 +47,14 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
   int64_t t0 = rec.meta_ns("start_monotonic_ns");
   fmt::print(out, "\nanomalies (eacgm detect, trained on {}):\n", trained);
   size_t n = 0;
-  rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause ORDER BY 2 DESC",
-            [&](Statement& s) {
-              fmt::print(out, "  {:>6}  {}\n", s.int_at(1), s.text_at(0));
-              n += size_t(s.int_at(1));
-            });
+  std::vector<std::pair<std::string, size_t>> counts;
+  rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause", [&](Statement& s) {
+    counts.emplace_back(std::string(s.text_at(0)), size_t(s.int_at(1)));
+  });
+  for (const auto& g : group_causes(counts)) {
+    fmt::print(out, "  {:>6}  {}\n", g.count, g.cause);
+    n += g.count;
+  }
   if (n == 0) {
     fmt::print(out, "  none\n");
     return;

@@ -328,3 +328,25 @@ TEST_F(Store, ReaderRefusesWhatIsNotARecording) {
 
 }  // namespace
 }  // namespace eacgm
+
+// detect, report and the page print causes that differ only in their measurements as one line
+TEST(AnomalyCauses, DifferingOnlyInMeasurementsAreOneLineWithTheirRanges) {
+  auto g = eacgm::group_causes({{"rank 1 (pid 1822) joined 27.4 ms late (straggler)", 1},
+                         {"rank 1 (pid 1822) joined 22.0 ms late (straggler)", 2},
+                         {"rank 1 (pid 1822) joined 24.6 ms late (straggler)", 1},
+                         {"rank 0 (pid 1821) joined 3.5 ms late (straggler)", 1},
+                         {"CPU interference", 3},
+                         {"preempted: waited 1.2 ms for a CPU; 40% of 2 MiB", 1},
+                         {"preempted: waited 2.9 ms for a CPU; 45% of 2 MiB", 1}});
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_EQ(g[0].cause, "rank 1 (pid 1822) joined 22.0-27.4 ms late (straggler)");
+  EXPECT_EQ(g[0].count, 4u);
+  EXPECT_EQ(g[1].cause, "CPU interference");
+  EXPECT_EQ(g[1].count, 3u);
+  // ranks and pids are no measurements: another rank is another line
+  EXPECT_EQ(g[2].cause, "preempted: waited 1.2-2.9 ms for a CPU; 40-45% of 2 MiB");
+  EXPECT_EQ(g[3].cause, "rank 0 (pid 1821) joined 3.5 ms late (straggler)");
+  EXPECT_TRUE(eacgm::group_causes({}).empty());
+  // a number glued to a word is part of the word; a lone number with no unit stays as it is
+  EXPECT_EQ(eacgm::group_causes({{"layer2 5 calls 3x slower", 1}})[0].cause, "layer2 5 calls 3x slower");
+}

@@ -124,14 +124,9 @@
     } else if (causes.length === 0) {
       sec.append(el('p', {}, 'eacgm detect found no anomalies.'));
     } else {
-      // causes that differ only in their measurements ("joined 25.1 ms late") count as one
-      const grouped = new Map();
-      for (const [cause, n] of causes) {
-        const kind = String(cause).replace(/\d+(\.\d+)?(?= ?(ns|us|ms|s|%|x|MB|GB|KiB|MiB|GiB)\b)/g, '…');
-        grouped.set(kind, (grouped.get(kind) || 0) + n);
-      }
+      // grouped by eacgm: causes that differ only in their measurements are one, with ranges
       const ul = el('ul', { class: 'causes' });
-      for (const [cause, n] of [...grouped].sort((a, b) => b[1] - a[1]))
+      for (const [cause, n] of causes)
         ul.append(el('li', {}, el('b', {}, num(n, 0)), ' ' + cause));
       sec.append(el('h3', {}, 'anomalies by cause'), ul);
       const entry = makeChart(sec, 'timeline', 200);
