@@ -235,6 +235,7 @@ Collectives::Collectives(const RecordingReader& rec) {
         RankWaits& side = sides[size_t(r->rank)];
         ++side.calls;
         side.waited_ns += w.wait_ns;
+        side.waits_ns.push_back(w.wait_ns);
       }
       RankWaits& late_side = sides[size_t(last->rank)];
       ++late_side.joined_last;

@@ -43,6 +43,7 @@ struct RankWaits {
   size_t joined_last = 0;    // instances it joined last
   uint64_t straggled_ns = 0;  // in those: the longest wait its lateness caused, net of what its
                               // previous collective and CPU wait explain
+  std::vector<uint64_t> waits_ns;  // its wait in each matched instance, in order (as instances())
 };
 
 // Is `name` (as in comm_calls) an operation that every rank of the communicator joins?

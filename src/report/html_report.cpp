@@ -425,57 +425,48 @@ json collectives_section(const RecordingReader& rec, const TimeBase& tb,
   if (!rec.has_table("comm_calls")) return nullptr;
   Collectives c(rec);
   for (const auto& n : c.notes()) notes.push_back("collectives: " + n);
-  // (name, nranks) -> rank -> waits in call order (ms)
-  std::map<std::pair<std::string, int64_t>, std::map<int64_t, std::vector<double>>> waits;
   std::map<std::string, ColumnDecimator> bandwidth;
   std::map<std::string, int64_t> bw_bytes;
-  rec.query("SELECT pid, ts_ns, dur_ns, name, rank, nranks, bytes FROM comm_calls ORDER BY ts_ns",
-            [&](Statement& s) {
-              std::string name(s.text_at(3));
-              int64_t bytes = s.null_at(6) ? 0 : s.int_at(6), dur = s.ns_at(2);
-              if (bytes > 0 && dur > 0) {
-                auto it = bandwidth.find(name);
-                if (it == bandwidth.end())
-                  it = bandwidth.emplace(name, ColumnDecimator(tb.span_s, opt.columns)).first;
-                it->second.add(tb.at(s.ns_at(1)), double(bytes) / double(dur));
-                bw_bytes[name] += bytes;
-              }
-              if (s.int_at(4) < 0 || s.int_at(5) <= 1 || !is_collective(name)) return;
-              const PeerWait* w = c.find(uint32_t(s.int_at(0)), uint64_t(s.ns_at(1)));
-              if (!w) return;
-              waits[{name, s.int_at(5)}][s.int_at(4)].push_back(double(w->wait_ns) / 1e6);
-            });
+  rec.query("SELECT ts_ns, dur_ns, name, bytes FROM comm_calls ORDER BY ts_ns", [&](Statement& s) {
+    std::string name(s.text_at(2));
+    int64_t bytes = s.null_at(3) ? 0 : s.int_at(3), dur = s.ns_at(1);
+    if (bytes <= 0 || dur <= 0) return;
+    auto it = bandwidth.find(name);
+    if (it == bandwidth.end())
+      it = bandwidth.emplace(name, ColumnDecimator(tb.span_s, opt.columns)).first;
+    it->second.add(tb.at(s.ns_at(0)), double(bytes) / double(dur));
+    bw_bytes[name] += bytes;
+  });
+  // one heat map per communicator's collective as the text report names it (communicators of
+  // one size told apart by their identity), its rows the ranks (with their hosts when merged)
   json heatmaps = json::array();
-  for (const auto& [key, by_rank] : waits) {
+  for (const auto& [key, sides] : c.rank_waits()) {
     size_t steps = 0;
-    for (const auto& [rank, v] : by_rank) steps = std::max(steps, v.size());
-    size_t nranks = by_rank.size();
+    for (const auto& r : sides) steps = std::max(steps, r.waits_ns.size());
+    if (steps == 0 || sides.empty()) continue;
+    size_t nranks = sides.size();
     size_t cols = std::min(steps, std::max<size_t>(20, std::min<size_t>(500, 200000 / nranks)));
     size_t per_col = (steps + cols - 1) / std::max<size_t>(cols, 1);
-    json cells = json::array(), ranks = json::array();
-    size_t row = 0;
+    json cells = json::array(), ranks = json::array(), straggled = json::array();
     double max_ms = 0;
-    for (const auto& [rank, v] : by_rank) {
-      ranks.push_back(rank);
+    for (size_t row = 0; row < nranks; ++row) {
+      const RankWaits& r = sides[row];
+      ranks.push_back(fmt::format("rank {}{}", r.rank, c.on_host(r.pid)));
+      const auto& v = r.waits_ns;
       for (size_t col = 0; col * per_col < v.size(); ++col) {
-        double m = 0;
+        uint64_t m = 0;
         for (size_t k = col * per_col; k < std::min(v.size(), (col + 1) * per_col); ++k)
           m = std::max(m, v[k]);
-        max_ms = std::max(max_ms, m);
-        cells.push_back({col, row, rounded(m, 3)});
+        max_ms = std::max(max_ms, double(m) / 1e6);
+        cells.push_back({col, row, rounded(double(m) / 1e6, 3)});
       }
-      ++row;
+      straggled.push_back({{"rank", r.rank},
+                           {"label", ranks.back()},
+                           {"calls", r.calls},
+                           {"joined_last", r.joined_last},
+                           {"waited_ms", rounded(double(r.waited_ns) / 1e6, 3)},
+                           {"straggled_ms", rounded(double(r.straggled_ns) / 1e6, 3)}});
     }
-    json straggled = json::array();
-    for (const auto& [rkey, rw] : c.rank_waits())
-      if ((rkey.first == key.first || rkey.first.rfind(key.first + " [", 0) == 0) &&
-          rkey.second == key.second)
-        for (const auto& r : rw)
-          straggled.push_back({{"rank", r.rank},
-                               {"calls", r.calls},
-                               {"joined_last", r.joined_last},
-                               {"waited_ms", rounded(double(r.waited_ns) / 1e6, 3)},
-                               {"straggled_ms", rounded(double(r.straggled_ns) / 1e6, 3)}});
     heatmaps.push_back({{"name", key.first},
                         {"nranks", key.second},
                         {"steps", steps},

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include <filesystem>
 
 #include "report/html_report.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/recording.h"
+#include "store/sqlite_util.h"
 
 namespace eacgm {
 namespace {
@@ -173,6 +176,67 @@ TEST(HtmlReport, NonFiniteAndAbsurdValuesDoNotBreakThePage) {
   EXPECT_TRUE(d.at("anomalies").at(0).at("threshold").is_null());
   EXPECT_EQ(d.at("anomalies").at(0).at("features"), "not json <script>");
   EXPECT_EQ(d.at("layers").at(0).at("series").at(0).at("points").size(), 2u);
+  fs::remove(path);
+}
+
+// Two communicators of two ranks with one collective name: one heat map each, named as the text
+// report names them; in a merged recording each row says the rank's host.
+TEST(HtmlReport, EachCommunicatorHasItsHeatMapAndMergedRanksTheirHosts) {
+  std::string path = temp_path("comms");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    w.set_meta("end_monotonic_ns", std::to_string(kStart + 100 * ms));
+    auto call = [&](uint32_t pid, uint64_t comm, uint64_t id, int rank, uint64_t ts) {
+      CommCallRow c;
+      c.ts_ns = kStart + ts;
+      c.dur_ns = 10 * us;
+      c.pid = c.tid = pid;
+      c.name = "ncclAllReduce";
+      c.comm = comm;
+      c.comm_id = id;
+      c.rank = rank;
+      c.nranks = 2;
+      c.bytes = 1 << 20;
+      w.add(c);
+    };
+    for (int i = 0; i < 5; ++i) {
+      uint64_t t = 10 * ms * uint64_t(i);
+      call(100, 0xa0, 0x111111ULL, 0, t);
+      call(101, 0xa8, 0x111111ULL, 1, t + 3 * ms);  // rank 1 of A joins 3 ms late
+      call(100, 0xb0, 0x222222ULL, 0, t + 5 * ms + 1 * ms);  // rank 0 of B 1 ms late
+      call(102, 0xb8, 0x222222ULL, 1, t + 5 * ms);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(exec_sql(db, "INSERT INTO processes(pid, host) VALUES (100, 'node-a'), (101, "
+                         "'node-b'), (102, 'node-b')"),
+            "");
+  sqlite3_close(db);
+
+  RecordingReader rec(path);
+  json d = html_report_data(rec, HtmlReportOptions{});
+  const json& maps = d.at("collectives").at("heatmaps");
+  ASSERT_EQ(maps.size(), 2u) << maps.dump();
+  EXPECT_EQ(maps[0].at("name"), "ncclAllReduce [comm 111111]");
+  EXPECT_EQ(maps[1].at("name"), "ncclAllReduce [comm 222222]");
+  for (const json& m : maps) {
+    EXPECT_EQ(m.at("steps"), 5);
+    EXPECT_EQ(m.at("ranks"), json({"rank 0 on host node-a", "rank 1 on host node-b"}));
+  }
+  // A: rank 0 waits 3 ms at every step, rank 1 never; B: rank 1 waits 1 ms
+  double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  for (const json& cell : maps[0].at("cells")) (cell[1] == 0 ? a0 : a1) += cell[2].get<double>();
+  for (const json& cell : maps[1].at("cells")) (cell[1] == 0 ? b0 : b1) += cell[2].get<double>();
+  EXPECT_DOUBLE_EQ(a0, 15.0);
+  EXPECT_DOUBLE_EQ(a1, 0.0);
+  EXPECT_DOUBLE_EQ(b0, 0.0);
+  EXPECT_DOUBLE_EQ(b1, 5.0);
+  EXPECT_EQ(maps[0].at("ranks_detail")[1].at("joined_last"), 5);
+  EXPECT_EQ(maps[0].at("ranks_detail")[1].at("label"), "rank 1 on host node-b");
   fs::remove(path);
 }
 

@@ -250,12 +250,12 @@
         title: { text: h.name + ' on ' + h.nranks + ' ranks: wait for the slowest peer (ms), ' + h.steps + ' steps' +
           (per > 1 ? ' (' + per + ' per column, the longest)' : '') + (top < h.max_ms ? '; colours up to ' + num(top, 2) +
           ' ms (99th percentile), longest ' + num(h.max_ms, 1) + ' ms' : ''), left: 0, textStyle: { fontSize: 13 } },
-        tooltip: { confine: true, formatter: (p) => 'rank ' + h.ranks[p.value[1]] + ', step ' + p.value[0] * per +
+        tooltip: { confine: true, formatter: (p) => h.ranks[p.value[1]] + ', step ' + p.value[0] * per +
           (per > 1 ? '-' + (p.value[0] * per + per - 1) : '') + ': waited ' + num(p.value[2], 3) + ' ms' },
         grid: Object.assign({}, GRID, { top: 34, right: 90 }),
         xAxis: { type: 'category', data: Array.from({ length: cols }, (_, k) => String(k * per)), name: 'step',
                  nameLocation: 'middle', nameGap: 26 },
-        yAxis: { type: 'category', data: h.ranks.map((r) => 'rank ' + r), inverse: true },
+        yAxis: { type: 'category', data: h.ranks, inverse: true },
         visualMap: { min: 0, max: +top.toPrecision(3), calculable: true, orient: 'vertical', right: 0, top: 34,
                      itemHeight: 120, inRange: { color: ['#ffffcc', '#fd8d3c', '#800026'] }, text: ['ms', ''] },
         series: [{ type: 'heatmap', data: h.cells, progressive: 0 }],
@@ -269,7 +269,7 @@
           tooltip: { trigger: 'axis', confine: true },
           legend: { top: 24, left: 0 },
           grid: GRID,
-          xAxis: { type: 'category', data: h.ranks_detail.map((r) => 'rank ' + r.rank) },
+          xAxis: { type: 'category', data: h.ranks_detail.map((r) => r.label) },
           yAxis: { type: 'value' },
           series: [{ name: 'straggled (ms)', type: 'bar', data: h.ranks_detail.map((r) => r.straggled_ms) },
                    { name: 'waited for others (ms)', type: 'bar', data: h.ranks_detail.map((r) => r.waited_ms) }],
