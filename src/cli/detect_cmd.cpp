@@ -26,6 +26,7 @@
 #include "store/rows.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace eacgm::cli {
 namespace {
@@ -104,32 +105,11 @@ void write_feature_tables(const std::vector<detect::FeatureTable>& tables, const
   }
 }
 
-// Temporary files removed also when a stop signal ends detect (Ctrl-C, SIGTERM): the handler
-// unlinks them (async-signal-safe) and lets the signal end the process as it would have.
-constexpr int kMaxTempFiles = 32;
-char g_temp_files[kMaxTempFiles][4096];
-std::atomic<int> g_temp_count{0};
-
-void remove_temp_files_and_stop(int sig) {
-  for (int i = 0; i < g_temp_count.load(); ++i) unlink(g_temp_files[i]);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-// `path` and what SQLite and merge put beside it, removed on a stop signal.
+// `path` and what SQLite and merge put beside it, removed also when a stop signal ends detect.
 void remove_on_stop_signal(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm", "-journal", ".merging", ".merging-wal",
-                             ".merging-shm", ".merging-journal"}) {
-    std::string p = path + suffix;
-    int i = g_temp_count.load();
-    if (i >= kMaxTempFiles || p.size() >= sizeof g_temp_files[0]) return;
-    std::snprintf(g_temp_files[i], sizeof g_temp_files[0], "%s", p.c_str());
-    g_temp_count.store(i + 1);
-  }
-  struct sigaction sa {};
-  sa.sa_handler = remove_temp_files_and_stop;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+                             ".merging-shm", ".merging-journal"})
+    eacgm::remove_on_stop_signal(path + suffix);
 }
 
 // Several recordings of one job, lined up in a temporary merged copy (what `eacgm merge`

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "report/collectives.h"
 #include "report/report.h"
@@ -308,7 +309,8 @@ class SeriesSet {
   std::map<std::string, std::map<std::string, ColumnDecimator>> charts_;
 };
 
-json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt) {
+json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt,
+                 json& notes) {
   if (!rec.has_table("gpu_samples")) return nullptr;
   std::map<int64_t, std::string> names;
   if (rec.has_table("gpu_devices"))
@@ -337,6 +339,37 @@ json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepor
         put("gpu_pcie", g + " tx", 10, 1e-6);
         put("gpu_pcie", g + " rx", 11, 1e-6);
       });
+  // per process on each GPU (NVML's accounting): the processes with most memory and SM time
+  if (rec.has_table("gpu_process_samples")) {
+    std::map<int64_t, std::string> process_names;
+    rec.query("SELECT pid, name FROM processes WHERE name IS NOT NULL",
+              [&](Statement& s) { process_names[s.int_at(0)] = std::string(s.text_at(1)); });
+    std::vector<std::tuple<double, int64_t, int64_t>> busiest;  // (weight, gpu, pid)
+    rec.query("SELECT gpu, pid, avg(coalesce(used_memory_bytes, 0)) / 1e9 + "
+              "avg(coalesce(sm_util_pct, 0)) FROM gpu_process_samples GROUP BY gpu, pid",
+              [&](Statement& s) { busiest.emplace_back(s.double_at(2), s.int_at(0), s.int_at(1)); });
+    std::sort(busiest.rbegin(), busiest.rend());
+    std::set<std::pair<int64_t, int64_t>> shown;
+    for (size_t i = 0; i < busiest.size() && i < opt.max_subjects; ++i)
+      shown.insert({std::get<1>(busiest[i]), std::get<2>(busiest[i])});
+    if (busiest.size() > shown.size())
+      notes.push_back(fmt::format("GPU processes: {} of {} drawn (the most memory and SM "
+                                  "time); all are in the gpu_process_samples table",
+                                  shown.size(), busiest.size()));
+    rec.query("SELECT ts_ns, gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes FROM "
+              "gpu_process_samples ORDER BY ts_ns",
+              [&](Statement& s) {
+                if (!shown.count({s.int_at(1), s.int_at(2)})) return;
+                auto name = process_names.find(s.int_at(2));
+                std::string who = fmt::format(
+                    "{} ({}) on GPU {}", name == process_names.end() ? "pid" : name->second,
+                    s.int_at(2), s.int_at(1));
+                if (!s.null_at(3)) set.add("gpu_proc_sm", who, s.ns_at(0), s.double_at(3));
+                if (!s.null_at(4)) set.add("gpu_proc_mem_util", who, s.ns_at(0), s.double_at(4));
+                if (!s.null_at(5))
+                  set.add("gpu_proc_memory", who, s.ns_at(0), s.double_at(5) / (1 << 30));
+              });
+  }
   if (set.empty()) return nullptr;
   json devices = json::array();
   for (const auto& [gpu, name] : names) devices.push_back({{"gpu", gpu}, {"name", name}});
@@ -347,7 +380,10 @@ json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepor
                                  {"gpu_temperature", "temperature (°C)"},
                                  {"gpu_clocks", "clocks (MHz)"},
                                  {"gpu_throttle", "active throttle reasons (count)"},
-                                 {"gpu_pcie", "PCIe (MB/s)"}})}};
+                                 {"gpu_pcie", "PCIe (MB/s)"},
+                                 {"gpu_proc_sm", "SM utilization per process (%)"},
+                                 {"gpu_proc_mem_util", "memory utilization per process (%)"},
+                                 {"gpu_proc_memory", "memory used per process (GiB)"}})}};
 }
 
 json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt,
@@ -592,7 +628,7 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
   data["layers"] = layer_sections(rec, tb, ops, anomalies, opt);
   if (data["layers"].empty())
     notes.push_back("calls: none recorded (the cuda, comm, torch and python layers saw no calls)");
-  data["gpu"] = gpu_section(rec, tb, opt);
+  data["gpu"] = gpu_section(rec, tb, opt, notes);
   if (data["gpu"].is_null())
     notes.push_back(
         "GPU: no NVML samples in this recording (no GPU, no driver, or the gpu layer was off)" +

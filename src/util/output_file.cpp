@@ -3,7 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 
@@ -66,11 +71,67 @@ bool remove_regular_file(const std::string& path) {
   return unlink(path.c_str()) == 0 || errno == ENOENT;
 }
 
+namespace {
+
+// Paths removed when a stop signal ends eacgm: the handler unlinks them (async-signal-safe) and
+// lets the signal end the process as it would have. A slot whose first byte is 0 is free; a path
+// is put in with its first byte last, so the handler never sees half of one.
+constexpr int kMaxTempFiles = 32;
+char g_temp_files[kMaxTempFiles][4096];
+std::atomic<int> g_temp_count{0};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void remove_temp_files_and_stop(int sig) {
+  for (int i = 0; i < g_temp_count.load(); ++i)
+    if (__atomic_load_n(&g_temp_files[i][0], __ATOMIC_SEQ_CST)) unlink(g_temp_files[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+// The slot `path` went into, or -1 when there is none (or the path is too long).
+int put_temp_file(const std::string& path) {
+  if (path.empty() || path.size() >= sizeof g_temp_files[0]) return -1;
+  int i = 0;
+  while (i < g_temp_count.load() && g_temp_files[i][0]) ++i;
+  if (i >= kMaxTempFiles) return -1;
+  std::memcpy(g_temp_files[i] + 1, path.c_str() + 1, path.size());  // with its NUL
+  __atomic_store_n(&g_temp_files[i][0], path[0], __ATOMIC_SEQ_CST);
+  if (i == g_temp_count.load()) g_temp_count.store(i + 1);
+  return i;
+}
+
+void install_handler(struct sigaction* before) {
+  struct sigaction sa {};
+  sa.sa_handler = remove_temp_files_and_stop;
+  sigemptyset(&sa.sa_mask);
+  for (size_t k = 0; k < std::size(kStopSignals); ++k)
+    sigaction(kStopSignals[k], &sa, before ? &before[k] : nullptr);
+}
+
+}  // namespace
+
+void remove_on_stop_signal(const std::string& path) {
+  if (put_temp_file(path) >= 0) install_handler(nullptr);
+}
+
+RemovedOnStopSignal::RemovedOnStopSignal(const std::string& path)
+    : slot_(put_temp_file(path)) {
+  static_assert(std::size(kStopSignals) == std::size(decltype(before_){}));
+  install_handler(before_);
+}
+
+RemovedOnStopSignal::~RemovedOnStopSignal() {
+  for (size_t k = 0; k < std::size(kStopSignals); ++k)
+    sigaction(kStopSignals[k], &before_[k], nullptr);
+  if (slot_ >= 0) __atomic_store_n(&g_temp_files[slot_][0], '\0', __ATOMIC_SEQ_CST);
+}
+
 void write_then_rename(const std::string& out, const std::function<void(std::ostream&)>& write) {
   std::string tmp = out + ".tmp";
   if (!remove_regular_file(tmp))
     fail("cannot write {}: {} is in the way and is not a regular file (remove it)", out, tmp);
   std::error_code ec;
+  RemovedOnStopSignal removed_on_stop(tmp);
   try {
     std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
     if (!file)

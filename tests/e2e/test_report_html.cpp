@@ -109,8 +109,13 @@ TEST_F(ReportHtml, GlooStragglerIsTheRankThatKeptTheOthersWaiting) {
 // memory, power, temperature, clocks, throttle reasons, PCIe) are each a chart with marks, under
 // the GPU's name.
 TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
+  // a traced process that NVML says uses the GPU, beside one that is not traced (pid 1)
+  Process target({kWorkloads + "/sched_probe", "0", "3000"});
+  std::string pid = std::to_string(target.pid());
   std::ofstream(dir_ + "/nvml.script")
       << "devices 1\nname 0 Fake H100\n"
+         "procs 0 " + pid + ":536870912,1:4096\n"
+         "proc_util 0 " + pid + ":71:12:0:0,1:99:99:0:0\n"
          "utilization 0 10:20 30:40 55:66 80:10 95:50 20:20\n"
          "memory 0 1073741824:85899345920\ntemperature 0 61\n"
          "power_instant 0 250500\npower 0 1\npower_limit 0 700000\n"
@@ -119,7 +124,7 @@ TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
          "clocks_event 0 0 68\n";
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "gpu,host", "--interval", "20",
                 "--nvml-library", std::string(EACGM_FAKE_NVML_DIR) + "/full/libnvidia-ml.so.1",
-                "--", kWorkloads + "/sched_probe", "0", "800"},
+                "--duration", "0.8", "-p", pid},
                {"EACGM_FAKE_NVML_SCRIPT=" + dir_ + "/nvml.script"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_GT(Db(db_).scalar("SELECT count(*) FROM gpu_samples"), 10);
@@ -127,7 +132,16 @@ TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
   ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
   Rendered p = render(page, "gpu_fake_nvml");
   expect_drawn(p, {"gpu_util", "gpu_memory", "gpu_power", "gpu_temperature", "gpu_clocks",
-                   "gpu_throttle", "host_cpu"});
+                   "gpu_throttle", "gpu_proc_sm", "gpu_proc_memory", "host_cpu"});
+  // per process: the traced one only, with NVML's figures
+  for (const auto& c : p.data.at("gpu").at("charts")) {
+    if (c.at("id") != "gpu_proc_sm" && c.at("id") != "gpu_proc_memory") continue;
+    ASSERT_EQ(c.at("series").size(), 1u) << c.dump();
+    EXPECT_EQ(c.at("series").at(0).at("name"), "sched_probe (" + pid + ") on GPU 0");
+    std::set<double> values;
+    for (const auto& pt : c.at("series").at(0).at("points")) values.insert(pt.at(1).get<double>());
+    EXPECT_EQ(values, (std::set<double>{c.at("id") == "gpu_proc_sm" ? 71.0 : 0.5})) << c.dump();
+  }
   EXPECT_NE(p.dom.find("GPU 0: Fake H100"), std::string::npos);
   // utilization as NVML gave it: every scripted value is in the chart's data
   std::set<double> sm;

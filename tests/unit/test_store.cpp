@@ -2,7 +2,10 @@
 // errors a user meets before a recording starts.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "store/rows.h"
 #include "store/sqlite_util.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace eacgm {
 namespace {
@@ -326,12 +330,10 @@ TEST_F(Store, ReaderRefusesWhatIsNotARecording) {
   EXPECT_NE(message(other).find("no meta table"), std::string::npos) << message(other);
 }
 
-}  // namespace
-}  // namespace eacgm
 
 // detect, report and the page print causes that differ only in their measurements as one line
 TEST(AnomalyCauses, DifferingOnlyInMeasurementsAreOneLineWithTheirRanges) {
-  auto g = eacgm::group_causes({{"rank 1 (pid 1822) joined 27.4 ms late (straggler)", 1},
+  auto g = group_causes({{"rank 1 (pid 1822) joined 27.4 ms late (straggler)", 1},
                          {"rank 1 (pid 1822) joined 22.0 ms late (straggler)", 2},
                          {"rank 1 (pid 1822) joined 24.6 ms late (straggler)", 1},
                          {"rank 0 (pid 1821) joined 3.5 ms late (straggler)", 1},
@@ -346,7 +348,50 @@ TEST(AnomalyCauses, DifferingOnlyInMeasurementsAreOneLineWithTheirRanges) {
   // ranks and pids are no measurements: another rank is another line
   EXPECT_EQ(g[2].cause, "preempted: waited 1.2-2.9 ms for a CPU; 40-45% of 2 MiB");
   EXPECT_EQ(g[3].cause, "rank 0 (pid 1821) joined 3.5 ms late (straggler)");
-  EXPECT_TRUE(eacgm::group_causes({}).empty());
+  EXPECT_TRUE(group_causes({}).empty());
   // a number glued to a word is part of the word; a lone number with no unit stays as it is
-  EXPECT_EQ(eacgm::group_causes({{"layer2 5 calls 3x slower", 1}})[0].cause, "layer2 5 calls 3x slower");
+  EXPECT_EQ(group_causes({{"layer2 5 calls 3x slower", 1}})[0].cause, "layer2 5 calls 3x slower");
 }
+
+// A page or trace written through OUT.tmp: a stop signal in the middle removes the tmp file and
+// still ends eacgm by that signal; after a write, the handlers eacgm had are back.
+TEST(OutputFile, AStopSignalMidWriteLeavesNoTmpFileAndHandlersAreRestored) {
+  std::string out = (fs::temp_directory_path() /
+                     ("eacgm_write_" + std::to_string(getpid()) + ".html")).string();
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    write_then_rename(out, [](std::ostream& f) {
+      f << std::string(1 << 20, 'x');
+      f.flush();
+      raise(SIGINT);
+      f << "never";
+    });
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_FALSE(fs::exists(out));
+
+  static int seen = 0;
+  struct sigaction mine {}, before {}, now {};
+  mine.sa_handler = [](int) { ++seen; };
+  sigemptyset(&mine.sa_mask);
+  ASSERT_EQ(sigaction(SIGHUP, &mine, &before), 0);
+  write_then_rename(out, [](std::ostream& f) { f << "page"; });
+  ASSERT_EQ(sigaction(SIGHUP, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, mine.sa_handler);
+  raise(SIGHUP);
+  EXPECT_EQ(seen, 1);
+  sigaction(SIGHUP, &before, nullptr);
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "page");
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  fs::remove(out);
+}
+
+}  // namespace
+}  // namespace eacgm
