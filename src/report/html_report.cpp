@@ -524,14 +524,16 @@ json collectives_section(const RecordingReader& rec, const TimeBase& tb,
 }
 
 // The Python stack most calls of each operation of `table` were made from.
-std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& table) {
+std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& table,
+                                         const std::string& key = "name",
+                                         const std::string& filter = "1") {
   std::map<std::string, json> out;
   if (!rec.has_table(table) || !rec.has_table("python_stacks") ||
       rec.column_or(table, "py_stack", "") != "py_stack")
     return out;
   std::map<std::string, std::pair<int64_t, int64_t>> best;  // name -> (calls, stack id)
-  rec.query("SELECT name, py_stack, count(*) FROM " + table +
-                " WHERE py_stack IS NOT NULL GROUP BY name, py_stack",
+  rec.query("SELECT " + key + ", py_stack, count(*) FROM " + table + " WHERE py_stack IS NOT NULL AND " +
+                key + " IS NOT NULL AND (" + filter + ") GROUP BY " + key + ", py_stack",
             [&](Statement& s) {
               auto& b = best[std::string(s.text_at(0))];
               if (s.int_at(2) > b.first) b = {s.int_at(2), s.int_at(1)};
@@ -556,11 +558,16 @@ std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::
 json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& ops) {
   json out;
   json kernels = json::array();
-  if (rec.has_table("cuda_calls"))
-    for (const auto& k : top_kernels(rec, 20))
-      kernels.push_back({{"kernel", k.kernel},
-                         {"launches", k.launches},
-                         {"launch_ms", rounded(double(k.total_ns) / 1e6, 3)}});
+  if (rec.has_table("cuda_calls")) {
+    auto stacks = usual_stacks(rec, "cuda_calls", "kernel", "grid_x IS NOT NULL");  // launches
+    for (const auto& k : top_kernels(rec, 20)) {
+      json r{{"kernel", k.kernel},
+             {"launches", k.launches},
+             {"launch_ms", rounded(double(k.total_ns) / 1e6, 3)}};
+      if (auto it = stacks.find(k.kernel); it != stacks.end()) r["stack"] = it->second;
+      kernels.push_back(r);
+    }
+  }
   out["kernels"] = kernels;
   for (const char* layer : kCallLayers) {
     auto stacks = usual_stacks(rec, table_of(layer));

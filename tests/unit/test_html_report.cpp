@@ -240,5 +240,54 @@ TEST(HtmlReport, EachCommunicatorHasItsHeatMapAndMergedRanksTheirHosts) {
   fs::remove(path);
 }
 
+// Top kernels come with the Python stack most of their launches were made from (lookups that
+// carry the kernel's name are no launches).
+TEST(HtmlReport, KernelsAreListedWithTheirUsualPythonStack) {
+  std::string path = temp_path("kernels");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    auto frame = [&](int64_t id, uint32_t depth, const char* name, int64_t line) {
+      PythonStackFrameRow f;
+      f.id = id, f.depth = depth, f.name = name, f.file = "train.py", f.line = line;
+      w.add(f);
+    };
+    frame(1, 0, "forward", 10), frame(1, 1, "step", 40);
+    frame(2, 0, "warmup", 5);
+    for (int i = 0; i < 10; ++i) {
+      CudaCallRow c;
+      c.ts_ns = kStart + uint64_t(i) * ms;
+      c.dur_ns = 5 * us;
+      c.pid = c.tid = 7;
+      c.name = "cudaLaunchKernel";
+      c.is_launch = true;
+      c.grid[0] = c.grid[1] = c.grid[2] = 1;
+      c.kernel = "gemm_kernel";
+      c.py_stack = i < 7 ? 1 : 2;
+      w.add(c);
+    }
+    for (int i = 0; i < 20; ++i) {  // lookups of that name from elsewhere: not launches
+      CudaCallRow c;
+      c.ts_ns = kStart + 20 * ms + uint64_t(i) * us;
+      c.dur_ns = us;
+      c.pid = c.tid = 7;
+      c.name = "cuModuleGetFunction";
+      c.kernel = "gemm_kernel";
+      c.py_stack = 2;
+      w.add(c);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  json d = html_report_data(rec, {});
+  const json& kernels = d.at("top").at("kernels");
+  ASSERT_EQ(kernels.size(), 1u) << kernels.dump();
+  EXPECT_EQ(kernels[0].at("kernel"), "gemm_kernel");
+  EXPECT_EQ(kernels[0].at("launches"), 10);
+  EXPECT_EQ(kernels[0].at("stack"), json({"forward (train.py:10)", "step (train.py:40)"}));
+  fs::remove(path);
+}
+
 }  // namespace
 }  // namespace eacgm

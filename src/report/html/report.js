@@ -320,7 +320,7 @@
       any = true;
       const t = el('table', { class: 'data' });
       sortable(t, T.kernels, [
-        { title: 'kernel', show: (r) => r.kernel, value: (r) => r.kernel, cls: 'name' },
+        { title: 'kernel', show: (r) => stackCell(Object.assign({ name: r.kernel }, r)), value: (r) => r.kernel, cls: 'name' },
         { title: 'launches', show: (r) => num(r.launches, 0), value: (r) => r.launches },
         { title: 'launch time (ms)', show: (r) => num(r.launch_ms), value: (r) => r.launch_ms }]);
       sec.append(el('h3', {}, 'CUDA kernels'), t);
