@@ -111,6 +111,37 @@ static __always_inline __u64 runq_since(__u64 at_entry, __u64 dur_ns)
 #include "python.bpf.h"
 
 /*
+ * CPU profile: a perf event per CPU (software cpu-clock at the sampling rate) runs this on the
+ * thread that was on that CPU. A traced thread's sample is its user stack, walked by frame
+ * pointers (where code has none the walk stops early, the innermost frame is always right),
+ * and, for CPython threads, the Python stack as a PY_STACK record stamped with the sample's time.
+ */
+SEC("perf_event")
+int sample_cpu(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 pid = id >> 32;
+	if (pid == 0 || !is_traced(pid))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (python_enabled)
+		py_emit_stack(pid, (__u32)id, now);
+	struct eacgm_sample_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return 0;
+	}
+	e->kind = EACGM_REC_SAMPLE;
+	e->pid = pid;
+	e->tid = (__u32)id;
+	e->ts_ns = now;
+	long n = bpf_get_stack(ctx, e->ips, sizeof(e->ips), BPF_F_USER_STACK);
+	e->nframes = n > 0 ? (__u64)n / 8 : 0;
+	bpf_ringbuf_submit(e, wake_flags());
+	return 0;
+}
+
+/*
  * A probed function that tail-calls another (`return f();` compiled to a jump) shares its
  * stack pointer with it. The kernel has already pointed the caller's return address at the
  * uretprobe trampoline, so finding the trampoline there tells a live tail call from a

@@ -59,6 +59,7 @@ const char* const kMeta[][2] = {
     {"exit_status", "0"},              {"recording_state", "complete"},
     {"sample_interval_ms", "100"},     {"recorder_cpu_seconds", "0.5"},
     {"detect_anomalies", "1"},         {"netns", "4026531840"},
+    {"sample_hz", "99"},
 };
 
 void exec(sqlite3* db, const std::string& sql) { sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr); }
@@ -227,6 +228,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   as_a_command([&] { eacgm::export_recording(db_path, out, eacgm::ExportFormat::Perfetto, true); });
   as_a_command([&] { eacgm::export_recording(db_path, out, eacgm::ExportFormat::ChromeJson, true); });
+  as_a_command([&] { eacgm::export_recording(db_path, out, eacgm::ExportFormat::Pprof, true); });
   as_a_command([&] {
     namespace detect = eacgm::detect;
     eacgm::RecordingReader rec(db_path);

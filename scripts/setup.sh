@@ -13,6 +13,8 @@ packages=(
   nftables iptables
   prometheus-cpp-dev libcpp-httplib-dev prometheus prometheus-alertmanager python3-yaml
   chromium
+  golang-go  # go tool pprof: the tests read `eacgm export --pprof` with it
+  linux-perf  # bench/profile_cost.sh's baseline (perf record -g)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

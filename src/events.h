@@ -15,6 +15,20 @@ enum eacgm_record_kind {
 	EACGM_REC_MMAP = 3, /* a traced process dlopened (loader hook): snapshot maps, re-plan probes */
 	EACGM_REC_NAME = 4, /* a handle got a name (driver kernel lookups): precedes its call record */
 	EACGM_REC_EXEC_IMAGE = 5, /* the text mapping of a freshly exec'd program: precedes its EXEC */
+	EACGM_REC_SAMPLE = 6, /* a CPU sample of a traced thread: its user stack (and, for CPython,
+				 the Python stack in a PY_STACK record just before, stamped ts_ns) */
+};
+
+#define EACGM_SAMPLE_MAX_FRAMES 64
+
+/* One CPU sample (a perf event at --sample-hz on each CPU) of a traced thread that was running. */
+struct eacgm_sample_event {
+	__u32 kind;    /* EACGM_REC_SAMPLE */
+	__u32 pid;
+	__u32 tid;
+	__u32 nframes; /* user-space frames in ips, innermost first (a frame-pointer walk) */
+	__u64 ts_ns;   /* CLOCK_MONOTONIC */
+	__u64 ips[EACGM_SAMPLE_MAX_FRAMES];
 };
 
 /*

@@ -93,6 +93,13 @@ std::function<int()> add_record(CLI::App& app) {
                 "The hook eacgm sets otherwise makes each call a C call, which on 3.12 lowers "
                 "the deepest Python recursion to about 745 frames (RecursionError beyond), and "
                 "on 3.13 caps a raised sys.setrecursionlimit at about 5,000 frames");
+  cmd->add_option("--sample-hz", opts->sample_hz,
+                  "CPU profile: sample each traced thread this many times per second of CPU "
+                  "it uses (a perf event per CPU), with its native stack and, for CPython, its "
+                  "Python stack; 0: no profile. Shown by `eacgm report`, exported by `eacgm "
+                  "export --pprof`. Needs CAP_PERFMON (root has it)")
+      ->capture_default_str()
+      ->check(number_in(0, 999, "a number of samples per second", true));
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");

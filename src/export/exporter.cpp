@@ -1,6 +1,9 @@
 // Reads a recording and feeds the timeline writers.
 #include "export/exporter.h"
 
+#include "export/pprof.h"
+#include "report/profile.h"
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -316,6 +319,19 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,
                       bool force) {
   RecordingReader rec(db);
+  if (format == ExportFormat::Pprof) {
+    check_output_file(out, force, "--pprof");
+    CpuProfile profile(rec);
+    if (profile.empty())
+      fail("{} has no CPU profile: record it with --sample-hz above 0 (the default is 99; "
+           "recordings from eacgm versions before profiles have none)",
+           db);
+    int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
+    std::string bytes = gzip(pprof_profile(profile, start + rec.monotonic_to_realtime_ns(),
+                                           end > start ? end - start : 0));
+    write_then_rename(out, [&](std::ostream& file) { file.write(bytes.data(), std::streamsize(bytes.size())); });
+    return;
+  }
   check_output_file(out, force, format == ExportFormat::Perfetto ? "--perfetto" : "--chrome");
   write_then_rename(out, [&](std::ostream& file) {
     auto sink = format == ExportFormat::Perfetto ? make_perfetto_writer(file)

@@ -8,7 +8,7 @@ namespace eacgm {
 
 class RecordingReader;
 
-enum class ExportFormat { Perfetto, ChromeJson };
+enum class ExportFormat { Perfetto, ChromeJson, Pprof };
 
 // Streams a recording's processes, threads and calls into a sink, in wall-clock time.
 void emit_timeline(const RecordingReader& recording, TimelineSink& sink);

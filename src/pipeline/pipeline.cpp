@@ -60,7 +60,8 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     : opts_(o), choice_(LayerChoice::parse(o.layers)), out_(out) {
   PythonFilter check_filter(o.python_filter);  // a bad pattern is a usage error, now
   tracer_ = std::make_unique<CallTracer>(CallTracerOptions{
-      o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(), o.python_stack_depth});
+      o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(), o.python_stack_depth,
+      o.sample_hz});
   symbols_ = std::make_unique<Symbolizer>();
   decoder_ = std::make_unique<EventDecoder>(out_, *symbols_);
   torch_ops_ = std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops));
@@ -184,6 +185,15 @@ void Pipeline::start(const std::string& target) {
   out_.set_meta("duration_note",
                 "cuda durations are host-side API times (enqueue time for async calls), "
                 "not GPU execution times");
+  if (opts_.sample_hz) {
+    std::string why = tracer_->start_sampling();
+    if (why.empty()) {
+      out_.set_meta("sample_hz", std::to_string(opts_.sample_hz));
+    } else {
+      out_.set_meta("profile_off", why);
+      if (!opts_.quiet) fprintf(stderr, "eacgm: CPU profile off: %s\n", why.c_str());
+    }
+  }
   out_.flush();
   if (choice_.armed("gpu")) start_gpu();
   plan_dirty();
@@ -348,6 +358,7 @@ void Pipeline::finish() {
   out_.set_meta("end_monotonic_ns", std::to_string(monotonic_now_ns()));
   out_.set_meta("events", std::to_string(calls()));  // the python layer's too
   out_.set_meta("recording_state", "complete");
+  if (opts_.sample_hz) out_.set_meta("cpu_samples", std::to_string(decoder_->stats().samples));
   if (gpu_) {
     std::string lines;
     for (const auto& line : gpu_->unavailable()) {

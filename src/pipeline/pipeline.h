@@ -39,6 +39,7 @@ struct TraceOptions {
   std::string python_filter = kDefaultPythonFilter;  // --python-filter
   uint32_t python_stack_depth = 8;                   // --python-stack-depth
   bool python_no_hook = false;                       // --python-no-hook
+  uint32_t sample_hz = 0;  // --sample-hz: CPU profile of the traced threads; 0: none
 };
 
 class Pipeline {

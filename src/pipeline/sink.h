@@ -27,6 +27,9 @@ class Sink {
   virtual void add(const PythonCallRow&) {}
   // A Python stack, written once per distinct stack before the calls that refer to it.
   virtual void add(const PythonStackFrameRow&) {}
+  // The CPU profile: samples, and each distinct native stack once before the samples with it.
+  virtual void add(const StackSampleRow&) {}
+  virtual void add(const NativeFrameRow&) {}
   // The process tree.
   virtual void add(const ProcessRow&) {}
   virtual void add(const ProcessExitRow&) {}
@@ -59,6 +62,8 @@ class SinkFanout final : public Sink {
   void add(const TorchCallRow& r) override { each(r); }
   void add(const PythonCallRow& r) override { each(r); }
   void add(const PythonStackFrameRow& r) override { each(r); }
+  void add(const StackSampleRow& r) override { each(r); }
+  void add(const NativeFrameRow& r) override { each(r); }
   void add(const ProcessRow& r) override { each(r); }
   void add(const ProcessExitRow& r) override { each(r); }
   void add(const ThreadRow& r) override { each(r); }

@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <linux/perf_event.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -117,6 +118,8 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
                                           static_cast<bpf_attach_type>(kTraceUprobeSession));
   else
     bpf_program__set_autoload(skel_->progs.py_eval_session, false);
+  sample_hz_ = options.sample_hz;
+  if (!sample_hz_) bpf_program__set_autoload(skel_->progs.sample_cpu, false);
   if (int err = calls_bpf__load(skel_.get()); err)
     fail("cannot load the BPF programs: {}", load_error_hint(-err));
 
@@ -270,6 +273,39 @@ std::string CallTracer::attach_python_eval(const std::string& path, uint64_t fil
     links_.emplace_back(link);
   }
   return {};
+}
+
+std::string CallTracer::start_sampling() {
+  if (!sample_hz_) return "not asked for";
+  int cpus = libbpf_num_possible_cpus();
+  if (cpus <= 0) return "cannot count the CPUs: " + errno_text(-cpus);
+  int attached = 0, last_error = 0;
+  for (int cpu = 0; cpu < cpus; ++cpu) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    attr.freq = 1;
+    attr.sample_freq = sample_hz_;
+    int fd = int(syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+      if (errno != ENODEV) last_error = errno;  // ENODEV: a CPU that is not online
+      continue;
+    }
+    bpf_link* link = bpf_program__attach_perf_event(skel_->progs.sample_cpu, fd);
+    if (!link) {
+      last_error = errno;
+      close(fd);
+      continue;
+    }
+    links_.emplace_back(link);  // the link owns the perf event's fd
+    ++attached;
+  }
+  if (attached) return "";
+  return fmt::format("cannot open a CPU-clock perf event: {}",
+                     last_error == EACCES || last_error == EPERM
+                         ? "permission denied (needs CAP_PERFMON, or root)"
+                         : errno_text(last_error));
 }
 
 int CallTracer::map_fd(const char* name) const {

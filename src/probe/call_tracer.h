@@ -21,6 +21,7 @@ struct CallTracerOptions {
   uint64_t wakeup_bytes = 256 * 1024;  // reader wakeup mark
   bool python = false;                 // the python layer: stacks for calls, eval probes
   uint32_t python_stack_depth = 8;     // innermost Python frames kept per call (<= 16)
+  uint32_t sample_hz = 0;              // CPU profile: samples per second of each traced thread
 };
 
 struct TracerCounters {
@@ -70,6 +71,11 @@ class CallTracer {
   // `file_offset` of `path`; `layout` is the py_layouts index its events use. "" or why not.
   std::string attach_python_eval(const std::string& path, uint64_t file_offset, uint32_t layout);
 
+  // Starts the CPU profile: a perf event on each online CPU at the sample rate given at load,
+  // whose program samples the traced thread running there. "" or why not (no sampling asked for,
+  // no perf events).
+  std::string start_sampling();
+
   // A map of the loaded object by name (the python layer's py_layouts, py_procs, py_codes).
   int map_fd(const char* name) const;
 
@@ -105,6 +111,7 @@ class CallTracer {
   bool session_supported_ = false;  // session uprobes for the Python eval function
   bool multi_supported_ = true;     // until the kernel says otherwise
   bool trace_all_ = false;
+  uint32_t sample_hz_ = 0;
   const RecordHandler* handler_ = nullptr;  // valid during poll()
 };
 

@@ -16,6 +16,14 @@ std::string_view Symbolizer::function_name(uint32_t pid, uint64_t addr) {
   return name;
 }
 
+Symbolizer::Frame Symbolizer::frame_at(uint32_t pid, uint64_t addr) {
+  AddrKey key{pid, addr};
+  if (auto it = frames_.find(key); it != frames_.end()) return it->second;
+  Frame f = resolve_frame(pid, addr);
+  frames_.emplace(key, f);
+  return f;
+}
+
 void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
   // An exited process that is not yet reaped has empty maps: keep what we knew of it.
   if (maps.empty()) return;
@@ -25,6 +33,7 @@ void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
 void Symbolizer::forget(uint32_t pid) {
   maps_.erase(pid);
   std::erase_if(cache_, [pid](const auto& kv) { return kv.first.pid == pid; });
+  std::erase_if(frames_, [pid](const auto& kv) { return kv.first.pid == pid; });
 }
 
 const ElfSymbols* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
@@ -44,7 +53,7 @@ const ElfSymbols* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
   return elves_.emplace(key, std::move(elf)).first->second.get();
 }
 
-std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
+const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr) {
   auto maps_it = maps_.find(pid);
   const Mapping* m = maps_it != maps_.end() ? find_mapping(maps_it->second, addr) : nullptr;
   if (!m) {
@@ -54,6 +63,24 @@ std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
       m = find_mapping(maps_[pid], addr);
     }
   }
+  return m;
+}
+
+Symbolizer::Frame Symbolizer::resolve_frame(uint32_t pid, uint64_t addr) {
+  const Mapping* m = mapping_of(pid, addr);
+  if (m && m->path.starts_with("[vdso]")) return {names_.intern("[vdso]"), names_.intern("[vdso]")};
+  if (!m || !m->file_backed()) return {names_.intern(fmt::format("unknown+{:#x}", addr)), {}};
+  std::string_view module = names_.intern(m->path.substr(m->path.rfind('/') + 1));
+  uint64_t file_offset = addr - m->start + m->file_offset;
+  if (const ElfSymbols* elf = elf_for(pid, *m))
+    if (auto vaddr = elf->vaddr_of_file_offset(file_offset))
+      if (auto match = elf->symbol_at(*vaddr))
+        return {names_.intern(demangle(match->symbol->name)), module};
+  return {names_.intern(fmt::format("unknown+{:#x}", file_offset)), module};
+}
+
+std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
+  const Mapping* m = mapping_of(pid, addr);
   if (!m || !m->file_backed()) return names_.intern(fmt::format("unknown+{:#x}", addr));
   uint64_t file_offset = addr - m->start + m->file_offset;
   const ElfSymbols* elf = elf_for(pid, *m);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -119,12 +120,43 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_name(*static_cast<const eacgm_name_event*>(data));
   } else if (kind == EACGM_REC_EXEC_IMAGE && size >= sizeof(eacgm_exec_image_event)) {
     decode_exec_image(*static_cast<const eacgm_exec_image_event*>(data));
+  } else if (kind == EACGM_REC_SAMPLE && size >= sizeof(eacgm_sample_event)) {
+    decode_sample(*static_cast<const eacgm_sample_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
   } else if (python_ && python_->on_record(kind, data, size)) {
   } else {
     ++stats_.malformed;
   }
+}
+
+void EventDecoder::decode_sample(const eacgm_sample_event& e) {
+  StackSampleRow row;
+  row.ts_ns = e.ts_ns;
+  row.pid = e.pid;
+  row.tid = e.tid;
+  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  uint32_t n = std::min<uint32_t>(e.nframes, EACGM_SAMPLE_MAX_FRAMES);
+  if (n) {
+    Symbolizer::Frame frames[EACGM_SAMPLE_MAX_FRAMES];
+    std::string key;
+    for (uint32_t i = 0; i < n; ++i) {
+      // a caller's frame holds the return address, just after its call instruction
+      frames[i] = symbols_.frame_at(e.pid, e.ips[i] - (i > 0 && e.ips[i] ? 1 : 0));
+      key.append(frames[i].function).push_back('\0');
+      key.append(frames[i].module).push_back('\n');
+    }
+    auto [it, fresh] = native_ids_.try_emplace(std::move(key), int64_t(native_ids_.size() + 1));
+    if (fresh) {
+      ++stats_.native_stacks;
+      for (uint32_t i = 0; i < n; ++i)
+        out_.add(NativeFrameRow{it->second, i, frames[i].function, frames[i].module});
+    }
+    row.native_stack = it->second;
+  }
+  note_thread(e.pid, e.tid);
+  ++stats_.samples;
+  out_.add(row);
 }
 
 namespace {

@@ -26,6 +26,8 @@ struct DecoderStats {
   uint64_t proc_events = 0;
   uint64_t malformed = 0;  // records of an unknown kind or size: a BPF/userspace mismatch
   uint64_t c10d_incomplete = 0;  // c10d works queued but not seen to complete (no wait())
+  uint64_t samples = 0;          // CPU samples (the profile)
+  uint64_t native_stacks = 0;    // distinct native stacks among them
 };
 
 class EventDecoder {
@@ -74,6 +76,7 @@ class EventDecoder {
   void decode_proc(const eacgm_proc_event& e);
   void decode_name(const eacgm_name_event& e);
   void decode_exec_image(const eacgm_exec_image_event& e);
+  void decode_sample(const eacgm_sample_event& e);
   std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
   void note_thread(uint32_t pid, uint32_t tid);
 
@@ -105,6 +108,8 @@ class EventDecoder {
   std::unordered_map<uint32_t, ProcessRow> places_;
   void note_place(ProcessRow& row, const ProcessRow* parent);
   Interner names_;
+  // the profile's native stacks, by their frames (function and module of each), to their id
+  std::unordered_map<std::string, int64_t> native_ids_;
   std::shared_ptr<const TorchOps> torch_ops_;
   std::vector<std::string_view> torch_names_;  // by op id - kTorchOpBase, filled on first use
   PythonDecoder* python_ = nullptr;

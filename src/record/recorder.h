@@ -15,6 +15,7 @@ struct RecordOptions : TraceOptions {
   double duration_s = 0;  // 0: until the target exits or Ctrl-C
   std::vector<uint32_t> pids;
   std::vector<std::string> command;
+  RecordOptions() { sample_hz = 99; }  // record profiles by default; the agent does not
 };
 
 // Records and returns the exit status for eacgm: the command's own status for `-- CMD`.

@@ -67,8 +67,14 @@ void check_kernel(Doctor& d) {
     d.missing("uprobes", "no uprobe PMU: kernel built without CONFIG_UPROBE_EVENTS", true);
   if (privileges.missing_for_tracing().empty()) {
     try {
-      CallTracer tracer(CallTracerOptions{false, 1 << 20, 4096});
+      CallTracerOptions options{false, 1 << 20, 4096};
+      options.sample_hz = 99;  // as record does by default
+      CallTracer tracer(options);
       d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+      if (std::string why = tracer.start_sampling(); why.empty())
+        d.ok("CPU profile", "perf events on every CPU at 99 Hz (record --sample-hz)");
+      else
+        d.missing("CPU profile", why + " (record goes on without it)");
       try {
         HostTracer host(tracer.traced_map_fd(), false);
         d.ok("host layer", "scheduler, network and block tracepoints attached");

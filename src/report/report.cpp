@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/collectives.h"
+#include "report/profile.h"
 #include "report/sampled_report.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
@@ -171,6 +172,17 @@ void print_report(const std::string& path, bool json, FILE* out) {
                        // is passed on as the text it is
                        {"features", features_json(s.text_at(7))}});
                 });
+    if (CpuProfile profile(rec); !profile.empty()) {
+      nlohmann::json functions = nlohmann::json::array();
+      for (const auto& f : profile.functions()) {
+        if (functions.size() == 100) break;
+        functions.push_back({{"name", f.name}, {"where", f.where}, {"python", f.python},
+                             {"self_samples", f.self}, {"total_samples", f.total}});
+      }
+      j["cpu_profile"] = {{"samples", profile.samples().size()},
+                          {"sample_hz", profile.hz()},
+                          {"functions", functions}};
+    }
     Collectives collectives(rec);
     j["collectives"] = nlohmann::json::array();
     for (const auto& [key, v] : collectives.instances()) {
@@ -234,6 +246,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
                  x.xid);
   }
   print_collectives(Collectives(rec), out);
+  print_cpu_profile(CpuProfile(rec), out);
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
   if (std::string gaps = rec.meta_or("host_unavailable_metrics", ""); !gaps.empty())
@@ -256,6 +269,18 @@ void print_summary(const std::string& path, FILE* out) {
     auto kernels = top_kernels(rec, 5);
     for (const auto& k : kernels)
       fmt::print(out, "  kernel {} launched {} times\n", k.kernel, k.launches);
+    if (CpuProfile profile(rec); !profile.empty()) {
+      auto functions = profile.functions();
+      double n = double(profile.samples().size());
+      std::string top;
+      for (size_t i = 0; i < functions.size() && i < 3; ++i) {
+        std::string name = functions[i].name;
+        if (name.size() > 60) name = name.substr(0, 57) + "...";
+        top += fmt::format("{}{} {:.0f}%", i ? ", " : "", name, 100.0 * double(functions[i].self) / n);
+      }
+      fmt::print(out, "  CPU profile: {} samples; most time in {} (eacgm report; export --pprof)\n",
+                 profile.samples().size(), top);
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "eacgm: cannot summarise {}: {}\n", path, e.what());
   }

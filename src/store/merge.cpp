@@ -41,6 +41,7 @@ struct Input {
   std::set<std::string> jobs;
   std::vector<int64_t> ranks;
   int64_t max_stack = 0;
+  int64_t max_native_stack = 0;
   std::map<std::string, std::string> meta;
 };
 
@@ -76,6 +77,9 @@ Input read_input(const std::string& path) {
   if (rec.has_table("python_stacks"))
     rec.query("SELECT COALESCE(max(id), 0) FROM python_stacks",
               [&](Statement& s) { in.max_stack = s.int_at(0); });
+  if (rec.has_table("native_stacks"))
+    rec.query("SELECT COALESCE(max(id), 0) FROM native_stacks",
+              [&](Statement& s) { in.max_native_stack = s.int_at(0); });
   std::string job = rec.column_or("processes", "job_id", "NULL");
   std::string rank = rec.column_or("processes", "rank", "NULL");
   rec.query("SELECT DISTINCT " + job + ", " + rank + " FROM processes", [&](Statement& s) {
@@ -369,7 +373,7 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
                 "('meta', 'anomalies')");
     while (s.step()) tables.emplace_back(s.text_at(0));
   }
-  int64_t stack_base = 0;
+  int64_t stack_base = 0, native_base = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const MergedHost& h = result.hosts[i];
     int64_t shift = h.wall_offset_ns + h.fix.offset_ns;
@@ -408,6 +412,11 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
                           stack_base);
         else if (t == "python_stacks" && c == "id")
           e = fmt::format("id + {}", stack_base);
+        else if (c == "native_stack")
+          e = fmt::format("CASE WHEN native_stack > 0 THEN native_stack + {} ELSE native_stack END",
+                          native_base);
+        else if (t == "native_stacks" && c == "id")
+          e = fmt::format("id + {}", native_base);
         else if (c == "gpu")
           e = fmt::format("gpu + {}", gpu_base);
         else
@@ -421,6 +430,7 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
     exec(db, "COMMIT");
     exec(db, "DETACH DATABASE src");
     stack_base += in[i].max_stack;
+    native_base += in[i].max_native_stack;
   }
 
   // meta: the job as a whole, and where each host's rows came from
@@ -436,10 +446,10 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
     if (any) meta[key] = std::to_string(total);
   };
   for (const char* key : {"events", "dropped_events", "unmatched_returns", "nesting_overflows",
-                          "malformed_records", "c10d_incomplete", "python_calls"})
+                          "malformed_records", "c10d_incomplete", "python_calls", "cpu_samples"})
     sum(key);
   for (const char* key : {"eacgm_version", "command", "layers", "layers_requested",
-                          "sample_interval_ms", "torch_version"})
+                          "sample_interval_ms", "torch_version", "sample_hz"})
     if (auto it = in[0].meta.find(key); it != in[0].meta.end()) meta[key] = it->second;
   std::set<std::string> layers;
   for (const auto& i : in)

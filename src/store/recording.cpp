@@ -97,6 +97,15 @@ CREATE TABLE python_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid I
 -- frame, depth 0 the innermost; line is the line executing in that frame.
 CREATE TABLE python_stacks(id INTEGER NOT NULL, depth INTEGER NOT NULL, name TEXT NOT NULL,
                            file TEXT, line INTEGER, PRIMARY KEY(id, depth));
+-- CPU profile (record --sample-hz): a sample of a traced thread each time the perf event of the
+-- CPU it ran on fired; its stacks as ids in native_stacks and python_stacks (NULL: none).
+CREATE TABLE stack_samples(ts_ns INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL,
+                           native_stack INTEGER, py_stack INTEGER);
+-- Native (user-space) stacks of the samples, deduplicated: one row per frame, depth 0 the
+-- innermost; name is the function ("unknown+0x<offset>" where it cannot be named), module the
+-- file its code is in.
+CREATE TABLE native_stacks(id INTEGER NOT NULL, depth INTEGER NOT NULL, name TEXT NOT NULL,
+                           module TEXT, PRIMARY KEY(id, depth));
 -- Written by eacgm detect (each run replaces the previous one's rows).
 CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, layer TEXT NOT NULL,
                        name TEXT NOT NULL, score REAL, threshold REAL, cause TEXT,
@@ -337,6 +346,27 @@ void RecordingWriter::write_batch(const Batch& b) {
   if (!write_comm_calls(st, b.comm_calls)) return failed("communication calls");
   if (!write_torch_calls(st, b.torch_calls)) return failed("torch calls");
   if (!write_python_rows(st, b.python_calls, b.python_frames)) return failed("Python calls");
+  if (!b.native_frames.empty()) {
+    Statement& frame = st("INSERT INTO native_stacks VALUES(?1,?2,?3,?4)");
+    for (const auto& f : b.native_frames) {
+      frame.bind(1, f.id);
+      frame.bind(2, int64_t(f.depth));
+      frame.bind(3, f.name);
+      if (!f.module.empty()) frame.bind(4, f.module);
+      if (frame.run() != SQLITE_DONE) return failed("native stacks");
+    }
+  }
+  if (!b.stack_samples.empty()) {
+    Statement& sample = st("INSERT INTO stack_samples VALUES(?1,?2,?3,?4,?5)");
+    for (const auto& x : b.stack_samples) {
+      sample.bind(1, int64_t(x.ts_ns));
+      sample.bind(2, int64_t(x.pid));
+      sample.bind(3, int64_t(x.tid));
+      if (x.native_stack) sample.bind(4, x.native_stack);
+      if (x.py_stack) sample.bind(5, x.py_stack);
+      if (sample.run() != SQLITE_DONE) return failed("CPU samples");
+    }
+  }
   if (!write_host_samples(st, b.host_samples)) return failed("host samples");
   if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");

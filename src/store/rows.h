@@ -137,4 +137,21 @@ struct HostSampleRow {
   uint64_t tcp_retransmits = 0, page_faults = 0, reclaim_ns = 0, reclaims = 0, pagein_bytes = 0;
 };
 
+// One CPU sample of a traced thread that was running (record --sample-hz): its stacks, as ids
+// in native_stacks and python_stacks (0: none).
+struct StackSampleRow {
+  uint64_t ts_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  int64_t native_stack = 0;
+  int64_t py_stack = 0;
+};
+
+// One frame of a deduplicated native stack (native_stacks): depth 0 is the innermost.
+struct NativeFrameRow {
+  int64_t id = 0;
+  uint32_t depth = 0;
+  std::string_view name;    // the function; "unknown+0x<offset>" where it cannot be named
+  std::string_view module;  // the file the code is in; empty where not file-backed
+};
+
 }  // namespace eacgm

@@ -74,6 +74,9 @@ TEST_F(LeastPrivilege, CapBpfAndCapPerfmonAloneRecordEveryLayerOfOnesOwnCommand)
   EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
             (std::map<std::string, int64_t>{{"cudaMalloc", 50}, {"cudaFree", 20}}));
   EXPECT_GT(db.scalar("SELECT count(*) FROM host_samples"), 0);
+  // the CPU profile's perf events need no more than CAP_PERFMON
+  EXPECT_EQ(r.err.find("CPU profile off"), std::string::npos) << r.err;
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'sample_hz'"), "99");
 }
 
 TEST_F(LeastPrivilege, AnotherUserWithTheTwoCapabilitiesRecordsItsOwnCommand) {
@@ -84,6 +87,8 @@ TEST_F(LeastPrivilege, AnotherUserWithTheTwoCapabilitiesRecordsItsOwnCommand) {
   EXPECT_EQ(r.err.find("ermission denied"), std::string::npos) << r.err;
   Db db(db_);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 70);
+  EXPECT_EQ(r.err.find("CPU profile off"), std::string::npos) << r.err;
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'sample_hz'"), "99");
   struct stat st {};
   ASSERT_EQ(stat(db_.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 65534u);

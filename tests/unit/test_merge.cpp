@@ -163,6 +163,8 @@ class Merge : public ::testing::Test {
     c.name = "cudaMalloc";
     c.py_stack = 1;
     w.add(c);
+    w.add(NativeFrameRow{1, 0, "matmul", "libfoo.so"});
+    w.add(StackSampleRow{2'500'000, 100, 100, 1, 1});
     for (int64_t e : ends(3, skew, 0, 0)) {
       CommCallRow r;
       r.ts_ns = uint64_t(e - 1000);
@@ -223,6 +225,18 @@ TEST_F(Merge, OneRecordingWithHostsRenumberedPidsAndOneClock) {
   int64_t stacks = 0;
   rec.query("SELECT count(*) FROM python_stacks", [&](Statement& s) { stacks = s.int_at(0); });
   EXPECT_EQ(stacks, 2);
+  // the CPU profile's samples move with their host's clock, their stacks renumbered
+  std::vector<std::string> samples;
+  rec.query("SELECT s.pid, s.ts_ns, s.native_stack, s.py_stack, n.name, p.name FROM "
+            "stack_samples s JOIN native_stacks n ON n.id = s.native_stack JOIN python_stacks p "
+            "ON p.id = s.py_stack ORDER BY s.pid",
+            [&](Statement& s) {
+              samples.push_back(fmt::format("{} {} {} {} {} {}", s.int_at(0), s.int_at(1),
+                                            s.int_at(2), s.int_at(3), s.text_at(4),
+                                            s.text_at(5)));
+            });
+  EXPECT_EQ(samples, (std::vector<std::string>{"100 2500000 1 1 matmul train.step",
+                                               "10000100 1002500000 2 2 matmul train.step"}));
 }
 
 TEST_F(Merge, RefusesWhatItCannotDoSafely) {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# What the CPU profile (record --sample-hz) costs a small GPT training loop on CPU, against
+# perf record -g at the same rate (Debian's linux-perf) as the baseline, all in one run,
+# alternating, ROUNDS times: steps/s (best round) and the training thread's own CPU time per
+# step (median round; the sampling interrupt is charged to the thread it interrupts).
+# Configurations: no tracing; perf record -g -F HZ; eacgm record --layers host with
+# --sample-hz 0 and HZ (native stacks); and eacgm's defaults (auto layers: torch, comm,
+# python-stacks, host) with --sample-hz 0 and HZ (Python stacks in the samples too).
+# Run as root after the build. HZ (99), STEPS (150), SIZE (medium), ROUNDS (3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EACGM=build/eacgm
+PY=/usr/bin/python3
+HZ=${HZ:-99}
+STEPS=${STEPS:-150}
+ROUNDS=${ROUNDS:-3}
+SIZE=${SIZE:-medium}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+$PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scripts/setup.sh)"; exit 1; }
+command -v perf >/dev/null || { echo "perf is not installed (apt-get install linux-perf)"; exit 1; }
+
+rate() { sed -n 's/.*steps_per_s=\([0-9.]*\).*/\1/p'; }
+cpu() { sed -n 's/.*cpu_ms_per_step=\([0-9.]*\).*/\1/p'; }
+declare -A best cpus
+keep() {  # name output: keep the highest rate, and every run's CPU per step
+  local cur=${best[$1]:-0} r c
+  r=$(rate <<<"$2"); c=$(cpu <<<"$2")
+  best[$1]=$(awk -v a="$r" -v b="$cur" 'BEGIN{print (a>b)?a:b}')
+  cpus[$1]="${cpus[$1]:-} $c"
+}
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+train=(bench/train_steps.py "$STEPS" none "$SIZE")
+names=(none "perf-record-g" "eacgm-host-hz0" "eacgm-host-hz$HZ" "eacgm-auto-hz0" "eacgm-auto-hz$HZ")
+for r in $(seq "$ROUNDS"); do
+  keep none "$($PY "${train[@]}")"
+  keep perf-record-g "$(perf record -q -g -F "$HZ" -o "$out/perf.data" -- $PY "${train[@]}" 2>/dev/null)"
+  for hz in 0 "$HZ"; do
+    keep "eacgm-host-hz$hz" "$($EACGM record -q -f -o "$out/h.db" --layers host --sample-hz "$hz" -- $PY "${train[@]}")"
+    keep "eacgm-auto-hz$hz" "$($EACGM record -q -f -o "$out/a.db" --sample-hz "$hz" -- $PY "${train[@]}")"
+  done
+done
+base=${best[none]}
+base_cpu=$(median <<<"${cpus[none]}")
+printf "%-22s %10s %10s %14s %10s\n" "configuration" "steps/s" "slowdown" "cpu ms/step" "cpu added"
+for k in "${names[@]}"; do
+  c=$(median <<<"${cpus[$k]}")
+  awk -v k="$k" -v v="${best[$k]}" -v b="$base" -v c="$c" -v bc="$base_cpu" \
+    'BEGIN{printf "%-22s %10.2f %9.1f%% %14.3f %9.1f%%\n", k, v, (b / v - 1) * 100, c, (c / bc - 1) * 100}'
+done
+echo "model size $SIZE, $STEPS steps per run, $ROUNDS rounds (steps/s: best; cpu: median), $HZ Hz"
+echo "samples in the last runs: host $(sqlite3 "$out/h.db" 'select count(*) from stack_samples'), auto $(sqlite3 "$out/a.db" 'select count(*) from stack_samples') ($(sqlite3 "$out/a.db" 'select count(*) from stack_samples where py_stack is not null') with a Python stack)"

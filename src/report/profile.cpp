@@ -1,0 +1,135 @@
+// The CPU profile read from stack_samples, native_stacks and python_stacks.
+#include "report/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "store/reader.h"
+#include "store/sqlite_util.h"
+
+namespace eacgm {
+namespace {
+
+// The interpreter's eval loop: a native frame that runs Python frames.
+bool is_eval_loop(const std::string& name) {
+  return name.starts_with("_PyEval_EvalFrame") || name.starts_with("PyEval_EvalFrame");
+}
+
+}  // namespace
+
+CpuProfile::CpuProfile(const RecordingReader& rec) {
+  if (!rec.has_table("stack_samples")) return;
+  std::string hz = rec.meta_or("sample_hz", "0");
+  hz_ = uint32_t(std::clamp<long long>(std::atoll(hz.c_str()), 0, 1'000'000));
+
+  std::map<std::tuple<std::string, std::string, int64_t, bool>, uint32_t> frame_ids;
+  auto frame_id = [&](ProfileFrame f) {
+    auto [it, fresh] = frame_ids.try_emplace({f.name, f.file, f.line, f.python},
+                                             uint32_t(frames_.size()));
+    if (fresh) frames_.push_back(std::move(f));
+    return it->second;
+  };
+  // the stacks, as frame indices, innermost first (a damaged recording's depths may have gaps:
+  // the frames are taken in depth order)
+  std::unordered_map<int64_t, std::vector<uint32_t>> native, python;
+  if (rec.has_table("native_stacks"))
+    rec.query("SELECT id, name, module FROM native_stacks ORDER BY id, depth", [&](Statement& s) {
+      ProfileFrame f{std::string(s.text_at(1)), std::string(s.text_at(2)), -1, false};
+      native[s.int_at(0)].push_back(frame_id(std::move(f)));
+    });
+  if (rec.has_table("python_stacks"))
+    rec.query("SELECT id, name, file, line FROM python_stacks ORDER BY id, depth",
+              [&](Statement& s) {
+                ProfileFrame f{std::string(s.text_at(1)), std::string(s.text_at(2)),
+                               s.null_at(3) ? -1 : s.int_at(3), true};
+                python[s.int_at(0)].push_back(frame_id(std::move(f)));
+              });
+
+  std::map<std::pair<int64_t, int64_t>, uint32_t> merged;  // (native, python) -> stack
+  auto stack_of = [&](int64_t native_id, int64_t python_id) {
+    auto [it, fresh] = merged.try_emplace({native_id, python_id}, uint32_t(stacks_.size()));
+    if (!fresh) return it->second;
+    std::vector<uint32_t> stack;
+    auto n = native.find(native_id);
+    auto p = python.find(python_id);
+    if (p == python.end() || p->second.empty()) {
+      if (n != native.end()) stack = n->second;
+    } else {
+      // the innermost native frame is always right; the frame-pointer walk above it holds
+      // while each frame is a function eacgm could name, up to the interpreter's eval loop
+      if (n != native.end())
+        for (size_t i = 0; i < n->second.size(); ++i) {
+          const ProfileFrame& f = frames_[n->second[i]];
+          if (is_eval_loop(f.name) || (i > 0 && f.name.starts_with("unknown+"))) break;
+          stack.push_back(n->second[i]);
+        }
+      stack.insert(stack.end(), p->second.begin(), p->second.end());
+    }
+    stacks_.push_back(std::move(stack));
+    return it->second;
+  };
+  rec.query(
+      "SELECT ts_ns, pid, tid, coalesce(native_stack, 0), coalesce(py_stack, 0) FROM "
+      "stack_samples ORDER BY ts_ns",
+      [&](Statement& s) {
+        samples_.push_back({uint64_t(s.ns_at(0)), uint32_t(s.int_at(1)), uint32_t(s.int_at(2)),
+                            stack_of(s.int_at(3), s.int_at(4))});
+      });
+}
+
+std::vector<CpuProfile::Function> CpuProfile::functions() const {
+  // per stack, how often it was sampled; then per function (name and where)
+  std::vector<uint64_t> weight(stacks_.size(), 0);
+  for (const auto& s : samples_) ++weight[s.stack];
+  std::map<std::tuple<std::string, std::string, bool>, Function> by;
+  auto fn = [&](uint32_t frame) -> Function& {
+    const ProfileFrame& f = frames_[frame];
+    Function& out = by[{f.name, f.file, f.python}];
+    if (out.name.empty()) out.name = f.name, out.where = f.file, out.python = f.python;
+    return out;
+  };
+  for (size_t i = 0; i < stacks_.size(); ++i) {
+    if (!weight[i] || stacks_[i].empty()) continue;
+    fn(stacks_[i][0]).self += weight[i];
+    std::set<Function*> seen;  // recursion counts once per sample
+    for (uint32_t f : stacks_[i])
+      if (Function* p = &fn(f); seen.insert(p).second) p->total += weight[i];
+  }
+  std::vector<Function> out;
+  for (auto& [key, f] : by) out.push_back(std::move(f));
+  std::stable_sort(out.begin(), out.end(), [](const Function& a, const Function& b) {
+    return a.self != b.self ? a.self > b.self : a.total > b.total;
+  });
+  return out;
+}
+
+void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
+  if (profile.empty()) return;
+  std::set<std::pair<uint32_t, uint32_t>> threads;
+  for (const auto& s : profile.samples()) threads.insert({s.pid, s.tid});
+  double n = double(profile.samples().size());
+  fmt::print(out,
+             "\nCPU profile ({} samples of {} threads{}; self: the innermost frame, total: "
+             "anywhere in the stack):\n",
+             profile.samples().size(), threads.size(),
+             profile.hz() ? fmt::format(" at {} Hz, {:.2f} s of CPU", profile.hz(),
+                                        n / double(profile.hz()))
+                          : "");
+  fmt::print(out, "{:>7} {:>7}  {:<6} {}\n", "self", "total", "kind", "function");
+  size_t shown = 0;
+  for (const auto& f : profile.functions()) {
+    if (shown++ == top) break;
+    std::string where = f.where.empty() ? "" : fmt::format("  ({})", f.where);
+    fmt::print(out, "{:>6.1f}% {:>6.1f}%  {:<6} {}{}\n", 100.0 * double(f.self) / n,
+               100.0 * double(f.total) / n, f.python ? "python" : "native", f.name, where);
+  }
+  fmt::print(out, "  (eacgm export --pprof for every frame: go tool pprof, speedscope, Pyroscope)\n");
+}
+
+}  // namespace eacgm

@@ -1,0 +1,61 @@
+// The CPU profile of a recording (record --sample-hz): each sample's stack with Python and native
+// frames together, for `report`, `export --pprof` and the page.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eacgm {
+
+class RecordingReader;
+
+struct ProfileFrame {
+  std::string name;   // Python: module.qualname; native: the function (or unknown+0x...)
+  std::string file;   // Python: the source file; native: the module (file name of the code)
+  int64_t line = -1;  // Python: the line executing; -1: unknown or native
+  bool python = false;
+};
+
+// One sample's stack, innermost frame first. Where a thread runs Python, its native frames go
+// from the leaf up to the interpreter's eval loop, then its Python frames follow: the native
+// frames under the Python ones are the interpreter's own. Code without frame pointers breaks
+// the native walk above it: past the innermost frame (always right), the native frames stop at
+// the first one that cannot be named.
+class CpuProfile {
+ public:
+  // Reads the recording's samples; empty when it has none (an older recording, or no profile).
+  explicit CpuProfile(const RecordingReader& rec);
+
+  struct Sample {
+    uint64_t ts_ns = 0;
+    uint32_t pid = 0, tid = 0;
+    uint32_t stack = 0;  // index into stacks()
+  };
+  bool empty() const { return samples_.empty(); }
+  const std::vector<Sample>& samples() const { return samples_; }
+  const std::vector<std::vector<uint32_t>>& stacks() const { return stacks_; }  // frame indices
+  const std::vector<ProfileFrame>& frames() const { return frames_; }
+  // Samples per second of CPU (the recording's sample_hz; 0 when not said).
+  uint32_t hz() const { return hz_; }
+
+  // Functions by the samples they were the innermost frame in (self), and in any frame (total,
+  // counted once per sample), the most self first. Python functions are told apart by file.
+  struct Function {
+    std::string name, where;  // where: the Python file, or the native module
+    bool python = false;
+    uint64_t self = 0, total = 0;
+  };
+  std::vector<Function> functions() const;
+
+ private:
+  std::vector<Sample> samples_;
+  std::vector<std::vector<uint32_t>> stacks_;
+  std::vector<ProfileFrame> frames_;
+  uint32_t hz_ = 0;
+};
+
+// `eacgm report`'s section: the top functions by self samples with their totals, or nothing when
+// the recording has no profile.
+void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top = 15);
+
+}  // namespace eacgm

@@ -1,0 +1,162 @@
+// End to end: the CPU profile (record --sample-hz) of a Python program whose main thread spends
+// 70% of its CPU in a Python function and 30% in a C function, on every CPython 3.10-3.13 here:
+// the shares as `report` gives them, a sleeping thread without samples, and the pprof export
+// read by a real consumer (go tool pprof, from Debian's golang-go).
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+struct Interpreter {
+  std::string path;
+  std::string label;
+};
+void PrintTo(const Interpreter& i, std::ostream* os) { *os << i.label; }
+
+const Interpreter kInterpreters[] = {
+    {"/usr/bin/python3.11", "debian311"},
+    {"/root/.pyenv/versions/3.10.13/bin/python3.10", "pyenv310"},
+    {"/root/.pyenv/versions/3.11.7/bin/python3.11", "pyenv311"},
+    {"/root/.pyenv/versions/3.12.1/bin/python3.12", "pyenv312"},
+    {"/root/.pyenv/versions/3.13.0/bin/python3.13", "pyenv313"},
+};
+
+class Profile : public RecordingTest, public ::testing::WithParamInterface<Interpreter> {
+ protected:
+  void SetUp() override {
+    RecordingTest::SetUp();
+    if (IsSkipped()) return;
+    if (!std::filesystem::exists(GetParam().path))
+      GTEST_SKIP() << GetParam().path << " is not installed: that CPython is not covered here";
+  }
+};
+
+// The share (in % of all samples) of a function from `report --json`'s profile.
+struct Share {
+  double self = -1, total = -1;
+};
+Share share_of(const nlohmann::json& profile, const std::string& name) {
+  double n = profile.at("samples").get<double>();
+  for (const auto& f : profile.at("functions"))
+    if (f.at("name") == name)
+      return {100 * f.at("self_samples").get<double>() / n,
+              100 * f.at("total_samples").get<double>() / n};
+  return {};
+}
+
+TEST_P(Profile, HotPythonAndCFunctionsHaveTheirSharesAndASleeperNone) {
+  // 499 Hz for 3 s of CPU: about 1,500 samples, so a 30% share is known to about +-1.2 points
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--sample-hz", "499", "--", GetParam().path,
+                std::string(EACGM_PY_WORKLOADS) + "/hot_split.py",
+                kWorkloads + "/libhot_c.so", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(sleeper tid (\d+))"))) << r.out;
+  std::string sleeper = m[1];
+
+  Db db(db_);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'sample_hz'"), "499");
+  int64_t samples = db.scalar("SELECT count(*) FROM stack_samples");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'cpu_samples'"), std::to_string(samples));
+  // The sleeper runs only to start and to say its id (well under a millisecond): at most one
+  // sample may catch it, against about 1,500 for the main thread.
+  EXPECT_LE(db.scalar("SELECT count(*) FROM stack_samples WHERE tid = " + sleeper), 1);
+  // every sample of a Python thread has its Python stack
+  int64_t main_tid = db.scalar(
+      "SELECT tid FROM stack_samples GROUP BY tid ORDER BY count(*) DESC LIMIT 1");
+  int64_t main_samples =
+      db.scalar("SELECT count(*) FROM stack_samples WHERE tid = " + std::to_string(main_tid));
+  EXPECT_GT(main_samples, 1000);
+  EXPECT_GE(db.scalar("SELECT count(*) FROM stack_samples WHERE py_stack IS NOT NULL AND tid = " +
+                      std::to_string(main_tid)),
+            main_samples * 99 / 100);
+
+  auto rep = run({kEacgm, "report", db_, "--json"});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  auto profile = nlohmann::json::parse(rep.out).at("cpu_profile");
+  Share py = share_of(profile, "hot_split.hot_py");
+  Share c = share_of(profile, "hot_c_spin");
+  Share caller = share_of(profile, "hot_split.call_c");
+  printf("%s: %lld samples; hot_py total %.1f%%, hot_c_spin self %.1f%% total %.1f%%, call_c "
+         "total %.1f%%\n",
+         GetParam().label.c_str(), (long long)samples, py.total, c.self, c.total, caller.total);
+  EXPECT_NEAR(py.total, 70, 4) << profile.dump();
+  EXPECT_NEAR(c.total, 30, 4) << profile.dump();
+  // most of it in the C function itself, the rest in the clock it reads (libc, vDSO)
+  EXPECT_GT(c.self, 0.8 * c.total) << profile.dump();
+  // the C function is seen under the Python function that called it
+  EXPECT_NEAR(caller.total, c.total, 1) << profile.dump();
+  // and the text report says the same
+  auto text = run({kEacgm, "report", db_});
+  EXPECT_NE(text.out.find("CPU profile ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("hot_c_spin  (libhot_c.so)"), std::string::npos) << text.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
+                         [](const auto& info) { return info.param.label; });
+
+// The pprof export, read by go tool pprof: the same shares as report, per function.
+TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
+  if (system("command -v go >/dev/null 2>&1") != 0)
+    FAIL() << "go is not installed: run scripts/setup.sh (it installs golang-go, whose go tool "
+              "pprof this test reads the export with)";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--sample-hz", "499", "--",
+                "/usr/bin/python3.11", std::string(EACGM_PY_WORKLOADS) + "/hot_split.py",
+                kWorkloads + "/libhot_c.so", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string pb = dir_ + "/run.pb.gz";
+  auto e = run({kEacgm, "export", db_, "--pprof", pb});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  auto rep = run({kEacgm, "report", db_, "--json"});
+  auto profile = nlohmann::json::parse(rep.out).at("cpu_profile");
+  Share py = share_of(profile, "hot_split.hot_py");
+  Share c = share_of(profile, "hot_c_spin");
+
+  // go tool pprof -top: "flat flat% sum% cum cum% name", in samples
+  auto top = run({"/bin/sh", "-c",
+                  "HOME=" + dir_ + " go tool pprof -top -sample_index=samples -nodecount=100 " +
+                      pb + " 2>&1"});
+  ASSERT_EQ(top.exit_code, 0) << top.out;
+  std::map<std::string, std::pair<double, double>> flat_cum;  // name -> (flat%, cum%)
+  std::smatch m;
+  std::regex line(R"(^\s*\d+\s+([\d.]+)%\s+[\d.]+%\s+\d+\s+([\d.]+)%\s+(.+?)\s*$)");
+  std::istringstream in(top.out);
+  for (std::string l; std::getline(in, l);)
+    if (std::regex_search(l, m, line)) flat_cum[m[3]] = {std::stod(m[1]), std::stod(m[2])};
+  ASSERT_TRUE(flat_cum.count("hot_split.hot_py")) << top.out;
+  ASSERT_TRUE(flat_cum.count("hot_c_spin")) << top.out;
+  EXPECT_NEAR(flat_cum["hot_split.hot_py"].second, py.total, 0.1) << top.out;
+  EXPECT_NEAR(flat_cum["hot_c_spin"].first, c.self, 0.1) << top.out;
+  // Python frames keep their file and line: pprof lists hot_py's lines in hot_split.py
+  auto lines = run({"/bin/sh", "-c",
+                    "HOME=" + dir_ + " go tool pprof -top -lines -sample_index=samples " + pb +
+                        " 2>&1"});
+  EXPECT_NE(lines.out.find("hot_split.py:"), std::string::npos) << lines.out;
+  // the CPU time is the sample count times the period (1/499 s)
+  auto cpu = run({"/bin/sh", "-c", "HOME=" + dir_ + " go tool pprof -raw " + pb + " 2>&1"});
+  EXPECT_NE(cpu.out.find("samples/count cpu/nanoseconds"), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("Period: 2004008"), std::string::npos) << cpu.out;
+
+  // bad outputs, and a recording without a profile
+  EXPECT_EQ(run({kEacgm, "export", db_, "--pprof", pb}).exit_code, 2) << "exists, no --force";
+  auto empty = run({kEacgm, "export", db_, "--pprof", ""});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("--pprof: give a file name"), std::string::npos) << empty.err;
+  std::string none = dir_ + "/none.eacgm.db";
+  ASSERT_EQ(run({kEacgm, "record", "-q", "-o", none, "--sample-hz", "0", "--", "/bin/true"})
+                .exit_code,
+            0);
+  auto no = run({kEacgm, "export", none, "--pprof", dir_ + "/none.pb.gz"});
+  EXPECT_EQ(no.exit_code, 1);
+  EXPECT_NE(no.err.find("has no CPU profile: record it with --sample-hz above 0"),
+            std::string::npos)
+      << no.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/none.pb.gz"));
+}
+
+}  // namespace
+}  // namespace e2e

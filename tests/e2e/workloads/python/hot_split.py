@@ -1,0 +1,49 @@
+"""CPU-profile workload: the main thread spends 70% of its CPU time in hot_py (pure Python) and
+30% in the C function hot_c_spin (through ctypes, from call_c), by thread CPU time; a second
+thread only sleeps. Prints the sleeper's native thread id.
+
+Usage: hot_split.py LIBHOT_C SECONDS_OF_CPU"""
+import ctypes
+import sys
+import threading
+import time
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.hot_c_spin.argtypes = [ctypes.c_double]
+lib.hot_c_spin.restype = ctypes.c_double
+total = float(sys.argv[2])
+
+
+def hot_py(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(200):
+            x += i * i
+    return x
+
+
+def call_c(seconds):
+    return lib.hot_c_spin(seconds)
+
+
+stop = threading.Event()
+ids = []
+
+
+def sleeper():
+    ids.append(threading.get_native_id())
+    stop.wait()
+
+
+t = threading.Thread(target=sleeper, name="sleeper")
+t.start()
+while not ids:
+    time.sleep(0.01)
+print(f"hot_split: sleeper tid {ids[0]}", flush=True)
+spent = time.thread_time()
+while time.thread_time() - spent < total:
+    hot_py(0.07)
+    call_c(0.03)
+stop.set()
+t.join()

@@ -1,0 +1,118 @@
+// The CPU profile as report and export read it: Python and native frames put together per
+// sample, and the functions' self and total counts.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+
+#include "export/pprof.h"
+#include "report/profile.h"
+#include "store/reader.h"
+#include "store/recording.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> names(const CpuProfile& p, const std::vector<uint32_t>& stack) {
+  std::vector<std::string> out;
+  for (uint32_t f : stack) out.push_back(p.frames()[f].name);
+  return out;
+}
+
+TEST(CpuProfile, PythonAndNativeFramesTogetherAndFunctionsCounted) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_profile_" + std::to_string(getpid()) + ".db")).string();
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("sample_hz", "99");
+    // 1: C code called from Python, the walk reaching the eval loop
+    for (auto [d, name, module] : {std::tuple{0u, "spin", "libhot.so"}, {1u, "ffi_call", "libffi.so"},
+                                   {2u, "_PyEval_EvalFrameDefault", "libpython.so"},
+                                   {3u, "Py_RunMain", "libpython.so"}})
+      w.add(NativeFrameRow{1, d, name, module});
+    // 2: the walk broken by code without frame pointers: it stops at the first unknown frame
+    for (auto [d, name, module] : {std::tuple{0u, "_PyObject_Free", "libpython.so"},
+                                   {1u, "unknown+0x7f00", ""}, {2u, "x_add", "libpython.so"}})
+      w.add(NativeFrameRow{2, d, name, module});
+    // 3: the eval loop itself
+    w.add(NativeFrameRow{3, 0, "_PyEval_EvalFrameDefault", "libpython.so"});
+    // 4: a thread without Python: every frame
+    for (auto [d, name, module] : {std::tuple{0u, "worker", "libgloo.so"}, {1u, "unknown+0x10", ""},
+                                   {2u, "start_thread", "libc.so.6"}})
+      w.add(NativeFrameRow{4, d, name, module});
+    w.add(PythonStackFrameRow{1, 0, "m.call_c", "m.py", 9});
+    w.add(PythonStackFrameRow{1, 1, "m.main", "m.py", 20});
+    w.add(PythonStackFrameRow{2, 0, "m.rec", "m.py", 3});  // recursion: once per sample in total
+    w.add(PythonStackFrameRow{2, 1, "m.rec", "m.py", 4});
+    w.add(PythonStackFrameRow{2, 2, "m.main", "m.py", 21});
+    uint64_t t = 1000;
+    auto sample = [&](int64_t native, int64_t py, int n) {
+      for (int i = 0; i < n; ++i) w.add(StackSampleRow{t++, 7, 8, native, py});
+    };
+    sample(1, 1, 3);
+    sample(2, 2, 2);
+    sample(3, 2, 4);
+    sample(4, 0, 1);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  CpuProfile p(rec);
+  ASSERT_EQ(p.samples().size(), 10u);
+  EXPECT_EQ(p.hz(), 99u);
+  EXPECT_EQ(names(p, p.stacks()[p.samples()[0].stack]),
+            (std::vector<std::string>{"spin", "ffi_call", "m.call_c", "m.main"}));
+  EXPECT_EQ(names(p, p.stacks()[p.samples()[3].stack]),
+            (std::vector<std::string>{"_PyObject_Free", "m.rec", "m.rec", "m.main"}));
+  EXPECT_EQ(names(p, p.stacks()[p.samples()[5].stack]),
+            (std::vector<std::string>{"m.rec", "m.rec", "m.main"}));
+  EXPECT_EQ(names(p, p.stacks()[p.samples()[9].stack]),
+            (std::vector<std::string>{"worker", "unknown+0x10", "start_thread"}));
+  std::map<std::string, std::pair<uint64_t, uint64_t>> fn;
+  for (const auto& f : p.functions()) fn[f.name] = {f.self, f.total};
+  EXPECT_EQ(fn["spin"], std::make_pair(uint64_t(3), uint64_t(3)));
+  EXPECT_EQ(fn["m.rec"], std::make_pair(uint64_t(4), uint64_t(6)));
+  EXPECT_EQ(fn["m.main"], std::make_pair(uint64_t(0), uint64_t(9)));
+  EXPECT_EQ(fn.count("Py_RunMain"), 0u);  // under the eval loop: the interpreter's own
+  EXPECT_EQ(fn.count("x_add"), 0u);       // beyond the broken walk
+  EXPECT_EQ(p.functions().front().name, "m.rec");  // the most self first
+
+  // pprof: gzip that zlib reads back, a profile.proto that starts with its sample types
+  std::string raw = pprof_profile(p, 1'700'000'000'000'000'000, 2'000'000'000);
+  std::string gz = gzip(raw);
+  ASSERT_GT(gz.size(), 18u);
+  EXPECT_EQ(uint8_t(gz[0]), 0x1f);
+  EXPECT_EQ(uint8_t(gz[1]), 0x8b);
+  std::string back(raw.size(), '\0');
+  z_stream z{};
+  ASSERT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
+  z.next_in = reinterpret_cast<Bytef*>(gz.data());
+  z.avail_in = uInt(gz.size());
+  z.next_out = reinterpret_cast<Bytef*>(back.data());
+  z.avail_out = uInt(back.size());
+  EXPECT_EQ(inflate(&z, Z_FINISH), Z_STREAM_END);
+  inflateEnd(&z);
+  EXPECT_EQ(back, raw);
+  EXPECT_EQ(raw[0], char(1 << 3 | 2));  // field 1 (sample_type), length-delimited
+  fs::remove(path);
+}
+
+TEST(CpuProfile, ARecordingWithoutOneIsEmpty) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_noprofile_" + std::to_string(getpid()) + ".db")).string();
+  {
+    RecordingWriter w(path, true);
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  CpuProfile p(rec);
+  EXPECT_TRUE(p.empty());
+  EXPECT_TRUE(p.functions().empty());
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace eacgm
