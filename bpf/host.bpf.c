@@ -177,6 +177,31 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
 	return 0;
 }
 
+/*
+ * On-CPU time as it accrues: the scheduler accounts the running task's time at every tick and
+ * switch (update_curr), so a thread that runs for seconds without being switched out has its
+ * time in each sampling interval it ran in, not all of it in the one where it finally left the
+ * CPU (which put 630 ms into a 100 ms interval). Switch-out adds what is left since.
+ */
+SEC("tp_btf/sched_stat_runtime")
+int BPF_PROG(host_runtime, struct task_struct *p)
+{
+	if (!is_traced(p->tgid))
+		return 0;
+	struct thread_sched *t = bpf_task_storage_get(&sched_state, p, 0, 0);
+	if (!t || !t->on_since)
+		return 0;
+	struct eacgm_host_proc_stats *s = proc_entry(p->tgid, p);
+	if (!s)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (now > t->on_since) {
+		s->oncpu_ns += now - t->on_since;
+		t->on_since = now;
+	}
+	return 0;
+}
+
 static __always_inline struct eacgm_net_stats *net_entry(struct net_device *dev)
 {
 	struct eacgm_net_key key = {

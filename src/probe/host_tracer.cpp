@@ -89,7 +89,9 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
                   {skel_->progs.host_memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end",
                    "reclaim_ns (cgroup limits)"},
                   {skel_->progs.host_page_cache_add, "mm_filemap_add_to_page_cache",
-                   "pagein_bytes"}};
+                   "pagein_bytes"},
+                  {skel_->progs.host_runtime, "sched_stat_runtime",
+                   "oncpu_ns as it accrues (counted when a thread leaves the CPU instead)"}};
   btf* vmlinux = btf__load_vmlinux_btf();
   for (auto& o : optional) {
     std::string type = std::string("btf_trace_") + o.tracepoint;
