@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "probe/demangle.h"
 #include "util/error.h"
 
@@ -20,7 +21,7 @@ Symbolizer::Frame Symbolizer::frame_at(uint32_t pid, uint64_t addr) {
   AddrKey key{pid, addr};
   if (auto it = frames_.find(key); it != frames_.end()) return it->second;
   Frame f = resolve_frame(pid, addr);
-  frames_.emplace(key, f);
+  if (!f.module.empty()) frames_.emplace(key, f);  // an address in no mapping may be mapped later
   return f;
 }
 
@@ -32,6 +33,7 @@ void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
 
 void Symbolizer::forget(uint32_t pid) {
   maps_.erase(pid);
+  reread_ns_.erase(pid);
   std::erase_if(cache_, [pid](const auto& kv) { return kv.first.pid == pid; });
   std::erase_if(frames_, [pid](const auto& kv) { return kv.first.pid == pid; });
 }
@@ -53,11 +55,17 @@ const ElfSymbols* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
   return elves_.emplace(key, std::move(elf)).first->second.get();
 }
 
-const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr) {
+const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr, bool rate_limited) {
   auto maps_it = maps_.find(pid);
   const Mapping* m = maps_it != maps_.end() ? find_mapping(maps_it->second, addr) : nullptr;
-  if (!m) {
-    // Code mapped since we last looked: read the maps again once.
+  // Code mapped since we last looked: read the maps again; for a profile's frames at most once
+  // a second per process (frame-pointer walks through code without frame pointers give
+  // addresses that are in no mapping: reading a PyTorch process's thousands of mappings for
+  // each cost the recorder 150 us per sample). New libraries are mapped in at dlopen anyway.
+  uint64_t now = monotonic_now_ns();
+  uint64_t& last = reread_ns_[pid];
+  if (!m && (!rate_limited || now - last >= 1'000'000'000ull)) {
+    last = now;
     if (auto fresh = read_proc_maps(static_cast<int>(pid)); fresh && !fresh->empty()) {
       maps_[pid] = std::move(*fresh);
       m = find_mapping(maps_[pid], addr);
@@ -67,7 +75,7 @@ const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr) {
 }
 
 Symbolizer::Frame Symbolizer::resolve_frame(uint32_t pid, uint64_t addr) {
-  const Mapping* m = mapping_of(pid, addr);
+  const Mapping* m = mapping_of(pid, addr, true);
   if (m && m->path.starts_with("[vdso]")) return {names_.intern("[vdso]"), names_.intern("[vdso]")};
   if (!m || !m->file_backed()) return {names_.intern(fmt::format("unknown+{:#x}", addr)), {}};
   std::string_view module = names_.intern(m->path.substr(m->path.rfind('/') + 1));
@@ -80,7 +88,7 @@ Symbolizer::Frame Symbolizer::resolve_frame(uint32_t pid, uint64_t addr) {
 }
 
 std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
-  const Mapping* m = mapping_of(pid, addr);
+  const Mapping* m = mapping_of(pid, addr, false);
   if (!m || !m->file_backed()) return names_.intern(fmt::format("unknown+{:#x}", addr));
   uint64_t file_offset = addr - m->start + m->file_offset;
   const ElfSymbols* elf = elf_for(pid, *m);

@@ -38,7 +38,7 @@ class Symbolizer {
   const ElfSymbols* elf_for(uint32_t pid, const Mapping& m);
   std::string_view resolve(uint32_t pid, uint64_t addr);
   Frame resolve_frame(uint32_t pid, uint64_t addr);
-  const Mapping* mapping_of(uint32_t pid, uint64_t addr);
+  const Mapping* mapping_of(uint32_t pid, uint64_t addr, bool rate_limited);
 
   struct AddrKey {
     uint32_t pid;
@@ -51,6 +51,7 @@ class Symbolizer {
   std::unordered_map<AddrKey, std::string_view, AddrHash> cache_;
   std::unordered_map<AddrKey, Frame, AddrHash> frames_;
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
+  std::unordered_map<uint32_t, uint64_t> reread_ns_;  // when a miss last read a process's maps
   // by "dev:inode"; a null entry records a file that could not be read
   std::unordered_map<std::string, std::unique_ptr<ElfSymbols>> elves_;
   Interner names_;

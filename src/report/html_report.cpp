@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "report/collectives.h"
+#include "report/profile.h"
 #include "report/report.h"
 #include "store/anomalies.h"
 #include "store/reader.h"
@@ -523,6 +525,68 @@ json collectives_section(const RecordingReader& rec, const TimeBase& tb,
   return {{"heatmaps", heatmaps}, {"bandwidth", bw}};
 }
 
+// The CPU profile: the top functions, and the samples' stacks merged into a tree from the
+// outermost frame (the flame graph), nodes under 1/2000 of the samples left out.
+json profile_section(const RecordingReader& rec, json& notes) {
+  CpuProfile p(rec);
+  if (p.empty()) {
+    notes.push_back("CPU profile: none in this recording (record with --sample-hz above 0, the "
+                    "default)");
+    return nullptr;
+  }
+  const double n = double(p.samples().size());
+  json functions = json::array();
+  for (const auto& f : p.functions()) {
+    if (functions.size() == 50) break;
+    functions.push_back({{"name", f.name}, {"where", f.where}, {"python", f.python},
+                         {"self", f.self}, {"total", f.total},
+                         {"self_pct", rounded(100.0 * double(f.self) / n, 2)},
+                         {"total_pct", rounded(100.0 * double(f.total) / n, 2)}});
+  }
+  struct Node {
+    uint32_t frame = 0;
+    uint64_t value = 0;
+    std::map<std::pair<std::string, std::string>, Node> children;  // by (name, where)
+  };
+  Node root;
+  std::vector<uint64_t> weight(p.stacks().size(), 0);
+  for (const auto& s : p.samples()) ++weight[s.stack];
+  for (size_t i = 0; i < p.stacks().size(); ++i) {
+    if (!weight[i]) continue;
+    Node* at = &root;
+    at->value += weight[i];
+    const auto& stack = p.stacks()[i];
+    for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+      const ProfileFrame& f = p.frames()[*it];
+      Node& child = at->children[{f.name, f.file}];
+      child.frame = *it;
+      child.value += weight[i];
+      at = &child;
+    }
+  }
+  const uint64_t least = std::max<uint64_t>(1, uint64_t(n / 2000));
+  std::function<json(const Node&)> to_json = [&](const Node& node) {
+    json children = json::array();
+    for (const auto& [key, c] : node.children)
+      if (c.value >= least) {
+        const ProfileFrame& f = p.frames()[c.frame];
+        json j = to_json(c);
+        j["n"] = f.name;
+        j["w"] = f.file;
+        j["p"] = f.python;
+        children.push_back(std::move(j));
+      }
+    return json{{"v", node.value}, {"c", children}};
+  };
+  std::set<std::pair<uint32_t, uint32_t>> threads;
+  for (const auto& s : p.samples()) threads.insert({s.pid, s.tid});
+  return {{"samples", p.samples().size()},
+          {"threads", threads.size()},
+          {"hz", p.hz()},
+          {"functions", functions},
+          {"tree", to_json(root)}};
+}
+
 // The Python stack most calls of each operation of `table` were made from.
 std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& table,
                                          const std::string& key = "name",
@@ -642,6 +706,7 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
         (rec.meta_or("gpu_unavailable_metrics", "").empty()
              ? std::string()
              : ": " + rec.meta_or("gpu_unavailable_metrics", "")));
+  data["profile"] = profile_section(rec, notes);
   data["host"] = host_section(rec, tb, opt, notes);
   if (data["host"].is_null())
     notes.push_back("host: no samples in this recording (the host layer was off)");

@@ -115,9 +115,9 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
   for (const auto& s : profile.samples()) threads.insert({s.pid, s.tid});
   double n = double(profile.samples().size());
   fmt::print(out,
-             "\nCPU profile ({} samples of {} threads{}; self: the innermost frame, total: "
+             "\nCPU profile ({} samples of {} thread{}{}; self: the innermost frame, total: "
              "anywhere in the stack):\n",
-             profile.samples().size(), threads.size(),
+             profile.samples().size(), threads.size(), threads.size() == 1 ? "" : "s",
              profile.hz() ? fmt::format(" at {} Hz, {:.2f} s of CPU", profile.hz(),
                                         n / double(profile.hz()))
                           : "");

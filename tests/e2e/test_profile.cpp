@@ -4,8 +4,10 @@
 // read by a real consumer (go tool pprof, from Debian's golang-go).
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <functional>
 #include <sstream>
 
+#include "chromium.h"
 #include "e2e_util.h"
 
 namespace e2e {
@@ -140,6 +142,27 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
   auto cpu = run({"/bin/sh", "-c", "HOME=" + dir_ + " go tool pprof -raw " + pb + " 2>&1"});
   EXPECT_NE(cpu.out.find("samples/count cpu/nanoseconds"), std::string::npos) << cpu.out;
   EXPECT_NE(cpu.out.find("Period: 2004008"), std::string::npos) << cpu.out;
+
+  // the page: the flame graph drawn, hot_py and hot_c_spin in it and in the functions' table
+  // with report's counts
+  if (chromium_missing().empty()) {
+    std::string page = dir_ + "/profile.html";
+    ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
+    Rendered p = render(page, "cpu_profile");
+    expect_drawn(p, {"flame"});
+    const auto& data = p.data.at("profile");
+    EXPECT_EQ(data.at("samples"), profile.at("samples"));
+    std::function<uint64_t(const nlohmann::json&, const std::string&)> in_tree =
+        [&](const nlohmann::json& node, const std::string& name) -> uint64_t {
+      uint64_t v = node.value("n", "") == name ? node.at("v").get<uint64_t>() : 0;
+      for (const auto& c : node.at("c")) v += in_tree(c, name);
+      return v;
+    };
+    double n = profile.at("samples").get<double>();
+    EXPECT_NEAR(100 * double(in_tree(data.at("tree"), "hot_split.hot_py")) / n, py.total, 0.5);
+    EXPECT_NEAR(100 * double(in_tree(data.at("tree"), "hot_c_spin")) / n, c.total, 0.5);
+    EXPECT_NE(p.dom.find("hot_c_spin"), std::string::npos);
+  }
 
   // bad outputs, and a recording without a profile
   EXPECT_EQ(run({kEacgm, "export", db_, "--pprof", pb}).exit_code, 2) << "exists, no --force";

@@ -289,5 +289,49 @@ TEST(HtmlReport, KernelsAreListedWithTheirUsualPythonStack) {
   fs::remove(path);
 }
 
+// The CPU profile on the page: top functions and the flame graph's tree, whose every node holds
+// the samples of the stacks through it.
+TEST(HtmlReport, TheProfileIsATreeOfSamplesFromTheOutermostFrame) {
+  std::string path = temp_path("profile");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    w.set_meta("sample_hz", "99");
+    w.add(PythonStackFrameRow{1, 0, "m.a", "m.py", 3});
+    w.add(PythonStackFrameRow{1, 1, "m.main", "m.py", 9});
+    w.add(PythonStackFrameRow{2, 0, "m.b", "m.py", 5});
+    w.add(PythonStackFrameRow{2, 1, "m.main", "m.py", 10});
+    w.add(NativeFrameRow{1, 0, "spin", "libx.so"});
+    for (int i = 0; i < 6; ++i) w.add(StackSampleRow{kStart + uint64_t(i), 7, 7, 0, 1});
+    for (int i = 0; i < 3; ++i) w.add(StackSampleRow{kStart + 10 + uint64_t(i), 7, 7, 1, 2});
+    w.add(StackSampleRow{kStart + 20, 7, 8, 1, 0});  // a thread without Python
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  json d = html_report_data(rec, {});
+  const json& p = d.at("profile");
+  EXPECT_EQ(p.at("samples"), 10);
+  EXPECT_EQ(p.at("threads"), 2);
+  EXPECT_EQ(p.at("hz"), 99);
+  const json& tree = p.at("tree");
+  EXPECT_EQ(tree.at("v"), 10);
+  std::map<std::string, json> top;
+  for (const auto& c : tree.at("c")) top[c.at("n")] = c;
+  ASSERT_EQ(top.size(), 2u) << tree.dump();
+  EXPECT_EQ(top.at("m.main").at("v"), 9);
+  EXPECT_EQ(top.at("m.main").at("p"), true);
+  EXPECT_EQ(top.at("spin").at("v"), 1);
+  EXPECT_EQ(top.at("spin").at("w"), "libx.so");
+  std::map<std::string, int> under_main;
+  for (const auto& c : top.at("m.main").at("c")) under_main[c.at("n")] = c.at("v");
+  EXPECT_EQ(under_main, (std::map<std::string, int>{{"m.a", 6}, {"m.b", 3}}));
+  // spin under m.b: the native frame innermost
+  EXPECT_EQ(top.at("m.main").at("c").at(1).at("c").at(0).at("n"), "spin");
+  EXPECT_EQ(p.at("functions").at(0).at("name"), "m.a");
+  EXPECT_EQ(p.at("functions").at(0).at("self_pct"), 60.0);
+  fs::remove(path);
+}
+
 }  // namespace
 }  // namespace eacgm

@@ -250,7 +250,7 @@
         title: { text: h.name + ' on ' + h.nranks + ' ranks: wait for the slowest peer (ms), ' + h.steps + ' steps' +
           (per > 1 ? ' (' + per + ' per column, the longest)' : '') + (top < h.max_ms ? '; colours up to ' + num(top, 2) +
           ' ms (99th percentile), longest ' + num(h.max_ms, 1) + ' ms' : ''), left: 0, textStyle: { fontSize: 13 } },
-        tooltip: { confine: true, formatter: (p) => h.ranks[p.value[1]] + ', step ' + p.value[0] * per +
+        tooltip: { confine: true, formatter: (p) => esc(h.ranks[p.value[1]]) + ', step ' + p.value[0] * per +
           (per > 1 ? '-' + (p.value[0] * per + per - 1) : '') + ': waited ' + num(p.value[2], 3) + ' ms' },
         grid: Object.assign({}, GRID, { top: 34, right: 90 }),
         xAxis: { type: 'category', data: Array.from({ length: cols }, (_, k) => String(k * per)), name: 'step',
@@ -430,6 +430,70 @@
     document.documentElement.setAttribute('data-rendered', 'yes');
   }
 
+  // The CPU profile: a flame graph (icicle: the outermost frames at the top, each frame's width
+  // its share of the samples) and the top functions by self and total samples.
+  function drawProfile() {
+    const P = data.profile;
+    const sec = section('profile', 'CPU profile', 'Where the traced threads spent their CPU: sampled stacks, Python and native frames together (blue: Python, orange: native). Width: share of the samples; hover for the numbers, scroll or drag to zoom.');
+    if (!P) {
+      missing(sec, 'No CPU profile in this recording (record with --sample-hz above 0, the default).');
+      return;
+    }
+    sec.append(el('p', {}, num(P.samples, 0) + ' samples of ' + num(P.threads, 0) + (P.threads === 1 ? ' thread' : ' threads') +
+      (P.hz ? ' at ' + P.hz + ' Hz (' + num(P.samples / P.hz, 2) + ' s of CPU)' : '') +
+      '; eacgm export --pprof writes every frame for go tool pprof or speedscope.'));
+    const total = P.tree.v || 1;
+    const rects = [];
+    let depthMax = 0;
+    (function walk(node, x, depth) {
+      let at = x;
+      for (const c of node.c || []) {
+        rects.push({ value: [at, at + c.v, depth], name: c.n, where: c.w, python: c.p, samples: c.v });
+        depthMax = Math.max(depthMax, depth);
+        walk(c, at, depth + 1);
+        at += c.v;
+      }
+    })(P.tree, 0, 0);
+    const ROW = 18;
+    const entry = makeChart(sec, 'flame', Math.min(1200, 70 + ROW * (depthMax + 1)));
+    entry.chart.setOption({
+      animation: false,
+      title: { text: 'flame graph (outermost frame at the top)', left: 0, textStyle: { fontSize: 13 } },
+      tooltip: { confine: true, formatter: (q) => {
+        const r = rects[q.dataIndex];
+        return '<b>' + esc(r.name) + '</b><br>' + esc(r.where || '') + '<br>' +
+          num(r.samples, 0) + ' samples, ' + num(100 * r.samples / total, 1) + '% (with what it calls)';
+      } },
+      grid: { left: 4, right: 4, top: 30, bottom: 30 },
+      xAxis: { type: 'value', min: 0, max: total, show: false },
+      yAxis: { type: 'value', min: 0, max: depthMax + 1, inverse: true, show: false },
+      dataZoom: [{ type: 'inside', xAxisIndex: 0, filterMode: 'none' }, { type: 'slider', xAxisIndex: 0, height: 16, bottom: 4, filterMode: 'none' }],
+      series: [{
+        type: 'custom', data: rects,
+        renderItem: (params, api) => {
+          const r = rects[params.dataIndex];
+          const a = api.coord([api.value(0), api.value(2)]);
+          const b = api.coord([api.value(1), api.value(2) + 1]);
+          const width = Math.max(b[0] - a[0] - 1, 0.5);
+          const label = r.name.length * 6.5 < width - 4 ? r.name : (width > 40 ? r.name.slice(0, Math.floor((width - 4) / 6.5) - 1) + '…' : '');
+          return {
+            type: 'rect', shape: { x: a[0], y: a[1], width: width, height: ROW - 2 },
+            style: { fill: r.python ? '#4e79a7' : '#f28e2b', text: label, textFill: '#fff', fontSize: 11,
+                     textPosition: 'insideLeft' },
+          };
+        },
+        encode: { x: [0, 1], y: 2 },
+      }],
+    });
+    const t = el('table', { class: 'data' });
+    sortable(t, P.functions, [
+      { title: 'function', show: (r) => el('span', {}, r.name, el('span', { class: 'where' }, ' ' + (r.where || ''))), value: (r) => r.name, cls: 'name' },
+      { title: 'kind', show: (r) => r.python ? 'python' : 'native', value: (r) => r.python ? 1 : 0 },
+      { title: 'self', show: (r) => num(r.self_pct, 1) + '%', value: (r) => r.self },
+      { title: 'total', show: (r) => num(r.total_pct, 1) + '%', value: (r) => r.total }]);
+    sec.append(el('h3', {}, 'top functions (self: the innermost frame; total: anywhere in the stack)'), t);
+  }
+
   try {
     drawSummary();
     drawLayers();
@@ -437,6 +501,7 @@
     drawSampled('host', 'host', 'Traced processes and network interfaces over time (per sampling interval); red bands: anomalous windows.', data.host);
     drawCollectives();
     drawTops();
+    drawProfile();
     drawAnomalyTable();
   } catch (e) {
     errors.push(String(e && e.stack || e));
