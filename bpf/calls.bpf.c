@@ -123,6 +123,10 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__u32 pid = id >> 32;
 	if (pid == 0 || !is_traced(pid))
 		return 0;
+	/* kernel threads (record --all traces every process) have no user stack */
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->flags & 0x00200000 /* PF_KTHREAD */)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (python_enabled)
 		py_emit_stack(pid, (__u32)id, now);

@@ -164,6 +164,15 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
     EXPECT_NE(p.dom.find("hot_c_spin"), std::string::npos);
   }
 
+  // bad rates are usage errors, before anything runs or is written
+  for (const char* bad : {"-1", "1000", "nan", "inf", "1.5", "", "99x"}) {
+    auto b = run({kEacgm, "record", "-q", "-o", dir_ + "/bad.eacgm.db", "--sample-hz", bad, "--",
+                  "/bin/true"});
+    EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.err;
+    EXPECT_NE(b.err.find("--sample-hz"), std::string::npos) << bad << ": " << b.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/bad.eacgm.db")) << bad;
+  }
+
   // bad outputs, and a recording without a profile
   EXPECT_EQ(run({kEacgm, "export", db_, "--pprof", pb}).exit_code, 2) << "exists, no --force";
   auto empty = run({kEacgm, "export", db_, "--pprof", ""});
