@@ -18,16 +18,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 $PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scripts/setup.sh)"; exit 1; }
 
-rate() { sed -n 's/.*steps_per_s=\([0-9.]*\).*/\1/p'; }
-cpu() { sed -n 's/.*cpu_ms_per_step=\([0-9.]*\).*/\1/p'; }
+source bench/common.sh
 declare -A best cpus
-keep() {  # name output: keep the highest rate, and every run's CPU per step
-  local cur=${best[$1]:-0} r c
-  r=$(rate <<<"$2"); c=$(cpu <<<"$2")
-  best[$1]=$(awk -v a="$r" -v b="$cur" 'BEGIN{print (a>b)?a:b}')
-  cpus[$1]="${cpus[$1]:-} $c"
-}
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for r in $(seq "$ROUNDS"); do
   keep none "$($PY bench/train_steps.py "$STEPS" none "$SIZE")"
   for l in $LAYERS; do

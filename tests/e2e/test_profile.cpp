@@ -9,23 +9,10 @@
 
 #include "chromium.h"
 #include "e2e_util.h"
+#include "python_interpreters.h"
 
 namespace e2e {
 namespace {
-
-struct Interpreter {
-  std::string path;
-  std::string label;
-};
-void PrintTo(const Interpreter& i, std::ostream* os) { *os << i.label; }
-
-const Interpreter kInterpreters[] = {
-    {"/usr/bin/python3.11", "debian311"},
-    {"/root/.pyenv/versions/3.10.13/bin/python3.10", "pyenv310"},
-    {"/root/.pyenv/versions/3.11.7/bin/python3.11", "pyenv311"},
-    {"/root/.pyenv/versions/3.12.1/bin/python3.12", "pyenv312"},
-    {"/root/.pyenv/versions/3.13.0/bin/python3.13", "pyenv313"},
-};
 
 class Profile : public RecordingTest, public ::testing::WithParamInterface<Interpreter> {
  protected:

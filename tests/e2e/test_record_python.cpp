@@ -2,28 +2,12 @@
 // 3.10, 3.11, 3.12 and 3.13 builds): exact calls, counts and nesting, Python stacks of CUDA calls,
 // filters, attaching to a running interpreter, and unsupported versions.
 #include "e2e_util.h"
+#include "python_interpreters.h"
 
 namespace e2e {
 namespace {
 
 inline const std::string kPyWorkloads = EACGM_PY_WORKLOADS;
-
-struct Interpreter {
-  std::string path;
-  int minor;
-  std::string label;
-};
-
-std::string PrintTo(const Interpreter& i) { return i.label; }
-void PrintTo(const Interpreter& i, std::ostream* os) { *os << i.label; }
-
-const Interpreter kInterpreters[] = {
-    {"/usr/bin/python3.11", 11, "debian311"},
-    {"/root/.pyenv/versions/3.10.13/bin/python3.10", 10, "pyenv310"},
-    {"/root/.pyenv/versions/3.11.7/bin/python3.11", 11, "pyenv311"},
-    {"/root/.pyenv/versions/3.12.1/bin/python3.12", 12, "pyenv312"},
-    {"/root/.pyenv/versions/3.13.0/bin/python3.13", 13, "pyenv313"},
-};
 
 class RecordPython : public RecordingTest, public ::testing::WithParamInterface<Interpreter> {
  protected:
