@@ -73,12 +73,13 @@ cat <<MSG
 demo: done. Where to look:
   $out/demo.html: the charts, in any browser (offline): latency over time with the anomalies
     as red crosses, the wait of each rank per step (rank 1 is the row the others wait for),
-    host metrics with the anomalous windows, the anomalies table
+    host metrics with the anomalous windows, the anomalies table, the CPU profile's flame graph
   the anomalies above: rank 1 "joined ... late (straggler)" in the all_reduce; CPU interference
     in the time windows of the noisy neighbour (eacgm report $db lists them all)
   $out/demo.pftrace: open it in https://ui.perfetto.dev (one track per rank and thread, the
     operators' and collectives' Python stacks in each slice's arguments, anomalies marked)
-  $db: the recording (SQLite; eacgm report, eacgm detect --help, or sqlite3)
+  $db: the recording (SQLite; eacgm report, eacgm detect --help, or sqlite3); its CPU
+    profile for go tool pprof or speedscope: eacgm export $db --pprof demo.pb.gz
 MSG
 [ -z "$cuda_db" ] ||
   echo "  $cuda_db: the CUDA loop's recording (its CPU interference above; eacgm report $cuda_db;

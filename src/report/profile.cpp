@@ -122,12 +122,22 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
                                         n / double(profile.hz()))
                           : "");
   fmt::print(out, "{:>7} {:>7}  {:<6} {}\n", "self", "total", "kind", "function");
-  size_t shown = 0;
-  for (const auto& f : profile.functions()) {
-    if (shown++ == top) break;
+  auto functions = profile.functions();
+  auto line = [&](const CpuProfile::Function& f) {
     std::string where = f.where.empty() ? "" : fmt::format("  ({})", f.where);
     fmt::print(out, "{:>6.1f}% {:>6.1f}%  {:<6} {}{}\n", 100.0 * double(f.self) / n,
                100.0 * double(f.total) / n, f.python ? "python" : "native", f.name, where);
+  };
+  for (size_t i = 0; i < functions.size() && i < top; ++i) line(functions[i]);
+  // Python code mostly calls into C, so its functions have little self time: by total too
+  std::vector<const CpuProfile::Function*> python;
+  for (const auto& f : functions)
+    if (f.python) python.push_back(&f);
+  std::stable_sort(python.begin(), python.end(),
+                   [](const auto* a, const auto* b) { return a->total > b->total; });
+  if (!python.empty()) {
+    fmt::print(out, "  Python functions by total:\n");
+    for (size_t i = 0; i < python.size() && i < 8; ++i) line(*python[i]);
   }
   fmt::print(out, "  (eacgm export --pprof for every frame: go tool pprof, speedscope, Pyroscope)\n");
 }
