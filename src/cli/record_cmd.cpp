@@ -84,9 +84,10 @@ std::function<int()> add_record(CLI::App& app) {
                   "cuda/comm calls always show every frame")
       ->capture_default_str();
   cmd->add_option("--python-stack-depth", opts->python_stack_depth,
-                  "python layer: innermost Python frames kept for each cuda/comm call")
+                  "python layer: innermost Python frames kept for each cuda/comm call (at most "
+                  "14: the kernel's verifier refuses a deeper walk)")
       ->capture_default_str()
-      ->check(number_in(1, 16, "a count of frames", true));
+      ->check(number_in(1, 14, "a count of frames", true));
   cmd->add_flag("--python-no-hook", opts->python_no_hook,
                 "python layer: leave CPython 3.11+'s inlined Python-to-Python calls alone; then "
                 "only calls entered from C are recorded there (stacks are complete either way). "

@@ -270,3 +270,25 @@ INSTANTIATE_TEST_SUITE_P(Interpreters, PythonNoHook,
 
 }  // namespace
 }  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// --python-stack-depth takes what the kernel's verifier accepts: 14 frames load and record; 15
+// is refused as a usage error before anything runs (it failed to load with "Argument list too
+// long" when 16 was allowed).
+TEST_F(RecordingTest, PythonStackDepthStopsWhereTheVerifierDoes) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-stack-depth", "14", "--",
+                "/usr/bin/python3.11", "-c", "pass"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("cannot load"), std::string::npos) << r.err;
+  std::string other = dir_ + "/deep.eacgm.db";
+  auto deep = run({kEacgm, "record", "-q", "-o", other, "--python-stack-depth", "15", "--",
+                   "/usr/bin/python3.11", "-c", "pass"});
+  EXPECT_EQ(deep.exit_code, 2) << deep.err;
+  EXPECT_NE(deep.err.find("--python-stack-depth"), std::string::npos) << deep.err;
+  EXPECT_FALSE(std::filesystem::exists(other));
+}
+
+}  // namespace
+}  // namespace e2e
