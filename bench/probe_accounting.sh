@@ -65,7 +65,7 @@ wait_attached() {
 trap_ns=""
 if [ -x "$PY310" ]; then
   base=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
-  $EACGM record -q -f -o "$out/hold.db" --layers python -- "$PY310" -c 'import time; time.sleep(30)' \
+  $EACGM record -q -f -o "$out/hold.db" --python-calls '*' -- "$PY310" -c 'import time; time.sleep(30)' \
     >/dev/null 2>&1 &
   hold=$!
   wait_attached
@@ -86,7 +86,7 @@ else
 fi
 
 # 2. The workload, recorded; counters read twice in its steady state.
-$EACGM record -q -f -o "$out/run.db" --layers "$layers" -- "$@" > "$out/run.out" 2>&1 &
+$EACGM record -q -f -o "$out/run.db" --layers "$layers" ${RECORD_ARGS:-} -- "$@" > "$out/run.out" 2>&1 &
 rec=$!
 wait_attached
 if [ -n "$WARM_MARK" ]; then
@@ -104,7 +104,7 @@ running=1
 kill -0 $rec 2>/dev/null || running=0
 wait $rec || { echo "the recording failed:"; cat "$out/run.out"; exit 1; }
 [ $running = 1 ] || echo "warning: the command ended inside the window; give it more work" >&2
-echo "workload: --layers $layers -- $*"
+echo "workload: --layers $layers ${RECORD_ARGS:-}-- $*"
 sed 's/^/  /' "$out/run.out"
 paste -d' ' "$out/s0" "$out/s1" | awk -v s="$WINDOW_S" -v trap="$trap_ns" '
   $8 > $4 {

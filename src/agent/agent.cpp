@@ -237,6 +237,7 @@ int run_agent(const AgentOptions& given) {
   o.all = true;  // the agent traces the node
   ListenAddress where = parse_listen(o.listen);
   LayerChoice::parse(o.layers);
+  if (!o.python_calls.empty()) PythonFilter check(o.python_calls);
   if (!o.match.empty()) {  // a bad pattern is a usage error before anything is created
     SinkFanout none;
     MatchFilter check(o.match, none, read_command_line);

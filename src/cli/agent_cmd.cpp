@@ -30,8 +30,11 @@ std::function<int()> add_agent(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--layers", *layers,
                   "layers to trace, as for record: auto (the default) follows what each process "
-                  "loads; auto,python adds every Python call")
+                  "loads")
       ->capture_default_str();
+  cmd->add_option("--python-calls", opts->python_calls,
+                  "also time each call of these Python functions (patterns as for record, e.g. "
+                  "user); off by default: it puts a probe on every Python call");
   cmd->add_option("--interval", opts->interval_ms,
                   "sampling interval of the gpu and host layers, in milliseconds")
       ->capture_default_str()

@@ -41,9 +41,9 @@ std::function<int()> add_record(CLI::App& app) {
       "  eacgm record -- python3 train.py      launch and trace a command and its children\n"
       "  eacgm record -p 4242                  trace running processes (and their children)\n"
       "  eacgm record --all --duration 60      trace every process that uses CUDA\n"
-      "  eacgm record --layers auto,python -- python3 train.py\n"
-      "                                        + every Python function call (costs a probe "
-      "per call)\n"
+      "  eacgm record --python-calls user -- python3 train.py\n"
+      "                                        + each call of your own Python functions "
+      "(costs a probe per Python call)\n"
       "  eacgm record --layers cuda,gpu --interval 10 -- ./a.out\n"
       "                                        only these layers, GPU sampled at 100 Hz\n"
       "Layers follow what each traced process loads (--layers auto, the default); the line "
@@ -56,12 +56,13 @@ std::function<int()> add_record(CLI::App& app) {
                   "comma-separated layers to trace. auto (the default): each layer whose library "
                   "a traced process maps, decided per process and again at each dlopen: cuda "
                   "for libcudart/libcuda, comm for libnccl or libtorch's c10d, torch for "
-                  "libtorch_cpu, Python stacks of those calls for CPython processes, gpu when "
-                  "NVML loads, host always; auto,LAYER adds LAYER (auto,python: every Python "
-                  "call too). Or name them: cuda (runtime and driver API calls), comm "
-                  "(NCCL collectives and communicators), torch (PyTorch operators through the "
-                  "dispatcher, e.g. aten::linear; see --torch-ops), python (CPython 3.10-3.13 "
-                  "function calls, and the Python stack of each cuda/comm call), gpu (NVML: "
+                  "libtorch_cpu, python for CPython processes, gpu when NVML loads, host always; "
+                  "auto,LAYER adds LAYER. Or name them: cuda (runtime and driver API calls), "
+                  "comm (NCCL collectives and communicators), torch (PyTorch operators through "
+                  "the dispatcher, e.g. aten::linear; see --torch-ops), python (CPython "
+                  "3.10-3.13: the Python stack of each cuda/comm/torch call and of each CPU "
+                  "profile sample, read from the interpreter, no probe per Python call; "
+                  "per-call timing of functions is --python-calls), gpu (NVML: "
                   "utilization, memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process "
                   "use; sampled), host (scheduler, network and block I/O counters, sampled)")
       ->capture_default_str();
@@ -73,16 +74,21 @@ std::function<int()> add_record(CLI::App& app) {
                   "updates; e.g. default,add,mul or '*' (every operator: thousands of probes, "
                   "slow to attach and costly)")
       ->capture_default_str();
-  cmd->add_option("--python-filter", opts->python_filter,
-                  "python layer: which functions to record, PATTERN[,PATTERN...]: 'user' (code "
-                  "outside the standard library and site-/dist-packages), a dotted name "
-                  "module.qualname with * and ? wildcards (a plain name covers what is under "
-                  "it: torch.nn), or a file path (any pattern with a '/'); '*' records every "
-                  "function; -PATTERN leaves out what it matches. The default leaves out "
-                  "nn.Module's own _private and __special__ methods (_call_impl, __getattr__: "
-                  "plumbing around every module call); 'user,torch.nn' keeps them. Stacks of "
-                  "cuda/comm calls always show every frame")
-      ->capture_default_str();
+  CLI::Option* python_calls = cmd->add_option("--python-calls", opts->python_calls,
+                  "python layer: also time each call of these Python functions, "
+                  "PATTERN[,PATTERN...]: 'user' (code outside the standard library and "
+                  "site-/dist-packages), a dotted name module.qualname with * and ? wildcards "
+                  "(a plain name covers what is under it: torch.nn), or a file path (any "
+                  "pattern with a '/'); '*' is every function; -PATTERN leaves out what it "
+                  "matches (user,torch.nn,-torch.nn.modules.module.Module._* adds torch.nn's "
+                  "modules without nn.Module's _call_impl and __getattr__ plumbing). Off by "
+                  "default: it puts a probe on every Python call, about 1.5 us each whatever "
+                  "the patterns choose (the CPU profile, --sample-hz, shows where Python time "
+                  "goes at a fraction of that)");
+  CLI::Option* former = cmd->add_option("--python-filter", opts->python_calls,
+                  "the former name of --python-calls (it now also turns per-call timing on)")
+      ->excludes(python_calls)
+      ->group("");
   cmd->add_option("--python-stack-depth", opts->python_stack_depth,
                   "python layer: innermost Python frames kept for each cuda/comm call (at most "
                   "14: the kernel's verifier refuses a deeper walk)")
@@ -123,7 +129,14 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->add_option("command", opts->command, "the command to run and trace, after --");
   cmd->positionals_at_end();
 
-  return [cmd, opts, pids, layers, torch_ops]() {
+  return [cmd, opts, pids, layers, torch_ops, python_calls, former]() {
+    if ((python_calls->count() || former->count()) && opts->python_calls.empty())
+      throw UsageError(
+          "--python-calls '': name the functions to time (e.g. user, or mypkg.*), or leave "
+          "the option out");
+    if (former->count() && !opts->quiet)
+      fprintf(stderr,
+              "eacgm: --python-filter is now --python-calls (it turns per-call timing on)\n");
     for (const auto& p : pids->empty() ? std::vector<std::string>{}
                                        : split_list("-p", *pids, "4242,4243")) {
       try {

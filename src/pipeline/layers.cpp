@@ -16,7 +16,7 @@ constexpr std::array<const char*, 7> kOrder{"cuda",          "comm", "torch", "p
 
 }  // namespace
 
-LayerChoice LayerChoice::parse(const std::vector<std::string>& list) {
+LayerChoice LayerChoice::parse(const std::vector<std::string>& list, bool python_calls) {
   static const std::set<std::string> known{"auto",  "cuda", "comm", "python",
                                            "torch", "gpu",  "host"};
   LayerChoice c;
@@ -31,14 +31,15 @@ LayerChoice LayerChoice::parse(const std::vector<std::string>& list) {
   }
   if (!c.automatic && c.named.empty())
     throw UsageError("--layers: give at least one layer (e.g. auto, or cuda,comm)");
+  c.calls = python_calls;
   return c;
 }
 
 bool LayerChoice::armed(const std::string& layer) const {
+  // python: the eval probe, python_calls(); its stacks are python_stacks()
+  if (layer == "python") return calls;
   if (named.count(layer)) return true;
-  if (!automatic) return false;
-  // python: only its stacks (python_stacks()); the eval probe is python_calls()
-  return layer != "python";
+  return automatic;
 }
 
 std::string LayerChoice::text() const {

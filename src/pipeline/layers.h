@@ -12,18 +12,21 @@ namespace eacgm {
 struct LayerChoice {
   bool automatic = false;       // "auto": follow what the traced processes load
   std::set<std::string> named;  // layers named explicitly ("auto,python": python)
+  bool calls = false;           // --python-calls: time each call of chosen Python functions
 
-  // Parses the --layers list. Throws UsageError for an unknown or empty list.
-  static LayerChoice parse(const std::vector<std::string>& list);
+  // Parses the --layers list; `python_calls`: --python-calls was given (it implies the python
+  // layer). Throws UsageError for an unknown or empty list.
+  static LayerChoice parse(const std::vector<std::string>& list, bool python_calls = false);
 
   // Whether the layer's programs and probes are loaded (auto loads the call layers' probes,
   // which attach only in files that hold their functions, so a process that maps no such
   // library pays nothing).
   bool armed(const std::string& layer) const;
-  // The python layer: per-call function tracing is opt-in (it costs a probe per Python call);
-  // the Python stack of each cuda/comm/torch call comes with auto too.
-  bool python_calls() const { return named.count("python") != 0; }
-  bool python_stacks() const { return python_calls() || automatic; }
+  // The python layer: per-call function timing is opt-in, --python-calls (it costs a probe per
+  // Python call, whatever the filter); the python layer itself, named or with auto, reads the
+  // Python stack of each cuda/comm/torch call and of each CPU profile sample.
+  bool python_calls() const { return calls; }
+  bool python_stacks() const { return calls || automatic || named.count("python") != 0; }
   std::string text() const;  // as given, e.g. "auto,python"
 };
 

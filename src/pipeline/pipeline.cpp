@@ -57,8 +57,8 @@ ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
 }  // namespace
 
 Pipeline::Pipeline(const TraceOptions& o, Sink& out)
-    : opts_(o), choice_(LayerChoice::parse(o.layers)), out_(out) {
-  PythonFilter check_filter(o.python_filter);  // a bad pattern is a usage error, now
+    : opts_(o), choice_(LayerChoice::parse(o.layers, !o.python_calls.empty())), out_(out) {
+  if (choice_.python_calls()) PythonFilter check(o.python_calls);  // a usage error, now
   tracer_ = std::make_unique<CallTracer>(CallTracerOptions{
       o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(), o.python_stack_depth,
       o.sample_hz});
@@ -112,7 +112,7 @@ void Pipeline::start_python() {
   python_ = std::make_unique<PythonLayer>(*tracer_, choice_.python_calls(), !opts_.python_no_hook);
   PythonLayer* layer = python_.get();
   python_decoder_ =
-      std::make_unique<PythonDecoder>(out_, PythonFilter(opts_.python_filter),
+      std::make_unique<PythonDecoder>(out_, PythonFilter(choice_.python_calls() ? opts_.python_calls : "*"),
                                       [layer](const eacgm_py_code_key& key, uint32_t verdict) {
                                         layer->set_verdict(key, verdict);
                                       });
@@ -333,7 +333,7 @@ void Pipeline::finish_python() {
   // The job may outlive the recording (-p, --duration): give it back its inlined calls.
   int restored = python_->restore_hooks();
   const PythonDecoderStats& s = python_decoder_->stats();
-  out_.set_meta("python_filter", choice_.python_calls() ? opts_.python_filter : "(stacks only)");
+  out_.set_meta("python_filter", choice_.python_calls() ? opts_.python_calls : "(stacks only)");
   out_.set_meta("python_interpreters", join(python_->interpreters(), ";"));
   out_.set_meta("python_calls", std::to_string(s.calls));
   out_.set_meta("python_code_objects", std::to_string(s.code_objects));

@@ -36,9 +36,9 @@ struct TraceOptions {
   std::vector<std::string> torch_ops{"default"};  // --torch-ops patterns (TorchOpFilter)
   std::string nvml_library;  // --nvml-library; empty: $EACGM_NVML_LIBRARY, else the driver's
   bool quiet = false;
-  std::string python_filter = kDefaultPythonFilter;  // --python-filter
-  uint32_t python_stack_depth = 8;                   // --python-stack-depth
-  bool python_no_hook = false;                       // --python-no-hook
+  std::string python_calls;          // --python-calls: functions timed per call; empty: none
+  uint32_t python_stack_depth = 8;  // --python-stack-depth
+  bool python_no_hook = false;      // --python-no-hook
   uint32_t sample_hz = 0;  // --sample-hz: CPU profile of the traced threads; 0: none
 };
 

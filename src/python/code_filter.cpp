@@ -53,7 +53,7 @@ std::string python_module_of(std::string_view file) {
 
 bool is_library_file(std::string_view file) {
   // "<frozen ...>" modules, and "<string>" code the library exec()s (namedtuple, dataclasses);
-  // `python -c` code is "<string>" too: --python-filter '<string>*' records it
+  // `python -c` code is "<string>" too: --python-calls '<string>*' records it
   return file.starts_with("<") || import_root_end(file) != std::string_view::npos;
 }
 
@@ -66,7 +66,7 @@ PythonFilter::PythonFilter(const std::string& patterns) : text_(patterns) {
     if (p.empty()) continue;
     if (p == "user" && exclude)
       throw UsageError(
-          fmt::format("--python-filter '{}': '-user' cannot be left out; name the "
+          fmt::format("--python-calls '{}': '-user' cannot be left out; name the "
                       "files or modules to leave out instead (-/path/ or -pkg.*)",
                       patterns));
     if (p == "user")
@@ -78,7 +78,7 @@ PythonFilter::PythonFilter(const std::string& patterns) : text_(patterns) {
   }
   if (!user_ && name_patterns_.empty() && file_patterns_.empty())
     throw UsageError(
-        fmt::format("--python-filter '{}': no pattern chooses any function (give "
+        fmt::format("--python-calls '{}': no pattern chooses any function (give "
                     "e.g. user,torch.nn or 'mypkg.*' or /path/to/project)",
                     patterns));
 }

@@ -1,5 +1,5 @@
-// Which Python functions the python layer records: the user's code and torch.nn by default,
-// or what --python-filter names. Decided once per code object, in userspace.
+// Which Python functions the python layer times per call: what --python-calls names (the
+// user's code, modules, files). Decided once per code object, in userspace.
 #pragma once
 #include <string>
 #include <string_view>
@@ -17,22 +17,14 @@ std::string python_module_of(std::string_view file);
 // packages (site-packages, dist-packages): not the user's own code.
 bool is_library_file(std::string_view file);
 
-// The default: the user's code and torch.nn, but not nn.Module's own private and special
-// methods. Those are plumbing that runs around or inside every module call (_call_impl wraps
-// each forward, __getattr__ runs at each self.linear or self.weight): in a small GPT's training
-// step they were 64% of the calls recorded, each as costly to record as a forward, and they
-// add nothing to the timeline that the forwards under them do not show.
-inline constexpr const char* kDefaultPythonFilter =
-    "user,torch.nn,-torch.nn.modules.module.Module._*";
-
 class PythonFilter {
  public:
-  // Comma-separated patterns (see --python-filter): a pattern with '/' matches the file path,
+  // Comma-separated patterns (see --python-calls): a pattern with '/' matches the file path,
   // any other the dotted name module.qualname; '*' and '?' are wildcards, and a pattern without
   // them matches that name and everything under it (torch.nn: torch.nn.functional.relu).
   // "user" is the user's own code. A pattern after '-' leaves out what it matches, whatever the
   // others choose. Throws UsageError when no pattern chooses anything ("", ",", "-x").
-  explicit PythonFilter(const std::string& patterns = kDefaultPythonFilter);
+  explicit PythonFilter(const std::string& patterns);
 
   bool wants(std::string_view module_qualname, std::string_view file) const;
   const std::string& text() const { return text_; }

@@ -246,8 +246,8 @@ void RecordSession::finish(std::optional<int> exit_status) {
 }  // namespace
 
 int run_record(const RecordOptions& options) {
-  LayerChoice::parse(options.layers);                // bad input first, before anything is
-  PythonFilter check_filter(options.python_filter);  // created or loaded
+  LayerChoice::parse(options.layers);  // bad input first, before anything is created or loaded
+  if (!options.python_calls.empty()) PythonFilter check_filter(options.python_calls);
   int targets = (!options.command.empty()) + (!options.pids.empty()) + options.all;
   if (targets != 1)
     throw UsageError("say what to trace: -- COMMAND [ARGS], -p PID[,PID...], or --all");

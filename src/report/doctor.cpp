@@ -122,7 +122,7 @@ void check_libraries(Doctor& d) {
     int minor = std::atoi(p.c_str() + p.rfind("python3.") + 8);
     if (minor >= 10 && minor <= 13)
       d.ok("Python", p + " (python layer: its stacks at cuda/comm/torch calls by default, every "
-                         "call with --layers auto,python)");
+                         "call of chosen functions with --python-calls)");
     else
       d.missing("Python", fmt::format("{}: the python layer reads CPython 3.10-3.13, not 3.{} "
                                       "(the other layers trace it all the same)", p, minor));

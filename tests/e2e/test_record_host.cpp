@@ -127,7 +127,8 @@ TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
                            "        torch.mm(a, a)\n"
                            "main()\n";
   auto record = [&] {
-    auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch,python", "-o", db_, "--",
+    auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch,python", "--python-calls",
+                  "user", "-o", db_, "--",
                   "taskset", "-c", cpu, "/usr/bin/python3", script});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     Db db(db_);

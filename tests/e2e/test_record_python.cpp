@@ -25,7 +25,7 @@ class RecordPython : public RecordingTest, public ::testing::WithParamInterface<
 };
 
 TEST_P(RecordPython, CallsCountsAndNestingAreExact) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--",
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user", "--",
                 GetParam().path, kPyWorkloads + "/nesting.py"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);
@@ -106,8 +106,8 @@ void expect_cuda_stack_frames(Db& db, const std::string& step) {
 
 TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
   E2E_REQUIRE_CUDA();
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python", "--",
-                GetParam().path, kPyWorkloads + "/cuda_stack.py",
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python", "--python-calls",
+                "user", "--", GetParam().path, kPyWorkloads + "/cuda_stack.py",
                 std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);
@@ -144,8 +144,8 @@ TEST_P(RecordPython, DefaultLayersGiveStacksWithoutPythonCalls) {
 }
 
 TEST_P(RecordPython, FilterChoosesTheFunctions) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-filter",
-                "nesting.?,json", "--", GetParam().path, kPyWorkloads + "/nesting.py"});
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "nesting.?,json", "--",
+                GetParam().path, kPyWorkloads + "/nesting.py"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);
   EXPECT_EQ(db.pairs("SELECT name, count(*) FROM python_calls GROUP BY name"),
@@ -160,8 +160,8 @@ TEST_P(RecordPython, ProgramOutputIsUnchanged) {
   const std::string script = kPyWorkloads + "/behaviour.py";
   auto plain = run({GetParam().path, script});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", GetParam().path,
-                script});
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user", "--",
+                GetParam().path, script});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, plain.out);
   Db db(db_);
@@ -182,7 +182,7 @@ TEST_F(RecordingTest, PythonAttachRecordsAndGivesBackTheHook) {
   // back to a process that outlives the 1 s recording
   Process target({python, kPyWorkloads + "/busy_loop.py", "8"});
   ASSERT_TRUE(target.wait_for_stderr("ready", 20)) << target.err();
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--duration", "1",
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user", "--duration", "1",
                 "-p", std::to_string(target.pid())});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(target.wait(30), 0) << target.err();
@@ -199,7 +199,7 @@ TEST_F(RecordingTest, PythonUnsupportedVersionIsNamed) {
   if (!std::filesystem::exists(python)) python = "/root/.pyenv/versions/3.9.18/bin/python3.9";
   if (!std::filesystem::exists(python))
     GTEST_SKIP() << "no unsupported CPython (pyenv 3.14.0 or 3.9.18) is installed";
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", python,
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user", "--", python,
                 kPyWorkloads + "/nesting.py"});
   EXPECT_EQ(r.exit_code, 0) << r.err;  // the job runs; only its Python calls are not traced
   EXPECT_NE(r.err.find("which eacgm cannot read (supported: 3.10, 3.11, 3.12, 3.13); its Python "
@@ -214,11 +214,49 @@ TEST_F(RecordingTest, PythonUnsupportedVersionIsNamed) {
 }
 
 TEST_F(RecordingTest, PythonBadFilterIsAUsageError) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-filter", ",",
-                "--", "/bin/true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--python-filter ',': no pattern"), std::string::npos) << r.err;
+  for (const char* bad : {",", "-user", "-json"}) {
+    auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", bad, "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find(std::string("--python-calls '") + bad + "': "), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(db_));
+  }
+  auto both = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user",
+                   "--python-filter", "user", "--", "/bin/true"});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
   EXPECT_FALSE(std::filesystem::exists(db_));
+}
+
+// The python layer by itself costs no probe per Python call: it reads the Python stacks of the
+// other layers' calls and of the CPU profile's samples. Per-call timing is --python-calls (and
+// --python-filter, its former name, still turns it on, with a line saying so).
+TEST_F(RecordingTest, PythonLayerTimesCallsOnlyWhenAsked) {
+  const std::string python = "/usr/bin/python3.11";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  auto r = run({kEacgm, "record", "-o", db_, "--layers", "python", "--sample-hz", "499", "--",
+                python, kPyWorkloads + "/hot_split.py", kWorkloads + "/libhot_c.so", "1.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  {
+    Db db(db_);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls"), 0);
+    EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_hook'"), "off");
+    EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'python_filter'"), "(stacks only)");
+    EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'python_interpreters'").find("(3.11"),
+              std::string::npos);
+    // the samples carry Python stacks, and the hot function is in most of them
+    EXPECT_GT(db.scalar("SELECT count(*) FROM stack_samples s JOIN python_stacks p ON "
+                        "p.id = s.py_stack WHERE p.name = 'hot_split.hot_py'"),
+              db.scalar("SELECT count(*) FROM stack_samples") / 3);
+  }
+  std::string old = dir_ + "/old.eacgm.db";
+  auto former = run({kEacgm, "record", "-o", old, "--sample-hz", "0", "--python-filter",
+                     "nesting.h", "--", python, kPyWorkloads + "/nesting.py"});
+  ASSERT_EQ(former.exit_code, 0) << former.err;
+  EXPECT_NE(former.err.find("--python-filter is now --python-calls"), std::string::npos)
+      << former.err;
+  Db db(old);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM python_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"nesting.h", 61}}));
 }
 
 TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
@@ -249,8 +287,8 @@ class PythonNoHook : public RecordingTest, public ::testing::WithParamInterface<
 TEST_P(PythonNoHook, SeesOnlyCallsFromC) {
   const std::string python = GetParam();
   if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-no-hook", "--",
-                python, kPyWorkloads + "/nesting.py"});
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user", "--python-no-hook",
+                "--", python, kPyWorkloads + "/nesting.py"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'nesting.<module>'"), 1);

@@ -90,21 +90,27 @@ TEST_F(RecordTorch, TrainingLoopHasExactOperatorCounts) {
   EXPECT_EQ(linear, size_t(9 * kSteps));
 }
 
-// Stacks remember the frames of the last walk (to skip re-reading their code objects); a new
-// code object at a freed one's address, run by a frame at the same address, must still get its
-// own name and lines.
+// Stacks remember the frames of the last walk (to skip re-reading their code objects) where
+// every call passes the eval probe (--python-calls); a new code object at a freed one's address,
+// run by a frame at the same address, must still get its own name and lines, with per-call
+// timing on and without it.
 TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
   constexpr int kRounds = 30;
-  ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "lines", {}));
-  Db db(db_);
   std::string want;  // round i's fn_i runs its operator on line i + 2
   for (int i = 0; i < kRounds; ++i)
     want += (i ? "," : "") + std::string("<string>.fn_") + std::to_string(i) + ":" +
             std::to_string(i + 2);
-  EXPECT_EQ(db.text("SELECT group_concat(name || ':' || line, ',') FROM (SELECT s.name, s.line "
-                    "FROM torch_calls t JOIN python_stacks s ON s.id = t.py_stack AND "
-                    "s.depth = 0 WHERE t.name = 'aten::relu' ORDER BY t.ts_ns)"),
-            want);
+  for (auto args : {std::vector<std::string>{"--python-calls", "user"},
+                    std::vector<std::string>{}}) {
+    std::filesystem::remove(db_);
+    ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "lines", args));
+    Db db(db_);
+    EXPECT_EQ(db.text("SELECT group_concat(name || ':' || line, ',') FROM (SELECT s.name, "
+                      "s.line FROM torch_calls t JOIN python_stacks s ON s.id = t.py_stack AND "
+                      "s.depth = 0 WHERE t.name = 'aten::relu' ORDER BY t.ts_ns)"),
+              want)
+        << (args.empty() ? "stacks only" : "with --python-calls user");
+  }
 }
 
 // The same, with every function on the same first line: the code object, its name object and
@@ -112,7 +118,7 @@ TEST_F(RecordTorch, StacksNameRecycledCodeObjectsRight) {
 // and only the name's characters tell the functions apart.
 TEST_F(RecordTorch, CallsAndStacksNameRecycledCodeWithTheSameFirstLine) {
   constexpr int kRounds = 30;
-  ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "same", {"--python-filter", "<string>*"}));
+  ASSERT_NO_FATAL_FAILURE(record_recycled(kRounds, "same", {"--python-calls", "<string>*"}));
   Db db(db_);
   std::string names, frames;
   for (int i = 0; i < kRounds; ++i) {
@@ -147,8 +153,9 @@ TEST_F(RecordTorch, TorchOpsSelectsOperatorsAndOverloads) {
 // With the python layer, each operator carries the Python stack that called it: the
 // nn.Module's forward, and the model code above it.
 TEST_F(RecordTorch, OperatorsAreAttributedToTheirPythonCallers) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--", kPython,
-                kTinyGpt, std::to_string(kSteps)});
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--python-calls",
+                "user,torch.nn,-torch.nn.modules.module.Module._*", "--", kPython, kTinyGpt,
+                std::to_string(kSteps)});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   Db db(db_);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE py_stack IS NULL"), 0);
@@ -176,8 +183,8 @@ TEST_F(RecordTorch, OperatorsAreAttributedToTheirPythonCallers) {
                       "t.ts_ns >= p.ts_ns AND t.ts_ns + t.dur_ns <= p.ts_ns + p.dur_ns "
                       "WHERE t.name = 'aten::linear'"),
             8 * kSteps);
-  // The default filter leaves nn.Module's plumbing out (_call_impl, __getattr__), so each
-  // Linear.forward nests right under the forward that called it.
+  // -torch.nn.modules.module.Module._* leaves nn.Module's plumbing out (_call_impl,
+  // __getattr__), so each Linear.forward nests right under the forward that called it.
   EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name LIKE "
                       "'torch.nn.modules.module.Module.\\_%' ESCAPE '\\'"),
             0);

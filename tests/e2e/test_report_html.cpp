@@ -156,8 +156,8 @@ TEST_F(ReportHtml, GpuMetricsAreDrawnPerGpu) {
 // The python layer's calls: their latency chart and distribution, and the functions' table
 // with where each is defined and its exact count.
 TEST_F(ReportHtml, PythonFunctionsAreDrawnAndListedWithWhereTheyAre) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--", "/usr/bin/python3",
-                std::string(EACGM_PY_WORKLOADS) + "/nesting.py"});
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "python", "--python-calls", "user",
+                "--", "/usr/bin/python3", std::string(EACGM_PY_WORKLOADS) + "/nesting.py"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // the summary's events count the python layer's calls too
   Db db(db_);

@@ -20,11 +20,28 @@ TEST(LayerChoice, AutoArmsEveryLayerButPythonCalls) {
 }
 
 TEST(LayerChoice, AutoPlusALayerAddsIt) {
-  LayerChoice c = LayerChoice::parse({"python", "auto"});
-  EXPECT_TRUE(c.python_calls());
-  EXPECT_TRUE(c.armed("python"));
+  LayerChoice c = LayerChoice::parse({"gpu", "auto"});
+  EXPECT_TRUE(c.armed("gpu"));
   EXPECT_TRUE(c.armed("torch"));
-  EXPECT_EQ(c.text(), "auto,python");
+  EXPECT_EQ(c.text(), "auto,gpu");
+}
+
+// Naming the python layer reads stacks; only --python-calls puts the probe on every call.
+TEST(LayerChoice, PythonCallsOnlyWhenAsked) {
+  LayerChoice named = LayerChoice::parse({"cuda", "python"});
+  EXPECT_TRUE(named.python_stacks());
+  EXPECT_FALSE(named.python_calls());
+  EXPECT_FALSE(named.armed("python"));
+  LayerChoice calls = LayerChoice::parse({"cuda"}, true);
+  EXPECT_TRUE(calls.python_stacks());
+  EXPECT_TRUE(calls.python_calls());
+  EXPECT_TRUE(calls.armed("python"));
+  EXPECT_FALSE(calls.armed("torch"));
+  ActiveLayers a;
+  EXPECT_EQ(a.describe(named), "layers (cuda,python): none; not used by the traced processes: "
+                               "cuda, python-stacks");
+  EXPECT_EQ(a.describe(calls), "layers (cuda): none; not used by the traced processes: cuda, "
+                               "python");
 }
 
 TEST(LayerChoice, NamedLayersAreAllThereIs) {

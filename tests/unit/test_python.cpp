@@ -392,8 +392,10 @@ TEST(PythonFilter, ModulesFromPaths) {
   EXPECT_EQ(python_module_of("train.py"), "train");
 }
 
-TEST(PythonFilter, DefaultIsTheUsersCodeAndTorchNn) {
-  PythonFilter f;
+// What --help suggests for a model's code: the user's and torch.nn's, without nn.Module's own
+// plumbing around every module call.
+TEST(PythonFilter, UsersCodeAndTorchNnWithoutThePlumbing) {
+  PythonFilter f("user,torch.nn,-torch.nn.modules.module.Module._*");
   EXPECT_TRUE(f.wants("train.main", "/home/me/train.py"));
   EXPECT_TRUE(f.wants("torch.nn.modules.linear.Linear.forward",
                       "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py"));
