@@ -279,6 +279,20 @@ void add_anomalies(const RecordingReader& rec, TimelineSink& sink, int64_t to_re
 
 }  // namespace
 
+// The CPU profile's samples (record --sample-hz), each with its Python and native stack.
+void add_stack_samples(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  CpuProfile profile(rec);
+  const auto& frames = profile.frames();
+  for (size_t id = 0; id < profile.stacks().size(); ++id) {
+    std::vector<TimelineFrame> stack;
+    for (uint32_t f : profile.stacks()[id])
+      stack.push_back({frames[f].name, frames[f].file, frames[f].line, frames[f].python});
+    sink.add_stack(uint32_t(id), stack);
+  }
+  for (const auto& s : profile.samples())
+    sink.add_stack_sample({uint64_t(int64_t(s.ts_ns) + to_real), s.pid, s.tid, s.stack});
+}
+
 void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   int64_t to_real = rec.monotonic_to_realtime_ns();
   std::set<uint32_t> pids;
@@ -314,6 +328,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
   add_anomalies(rec, sink, to_real);
+  add_stack_samples(rec, sink, to_real);
 }
 
 void export_recording(const std::string& db, const std::string& out, ExportFormat format,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -29,6 +30,7 @@ constexpr uint32_t kSequenceFlags = 13;
 constexpr uint32_t kClockSnapshot = 6;
 constexpr uint32_t kTracePacketDefaults = 59;
 constexpr uint32_t kTrackDescriptor = 60;
+constexpr uint32_t kPerfSample = 66;
 constexpr uint64_t kSeqIncrementalStateCleared = 1;
 constexpr uint64_t kSeqNeedsIncrementalState = 2;
 
@@ -45,7 +47,28 @@ constexpr uint32_t kInternedEventCategories = 1;
 constexpr uint32_t kInternedEventNames = 2;
 constexpr uint32_t kInternedDebugAnnotationNames = 3;
 constexpr uint32_t kInternedIid = 1;
-constexpr uint32_t kInternedName = 2;
+constexpr uint32_t kInternedName = 2;  // InternedString.str too
+// InternedData's profile tables (profiling/profile_common.proto): InternedString function_names,
+// mapping_paths; Mapping{1 iid, 7 path_string_ids}; Frame{1 iid, 2 function_name_id,
+// 3 mapping_id, 4 rel_pc, 6 line_number}; Callstack{1 iid, 2 frame_ids, root first}.
+constexpr uint32_t kInternedFunctionNames = 5;
+constexpr uint32_t kInternedFrames = 6;
+constexpr uint32_t kInternedCallstacks = 7;
+constexpr uint32_t kInternedMappingPaths = 17;
+constexpr uint32_t kInternedMappings = 19;
+constexpr uint32_t kMappingPathStringIds = 7;
+constexpr uint32_t kFrameFunctionNameId = 2;
+constexpr uint32_t kFrameMappingId = 3;
+constexpr uint32_t kFrameRelPc = 4;
+constexpr uint32_t kFrameLineNumber = 6;
+constexpr uint32_t kCallstackFrameIds = 2;
+
+// PerfSample (profiling/profile_packet.proto)
+constexpr uint32_t kPerfSamplePid = 2;
+constexpr uint32_t kPerfSampleTid = 3;
+constexpr uint32_t kPerfSampleCallstackIid = 4;
+constexpr uint32_t kPerfSampleCpuMode = 5;
+constexpr uint64_t kCpuModeUser = 2;
 
 // TrackDescriptor, ProcessDescriptor, ThreadDescriptor
 constexpr uint32_t kTrackUuid = 1;
@@ -148,6 +171,14 @@ struct CounterValue {
   double value = 0;
 };
 
+// A CPU profile sample as kept until finish().
+struct StackSampleRecord {
+  uint64_t ts = 0;
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint64_t callstack_iid = 0;
+};
+
 class PerfettoWriter final : public TimelineSink {
  public:
   explicit PerfettoWriter(std::ostream& out) : out_(out) {}
@@ -204,6 +235,29 @@ class PerfettoWriter final : public TimelineSink {
     instants_.push_back(record);
   }
 
+  // Frames are interned by what they show (function, file or module, line), mappings by their
+  // file, callstacks by their frames: a profile's stacks share most of their frames.
+  void add_stack(uint32_t id, const std::vector<TimelineFrame>& frames) override {
+    std::vector<uint64_t> frame_iids;
+    frame_iids.reserve(frames.size());
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f) {  // root first
+      FrameKey key{function_names_.intern(f->name), mapping_iid(f->file), f->line};
+      auto [it, fresh] = frame_index_.try_emplace(key, frame_keys_.size() + 1);
+      if (fresh) frame_keys_.push_back(key);
+      frame_iids.push_back(it->second);
+    }
+    auto [it, fresh] = callstack_index_.try_emplace(frame_iids, callstacks_.size() + 1);
+    if (fresh) callstacks_.push_back(frame_iids);
+    stack_iids_[id] = it->second;
+  }
+
+  void add_stack_sample(const TimelineStackSample& sample) override {
+    auto it = stack_iids_.find(sample.stack);
+    if (it == stack_iids_.end()) return;  // a stack never given: nothing to show
+    thread_track_index(sample.pid, sample.tid);
+    samples_.push_back({sample.ts_ns, sample.pid, sample.tid, it->second});
+  }
+
   void finish() override {
     if (finished_) return;
     finished_ = true;
@@ -219,6 +273,7 @@ class PerfettoWriter final : public TimelineSink {
     slices_ = {};
     counters_ = {};
     instants_ = {};
+    samples_ = {};
     args_ = {};
   }
 
@@ -229,6 +284,23 @@ class PerfettoWriter final : public TimelineSink {
     return tracks_[it->second];
   }
   void process_track(uint32_t pid) { track_for(process_track_uuid(pid), pid, 0, false); }
+
+  // A mapping per file or module: Perfetto names it by its path's components.
+  uint64_t mapping_iid(const std::string& file) {
+    auto [it, fresh] = mapping_index_.try_emplace(file, mapping_paths_.size() + 1);
+    if (fresh) {
+      std::vector<uint64_t> parts;
+      size_t start = 0;
+      while (start <= file.size()) {
+        size_t slash = file.find('/', start);
+        if (slash == std::string::npos) slash = file.size();
+        if (slash > start) parts.push_back(path_parts_.intern(file.substr(start, slash - start)));
+        start = slash + 1;
+      }
+      mapping_paths_.push_back(std::move(parts));
+    }
+    return it->second;
+  }
 
   // Callers announce threads first; a slice from an unannounced thread still gets a track.
   uint32_t thread_track_index(uint32_t pid, uint32_t tid) {
@@ -274,6 +346,7 @@ class PerfettoWriter final : public TimelineSink {
     for (const auto& slice : slices_) first = std::min(first, slice.ts);
     for (const auto& counter : counters_) first = std::min(first, counter.ts);
     for (const auto& instant : instants_) first = std::min(first, instant.ts);
+    for (const auto& sample : samples_) first = std::min(first, sample.ts);
     if (first == UINT64_MAX) first = 0;
     return first;
   }
@@ -292,6 +365,28 @@ class PerfettoWriter final : public TimelineSink {
     categories_.write(writer_, pb::kInternedEventCategories);
     event_names_.write(writer_, pb::kInternedEventNames);
     annotation_names_.write(writer_, pb::kInternedDebugAnnotationNames);
+    if (callstacks_.empty()) return;
+    function_names_.write(writer_, pb::kInternedFunctionNames);
+    path_parts_.write(writer_, pb::kInternedMappingPaths);
+    for (size_t i = 0; i < mapping_paths_.size(); ++i) {
+      auto mapping = writer_.message(pb::kInternedMappings);
+      writer_.add_varint(pb::kInternedIid, i + 1);
+      for (uint64_t part : mapping_paths_[i]) writer_.add_varint(pb::kMappingPathStringIds, part);
+    }
+    for (size_t i = 0; i < frame_keys_.size(); ++i) {
+      auto frame = writer_.message(pb::kInternedFrames);
+      writer_.add_varint(pb::kInternedIid, i + 1);
+      writer_.add_varint(pb::kFrameFunctionNameId, frame_keys_[i].name);
+      writer_.add_varint(pb::kFrameMappingId, frame_keys_[i].mapping);
+      writer_.add_varint(pb::kFrameRelPc, 0);  // symbolised already: no address to resolve
+      if (frame_keys_[i].line >= 0)
+        writer_.add_varint(pb::kFrameLineNumber, uint64_t(frame_keys_[i].line));
+    }
+    for (size_t i = 0; i < callstacks_.size(); ++i) {
+      auto callstack = writer_.message(pb::kInternedCallstacks);
+      writer_.add_varint(pb::kInternedIid, i + 1);
+      for (uint64_t frame : callstacks_[i]) writer_.add_varint(pb::kCallstackFrameIds, frame);
+    }
   }
 
   // Every packet after the header relies on its defaults, which Perfetto only applies to packets
@@ -375,6 +470,20 @@ class PerfettoWriter final : public TimelineSink {
     maybe_flush();
   }
 
+  void write_stack_sample(const StackSampleRecord& s) {
+    begin_sequence_packet();
+    writer_.add_varint(pb::kTimestamp, s.ts);
+    {
+      auto sample = writer_.message(pb::kPerfSample);
+      writer_.add_varint(pb::kPerfSamplePid, s.pid);
+      writer_.add_varint(pb::kPerfSampleTid, s.tid);
+      writer_.add_varint(pb::kPerfSampleCallstackIid, s.callstack_iid);
+      writer_.add_varint(pb::kPerfSampleCpuMode, pb::kCpuModeUser);
+    }
+    writer_.end_message();
+    maybe_flush();
+  }
+
   void write_counter_event(const CounterValue& c) {
     begin_sequence_packet();
     writer_.add_varint(pb::kTimestamp, c.ts);
@@ -407,12 +516,18 @@ class PerfettoWriter final : public TimelineSink {
                      [](const CounterValue& a, const CounterValue& b) { return a.ts < b.ts; });
     std::stable_sort(instants_.begin(), instants_.end(),
                      [](const SliceRecord& a, const SliceRecord& b) { return a.ts < b.ts; });
-    size_t next_counter = 0, next_instant = 0;
+    std::stable_sort(samples_.begin(), samples_.end(),
+                     [](const StackSampleRecord& a, const StackSampleRecord& b) {
+                       return a.ts < b.ts;
+                     });
+    size_t next_counter = 0, next_instant = 0, next_sample = 0;
     auto others_until = [&](uint64_t ts) {
       while (next_counter < counters_.size() && counters_[next_counter].ts <= ts)
         write_counter_event(counters_[next_counter++]);
       while (next_instant < instants_.size() && instants_[next_instant].ts <= ts)
         write_instant_event(instants_[next_instant++]);
+      while (next_sample < samples_.size() && samples_[next_sample].ts <= ts)
+        write_stack_sample(samples_[next_sample++]);
     };
     for (EventRef event : events) {
       others_until(event_ts(event));
@@ -484,6 +599,23 @@ class PerfettoWriter final : public TimelineSink {
   std::vector<CounterTrack> instant_tracks_;
   std::map<std::string, size_t> instant_index_;
   std::vector<SliceRecord> instants_;
+  // the CPU profile: interned functions, path components, mappings, frames and callstacks
+  struct FrameKey {
+    uint64_t name = 0, mapping = 0;
+    int64_t line = -1;
+    bool operator<(const FrameKey& o) const {
+      return std::tie(name, mapping, line) < std::tie(o.name, o.mapping, o.line);
+    }
+  };
+  Interner function_names_, path_parts_;
+  std::unordered_map<std::string, uint64_t> mapping_index_;
+  std::vector<std::vector<uint64_t>> mapping_paths_;  // per mapping iid - 1: its path parts
+  std::map<FrameKey, uint64_t> frame_index_;
+  std::vector<FrameKey> frame_keys_;
+  std::map<std::vector<uint64_t>, uint64_t> callstack_index_;
+  std::vector<std::vector<uint64_t>> callstacks_;
+  std::unordered_map<uint32_t, uint64_t> stack_iids_;
+  std::vector<StackSampleRecord> samples_;
   proto::ProtoWriter args_;    // DebugAnnotation fields of all slices, back to back
   proto::ProtoWriter writer_;  // pending output, flushed in chunks
 };

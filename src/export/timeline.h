@@ -53,6 +53,23 @@ struct TimelineInstant {
   std::vector<TimelineArg> args;
 };
 
+// One frame of a CPU profile's stack (record --sample-hz).
+struct TimelineFrame {
+  std::string name;   // Python: module.qualname; native: the function (or unknown+0x...)
+  std::string file;   // Python: the source file; native: the module
+  int64_t line = -1;  // Python: the line executing; -1: unknown or native
+  bool python = false;
+};
+
+// A CPU profile sample: the thread's stack when it was sampled, one of the stacks given before
+// with add_stack.
+struct TimelineStackSample {
+  uint64_t ts_ns = 0;  // wall clock (realtime) ns
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint32_t stack = 0;  // the id given to add_stack
+};
+
 // Receives a timeline. Processes and threads are announced before their first slice.
 class TimelineSink {
  public:
@@ -62,6 +79,10 @@ class TimelineSink {
   virtual void add_slice(const TimelineSlice& slice) = 0;
   virtual void add_counter(const TimelineCounter& counter) = 0;
   virtual void add_instant(const TimelineInstant& instant) = 0;
+  // CPU profile samples (formats without stack samples ignore them): each stack, innermost
+  // frame first, once, under an id of the caller's; then the samples that refer to it.
+  virtual void add_stack(uint32_t /*id*/, const std::vector<TimelineFrame>& /*frames*/) {}
+  virtual void add_stack_sample(const TimelineStackSample& /*sample*/) {}
   // Flushes everything to the output. Throws eacgm::Error if the output cannot be written.
   virtual void finish() = 0;
 };

@@ -130,6 +130,20 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
   EXPECT_NE(cpu.out.find("samples/count cpu/nanoseconds"), std::string::npos) << cpu.out;
   EXPECT_NE(cpu.out.find("Period: 2004008"), std::string::npos) << cpu.out;
 
+  // the Perfetto trace: one PerfSample packet (TracePacket field 66) per sample, their stacks'
+  // functions interned
+  std::string trace = dir_ + "/run.pftrace";
+  ASSERT_EQ(run({kEacgm, "export", db_, "--perfetto", trace}).exit_code, 0);
+  auto raw = run({"/bin/sh", "-c", std::string(EACGM_PROTOC) + " --decode_raw < '" + trace + "'"});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  size_t perf_samples = 0;
+  for (size_t at = raw.out.find("\n  66 {"); at != std::string::npos;
+       at = raw.out.find("\n  66 {", at + 1))
+    ++perf_samples;
+  EXPECT_EQ(perf_samples, profile.at("samples").get<size_t>());
+  EXPECT_NE(raw.out.find("\"hot_c_spin\""), std::string::npos);
+  EXPECT_NE(raw.out.find("\"hot_split.hot_py\""), std::string::npos);
+
   // the page: the flame graph drawn, hot_py and hot_c_spin in it and in the functions' table
   // with report's counts
   if (chromium_missing().empty()) {

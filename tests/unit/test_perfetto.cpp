@@ -466,6 +466,82 @@ TEST(PerfettoWriter, InstantsSitOnANamedTrackWithTheirArgs) {
   EXPECT_TRUE(named);
 }
 
+// CPU profile samples are PerfSample packets on the sequence, in time order; their callstacks,
+// frames, function names and mappings are interned once in the sequence header, root first.
+TEST(PerfettoWriter, StackSamplesReferToInternedCallstacks) {
+  const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
+    sink.add_process({kPid, "python3 train.py"});
+    sink.add_thread({kPid, 4242, "python3"});
+    sink.add_slice({kT0 + 10, 20, kPid, 4242, "cuda", "cudaFree", {}});
+    // innermost first: a C function under Python's train.step (line 12) under train.main
+    sink.add_stack(7, {{"hot_c_spin", "libhot_c.so", -1, false},
+                       {"train.step", "/src/train.py", 12, true},
+                       {"train.main", "/src/train.py", 30, true}});
+    sink.add_stack(9, {{"train.step", "/src/train.py", 14, true},
+                       {"train.main", "/src/train.py", 30, true}});
+    sink.add_stack_sample({kT0 + 40, kPid, 4242, 9});
+    sink.add_stack_sample({kT0 + 5, kPid, 4242, 7});
+    sink.add_stack_sample({kT0 + 20, kPid, 4243, 7});  // an unannounced thread gets a track
+    sink.add_stack_sample({kT0 + 50, kPid, 4242, 99});  // a stack never given: left out
+  }));
+  const auto packets = trace.all(1);
+  EXPECT_EQ(trace.at(1, 0).at(6).at(1).value(2), std::to_string(kT0 + 5));  // earliest: a sample
+  const RawMessage& interned = packets[1]->at(12);
+  auto strings = [&](int field) {
+    std::map<std::string, std::string> by_iid;
+    for (const RawMessage* e : interned.all(field)) by_iid[e->value(1)] = e->value(2);
+    return by_iid;
+  };
+  auto functions = strings(5), parts = strings(17);
+  std::map<std::string, const RawMessage*> frames, mappings, callstacks;
+  for (const RawMessage* f : interned.all(6)) frames[f->value(1)] = f;
+  for (const RawMessage* m : interned.all(19)) mappings[m->value(1)] = m;
+  for (const RawMessage* c : interned.all(7)) callstacks[c->value(1)] = c;
+  EXPECT_EQ(frames.size(), 4u);  // train.main:30 is one frame in both stacks
+  EXPECT_EQ(mappings.size(), 2u);
+  EXPECT_EQ(callstacks.size(), 2u);
+  // a frame as text: function, mapping path, line
+  auto frame_text = [&](const std::string& iid) {
+    const RawMessage* f = frames.at(iid);
+    std::string path;
+    for (const std::string& part : mappings.at(f->value(3))->values(7)) path += "/" + parts[part];
+    std::string text = functions[f->value(2)] + " " + path;
+    if (f->has(6)) text += ":" + f->value(6);
+    return text;
+  };
+  auto stack_text = [&](const std::string& iid) {
+    std::vector<std::string> out;
+    for (const std::string& frame : callstacks.at(iid)->values(2)) out.push_back(frame_text(frame));
+    return out;
+  };
+  // PerfSamples in time order, each with its thread and the callstack it was given
+  std::vector<std::string> seen;
+  for (const RawMessage* p : packets) {
+    if (!p->has(66)) continue;
+    const RawMessage& sample = p->at(66);
+    EXPECT_EQ(sample.value(2), std::to_string(kPid));
+    EXPECT_EQ(sample.value(5), "2");  // MODE_USER
+    EXPECT_EQ(p->value(13), "2");     // needs the sequence's interned data
+    seen.push_back(p->value(8) + " " + sample.value(3));
+    auto stack = stack_text(sample.value(4));
+    if (p->value(8) == std::to_string(kT0 + 40))
+      EXPECT_EQ(stack, (std::vector<std::string>{"\"train.main\" /\"src\"/\"train.py\":30",
+                                                 "\"train.step\" /\"src\"/\"train.py\":14"}));
+    else
+      EXPECT_EQ(stack, (std::vector<std::string>{"\"train.main\" /\"src\"/\"train.py\":30",
+                                                 "\"train.step\" /\"src\"/\"train.py\":12",
+                                                 "\"hot_c_spin\" /\"libhot_c.so\""}));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{std::to_string(kT0 + 5) + " 4242",
+                                            std::to_string(kT0 + 20) + " 4243",
+                                            std::to_string(kT0 + 40) + " 4242"}));
+  // thread 4243 has a track descriptor
+  bool described = false;
+  for (const RawMessage* p : packets)
+    described |= p->has(60) && p->at(60).at(4).value(2) == "4243";
+  EXPECT_TRUE(described);
+}
+
 TEST(PerfettoWriter, CounterOnlyTraceTakesItsClockFromTheCounters) {
   const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
     sink.add_counter({kT0 + 7, 0, "vda write (MB/s)", 1.0});
