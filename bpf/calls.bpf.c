@@ -129,7 +129,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (python_enabled)
-		py_emit_stack(pid, (__u32)id, now);
+		py_emit_stack(pid, (__u32)id, now, EACGM_PY_MAX_STACK);
 	struct eacgm_sample_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
@@ -224,7 +224,7 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	/* the calls themselves get their Python stack (they read a process group: PG_ARG1), not
 	 * the Work bookkeeping probes */
 	if (python_enabled && (cookie & EACGM_COOKIE_PG_ARG1))
-		py_emit_stack(id >> 32, (__u32)id, now);
+		py_emit_stack(id >> 32, (__u32)id, now, py_stack_depth);
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
@@ -264,15 +264,21 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!is_traced(id >> 32))
-		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	if (cookie & EACGM_COOKIE_ENTRY_ONLY)
-		return emit_entry_only(ctx, cookie, id);
-	struct task_calls *t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
-						    BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!t)
-		return 0;
+		return is_traced(id >> 32) ? emit_entry_only(ctx, cookie, id) : 0;
+	/* A thread with calls storage belongs to a traced process: storage is made only for those,
+	 * and a process leaves the traced set only when it exits (its tasks' storage goes with
+	 * them). So the traced set's hash lookup is paid once per thread, not per call. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_calls *t = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (!t) {
+		if (!is_traced(id >> 32))
+			return 0;
+		t = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!t)
+			return 0;
+	}
 	__u64 sp = PT_REGS_SP(ctx);
 	/* The stack grows down: callers of this call have higher stack pointers. Entries below
 	 * this one belong to calls that already left (longjmp); at the same one, to a call that
@@ -368,7 +374,7 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)
 		emit_name(cookie & EACGM_COOKIE_OP_MASK, id >> 32, c);
 	if (python_enabled) /* set before load: costs nothing when the python layer is off */
-		py_emit_stack(id >> 32, (__u32)id, c->ts_ns);
+		py_emit_stack(id >> 32, (__u32)id, c->ts_ns, py_stack_depth);
 
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {

@@ -546,9 +546,78 @@ __noinline int py_read_frame(__u64 frame, const struct eacgm_py_layout *l,
 	return 0;
 }
 
-/* The innermost Python frames of the calling thread, as a STACK record that precedes the call
- * record stamped call_ts. Names come from CODE records, sent first for code not yet seen. */
-__noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
+/* The state of one stack walk, shared with its bpf_loop callback. */
+struct py_walk {
+	struct eacgm_py_stack_event *s;
+	const struct eacgm_py_layout *l;
+	struct py_task *t; /* the memo, or NULL where it cannot be trusted */
+	__u64 runtime;
+	__u64 frame;
+	__u64 gen;
+	__u32 pid;
+	__u32 li;
+	__u32 n;
+	__u32 depth; /* frames wanted */
+};
+
+/* One frame of the walk (a bpf_loop callback: the verifier checks it once, whatever the
+ * depth, where an unrolled loop cost it seconds per program and refused more than 14 frames).
+ * Returns 1 to stop. */
+static long py_walk_frame(__u32 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	const struct eacgm_py_layout *l = w->l;
+	struct eacgm_py_stack_event *s = w->s;
+	__u64 frame = w->frame;
+	if (!frame || !l || !s || w->n >= w->depth || w->n >= EACGM_PY_MAX_STACK)
+		return 1;
+	struct py_frame_fields ff = {};
+	if (py_read_frame(frame, l, &ff) != 0)
+		return 1;
+	w->frame = ff.back;
+	__u64 code = ff.code;
+	/* C-stack shim frames (3.12+) are no Python code */
+	if (ff.owner == 3 || !py_is_code(code, l, w->runtime))
+		return 0;
+	struct eacgm_py_frame *f = &s->frames[w->n & (EACGM_PY_MAX_STACK - 1)];
+	f->code = code;
+	struct py_task *t = w->t;
+	struct py_frame_memo *m =
+		t ? &t->memo[(frame >> 4 ^ frame >> 12) & (PY_MEMO_SLOTS - 1)] : NULL;
+	if (m && m->frame == frame && m->code == code && m->gen == w->gen) {
+		f->name_obj = m->name_obj;
+		f->firstlineno = m->firstlineno;
+	} else {
+		struct py_code_ident ident = {};
+		py_read_identity(code, l, &ident);
+		f->name_obj = ident.name_obj;
+		f->firstlineno = ident.firstlineno;
+		/* remembered once userspace has its name (a PENDING one may have been lost) */
+		if (py_register_code(code, f->name_obj, w->pid, f->firstlineno, w->li) !=
+			    EACGM_PY_PENDING &&
+		    m) {
+			m->frame = frame;
+			m->code = code;
+			m->name_obj = f->name_obj;
+			m->firstlineno = f->firstlineno;
+			m->gen = w->gen;
+		}
+	}
+	if (l->version == 310) {
+		__s32 lasti = (__s32)(__u32)ff.instr;
+		f->instr = lasti < 0 ? ~0u : (__u32)lasti;
+	} else {
+		__u64 first = code + l->code_instructions;
+		__u64 prev = ff.instr;
+		f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
+	}
+	w->n++;
+	return 0;
+}
+
+/* The innermost `depth` Python frames of the calling thread, as a STACK record that precedes the
+ * call record stamped call_ts. Names come from CODE records, sent first for code not yet seen. */
+__noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
 	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
 	if (!p)
@@ -565,7 +634,6 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 	/* the memo, where every call goes through the eval probe (see struct py_frame_memo) */
 	if (t && !(l->version == 310 || p->hook == EACGM_PY_HOOK_OURS))
 		t = NULL;
-	__u64 gen = *(volatile __u64 *)&py_code_gen;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);
 	if (l->version == 311 || l->version == 312) /* through the cframe; 3.13 has none */
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
@@ -575,62 +643,31 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts)
 	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
 	if (!s)
 		return 0;
-	__u32 n = 0;
-	for (int i = 0; i < EACGM_PY_MAX_STACK + 8 && frame; i++) {
-		if (n >= py_stack_depth || n >= EACGM_PY_MAX_STACK)
-			break;
-		struct py_frame_fields ff = {};
-		if (py_read_frame(frame, l, &ff) != 0)
-			break;
-		__u64 next = ff.back;
-		__u64 code = ff.code;
-		/* C-stack shim frames (3.12+) are no Python code */
-		if (ff.owner == 3 || !py_is_code(code, l, p->runtime)) {
-			frame = next;
-			continue;
-		}
-		struct eacgm_py_frame *f = &s->frames[n & (EACGM_PY_MAX_STACK - 1)];
-		f->code = code;
-		struct py_frame_memo *m =
-			t ? &t->memo[(frame >> 4 ^ frame >> 12) & (PY_MEMO_SLOTS - 1)] : NULL;
-		if (m && m->frame == frame && m->code == code && m->gen == gen) {
-			f->name_obj = m->name_obj;
-			f->firstlineno = m->firstlineno;
-		} else {
-			struct py_code_ident ident = {};
-			py_read_identity(code, l, &ident);
-			f->name_obj = ident.name_obj;
-			f->firstlineno = ident.firstlineno;
-			/* remembered once userspace has its name (a PENDING one may have been lost) */
-			if (py_register_code(code, f->name_obj, pid, f->firstlineno, li) !=
-				    EACGM_PY_PENDING &&
-			    m) {
-				m->frame = frame;
-				m->code = code;
-				m->name_obj = f->name_obj;
-				m->firstlineno = f->firstlineno;
-				m->gen = gen;
-			}
-		}
-		if (l->version == 310) {
-			__s32 lasti = (__s32)(__u32)ff.instr;
-			f->instr = lasti < 0 ? ~0u : (__u32)lasti;
-		} else {
-			__u64 first = code + l->code_instructions;
-			__u64 prev = ff.instr;
-			f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
-		}
-		n++;
-		frame = next;
-	}
-	if (n == 0)
+	struct py_walk w = {.s = s,
+			    .l = l,
+			    .t = t,
+			    .runtime = p->runtime,
+			    .frame = frame,
+			    .gen = *(volatile __u64 *)&py_code_gen,
+			    .pid = pid,
+			    .li = li,
+			    .depth = depth};
+	/* shim frames (3.12+) are skipped without counting: room for some */
+	bpf_loop(EACGM_PY_MAX_STACK + 8, py_walk_frame, &w, 0);
+	__u32 n = w.n;
+	if (n == 0 || n > EACGM_PY_MAX_STACK)
 		return 0;
 	s->kind = EACGM_REC_PY_STACK;
 	s->pid = pid;
 	s->tid = tid;
 	s->depth = n;
 	s->call_ts = call_ts;
-	if (bpf_ringbuf_output(&events, s, sizeof(*s), BPF_RB_NO_WAKEUP) != 0)
+	/* the frames used, not the whole record: most stacks are a fraction of it */
+	__u64 size = sizeof(*s) - sizeof(s->frames) + n * sizeof(s->frames[0]);
+	asm volatile("" : "+r"(size));
+	if (size > sizeof(*s))
+		return 0;
+	if (bpf_ringbuf_output(&events, s, size, BPF_RB_NO_WAKEUP) != 0)
 		count(EACGM_CNT_RING_DROPS);
 	return 0;
 }

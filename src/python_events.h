@@ -12,7 +12,7 @@ enum eacgm_py_record_kind {
 };
 
 #define EACGM_PY_MAX_LAYOUTS 64     /* probed CPython files (the eval probe's cookie indexes them) */
-#define EACGM_PY_MAX_STACK 16       /* frames a stack record can hold */
+#define EACGM_PY_MAX_STACK 32       /* frames a stack record can hold (a power of two) */
 #define EACGM_PY_NAME_BYTES 128
 #define EACGM_PY_FILE_BYTES 256
 #define EACGM_PY_LINETABLE_BYTES 512
@@ -165,7 +165,7 @@ struct eacgm_py_stack_event {
 	__u32 tid;
 	__u32 depth;   /* frames used, innermost first */
 	__u64 call_ts; /* ts_ns of the call record it belongs to */
-	struct eacgm_py_frame frames[EACGM_PY_MAX_STACK];
+	struct eacgm_py_frame frames[EACGM_PY_MAX_STACK]; /* only `depth` of them are sent */
 };
 
 #endif

@@ -1,6 +1,8 @@
 // The python layer's decoding; like the other decoders, no allocation per call record.
 #include "python/python_decoder.h"
 
+#include <cstddef>
+
 #include <cstring>
 
 #include "python/line_table.h"
@@ -78,10 +80,15 @@ bool PythonDecoder::on_record(uint32_t kind, const void* data, size_t size) {
       if (size < sizeof(eacgm_py_code_event)) break;
       decode_code(*static_cast<const eacgm_py_code_event*>(data));
       return true;
-    case EACGM_REC_PY_STACK:
-      if (size < sizeof(eacgm_py_stack_event)) break;
-      decode_stack(*static_cast<const eacgm_py_stack_event*>(data));
+    case EACGM_REC_PY_STACK: {
+      // only the frames used are sent
+      constexpr size_t head = offsetof(eacgm_py_stack_event, frames);
+      if (size < head) break;
+      const auto& e = *static_cast<const eacgm_py_stack_event*>(data);
+      if (e.depth > EACGM_PY_MAX_STACK || size < head + e.depth * sizeof(eacgm_py_frame)) break;
+      decode_stack(e);
       return true;
+    }
     case EACGM_REC_PY_HOOK:
       if (size < sizeof(eacgm_py_hook_event)) break;
       if (on_hook_request) on_hook_request(*static_cast<const eacgm_py_hook_event*>(data));
@@ -158,7 +165,7 @@ void PythonDecoder::decode_stack(const eacgm_py_stack_event& e) {
     int64_t line;
   };
   Frame frames[EACGM_PY_MAX_STACK];
-  uint32_t n = std::min<uint32_t>(e.depth, EACGM_PY_MAX_STACK);
+  uint32_t n = e.depth;  // checked against the record's size
   for (uint32_t i = 0; i < n; ++i) {
     const eacgm_py_frame& f = e.frames[i];
     const CodeInfo* info = find({f.code, f.name_obj, e.pid, f.firstlineno});

@@ -312,16 +312,31 @@ INSTANTIATE_TEST_SUITE_P(Interpreters, PythonNoHook,
 namespace e2e {
 namespace {
 
-// --python-stack-depth takes what the kernel's verifier accepts: 14 frames load and record; 15
-// is refused as a usage error before anything runs (it failed to load with "Argument list too
-// long" when 16 was allowed).
-TEST_F(RecordingTest, PythonStackDepthStopsWhereTheVerifierDoes) {
-  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-stack-depth", "14", "--",
-                "/usr/bin/python3.11", "-c", "pass"});
+// --python-stack-depth goes up to 32 frames (the walk is a bpf_loop, verified once: an unrolled
+// loop was refused beyond 14 with "Argument list too long"); 33 is a usage error before anything
+// runs. CPU profile samples keep the innermost 32 frames whatever the option says.
+TEST_F(RecordingTest, PythonStackDepthGoesTo32AndSamplesKeep32) {
+  const std::string deep_loop =
+      "import time\n"
+      "def f(n):\n"
+      "    if n == 0:\n"
+      "        end = time.thread_time() + 0.5\n"
+      "        while time.thread_time() < end: pass\n"
+      "        return\n"
+      "    f(n - 1)\n"
+      "f(40)\n";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--python-stack-depth", "32", "--sample-hz",
+                "499", "--", "/usr/bin/python3.11", "-c", deep_loop});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("cannot load"), std::string::npos) << r.err;
+  Db db(db_);
+  // the busy loop's samples: f 32 deep (the innermost 32 of 42 frames)
+  EXPECT_GT(db.scalar("SELECT count(*) FROM stack_samples s WHERE (SELECT count(*) FROM "
+                      "python_stacks p WHERE p.id = s.py_stack AND p.name = '<string>.f') = 32"),
+            100);
+  EXPECT_EQ(db.scalar("SELECT max(depth) FROM python_stacks"), 31);
   std::string other = dir_ + "/deep.eacgm.db";
-  auto deep = run({kEacgm, "record", "-q", "-o", other, "--python-stack-depth", "15", "--",
+  auto deep = run({kEacgm, "record", "-q", "-o", other, "--python-stack-depth", "33", "--",
                    "/usr/bin/python3.11", "-c", "pass"});
   EXPECT_EQ(deep.exit_code, 2) << deep.err;
   EXPECT_NE(deep.err.find("--python-stack-depth"), std::string::npos) << deep.err;
