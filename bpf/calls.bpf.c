@@ -146,6 +146,91 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 }
 
 /*
+ * Off-CPU profile: where traced threads wait. At a switch-out that blocks the thread (not a
+ * preemption or a yield: the thread is no longer runnable), its user stack and Python stack are
+ * kept in its task storage; when it runs again the wait is sampled as the CPU profile samples
+ * running (see struct eacgm_offcpu_event): one record per period of waiting, long waits whole.
+ * The stacks must be read at switch-out, the last time this thread is `current` before the
+ * wait; a blocking switch already costs a context switch and a wakeup, several times the read.
+ * A wait still going on when the recording stops is not in the profile.
+ */
+const volatile __u64 offcpu_period_ns = 0; /* 1e9 / --sample-hz; 0: off (not attached) */
+
+struct offcpu_state {
+	__u64 since; /* blocked since; 0: not blocked */
+	__u32 nframes;
+	__u32 py_frames; /* frames in py (0: no Python stack) */
+	__u64 ips[EACGM_SAMPLE_MAX_FRAMES];
+	struct eacgm_py_stack_event py;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_state);
+} offcpu_tasks SEC(".maps");
+
+static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, __u64 now)
+{
+	struct offcpu_state *st =
+		bpf_task_storage_get(&offcpu_tasks, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		return;
+	long n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), BPF_F_USER_STACK);
+	st->nframes = n > 0 ? (__u64)n / 8 : 0;
+	st->py_frames = 0;
+	if (python_enabled)
+		st->py_frames = py_read_stack(prev->tgid, prev->pid, now, EACGM_PY_MAX_STACK, &st->py);
+	st->since = now;
+}
+
+static __always_inline void offcpu_resumes(struct task_struct *next, __u64 now)
+{
+	struct offcpu_state *st = bpf_task_storage_get(&offcpu_tasks, next, 0, 0);
+	if (!st || !st->since)
+		return;
+	__u64 since = st->since, dur = now - since, weight = dur;
+	st->since = 0;
+	if (dur < offcpu_period_ns) {
+		/* kept with probability dur / period (both under 2^31: no overflow) */
+		if ((__u64)bpf_get_prandom_u32() * offcpu_period_ns >= dur << 32)
+			return;
+		weight = offcpu_period_ns;
+	}
+	if (st->py_frames)
+		py_output_stack(&st->py, st->py_frames);
+	struct eacgm_offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return;
+	}
+	e->kind = EACGM_REC_OFFCPU;
+	e->pid = next->tgid;
+	e->tid = next->pid;
+	e->nframes = st->nframes;
+	e->ts_ns = since;
+	e->dur_ns = dur;
+	e->weight_ns = weight;
+	__builtin_memcpy(e->ips, st->ips, sizeof(e->ips));
+	bpf_ringbuf_submit(e, wake_flags());
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	/* prev_state 0 (TASK_RUNNING): preempted or yielding, waiting for a CPU, not blocked */
+	if (!preempt && prev_state != 0 && !(prev->flags & 0x00200000 /* PF_KTHREAD */) &&
+	    is_traced(prev->tgid))
+		offcpu_blocks(ctx, prev, now);
+	if (is_traced(next->tgid))
+		offcpu_resumes(next, now);
+	return 0;
+}
+
+/*
  * A probed function that tail-calls another (`return f();` compiled to a jump) shares its
  * stack pointer with it. The kernel has already pointed the caller's return address at the
  * uretprobe trampoline, so finding the trampoline there tells a live tail call from a

@@ -615,10 +615,14 @@ static long py_walk_frame(__u32 i, void *ctx)
 	return 0;
 }
 
-/* The innermost `depth` Python frames of the calling thread, as a STACK record that precedes the
- * call record stamped call_ts. Names come from CODE records, sent first for code not yet seen. */
-__noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
+/* Reads the innermost `depth` Python frames of the calling thread into `s` (pid, tid, depth
+ * and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames read, 0 for none. Names
+ * come from CODE records, sent first for code not yet seen. */
+__noinline int py_read_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth,
+			     struct eacgm_py_stack_event *s)
 {
+	if (!s)
+		return 0;
 	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
 	if (!p)
 		return 0;
@@ -639,10 +643,6 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
 	if (!frame)
 		return 0;
-	__u32 zero = 0;
-	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
-	if (!s)
-		return 0;
 	struct py_walk w = {.s = s,
 			    .l = l,
 			    .t = t,
@@ -662,14 +662,32 @@ __noinline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 	s->tid = tid;
 	s->depth = n;
 	s->call_ts = call_ts;
-	/* the frames used, not the whole record: most stacks are a fraction of it */
+	return n;
+}
+
+/* Sends a stack read by py_read_stack: the frames used, not the whole record (most stacks are a
+ * fraction of it). */
+static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u32 n)
+{
 	__u64 size = sizeof(*s) - sizeof(s->frames) + n * sizeof(s->frames[0]);
 	asm volatile("" : "+r"(size));
 	if (size > sizeof(*s))
-		return 0;
+		return;
 	if (bpf_ringbuf_output(&events, s, size, BPF_RB_NO_WAKEUP) != 0)
 		count(EACGM_CNT_RING_DROPS);
-	return 0;
+}
+
+/* The innermost `depth` Python frames of the calling thread, as a STACK record that precedes the
+ * call record stamped call_ts. */
+static __always_inline void py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
+{
+	__u32 zero = 0;
+	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
+	if (!s)
+		return;
+	__u32 n = py_read_stack(pid, tid, call_ts, depth, s);
+	if (n)
+		py_output_stack(s, n);
 }
 
 #endif

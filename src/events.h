@@ -17,6 +17,8 @@ enum eacgm_record_kind {
 	EACGM_REC_EXEC_IMAGE = 5, /* the text mapping of a freshly exec'd program: precedes its EXEC */
 	EACGM_REC_SAMPLE = 6, /* a CPU sample of a traced thread: its user stack (and, for CPython,
 				 the Python stack in a PY_STACK record just before, stamped ts_ns) */
+	EACGM_REC_OFFCPU = 7, /* an off-CPU sample: a traced thread blocked, and where (a PY_STACK
+				 record stamped ts_ns before it, as for SAMPLE) */
 };
 
 #define EACGM_SAMPLE_MAX_FRAMES 64
@@ -28,6 +30,23 @@ struct eacgm_sample_event {
 	__u32 tid;
 	__u32 nframes; /* user-space frames in ips, innermost first (a frame-pointer walk) */
 	__u64 ts_ns;   /* CLOCK_MONOTONIC */
+	__u64 ips[EACGM_SAMPLE_MAX_FRAMES];
+};
+
+/*
+ * One off-CPU sample: a traced thread that blocked (switched out not runnable: a sleep, a lock,
+ * I/O) and ran again. A wait of at least the sampling period is always sent, weighing its
+ * duration; a shorter one is sent with probability dur / period, weighing one period, so that
+ * the weights sum to the time spent blocked, at about one record per period of it.
+ */
+struct eacgm_offcpu_event {
+	__u32 kind;    /* EACGM_REC_OFFCPU */
+	__u32 pid;
+	__u32 tid;
+	__u32 nframes; /* user-space frames in ips where it blocked, innermost first */
+	__u64 ts_ns;   /* when it blocked (CLOCK_MONOTONIC) */
+	__u64 dur_ns;  /* how long it was off the CPU */
+	__u64 weight_ns;
 	__u64 ips[EACGM_SAMPLE_MAX_FRAMES];
 };
 

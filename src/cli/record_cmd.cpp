@@ -105,9 +105,14 @@ std::function<int()> add_record(CLI::App& app) {
                   "CPU profile: sample each traced thread this many times per second of CPU "
                   "it uses (a perf event per CPU), with its native stack and, for CPython, its "
                   "Python stack; 0: no profile. Shown by `eacgm report`, exported by `eacgm "
-                  "export --pprof`. Needs CAP_PERFMON (root has it)")
+                  "export --pprof`. With it, an off-CPU profile of the same threads: where they "
+                  "block (sleeps, locks, I/O, waits for other ranks), one sample per period of "
+                  "blocked time, long waits whole. Needs CAP_PERFMON (root has it)")
       ->capture_default_str()
       ->check(number_in(0, 999, "a number of samples per second", true));
+  cmd->add_flag("!--no-off-cpu", opts->off_cpu,
+                "leave out the off-CPU profile (it reads the stacks of a traced thread at each "
+                "switch that blocks it: about 1-4 us on top of the switch)");
   cmd->add_option("--nvml-library", opts->nvml_library,
                   "NVML to load for the gpu layer (default: $EACGM_NVML_LIBRARY, else the "
                   "driver's libnvidia-ml.so.1)");

@@ -336,14 +336,14 @@ void export_recording(const std::string& db, const std::string& out, ExportForma
   RecordingReader rec(db);
   if (format == ExportFormat::Pprof) {
     check_output_file(out, force, "--pprof");
-    CpuProfile profile(rec);
-    if (profile.empty())
+    CpuProfile profile(rec), off_cpu(rec, ProfileKind::OffCpu);
+    if (profile.empty() && off_cpu.empty())
       fail("{} has no CPU profile: record it with --sample-hz above 0 (the default is 99; "
            "recordings from eacgm versions before profiles have none)",
            db);
     int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
-    std::string bytes = gzip(pprof_profile(profile, start + rec.monotonic_to_realtime_ns(),
-                                           end > start ? end - start : 0));
+    std::string bytes = gzip(pprof_profile(
+        profile, &off_cpu, start + rec.monotonic_to_realtime_ns(), end > start ? end - start : 0));
     write_then_rename(out, [&](std::ostream& file) { file.write(bytes.data(), std::streamsize(bytes.size())); });
     return;
   }

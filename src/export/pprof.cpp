@@ -1,6 +1,7 @@
 // profile.proto (github.com/google/pprof/proto/profile.proto), the fields eacgm fills:
 // Profile{1 sample_type, 2 sample, 3 mapping, 4 location, 5 function, 6 string_table,
-// 9 time_nanos, 10 duration_nanos, 11 period_type, 12 period}; ValueType{1 type, 2 unit};
+// 9 time_nanos, 10 duration_nanos, 11 period_type, 12 period, 14 default_sample_type};
+// ValueType{1 type, 2 unit};
 // Sample{1 location_id (packed), 2 value (packed), 3 label}; Label{1 key, 2 str, 3 num};
 // Mapping{1 id, 5 filename, 7 has_functions}; Location{1 id, 2 mapping_id, 4 line};
 // Line{1 function_id, 2 line}; Function{1 id, 2 name, 3 system_name, 4 filename}.
@@ -44,54 +45,79 @@ void packed(proto::ProtoWriter& w, uint32_t field, const std::vector<uint64_t>& 
 
 }  // namespace
 
-std::string pprof_profile(const CpuProfile& profile, int64_t start_realtime_ns,
-                          int64_t duration_ns) {
+std::string pprof_profile(const CpuProfile& cpu, const CpuProfile* off_cpu,
+                          int64_t start_realtime_ns, int64_t duration_ns) {
   proto::ProtoWriter w;
   StringTable strings;
-  const int64_t period = profile.hz() ? int64_t(1'000'000'000 / profile.hz()) : 0;
+  const int64_t period = cpu.hz() ? int64_t(1'000'000'000 / cpu.hz()) : 0;
   auto value_type = [&](uint32_t field, const char* type, const char* unit) {
     auto m = w.message(field);
     w.add_int(1, strings.id(type));
     w.add_int(2, strings.id(unit));
   };
+  const bool with_off = off_cpu && !off_cpu->empty();
   value_type(1, "samples", "count");
   value_type(1, "cpu", "nanoseconds");
+  if (with_off) value_type(1, "off_cpu", "nanoseconds");
 
-  // samples per (stack, pid, tid)
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint64_t> counts;
-  for (const auto& s : profile.samples()) ++counts[{s.stack, s.pid, s.tid}];
+  // The frames of both profiles as one table: a location per distinct frame (a Python function
+  // at another line is another location of the same function)
+  std::map<std::tuple<std::string, std::string, int64_t, bool>, uint64_t> location_ids;
+  std::vector<const ProfileFrame*> locations;  // location id - 1
+  auto location_of = [&](const ProfileFrame& f) {
+    auto [it, fresh] =
+        location_ids.try_emplace({f.name, f.file, f.line, f.python}, locations.size() + 1);
+    if (fresh) locations.push_back(&f);
+    return it->second;
+  };
+  // per profile, weight per (stack, pid, tid); the values of a sample of each kind
+  struct Part {
+    const CpuProfile* profile;
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint64_t> weights;
+  };
+  std::vector<Part> parts{{&cpu, {}}};
+  if (with_off) parts.push_back({off_cpu, {}});
   const int64_t pid_key = strings.id("pid"), tid_key = strings.id("tid");
-  for (const auto& [key, n] : counts) {
-    const auto& [stack, pid, tid] = key;
-    const auto& frames = profile.stacks()[stack];
-    if (frames.empty()) continue;
-    auto m = w.message(2);
-    std::vector<uint64_t> locations;
-    for (uint32_t f : frames) locations.push_back(uint64_t(f) + 1);  // location id = frame + 1
-    packed(w, 1, locations);
-    packed(w, 2, {n, n * uint64_t(period)});
-    for (auto [k, v] : {std::pair<int64_t, uint32_t>{pid_key, pid}, {tid_key, tid}}) {
-      auto label = w.message(3);
-      w.add_int(1, k);
-      w.add_int(3, int64_t(v));
+  std::map<std::string, uint64_t> module_weight;  // by samples (cpu), then by time blocked
+  for (Part& part : parts) {
+    const bool off = part.profile != &cpu;
+    for (const auto& s : part.profile->samples()) part.weights[{s.stack, s.pid, s.tid}] += s.weight;
+    for (const auto& [key, n] : part.weights) {
+      const auto& [stack, pid, tid] = key;
+      const auto& frames = part.profile->stacks()[stack];
+      if (frames.empty()) continue;
+      auto m = w.message(2);
+      std::vector<uint64_t> ids;
+      std::set<std::string> in;
+      for (uint32_t f : frames) {
+        const ProfileFrame& frame = part.profile->frames()[f];
+        ids.push_back(location_of(frame));
+        if (!frame.python && !frame.file.empty()) in.insert(frame.file);
+      }
+      for (const auto& file : in) module_weight[file] += off ? 0 : n;
+      packed(w, 1, ids);
+      if (off)
+        packed(w, 2, {0, 0, n});
+      else if (with_off)
+        packed(w, 2, {n, n * uint64_t(period), 0});
+      else
+        packed(w, 2, {n, n * uint64_t(period)});
+      for (auto [k, v] : {std::pair<int64_t, uint32_t>{pid_key, pid}, {tid_key, tid}}) {
+        auto label = w.message(3);
+        w.add_int(1, k);
+        w.add_int(3, int64_t(v));
+      }
     }
   }
 
   // native modules as mappings (their code named by eacgm already: has_functions), the one in
-  // most samples first (pprof calls the first mapping the profile's "File")
-  std::map<std::string, uint64_t> weight;
-  for (const auto& [key, count] : counts) {
-    std::set<std::string> in;
-    for (uint32_t f : profile.stacks()[std::get<0>(key)])
-      if (!profile.frames()[f].python && !profile.frames()[f].file.empty())
-        in.insert(profile.frames()[f].file);
-    for (const auto& file : in) weight[file] += count;
-  }
+  // most CPU samples first (pprof calls the first mapping the profile's "File")
   std::vector<std::pair<uint64_t, std::string>> by_weight;
-  for (const auto& f : profile.frames())
-    if (!f.python && !f.file.empty()) by_weight.emplace_back(weight[f.file], f.file);
-  std::sort(by_weight.begin(), by_weight.end(),
-            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  for (const ProfileFrame* f : locations)
+    if (!f->python && !f->file.empty()) by_weight.emplace_back(module_weight[f->file], f->file);
+  std::sort(by_weight.begin(), by_weight.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
   std::map<std::string, uint64_t> mappings;
   for (const auto& [w_, file] : by_weight) mappings.try_emplace(file, mappings.size() + 1);
   std::vector<std::pair<uint64_t, std::string>> ordered;
@@ -103,20 +129,16 @@ std::string pprof_profile(const CpuProfile& profile, int64_t start_realtime_ns,
     w.add_int(5, strings.id(file));
     w.add_bool(7, true);
   }
-  // one location and one function per frame (a Python function at another line is another
-  // location of the same function)
+  // one location per frame, one function per (name, file)
   std::map<std::pair<std::string, std::string>, uint64_t> functions;
-  std::vector<uint64_t> function_of;
-  for (const auto& f : profile.frames())
-    function_of.push_back(
-        functions.try_emplace({f.name, f.file}, functions.size() + 1).first->second);
-  for (size_t i = 0; i < profile.frames().size(); ++i) {
-    const ProfileFrame& f = profile.frames()[i];
+  for (size_t i = 0; i < locations.size(); ++i) {
+    const ProfileFrame& f = *locations[i];
+    uint64_t function = functions.try_emplace({f.name, f.file}, functions.size() + 1).first->second;
     auto m = w.message(4);
     w.add_varint(1, i + 1);
     if (!f.python && !f.file.empty()) w.add_varint(2, mappings.at(f.file));
     auto line = w.message(4);
-    w.add_varint(1, function_of[i]);
+    w.add_varint(1, function);
     if (f.line > 0) w.add_int(2, f.line);
   }
   for (const auto& [name_file, id] : functions) {
@@ -127,7 +149,6 @@ std::string pprof_profile(const CpuProfile& profile, int64_t start_realtime_ns,
     w.add_int(4, strings.id(name_file.second));
   }
   // the string table last: every string is in it by now
-  std::string head;
   proto::ProtoWriter tail;
   for (const auto& s : strings.strings()) tail.add_string(6, s);
   if (start_realtime_ns > 0) tail.add_int(9, start_realtime_ns);
@@ -139,6 +160,8 @@ std::string pprof_profile(const CpuProfile& profile, int64_t start_realtime_ns,
     tail.add_int(2, strings.id("nanoseconds"));
   }
   tail.add_int(12, period);
+  // pprof shows the last sample type unless told: the CPU time, not the waits
+  if (with_off) tail.add_int(14, strings.id("cpu"));
   return std::string(w.data()) + std::string(tail.data());
 }
 

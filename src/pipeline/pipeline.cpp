@@ -59,9 +59,9 @@ ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
 Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     : opts_(o), choice_(LayerChoice::parse(o.layers, !o.python_calls.empty())), out_(out) {
   if (choice_.python_calls()) PythonFilter check(o.python_calls);  // a usage error, now
-  tracer_ = std::make_unique<CallTracer>(CallTracerOptions{
-      o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(), o.python_stack_depth,
-      o.sample_hz});
+  tracer_ = std::make_unique<CallTracer>(
+      CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(),
+                        o.python_stack_depth, o.sample_hz, o.off_cpu});
   symbols_ = std::make_unique<Symbolizer>();
   decoder_ = std::make_unique<EventDecoder>(out_, *symbols_);
   torch_ops_ = std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops));
@@ -192,6 +192,12 @@ void Pipeline::start(const std::string& target) {
     } else {
       out_.set_meta("profile_off", why);
       if (!opts_.quiet) fprintf(stderr, "eacgm: CPU profile off: %s\n", why.c_str());
+    }
+    if (opts_.off_cpu) {
+      if (std::string off = tracer_->start_off_cpu(); !off.empty()) {
+        out_.set_meta("offcpu_profile_off", off);
+        if (!opts_.quiet) fprintf(stderr, "eacgm: off-CPU profile off: %s\n", off.c_str());
+      }
     }
   }
   out_.flush();
@@ -359,6 +365,8 @@ void Pipeline::finish() {
   out_.set_meta("events", std::to_string(calls()));  // the python layer's too
   out_.set_meta("recording_state", "complete");
   if (opts_.sample_hz) out_.set_meta("cpu_samples", std::to_string(decoder_->stats().samples));
+  if (opts_.sample_hz && opts_.off_cpu)
+    out_.set_meta("offcpu_samples", std::to_string(decoder_->stats().offcpu_samples));
   if (gpu_) {
     std::string lines;
     for (const auto& line : gpu_->unavailable()) {

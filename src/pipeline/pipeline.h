@@ -40,6 +40,7 @@ struct TraceOptions {
   uint32_t python_stack_depth = 8;  // --python-stack-depth
   bool python_no_hook = false;      // --python-no-hook
   uint32_t sample_hz = 0;  // --sample-hz: CPU profile of the traced threads; 0: none
+  bool off_cpu = true;     // with sample_hz: the off-CPU profile too (--no-off-cpu)
 };
 
 class Pipeline {

@@ -29,6 +29,7 @@ class Sink {
   virtual void add(const PythonStackFrameRow&) {}
   // The CPU profile: samples, and each distinct native stack once before the samples with it.
   virtual void add(const StackSampleRow&) {}
+  virtual void add(const OffCpuSampleRow&) {}
   virtual void add(const NativeFrameRow&) {}
   // The process tree.
   virtual void add(const ProcessRow&) {}
@@ -63,6 +64,7 @@ class SinkFanout final : public Sink {
   void add(const PythonCallRow& r) override { each(r); }
   void add(const PythonStackFrameRow& r) override { each(r); }
   void add(const StackSampleRow& r) override { each(r); }
+  void add(const OffCpuSampleRow& r) override { each(r); }
   void add(const NativeFrameRow& r) override { each(r); }
   void add(const ProcessRow& r) override { each(r); }
   void add(const ProcessExitRow& r) override { each(r); }

@@ -120,6 +120,11 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
     bpf_program__set_autoload(skel_->progs.py_eval_session, false);
   sample_hz_ = options.sample_hz;
   if (!sample_hz_) bpf_program__set_autoload(skel_->progs.sample_cpu, false);
+  off_cpu_ = options.off_cpu && sample_hz_;
+  if (off_cpu_)
+    skel_->rodata->offcpu_period_ns = 1'000'000'000ull / sample_hz_;
+  else
+    bpf_program__set_autoload(skel_->progs.offcpu_switch, false);
   if (int err = calls_bpf__load(skel_.get()); err)
     fail("cannot load the BPF programs: {}", load_error_hint(-err));
 
@@ -306,6 +311,18 @@ std::string CallTracer::start_sampling() {
                      last_error == EACCES || last_error == EPERM
                          ? "permission denied (needs CAP_PERFMON, or root)"
                          : errno_text(last_error));
+}
+
+std::string CallTracer::start_off_cpu() {
+  if (!off_cpu_) return "not asked for";
+  bpf_link* link = bpf_program__attach(skel_->progs.offcpu_switch);
+  if (!link)
+    return fmt::format("cannot attach to the sched_switch tracepoint: {}",
+                       errno == EACCES || errno == EPERM
+                           ? "permission denied (needs CAP_BPF and CAP_PERFMON, or root)"
+                           : errno_text(errno));
+  links_.emplace_back(link);
+  return "";
 }
 
 int CallTracer::map_fd(const char* name) const {

@@ -22,6 +22,7 @@ struct CallTracerOptions {
   bool python = false;                 // the python layer: stacks for calls, eval probes
   uint32_t python_stack_depth = 8;     // innermost Python frames kept per call (<= 14)
   uint32_t sample_hz = 0;              // CPU profile: samples per second of each traced thread
+  bool off_cpu = false;                // off-CPU profile too, one sample per 1/sample_hz of waiting
 };
 
 struct TracerCounters {
@@ -75,6 +76,8 @@ class CallTracer {
   // whose program samples the traced thread running there. "" or why not (no sampling asked for,
   // no perf events).
   std::string start_sampling();
+  // Starts the off-CPU profile (the scheduler's switch tracepoint). "" or why not.
+  std::string start_off_cpu();
 
   // A map of the loaded object by name (the python layer's py_layouts, py_procs, py_codes).
   int map_fd(const char* name) const;
@@ -112,6 +115,7 @@ class CallTracer {
   bool multi_supported_ = true;     // until the kernel says otherwise
   bool trace_all_ = false;
   uint32_t sample_hz_ = 0;
+  bool off_cpu_ = false;
   const RecordHandler* handler_ = nullptr;  // valid during poll()
 };
 

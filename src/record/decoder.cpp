@@ -122,6 +122,8 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_exec_image(*static_cast<const eacgm_exec_image_event*>(data));
   } else if (kind == EACGM_REC_SAMPLE && size >= sizeof(eacgm_sample_event)) {
     decode_sample(*static_cast<const eacgm_sample_event*>(data));
+  } else if (kind == EACGM_REC_OFFCPU && size >= sizeof(eacgm_offcpu_event)) {
+    decode_offcpu(*static_cast<const eacgm_offcpu_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
   } else if (python_ && python_->on_record(kind, data, size)) {
@@ -136,27 +138,44 @@ void EventDecoder::decode_sample(const eacgm_sample_event& e) {
   row.pid = e.pid;
   row.tid = e.tid;
   if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
-  uint32_t n = std::min<uint32_t>(e.nframes, EACGM_SAMPLE_MAX_FRAMES);
-  if (n) {
-    Symbolizer::Frame frames[EACGM_SAMPLE_MAX_FRAMES];
-    std::string key;
-    for (uint32_t i = 0; i < n; ++i) {
-      // a caller's frame holds the return address, just after its call instruction
-      frames[i] = symbols_.frame_at(e.pid, e.ips[i] - (i > 0 && e.ips[i] ? 1 : 0));
-      key.append(frames[i].function).push_back('\0');
-      key.append(frames[i].module).push_back('\n');
-    }
-    auto [it, fresh] = native_ids_.try_emplace(std::move(key), int64_t(native_ids_.size() + 1));
-    if (fresh) {
-      ++stats_.native_stacks;
-      for (uint32_t i = 0; i < n; ++i)
-        out_.add(NativeFrameRow{it->second, i, frames[i].function, frames[i].module});
-    }
-    row.native_stack = it->second;
-  }
+  row.native_stack = native_stack_id(e.pid, reinterpret_cast<const uint64_t*>(e.ips), e.nframes);
   note_thread(e.pid, e.tid);
   ++stats_.samples;
   out_.add(row);
+}
+
+void EventDecoder::decode_offcpu(const eacgm_offcpu_event& e) {
+  OffCpuSampleRow row;
+  row.ts_ns = e.ts_ns;
+  row.dur_ns = e.dur_ns;
+  row.weight_ns = e.weight_ns;
+  row.pid = e.pid;
+  row.tid = e.tid;
+  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  row.native_stack = native_stack_id(e.pid, reinterpret_cast<const uint64_t*>(e.ips), e.nframes);
+  note_thread(e.pid, e.tid);
+  ++stats_.offcpu_samples;
+  out_.add(row);
+}
+
+int64_t EventDecoder::native_stack_id(uint32_t pid, const uint64_t* ips, uint32_t nframes) {
+  uint32_t n = std::min<uint32_t>(nframes, EACGM_SAMPLE_MAX_FRAMES);
+  if (!n) return 0;
+  Symbolizer::Frame frames[EACGM_SAMPLE_MAX_FRAMES];
+  std::string key;
+  for (uint32_t i = 0; i < n; ++i) {
+    // a caller's frame holds the return address, just after its call instruction
+    frames[i] = symbols_.frame_at(pid, ips[i] - (i > 0 && ips[i] ? 1 : 0));
+    key.append(frames[i].function).push_back('\0');
+    key.append(frames[i].module).push_back('\n');
+  }
+  auto [it, fresh] = native_ids_.try_emplace(std::move(key), int64_t(native_ids_.size() + 1));
+  if (fresh) {
+    ++stats_.native_stacks;
+    for (uint32_t i = 0; i < n; ++i)
+      out_.add(NativeFrameRow{it->second, i, frames[i].function, frames[i].module});
+  }
+  return it->second;
 }
 
 namespace {

@@ -27,6 +27,7 @@ struct DecoderStats {
   uint64_t malformed = 0;  // records of an unknown kind or size: a BPF/userspace mismatch
   uint64_t c10d_incomplete = 0;  // c10d works queued but not seen to complete (no wait())
   uint64_t samples = 0;          // CPU samples (the profile)
+  uint64_t offcpu_samples = 0;   // off-CPU samples (the waits' profile)
   uint64_t native_stacks = 0;    // distinct native stacks among them
 };
 
@@ -77,6 +78,10 @@ class EventDecoder {
   void decode_name(const eacgm_name_event& e);
   void decode_exec_image(const eacgm_exec_image_event& e);
   void decode_sample(const eacgm_sample_event& e);
+  void decode_offcpu(const eacgm_offcpu_event& e);
+  // The id in native_stacks of a user stack (innermost first), its frames written when new;
+  // 0 for an empty stack.
+  int64_t native_stack_id(uint32_t pid, const uint64_t* ips, uint32_t nframes);
   std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
   void note_thread(uint32_t pid, uint32_t tid);
 

@@ -525,16 +525,20 @@ json collectives_section(const RecordingReader& rec, const TimeBase& tb,
   return {{"heatmaps", heatmaps}, {"bandwidth", bw}};
 }
 
-// The CPU profile: the top functions, and the samples' stacks merged into a tree from the
-// outermost frame (the flame graph), nodes under 1/2000 of the samples left out.
-json profile_section(const RecordingReader& rec, json& notes) {
-  CpuProfile p(rec);
+// A profile (CPU, or off-CPU): the top functions, and the samples' stacks merged into a tree
+// from the outermost frame (the flame graph), nodes under 1/2000 of the weight left out. Values
+// are samples (CPU) or nanoseconds blocked (off-CPU).
+json profile_section(const RecordingReader& rec, json& notes, ProfileKind kind) {
+  CpuProfile p(rec, kind);
+  const bool off = kind == ProfileKind::OffCpu;
   if (p.empty()) {
-    notes.push_back("CPU profile: none in this recording (record with --sample-hz above 0, the "
-                    "default)");
+    if (!off)
+      notes.push_back(
+          "CPU profile: none in this recording (record with --sample-hz above 0, "
+          "the default)");
     return nullptr;
   }
-  const double n = double(p.samples().size());
+  const double n = double(p.total_weight());
   json functions = json::array();
   for (const auto& f : p.functions()) {
     if (functions.size() == 50) break;
@@ -550,7 +554,7 @@ json profile_section(const RecordingReader& rec, json& notes) {
   };
   Node root;
   std::vector<uint64_t> weight(p.stacks().size(), 0);
-  for (const auto& s : p.samples()) ++weight[s.stack];
+  for (const auto& s : p.samples()) weight[s.stack] += s.weight;
   for (size_t i = 0; i < p.stacks().size(); ++i) {
     if (!weight[i]) continue;
     Node* at = &root;
@@ -580,11 +584,13 @@ json profile_section(const RecordingReader& rec, json& notes) {
   };
   std::set<std::pair<uint32_t, uint32_t>> threads;
   for (const auto& s : p.samples()) threads.insert({s.pid, s.tid});
-  return {{"samples", p.samples().size()},
-          {"threads", threads.size()},
-          {"hz", p.hz()},
-          {"functions", functions},
-          {"tree", to_json(root)}};
+  json out{{"samples", p.samples().size()},
+           {"threads", threads.size()},
+           {"hz", p.hz()},
+           {"functions", functions},
+           {"tree", to_json(root)}};
+  if (off) out["blocked_ns"] = p.total_weight();
+  return out;
 }
 
 // The Python stack most calls of each operation of `table` were made from.
@@ -706,7 +712,8 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
         (rec.meta_or("gpu_unavailable_metrics", "").empty()
              ? std::string()
              : ": " + rec.meta_or("gpu_unavailable_metrics", "")));
-  data["profile"] = profile_section(rec, notes);
+  data["profile"] = profile_section(rec, notes, ProfileKind::Cpu);
+  data["offcpu_profile"] = profile_section(rec, notes, ProfileKind::OffCpu);
   data["host"] = host_section(rec, tb, opt, notes);
   if (data["host"].is_null())
     notes.push_back("host: no samples in this recording (the host layer was off)");

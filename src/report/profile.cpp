@@ -1,4 +1,5 @@
-// The CPU profile read from stack_samples, native_stacks and python_stacks.
+// The CPU and off-CPU profiles read from stack_samples or offcpu_samples, native_stacks and
+// python_stacks.
 #include "report/profile.h"
 
 #include <fmt/format.h>
@@ -23,8 +24,9 @@ bool is_eval_loop(const std::string& name) {
 
 }  // namespace
 
-CpuProfile::CpuProfile(const RecordingReader& rec) {
-  if (!rec.has_table("stack_samples")) return;
+CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kind) {
+  const char* table = kind == ProfileKind::Cpu ? "stack_samples" : "offcpu_samples";
+  if (!rec.has_table(table)) return;
   std::string hz = rec.meta_or("sample_hz", "0");
   hz_ = uint32_t(std::clamp<long long>(std::atoll(hz.c_str()), 0, 1'000'000));
 
@@ -74,19 +76,24 @@ CpuProfile::CpuProfile(const RecordingReader& rec) {
     stacks_.push_back(std::move(stack));
     return it->second;
   };
-  rec.query(
-      "SELECT ts_ns, pid, tid, coalesce(native_stack, 0), coalesce(py_stack, 0) FROM "
-      "stack_samples ORDER BY ts_ns",
-      [&](Statement& s) {
-        samples_.push_back({uint64_t(s.ns_at(0)), uint32_t(s.int_at(1)), uint32_t(s.int_at(2)),
-                            stack_of(s.int_at(3), s.int_at(4))});
-      });
+  // an off-CPU weight is at most the recording's length: a damaged row's is clamped to an hour
+  // a row, so that sums cannot overflow
+  rec.query(fmt::format("SELECT ts_ns, pid, tid, coalesce(native_stack, 0), coalesce(py_stack, "
+                        "0), {} FROM {} ORDER BY ts_ns",
+                        kind == ProfileKind::Cpu ? "1" : "weight_ns", table),
+            [&](Statement& s) {
+              uint64_t w = uint64_t(std::clamp<int64_t>(s.int_at(5), 0, 3'600'000'000'000));
+              if (!w) return;
+              samples_.push_back({uint64_t(s.ns_at(0)), uint32_t(s.int_at(1)),
+                                  uint32_t(s.int_at(2)), stack_of(s.int_at(3), s.int_at(4)), w});
+              total_weight_ += w;
+            });
 }
 
 std::vector<CpuProfile::Function> CpuProfile::functions() const {
   // per stack, how often it was sampled; then per function (name and where)
   std::vector<uint64_t> weight(stacks_.size(), 0);
-  for (const auto& s : samples_) ++weight[s.stack];
+  for (const auto& s : samples_) weight[s.stack] += s.weight;
   std::map<std::tuple<std::string, std::string, bool>, Function> by;
   auto fn = [&](uint32_t frame) -> Function& {
     const ProfileFrame& f = frames_[frame];
@@ -113,20 +120,30 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
   if (profile.empty()) return;
   std::set<std::pair<uint32_t, uint32_t>> threads;
   for (const auto& s : profile.samples()) threads.insert({s.pid, s.tid});
-  double n = double(profile.samples().size());
-  fmt::print(out,
-             "\nCPU profile ({} samples of {} thread{}{}; self: the innermost frame, total: "
-             "anywhere in the stack):\n",
-             profile.samples().size(), threads.size(), threads.size() == 1 ? "" : "s",
-             profile.hz() ? fmt::format(" at {} Hz, {:.2f} s of CPU", profile.hz(),
-                                        n / double(profile.hz()))
-                          : "");
+  const bool off = profile.kind() == ProfileKind::OffCpu;
+  const double n = double(profile.total_weight());
+  const std::string of_threads =
+      fmt::format("{} thread{}", threads.size(), threads.size() == 1 ? "" : "s");
+  if (off)
+    fmt::print(out,
+               "\nOff-CPU profile ({} samples of {}, {:.2f} s blocked: sleeps, locks, I/O, "
+               "waits; self: where it blocked, total: anywhere in the stack):\n",
+               profile.samples().size(), of_threads, n / 1e9);
+  else
+    fmt::print(out,
+               "\nCPU profile ({} samples of {}{}; self: the innermost frame, total: "
+               "anywhere in the stack):\n",
+               profile.samples().size(), of_threads,
+               profile.hz() ? fmt::format(" at {} Hz, {:.2f} s of CPU", profile.hz(),
+                                          n / double(profile.hz()))
+                            : "");
   fmt::print(out, "{:>7} {:>7}  {:<6} {}\n", "self", "total", "kind", "function");
   auto functions = profile.functions();
   auto line = [&](const CpuProfile::Function& f) {
     std::string where = f.where.empty() ? "" : fmt::format("  ({})", f.where);
-    fmt::print(out, "{:>6.1f}% {:>6.1f}%  {:<6} {}{}\n", 100.0 * double(f.self) / n,
-               100.0 * double(f.total) / n, f.python ? "python" : "native", f.name, where);
+    std::string seconds = off ? fmt::format("  {:.3f} s", double(f.total) / 1e9) : "";
+    fmt::print(out, "{:>6.1f}% {:>6.1f}%  {:<6} {}{}{}\n", 100.0 * double(f.self) / n,
+               100.0 * double(f.total) / n, f.python ? "python" : "native", f.name, where, seconds);
   };
   for (size_t i = 0; i < functions.size() && i < top; ++i) line(functions[i]);
   // Python code mostly calls into C, so its functions have little self time: by total too
@@ -139,7 +156,10 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
     fmt::print(out, "  Python functions by total:\n");
     for (size_t i = 0; i < python.size() && i < 8; ++i) line(*python[i]);
   }
-  fmt::print(out, "  (eacgm export --pprof for every frame: go tool pprof, speedscope, Pyroscope)\n");
+  fmt::print(out,
+             "  (eacgm export --pprof for every frame: go tool pprof{}, speedscope, "
+             "Pyroscope)\n",
+             off ? " -sample_index=off_cpu" : "");
 }
 
 }  // namespace eacgm

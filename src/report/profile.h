@@ -1,5 +1,5 @@
-// The CPU profile of a recording (record --sample-hz): each sample's stack with Python and native
-// frames together, for `report`, `export --pprof` and the page.
+// The CPU and off-CPU profiles of a recording (record --sample-hz): each sample's stack with
+// Python and native frames together, for `report`, `export --pprof` and the page.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,25 +21,36 @@ struct ProfileFrame {
 // frames under the Python ones are the interpreter's own. Code without frame pointers breaks
 // the native walk above it: past the innermost frame (always right), the native frames stop at
 // the first one that cannot be named.
+enum class ProfileKind {
+  Cpu,     // stack_samples: where threads ran, one sample per period of CPU
+  OffCpu,  // offcpu_samples: where threads blocked, weighted by the time they stand for
+};
+
 class CpuProfile {
  public:
-  // Reads the recording's samples; empty when it has none (an older recording, or no profile).
-  explicit CpuProfile(const RecordingReader& rec);
+  // Reads the recording's samples of that kind; empty when it has none (an older recording, or
+  // no profile).
+  explicit CpuProfile(const RecordingReader& rec, ProfileKind kind = ProfileKind::Cpu);
 
   struct Sample {
     uint64_t ts_ns = 0;
     uint32_t pid = 0, tid = 0;
-    uint32_t stack = 0;  // index into stacks()
+    uint32_t stack = 0;   // index into stacks()
+    uint64_t weight = 1;  // Cpu: 1 (a sample); OffCpu: nanoseconds of waiting it stands for
   };
+  ProfileKind kind() const { return kind_; }
   bool empty() const { return samples_.empty(); }
+  // The samples' weights summed: Cpu, the samples; OffCpu, nanoseconds blocked.
+  uint64_t total_weight() const { return total_weight_; }
   const std::vector<Sample>& samples() const { return samples_; }
   const std::vector<std::vector<uint32_t>>& stacks() const { return stacks_; }  // frame indices
   const std::vector<ProfileFrame>& frames() const { return frames_; }
   // Samples per second of CPU (the recording's sample_hz; 0 when not said).
   uint32_t hz() const { return hz_; }
 
-  // Functions by the samples they were the innermost frame in (self), and in any frame (total,
-  // counted once per sample), the most self first. Python functions are told apart by file.
+  // Functions by the weight of the samples they were the innermost frame in (self), and in any
+  // frame (total, counted once per sample), the most self first. Python functions are told
+  // apart by file.
   struct Function {
     std::string name, where;  // where: the Python file, or the native module
     bool python = false;
@@ -52,10 +63,12 @@ class CpuProfile {
   std::vector<std::vector<uint32_t>> stacks_;
   std::vector<ProfileFrame> frames_;
   uint32_t hz_ = 0;
+  uint64_t total_weight_ = 0;
+  ProfileKind kind_ = ProfileKind::Cpu;
 };
 
-// `eacgm report`'s section: the top functions by self samples with their totals, or nothing when
-// the recording has no profile.
+// `eacgm report`'s section: the top functions by self weight with their totals, or nothing when
+// the recording has no profile of that kind.
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top = 15);
 
 }  // namespace eacgm

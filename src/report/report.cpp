@@ -172,16 +172,24 @@ void print_report(const std::string& path, bool json, FILE* out) {
                        // is passed on as the text it is
                        {"features", features_json(s.text_at(7))}});
                 });
-    if (CpuProfile profile(rec); !profile.empty()) {
+    for (ProfileKind kind : {ProfileKind::Cpu, ProfileKind::OffCpu}) {
+      CpuProfile profile(rec, kind);
+      if (profile.empty()) continue;
+      const bool off = kind == ProfileKind::OffCpu;
       nlohmann::json functions = nlohmann::json::array();
       for (const auto& f : profile.functions()) {
         if (functions.size() == 100) break;
-        functions.push_back({{"name", f.name}, {"where", f.where}, {"python", f.python},
-                             {"self_samples", f.self}, {"total_samples", f.total}});
+        nlohmann::json fj{{"name", f.name}, {"where", f.where}, {"python", f.python}};
+        fj[off ? "self_ns" : "self_samples"] = f.self;
+        fj[off ? "total_ns" : "total_samples"] = f.total;
+        functions.push_back(std::move(fj));
       }
-      j["cpu_profile"] = {{"samples", profile.samples().size()},
-                          {"sample_hz", profile.hz()},
-                          {"functions", functions}};
+      nlohmann::json pj{{"samples", profile.samples().size()}, {"functions", functions}};
+      if (off)
+        pj["blocked_ns"] = profile.total_weight();
+      else
+        pj["sample_hz"] = profile.hz();
+      j[off ? "offcpu_profile" : "cpu_profile"] = std::move(pj);
     }
     Collectives collectives(rec);
     j["collectives"] = nlohmann::json::array();
@@ -247,6 +255,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
   }
   print_collectives(Collectives(rec), out);
   print_cpu_profile(CpuProfile(rec), out);
+  print_cpu_profile(CpuProfile(rec, ProfileKind::OffCpu), out);
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
   if (std::string gaps = rec.meta_or("host_unavailable_metrics", ""); !gaps.empty())

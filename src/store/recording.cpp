@@ -101,6 +101,13 @@ CREATE TABLE python_stacks(id INTEGER NOT NULL, depth INTEGER NOT NULL, name TEX
 -- CPU it ran on fired; its stacks as ids in native_stacks and python_stacks (NULL: none).
 CREATE TABLE stack_samples(ts_ns INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL,
                            native_stack INTEGER, py_stack INTEGER);
+-- Off-CPU profile (record --sample-hz): a traced thread blocked (not runnable) from ts_ns for
+-- dur_ns, with its stacks where it blocked; weight_ns is the time the row stands for: waits of
+-- a sampling period or more are all kept (weight_ns = dur_ns), shorter ones with probability
+-- dur_ns / period, weighing one period, so weights sum to the time spent blocked.
+CREATE TABLE offcpu_samples(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
+                            weight_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                            tid INTEGER NOT NULL, native_stack INTEGER, py_stack INTEGER);
 -- Native (user-space) stacks of the samples, deduplicated: one row per frame, depth 0 the
 -- innermost; name is the function ("unknown+0x<offset>" where it cannot be named), module the
 -- file its code is in.
@@ -365,6 +372,19 @@ void RecordingWriter::write_batch(const Batch& b) {
       if (x.native_stack) sample.bind(4, x.native_stack);
       if (x.py_stack) sample.bind(5, x.py_stack);
       if (sample.run() != SQLITE_DONE) return failed("CPU samples");
+    }
+  }
+  if (!b.offcpu_samples.empty()) {
+    Statement& sample = st("INSERT INTO offcpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7)");
+    for (const auto& x : b.offcpu_samples) {
+      sample.bind(1, int64_t(x.ts_ns));
+      sample.bind(2, int64_t(x.dur_ns));
+      sample.bind(3, int64_t(x.weight_ns));
+      sample.bind(4, int64_t(x.pid));
+      sample.bind(5, int64_t(x.tid));
+      if (x.native_stack) sample.bind(6, x.native_stack);
+      if (x.py_stack) sample.bind(7, x.py_stack);
+      if (sample.run() != SQLITE_DONE) return failed("off-CPU samples");
     }
   }
   if (!write_host_samples(st, b.host_samples)) return failed("host samples");

@@ -52,6 +52,7 @@ class RecordingWriter final : public Sink {
   void add(const PythonCallRow& row) override { batch_->python_calls.push_back(row); }
   void add(const PythonStackFrameRow& row) override { batch_->python_frames.push_back(row); }
   void add(const StackSampleRow& row) override { batch_->stack_samples.push_back(row); }
+  void add(const OffCpuSampleRow& row) override { batch_->offcpu_samples.push_back(row); }
   void add(const NativeFrameRow& row) override { batch_->native_frames.push_back(row); }
   size_t pending() const { return batch_->size(); }
   void flush() override;
@@ -83,12 +84,14 @@ class RecordingWriter final : public Sink {
     std::vector<PythonCallRow> python_calls;
     std::vector<PythonStackFrameRow> python_frames;
     std::vector<StackSampleRow> stack_samples;
+    std::vector<OffCpuSampleRow> offcpu_samples;
     std::vector<NativeFrameRow> native_frames;
     size_t size() const {
-      return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() + processes.size() + exits.size() + threads.size() +
-             host_samples.size() + gpu_devices.size() + gpu_samples.size() +
-             gpu_process_samples.size() + gpu_xids.size() + python_calls.size() +
-             python_frames.size() + stack_samples.size() + native_frames.size();
+      return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() +
+             processes.size() + exits.size() + threads.size() + host_samples.size() +
+             gpu_devices.size() + gpu_samples.size() + gpu_process_samples.size() +
+             gpu_xids.size() + python_calls.size() + python_frames.size() + stack_samples.size() +
+             offcpu_samples.size() + native_frames.size();
     }
   };
   void writer_loop();

@@ -146,6 +146,16 @@ struct StackSampleRow {
   int64_t py_stack = 0;
 };
 
+// One off-CPU sample (record --sample-hz): a traced thread blocked from ts_ns for dur_ns, where
+// its stacks say; weight_ns: the time it stands for (dur_ns, or one sampling period for a short
+// wait kept with probability dur / period), so weights sum to the time spent blocked.
+struct OffCpuSampleRow {
+  uint64_t ts_ns = 0, dur_ns = 0, weight_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  int64_t native_stack = 0;
+  int64_t py_stack = 0;
+};
+
 // One frame of a deduplicated native stack (native_stacks): depth 0 is the innermost.
 struct NativeFrameRow {
   int64_t id = 0;

@@ -85,6 +85,53 @@ TEST_P(Profile, HotPythonAndCFunctionsHaveTheirSharesAndASleeperNone) {
   EXPECT_NE(text.out.find("hot_c_spin  (libhot_c.so)"), std::string::npos) << text.out;
 }
 
+// The off-CPU profile of the same recording defaults: threads blocked in known Python functions
+// for times the workload measured itself (waits.py). Long waits are kept whole, short ones
+// sampled (expected weight = their time); a thread that never blocks has next to none.
+TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--sample-hz", "499", "--", GetParam().path,
+                std::string(EACGM_PY_WORKLOADS) + "/waits.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  auto truth = nlohmann::json::parse(r.out);
+  const auto& measured = truth.at("measured");
+
+  Db db(db_);
+  int64_t rows = db.scalar("SELECT count(*) FROM offcpu_samples");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'offcpu_samples'"), std::to_string(rows));
+  // a wait shorter than the period stands for one period; a longer one for itself
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM offcpu_samples WHERE weight_ns != max(dur_ns, "
+                      "2004008)"),
+            0);
+  auto rep = run({kEacgm, "report", db_, "--json"});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  auto profile = nlohmann::json::parse(rep.out).at("offcpu_profile");
+  auto seconds = [&](const std::string& name) {
+    for (const auto& f : profile.at("functions"))
+      if (f.at("name") == name) return f.at("total_ns").get<double>() / 1e9;
+    return 0.0;
+  };
+  double nap = seconds("waits.nap"), doze = seconds("waits.doze"),
+         lock = seconds("waits.wait_lock"), spin = seconds("waits.spin");
+  printf(
+      "%s: %lld off-CPU rows; blocked in nap %.3f s (measured %.3f), doze %.3f (%.3f), "
+      "wait_lock %.3f (%.3f), spin %.3f\n",
+      GetParam().label.c_str(), (long long)rows, nap, measured.at("nap").get<double>(), doze,
+      measured.at("doze").get<double>(), lock, measured.at("wait_lock").get<double>(), spin);
+  // waits of 20 ms and 0.6 s, each kept whole: within 5% of what the workload measured (which
+  // also counts the call around the wait)
+  EXPECT_NEAR(nap, measured.at("nap").get<double>(), 0.05 * measured.at("nap").get<double>());
+  EXPECT_NEAR(lock, measured.at("wait_lock").get<double>(), 0.03);
+  // 400 waits of about a period each, about half of them kept: a binomial count whose standard
+  // deviation is about 5% of the total
+  EXPECT_NEAR(doze, measured.at("doze").get<double>(), 0.2 * measured.at("doze").get<double>());
+  // 0.6 s on the CPU without a wait: at most a few periods (its start, the GIL)
+  EXPECT_LT(spin, 0.03);
+  // the text report names them
+  auto text = run({kEacgm, "report", db_});
+  EXPECT_NE(text.out.find("Off-CPU profile ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("python waits.wait_lock"), std::string::npos) << text.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
                          [](const auto& info) { return info.param.label; });
 
@@ -125,10 +172,31 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
                     "HOME=" + dir_ + " go tool pprof -top -lines -sample_index=samples " + pb +
                         " 2>&1"});
   EXPECT_NE(lines.out.find("hot_split.py:"), std::string::npos) << lines.out;
-  // the CPU time is the sample count times the period (1/499 s)
+  // the CPU time is the sample count times the period (1/499 s); the waits are a third type
   auto cpu = run({"/bin/sh", "-c", "HOME=" + dir_ + " go tool pprof -raw " + pb + " 2>&1"});
-  EXPECT_NE(cpu.out.find("samples/count cpu/nanoseconds"), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("samples/count cpu/nanoseconds[dflt] off_cpu/nanoseconds"),
+            std::string::npos)
+      << cpu.out;
   EXPECT_NE(cpu.out.find("Period: 2004008"), std::string::npos) << cpu.out;
+  // the off-CPU profile: the sleeper waits for the whole run in sleeper(); pprof's cum for it is
+  // report's total (pprof prints seconds with 3 significant digits)
+  auto off = nlohmann::json::parse(rep.out).at("offcpu_profile");
+  double sleeper_s = 0;
+  for (const auto& f : off.at("functions"))
+    if (f.at("name") == "hot_split.sleeper") sleeper_s = f.at("total_ns").get<double>() / 1e9;
+  EXPECT_GT(sleeper_s, 1.5) << off.dump();
+  auto waits =
+      run({"/bin/sh", "-c",
+           "HOME=" + dir_ + " go tool pprof -top -sample_index=off_cpu -unit=ms " + pb + " 2>&1"});
+  ASSERT_EQ(waits.exit_code, 0) << waits.out;
+  EXPECT_NE(waits.out.find("Type: off_cpu"), std::string::npos) << waits.out;
+  ASSERT_TRUE(std::regex_search(waits.out, m,
+                                std::regex(R"(([\d.]+)ms\s+[\d.]+%\s+hot_split\.sleeper\s*\n)")))
+      << waits.out;
+  EXPECT_NEAR(std::stod(m[1]), sleeper_s * 1000, 0.01 * sleeper_s * 1000) << waits.out;
+  // without -sample_index pprof shows the CPU profile (the default sample type)
+  auto deflt = run({"/bin/sh", "-c", "HOME=" + dir_ + " go tool pprof -top " + pb + " 2>&1"});
+  EXPECT_NE(deflt.out.find("Type: cpu"), std::string::npos) << deflt.out;
 
   // the Perfetto trace: one PerfSample packet (TracePacket field 66) per sample, their stacks'
   // functions interned
@@ -150,7 +218,7 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
     std::string page = dir_ + "/profile.html";
     ASSERT_EQ(run({kEacgm, "report", db_, "--html", page}).exit_code, 0);
     Rendered p = render(page, "cpu_profile");
-    expect_drawn(p, {"flame"});
+    expect_drawn(p, {"flame", "flame-offcpu"});
     const auto& data = p.data.at("profile");
     EXPECT_EQ(data.at("samples"), profile.at("samples"));
     std::function<uint64_t(const nlohmann::json&, const std::string&)> in_tree =
@@ -163,6 +231,10 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
     EXPECT_NEAR(100 * double(in_tree(data.at("tree"), "hot_split.hot_py")) / n, py.total, 0.5);
     EXPECT_NEAR(100 * double(in_tree(data.at("tree"), "hot_c_spin")) / n, c.total, 0.5);
     EXPECT_NE(p.dom.find("hot_c_spin"), std::string::npos);
+    // the off-CPU flame graph: the sleeper's wait, in nanoseconds, as report has it
+    EXPECT_NEAR(double(in_tree(p.data.at("offcpu_profile").at("tree"), "hot_split.sleeper")) / 1e9,
+                sleeper_s, 0.001);
+    EXPECT_NE(p.dom.find("Off-CPU profile"), std::string::npos);
   }
 
   // bad rates are usage errors, before anything runs or is written

@@ -1,6 +1,7 @@
 // The CPU profile as report and export read it: Python and native frames put together per
 // sample, and the functions' self and total counts.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -81,7 +82,7 @@ TEST(CpuProfile, PythonAndNativeFramesTogetherAndFunctionsCounted) {
   EXPECT_EQ(p.functions().front().name, "m.rec");  // the most self first
 
   // pprof: gzip that zlib reads back, a profile.proto that starts with its sample types
-  std::string raw = pprof_profile(p, 1'700'000'000'000'000'000, 2'000'000'000);
+  std::string raw = pprof_profile(p, nullptr, 1'700'000'000'000'000'000, 2'000'000'000);
   std::string gz = gzip(raw);
   ASSERT_GT(gz.size(), 18u);
   EXPECT_EQ(uint8_t(gz[0]), 0x1f);
@@ -97,6 +98,64 @@ TEST(CpuProfile, PythonAndNativeFramesTogetherAndFunctionsCounted) {
   inflateEnd(&z);
   EXPECT_EQ(back, raw);
   EXPECT_EQ(raw[0], char(1 << 3 | 2));  // field 1 (sample_type), length-delimited
+  fs::remove(path);
+}
+
+// The off-CPU profile: samples weigh the time they stand for, functions sum weights; a damaged
+// weight (negative, or beyond an hour) cannot overflow the sums; the CPU profile of the same
+// recording is untouched by it.
+TEST(CpuProfile, OffCpuSamplesWeighTheirTime) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_offcpu_" + std::to_string(getpid()) + ".db")).string();
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("sample_hz", "100");
+    w.add(NativeFrameRow{1, 0, "clock_nanosleep", "libc.so.6"});
+    w.add(NativeFrameRow{1, 1, "_PyEval_EvalFrameDefault", "libpython.so"});
+    w.add(NativeFrameRow{2, 0, "futex_wait", "libc.so.6"});
+    w.add(PythonStackFrameRow{1, 0, "m.nap", "m.py", 3});
+    w.add(PythonStackFrameRow{1, 1, "m.main", "m.py", 9});
+    // a 250 ms sleep kept whole, three short waits of a period each, a lock wait of 40 ms
+    w.add(OffCpuSampleRow{1000, 250'000'000, 250'000'000, 7, 8, 1, 1});
+    for (uint64_t t : {2000, 3000, 4000})
+      w.add(OffCpuSampleRow{t, 1'000'000, 10'000'000, 7, 8, 1, 1});
+    w.add(OffCpuSampleRow{5000, 40'000'000, 40'000'000, 7, 9, 2, 0});
+    w.add(StackSampleRow{6000, 7, 8, 2, 0});
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  {
+    // damage: a negative weight is left out, a huge one counts an hour
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "INSERT INTO offcpu_samples VALUES(7000, 1, -5, 7, 9, 2, NULL);"
+                           "INSERT INTO offcpu_samples VALUES(8000, 1, 9223372036854775807, 7, 9, "
+                           "2, NULL);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  RecordingReader rec(path);
+  CpuProfile off(rec, ProfileKind::OffCpu);
+  ASSERT_EQ(off.samples().size(), 6u);  // the negative one left out
+  const uint64_t hour = 3'600'000'000'000;
+  EXPECT_EQ(off.total_weight(), 250'000'000u + 30'000'000u + 40'000'000u + hour);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> fn;
+  for (const auto& f : off.functions()) fn[f.name] = {f.self, f.total};
+  EXPECT_EQ(fn["clock_nanosleep"], std::make_pair(uint64_t(280'000'000), uint64_t(280'000'000)));
+  EXPECT_EQ(fn["m.main"], std::make_pair(uint64_t(0), uint64_t(280'000'000)));
+  EXPECT_EQ(fn["futex_wait"], std::make_pair(40'000'000 + hour, 40'000'000 + hour));
+  EXPECT_EQ(off.functions().front().name, "futex_wait");
+  CpuProfile cpu(rec);
+  ASSERT_EQ(cpu.samples().size(), 1u);
+  EXPECT_EQ(cpu.total_weight(), 1u);
+
+  // pprof: a third sample type, the waits in samples of their own, cpu the default type
+  std::string raw = pprof_profile(cpu, &off, 0, 0);
+  EXPECT_NE(raw.find("off_cpu"), std::string::npos);
+  std::string cpu_only = pprof_profile(cpu, nullptr, 0, 0);
+  EXPECT_EQ(cpu_only.find("off_cpu"), std::string::npos);
   fs::remove(path);
 }
 

@@ -430,39 +430,40 @@
     document.documentElement.setAttribute('data-rendered', 'yes');
   }
 
-  // The CPU profile: a flame graph (icicle: the outermost frames at the top, each frame's width
-  // its share of the samples) and the top functions by self and total samples.
-  function drawProfile() {
-    const P = data.profile;
-    const sec = section('profile', 'CPU profile', 'Where the traced threads spent their CPU: sampled stacks, Python and native frames together (blue: Python, orange: native). Width: share of the samples; hover for the numbers, scroll or drag to zoom.');
+  // A profile: a flame graph (icicle: the outermost frames at the top, each frame's width its
+  // share of the weight) and the top functions by self and total. The CPU profile's weights are
+  // samples; the off-CPU profile's, nanoseconds blocked.
+  function drawProfile(P, o) {
+    const sec = section(o.id, o.title, o.intro);
     if (!P) {
-      missing(sec, 'No CPU profile in this recording (record with --sample-hz above 0, the default).');
+      missing(sec, o.none);
       return;
     }
     sec.append(el('p', {}, num(P.samples, 0) + ' samples of ' + num(P.threads, 0) + (P.threads === 1 ? ' thread' : ' threads') +
-      (P.hz ? ' at ' + P.hz + ' Hz (' + num(P.samples / P.hz, 2) + ' s of CPU)' : '') +
-      '; eacgm export --pprof writes every frame for go tool pprof or speedscope.'));
+      (o.blocked ? ', ' + num(P.blocked_ns / 1e9, 2) + ' s blocked' : (P.hz ? ' at ' + P.hz + ' Hz (' + num(P.samples / P.hz, 2) + ' s of CPU)' : '')) +
+      '; eacgm export --pprof writes every frame for go tool pprof' + (o.blocked ? ' (-sample_index=off_cpu)' : '') + ' or speedscope.'));
     const total = P.tree.v || 1;
+    const amount = (v) => o.blocked ? num(v / 1e9, 3) + ' s blocked' : num(v, 0) + ' samples';
     const rects = [];
     let depthMax = 0;
     (function walk(node, x, depth) {
       let at = x;
       for (const c of node.c || []) {
-        rects.push({ value: [at, at + c.v, depth], name: c.n, where: c.w, python: c.p, samples: c.v });
+        rects.push({ value: [at, at + c.v, depth], name: c.n, where: c.w, python: c.p, weight: c.v });
         depthMax = Math.max(depthMax, depth);
         walk(c, at, depth + 1);
         at += c.v;
       }
     })(P.tree, 0, 0);
     const ROW = 18;
-    const entry = makeChart(sec, 'flame', Math.min(1200, 70 + ROW * (depthMax + 1)));
+    const entry = makeChart(sec, o.chart, Math.min(1200, 70 + ROW * (depthMax + 1)));
     entry.chart.setOption({
       animation: false,
       title: { text: 'flame graph (outermost frame at the top)', left: 0, textStyle: { fontSize: 13 } },
       tooltip: { confine: true, formatter: (q) => {
         const r = rects[q.dataIndex];
         return '<b>' + esc(r.name) + '</b><br>' + esc(r.where || '') + '<br>' +
-          num(r.samples, 0) + ' samples, ' + num(100 * r.samples / total, 1) + '% (with what it calls)';
+          amount(r.weight) + ', ' + num(100 * r.weight / total, 1) + '% (with what it calls)';
       } },
       grid: { left: 4, right: 4, top: 30, bottom: 30 },
       xAxis: { type: 'value', min: 0, max: total, show: false },
@@ -490,8 +491,8 @@
       { title: 'function', show: (r) => el('span', {}, r.name, el('span', { class: 'where' }, ' ' + (r.where || ''))), value: (r) => r.name, cls: 'name' },
       { title: 'kind', show: (r) => r.python ? 'python' : 'native', value: (r) => r.python ? 1 : 0 },
       { title: 'self', show: (r) => num(r.self_pct, 1) + '%', value: (r) => r.self },
-      { title: 'total', show: (r) => num(r.total_pct, 1) + '%', value: (r) => r.total }]);
-    sec.append(el('h3', {}, 'top functions (self: the innermost frame; total: anywhere in the stack)'), t);
+      { title: 'total', show: (r) => num(r.total_pct, 1) + '%' + (o.blocked ? ' (' + num(r.total / 1e9, 3) + ' s)' : ''), value: (r) => r.total }]);
+    sec.append(el('h3', {}, 'top functions (self: ' + (o.blocked ? 'where it blocked' : 'the innermost frame') + '; total: anywhere in the stack)'), t);
   }
 
   try {
@@ -501,7 +502,12 @@
     drawSampled('host', 'host', 'Traced processes and network interfaces over time (per sampling interval); red bands: anomalous windows.', data.host);
     drawCollectives();
     drawTops();
-    drawProfile();
+    drawProfile(data.profile, { id: 'profile', chart: 'flame', title: 'CPU profile',
+      intro: 'Where the traced threads spent their CPU: sampled stacks, Python and native frames together (blue: Python, orange: native). Width: share of the samples; hover for the numbers, scroll or drag to zoom.',
+      none: 'No CPU profile in this recording (record with --sample-hz above 0, the default).' });
+    if (data.offcpu_profile)
+      drawProfile(data.offcpu_profile, { id: 'offcpu', chart: 'flame-offcpu', title: 'Off-CPU profile', blocked: true,
+        intro: 'Where the traced threads waited, blocked off the CPU (sleeps, locks, I/O, other ranks): stacks where each wait began, weighted by its time. Width: share of the time blocked; hover for the numbers.' });
     drawAnomalyTable();
   } catch (e) {
     errors.push(String(e && e.stack || e));
