@@ -39,13 +39,17 @@ trap 'sysctl -qw kernel.bpf_stats_enabled=$old_stats; rm -rf "$out"' EXIT
 sysctl -qw kernel.bpf_stats_enabled=1
 $EACGM record -q -f -o "$out/s.db" --sample-hz "$HZ" -- $PY "${train[@]}" >/dev/null &
 rec=$!
-last=""
+last="" last_off=""
+switches0=$(awk '/^ctxt/ {print $2}' /proc/stat)
 while kill -0 "$rec" 2>/dev/null; do
   l=$(bpftool prog show name sample_cpu 2>/dev/null | head -1 || true)
   if [ -n "$l" ]; then last=$l; fi
+  l=$(bpftool prog show name offcpu_switch 2>/dev/null | head -1 || true)
+  if [ -n "$l" ]; then last_off=$l; fi
   sleep 0.5
 done
 wait "$rec" || true
+switches=$(( $(awk '/^ctxt/ {print $2}' /proc/stat) - switches0 ))
 base=${best[none]}
 base_cpu=$(median <<<"${cpus[none]}")
 printf "%-22s %10s %10s %14s %10s\n" "configuration" "steps/s" "slowdown" "cpu ms/step" "cpu added"
@@ -56,10 +60,37 @@ for k in "${names[@]}"; do
 done
 echo "model size $SIZE, $STEPS steps per run, $ROUNDS rounds (steps/s: best; cpu: median), $HZ Hz"
 echo "samples in the last runs: host $(sqlite3 "$out/h.db" 'select count(*) from stack_samples'), auto $(sqlite3 "$out/a.db" 'select count(*) from stack_samples') ($(sqlite3 "$out/a.db" 'select count(*) from stack_samples where py_stack is not null') with a Python stack)"
-rt=$(awk '{for (k = 1; k <= NF; k++) if ($k == "run_time_ns") print $(k + 1)}' <<<"$last")
-rc=$(awk '{for (k = 1; k <= NF; k++) if ($k == "run_cnt") print $(k + 1)}' <<<"$last")
+field() { awk -v f="$1" '{for (k = 1; k <= NF; k++) if ($k == f) print $(k + 1)}'; }
+rt=$(field run_time_ns <<<"$last")
+rc=$(field run_cnt <<<"$last")
 n=$(sqlite3 "$out/s.db" 'select count(*) from stack_samples')
 cpu_s=$(awk -v n="$n" -v hz="$HZ" 'BEGIN{print n / hz}')
 awk -v rt="${rt:-0}" -v rc="${rc:-1}" -v n="$n" -v cpu="$cpu_s" 'BEGIN{
   printf "sampling program (bpf_stats, defaults at this rate): %d runs (every CPU, traced or not), %.1f us each; %d samples of %.1f s of traced CPU: %.3f%% of it\n",
     rc, rt / rc / 1000, n, cpu, rt / 1e9 / cpu * 100 }'
+# The off-CPU program runs at every context switch of the machine (traced or not); it reads
+# stacks only at a traced thread's blocking switch, and writes a row at about one per period of
+# blocked time
+ort=$(field run_time_ns <<<"$last_off")
+orc=$(field run_cnt <<<"$last_off")
+on=$(sqlite3 "$out/s.db" 'select count(*) from offcpu_samples')
+ob=$(sqlite3 "$out/s.db" 'select coalesce(sum(weight_ns), 0) / 1e9 from offcpu_samples')
+awk -v rt="${ort:-0}" -v rc="${orc:-1}" -v sw="$switches" -v n="$on" -v b="$ob" -v cpu="$cpu_s" 'BEGIN{
+  printf "off-CPU program (bpf_stats): %d runs (%d context switches on the machine meanwhile), %.2f us each, %.1f ms in all: %.3f%% of the traced CPU; %d off-CPU rows for %.1f s blocked\n",
+    rc, sw, rt / rc / 1000, rt / 1e6, rt / 1e9 / cpu * 100, n, b }'
+# Worst case for the off-CPU profile: two Python threads blocking at every round trip through a
+# pipe (bench/pingpong.py), traced with the defaults against the same with --no-off-cpu (the
+# baseline: everything else equal), best of ROUNDS alternating runs
+PP=${PP:-50000}
+best_pp() { sort -g | head -1; }
+with=() without=()
+for r in $(seq "$ROUNDS"); do
+  without+=("$($EACGM record -q -f -o "$out/p.db" --no-off-cpu -- $PY bench/pingpong.py "$PP" | value us_per_round_trip)")
+  with+=("$($EACGM record -q -f -o "$out/p.db" -- $PY bench/pingpong.py "$PP" | value us_per_round_trip)")
+done
+w=$(printf '%s\n' "${with[@]}" | best_pp)
+wo=$(printf '%s\n' "${without[@]}" | best_pp)
+pn=$(sqlite3 "$out/p.db" 'select count(*) from offcpu_samples')
+awk -v w="$w" -v wo="$wo" -v pn="$pn" -v pp="$PP" 'BEGIN{
+  printf "off-CPU, pipe ping-pong (2 blocking switches per round trip): ours %.2f us/round trip, baseline (--no-off-cpu) %.2f, ratio %.2f, added %.2f us per blocking switch; %d rows for %d round trips\n",
+    w, wo, w / wo, (w - wo) / 2, pn, pp }'

@@ -132,28 +132,23 @@ void EventDecoder::on_record(const void* data, size_t size) {
   }
 }
 
-void EventDecoder::decode_sample(const eacgm_sample_event& e) {
-  StackSampleRow row;
-  row.ts_ns = e.ts_ns;
-  row.pid = e.pid;
-  row.tid = e.tid;
+template <class Event, class Row>
+void EventDecoder::take_stacks(const Event& e, Row& row) {
   if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
   row.native_stack = native_stack_id(e.pid, reinterpret_cast<const uint64_t*>(e.ips), e.nframes);
   note_thread(e.pid, e.tid);
+}
+
+void EventDecoder::decode_sample(const eacgm_sample_event& e) {
+  StackSampleRow row{e.ts_ns, e.pid, e.tid};
+  take_stacks(e, row);
   ++stats_.samples;
   out_.add(row);
 }
 
 void EventDecoder::decode_offcpu(const eacgm_offcpu_event& e) {
-  OffCpuSampleRow row;
-  row.ts_ns = e.ts_ns;
-  row.dur_ns = e.dur_ns;
-  row.weight_ns = e.weight_ns;
-  row.pid = e.pid;
-  row.tid = e.tid;
-  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
-  row.native_stack = native_stack_id(e.pid, reinterpret_cast<const uint64_t*>(e.ips), e.nframes);
-  note_thread(e.pid, e.tid);
+  OffCpuSampleRow row{e.ts_ns, e.dur_ns, e.weight_ns, e.pid, e.tid};
+  take_stacks(e, row);
   ++stats_.offcpu_samples;
   out_.add(row);
 }

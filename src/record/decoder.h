@@ -79,6 +79,9 @@ class EventDecoder {
   void decode_exec_image(const eacgm_exec_image_event& e);
   void decode_sample(const eacgm_sample_event& e);
   void decode_offcpu(const eacgm_offcpu_event& e);
+  // A sample's Python stack (its PY_STACK record) and native stack into row's ids.
+  template <class Event, class Row>
+  void take_stacks(const Event& e, Row& row);
   // The id in native_stacks of a user stack (innermost first), its frames written when new;
   // 0 for an empty stack.
   int64_t native_stack_id(uint32_t pid, const uint64_t* ips, uint32_t nframes);
