@@ -31,6 +31,10 @@ awk -v b="$base" -v t="$bt" -v e="$ea" 'BEGIN {
 recorded=$(sqlite3 "$out/r.db" "select count(*) from cuda_calls")
 echo "last eacgm run recorded $recorded calls of $((N + 1)) made, dropped $(sqlite3 "$out/r.db" "select value from meta where key='dropped_events'")"
 
+# RATIO_ONLY=1: the ratio alone (e.g. `for i in 1 2 3 4 5; do RATIO_ONLY=1 bench/record_overhead.sh;
+# done` for the ratio over five runs)
+[ -n "${RATIO_ONLY:-}" ] && exit 0
+
 # 100k calls/s for 10 s: drops and the recorder's CPU (user+sys seconds / wall seconds)
 $EACGM record -q -f -o "$out/p.db" -- $LOOP 1000000 1 100000 >/dev/null
 sqlite3 "$out/p.db" "select 'paced 100k/s: recorded ' || (select count(*) from cuda_calls) ||

@@ -10,6 +10,12 @@
 
 namespace eacgm::cli {
 
+// What `eacgm record` writes when not told (-o): plain `eacgm detect` and `eacgm report` read it.
+inline constexpr const char* kDefaultRecording = "run.eacgm.db";
+// The recording a command reads when none is given: the default one in this directory, said on
+// stderr, or a usage error naming what to give.
+std::string default_recording();
+
 // A number option's finite check: NaN passes a range check (it compares false both ways), and
 // a NaN duration or window once meant an agent that never stopped.
 inline CLI::Validator finite_number(const std::string& what = "a finite number") {

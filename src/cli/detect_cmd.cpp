@@ -350,10 +350,10 @@ std::function<int()> add_detect(CLI::App& app) {
       "component falls below a threshold calibrated on the training samples are written to the "
       "recording's anomalies table with the features that pushed them out and a probable cause.");
   cmd->add_option("recordings", a->recordings,
-                  "the recording to examine; several recordings of one job (one per host) are "
-                  "lined up as `eacgm merge` does, examined as one, and each gets the job's "
-                  "anomalies on its own clock")
-      ->required();
+                  "the recording to examine (default: run.eacgm.db here, what `eacgm record` "
+                  "writes); several recordings of one job (one per host) are lined up as "
+                  "`eacgm merge` does, examined as one, and each gets the job's anomalies on its "
+                  "own clock");
   cmd->add_option("--train", a->trains,
                   "learn normal from this recording instead (repeat it for the recordings of "
                   "one job on several hosts)");
@@ -399,6 +399,7 @@ std::function<int()> add_detect(CLI::App& app) {
   cmd->add_option("--features-out", a->features_out,
                   "also write each group's features as CSV into this folder (for other tools)");
   return [a]() {
+    if (a->recordings.empty()) a->recordings.push_back(default_recording());
     if (!a->trains.empty() && !a->model.empty())
       throw UsageError("--train and --model both say what normal is: give one of them");
     // several recordings of one job: one lined-up copy of them, removed at the end

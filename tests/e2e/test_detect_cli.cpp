@@ -99,6 +99,33 @@ TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
   expect_found_strongest(nlohmann::json::parse(again.out), slow_launches(second));
 }
 
+// Plain `eacgm detect` and `eacgm report` read what plain `eacgm record` wrote here
+// (run.eacgm.db), and say so; where there is none, one line says what to give.
+TEST_F(DetectCli, WithoutARecordingTheDefaultOneHereIsRead) {
+  std::string here = dir_ + "/here";
+  std::filesystem::create_directories(here);
+  auto in_here = [&](const std::string& args) {
+    return run({"/bin/sh", "-c", "cd '" + here + "' && " + kEacgm + " " + args});
+  };
+  for (const char* cmd : {"detect", "report"}) {
+    auto none = in_here(cmd);
+    EXPECT_EQ(none.exit_code, 2) << cmd << ": " << none.err;
+    EXPECT_NE(none.err.find("give a recording (e.g. eacgm record -- CMD writes run.eacgm.db "
+                            "here; there is none in " +
+                            here + ")"),
+              std::string::npos)
+        << cmd << ": " << none.err;
+  }
+  std::filesystem::copy_file(record("run"), here + "/run.eacgm.db");
+  auto d = in_here("detect --layers cuda");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.err.find("reading run.eacgm.db (the default recording)"), std::string::npos) << d.err;
+  EXPECT_GE(Db(here + "/run.eacgm.db").scalar("SELECT count(*) FROM anomalies"), 6);
+  auto r = in_here("report");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cuLaunchKernel"), std::string::npos) << r.out;
+}
+
 TEST_F(DetectCli, BadInputGetsAClearError) {
   std::string db = record("run");
   auto both = run({kEacgm, "detect", db, "--train", db, "--model", dir_ + "/m.json"});
