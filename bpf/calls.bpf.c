@@ -173,10 +173,13 @@ struct {
 
 static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, __u64 now)
 {
+	/* made when the thread was switched in (below), or now */
 	struct offcpu_state *st =
 		bpf_task_storage_get(&offcpu_tasks, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!st)
+	if (!st) {
+		count(EACGM_CNT_OFFCPU_LOST);
 		return;
+	}
 	long n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), BPF_F_USER_STACK);
 	st->nframes = n > 0 ? (__u64)n / 8 : 0;
 	st->py_frames = 0;
@@ -185,9 +188,16 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 	st->since = now;
 }
 
+/*
+ * The kernel may refuse to make task storage inside the scheduler (while another task on this
+ * CPU is in the middle of a storage operation: a thread exiting, a map update). A thread is
+ * switched in before it can block, so its storage is made there first, and a refusal at one
+ * of the two is retried at the other.
+ */
 static __always_inline void offcpu_resumes(struct task_struct *next, __u64 now)
 {
-	struct offcpu_state *st = bpf_task_storage_get(&offcpu_tasks, next, 0, 0);
+	struct offcpu_state *st =
+		bpf_task_storage_get(&offcpu_tasks, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st || !st->since)
 		return;
 	__u64 since = st->since, dur = now - since, weight = dur;
@@ -225,7 +235,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	if (!preempt && prev_state != 0 && !(prev->flags & 0x00200000 /* PF_KTHREAD */) &&
 	    is_traced(prev->tgid))
 		offcpu_blocks(ctx, prev, now);
-	if (is_traced(next->tgid))
+	if (is_traced(next->tgid) && !(next->flags & 0x00200000 /* PF_KTHREAD */))
 		offcpu_resumes(next, now);
 	return 0;
 }

@@ -165,6 +165,8 @@ enum eacgm_counter {
 	EACGM_CNT_RING_DROPS = 0,     /* bpf_ringbuf_reserve failed: event lost */
 	EACGM_CNT_ENTRY_MISSING = 1,  /* a return without its entry (attached mid-call, or map full) */
 	EACGM_CNT_ENTRY_OVERFLOW = 2, /* the in-flight map was full at entry */
+	EACGM_CNT_OFFCPU_LOST = 3,    /* a blocking switch whose thread had no storage for its
+					 stacks (the kernel refused to make it then) */
 	EACGM_CNT_MAX = 4,
 };
 

@@ -365,8 +365,11 @@ void Pipeline::finish() {
   out_.set_meta("events", std::to_string(calls()));  // the python layer's too
   out_.set_meta("recording_state", "complete");
   if (opts_.sample_hz) out_.set_meta("cpu_samples", std::to_string(decoder_->stats().samples));
-  if (opts_.sample_hz && opts_.off_cpu)
+  if (opts_.sample_hz && opts_.off_cpu) {
     out_.set_meta("offcpu_samples", std::to_string(decoder_->stats().offcpu_samples));
+    // waits not in the profile because the kernel would not make a thread's storage then
+    out_.set_meta("offcpu_waits_lost", std::to_string(c.offcpu_lost));
+  }
   if (gpu_) {
     std::string lines;
     for (const auto& line : gpu_->unavailable()) {

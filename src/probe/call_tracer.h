@@ -29,6 +29,7 @@ struct TracerCounters {
   uint64_t ring_drops = 0;
   uint64_t entry_missing = 0;
   uint64_t entry_overflow = 0;
+  uint64_t offcpu_lost = 0;  // blocking switches without storage for their stacks
 };
 
 class CallTracer {
