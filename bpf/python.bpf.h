@@ -677,17 +677,18 @@ static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u3
 		count(EACGM_CNT_RING_DROPS);
 }
 
-/* The innermost `depth` Python frames of the calling thread, as a STACK record that precedes the
- * call record stamped call_ts. */
-static __always_inline void py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
+/* The innermost `depth` Python frames of the calling thread, as a STACK record stamped call_ts
+ * (sent before the records that refer to it); false when there is none. */
+static __always_inline bool py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
 	__u32 zero = 0;
 	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
 	if (!s)
-		return;
+		return false;
 	__u32 n = py_read_stack(pid, tid, call_ts, depth, s);
 	if (n)
 		py_output_stack(s, n);
+	return n != 0;
 }
 
 #endif

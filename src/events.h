@@ -104,6 +104,10 @@ struct eacgm_call_event {
 			  sched_info.run_delay), at most dur_ns; EACGM_RUNQ_UNKNOWN where not known */
 	__u64 entry_run_delay; /* the thread's sched_info.run_delay at entry: its whole wait for a
 				  CPU so far; EACGM_RUNQ_UNKNOWN where not known */
+	__u64 py_stack_ts; /* the Python stack: the PY_STACK record stamped this (ts_ns for the
+			      outermost traced call of its thread, read at entry; a call inside
+			      another shares the outer one's stack: no Python runs between them);
+			      0: none read */
 };
 
 #define EACGM_RUNQ_UNKNOWN (~0ULL)

@@ -187,16 +187,35 @@ void PythonDecoder::decode_stack(const eacgm_py_stack_event& e) {
     for (uint32_t i = 0; i < n; ++i)
       out_.add(PythonStackFrameRow{it->second, i, frames[i].name, frames[i].file, frames[i].line});
   }
-  pending_[e.tid] = {e.call_ts, it->second};
+  auto& waiting = pending_[e.tid];
+  // the oldest is a record lost (a full ring) or a call that never returned
+  if (waiting.size() == kPendingPerThread) waiting.erase(waiting.begin());
+  waiting.push_back({e.call_ts, it->second});
 }
 
 int64_t PythonDecoder::take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns) {
   (void)pid;  // tids are unique host-wide while both records are in flight
   auto it = pending_.find(tid);
-  if (it == pending_.end() || it->second.call_ts != ts_ns) return 0;
-  int64_t id = it->second.id;
-  pending_.erase(it);
-  return id;
+  if (it == pending_.end()) return 0;
+  auto& waiting = it->second;
+  for (auto s = waiting.rbegin(); s != waiting.rend(); ++s)
+    if (s->call_ts == ts_ns) {
+      int64_t id = s->id;
+      waiting.erase(std::next(s).base());
+      if (waiting.empty()) pending_.erase(it);
+      return id;
+    }
+  return 0;
+}
+
+int64_t PythonDecoder::stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns,
+                                     uint64_t py_stack_ts) {
+  if (!py_stack_ts) return 0;
+  if (py_stack_ts == ts_ns) return take_stack(pid, tid, ts_ns);
+  if (auto it = pending_.find(tid); it != pending_.end())
+    for (const auto& s : it->second)
+      if (s.call_ts == py_stack_ts) return s.id;
+  return 0;
 }
 
 void PythonDecoder::forget(uint32_t pid) {

@@ -36,9 +36,12 @@ class PythonDecoder {
   // Handles a record of the python layer; false if `kind` is not one.
   bool on_record(uint32_t kind, const void* data, size_t size);
 
-  // The python_stacks id of the call record (pid, tid, ts_ns) when its stack record came just
-  // before it; 0 otherwise.
+  // The python_stacks id of the sample or call record (pid, tid, ts_ns) whose stack record came
+  // before it, stamped ts_ns; 0 otherwise. The stack is forgotten after.
   int64_t take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns);
+  // A call record's stack (its py_stack_ts, see eacgm_call_event): its own, taken; or that of
+  // the traced call around it, still pending for that one.
+  int64_t stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns, uint64_t py_stack_ts);
 
   // A process exited: forget its code objects (their addresses mean nothing any more).
   void forget(uint32_t pid);
@@ -88,7 +91,10 @@ class PythonDecoder {
   Interner strings_;
   std::unordered_map<eacgm_py_code_key, CodeInfo, KeyHash, KeyEq> codes_;
   std::unordered_map<std::string, int64_t> stack_ids_;  // frames, as text, to their id
-  std::unordered_map<uint32_t, PendingStack> pending_;  // by tid
+  // by tid: stacks waiting for their records, the newest last. An outermost call's stack waits
+  // from its entry to its exit, while samples and calls inside it come and go: a few per thread.
+  static constexpr size_t kPendingPerThread = 8;
+  std::unordered_map<uint32_t, std::vector<PendingStack>> pending_;
   PythonDecoderStats stats_;
   uint64_t malformed_ = 0;
 };

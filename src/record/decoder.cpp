@@ -22,7 +22,8 @@
 namespace eacgm {
 namespace {
 
-static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8 + 8, "event layout");
+static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8 + 8 + 8,
+              "event layout");
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
@@ -247,7 +248,7 @@ void EventDecoder::decode_comm(const eacgm_call_event& e) {
   row.tid = e.tid;
   row.name = op.symbol;
   row.ret = static_cast<int32_t>(e.ret);  // ncclResult_t
-  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  if (python_) row.py_stack = python_->stack_of_call(e.pid, e.tid, e.ts_ns, e.py_stack_ts);
   auto arg = [&](int8_t i) { return call_arg(e, i); };
   if (op.count_arg != kNoCommArg) row.count = int64_t(arg(op.count_arg));
   if (op.dtype_arg != kNoCommArg) {
@@ -318,7 +319,7 @@ void EventDecoder::decode_torch(const eacgm_call_event& e) {
   note_thread(e.pid, e.tid);
   TorchCallRow row{e.ts_ns, e.dur_ns, e.pid, e.tid, name};
   row.runq_ns = runq_of(e);
-  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  if (python_) row.py_stack = python_->stack_of_call(e.pid, e.tid, e.ts_ns, e.py_stack_ts);
   out_.add(row);
 }
 
@@ -354,7 +355,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   row.name = op.symbol;
   // CUDA error codes are C enums: the low 32 bits of the return register.
   row.ret = static_cast<int32_t>(e.ret);
-  if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+  if (python_) row.py_stack = python_->stack_of_call(e.pid, e.tid, e.ts_ns, e.py_stack_ts);
   if (op.bytes_arg != kNoArg) row.bytes = static_cast<int64_t>(call_arg(e, op.bytes_arg));
   if (op.stream_arg != kNoArg) {
     row.has_stream = true;

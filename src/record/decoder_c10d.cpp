@@ -41,7 +41,7 @@ void EventDecoder::decode_c10d(const eacgm_call_event& e) {
       row.tid = e.tid;
       row.name = op.name;
       row.comm = e.args[1];  // the process group
-      if (python_) row.py_stack = python_->take_stack(e.pid, e.tid, e.ts_ns);
+      if (python_) row.py_stack = python_->stack_of_call(e.pid, e.tid, e.ts_ns, e.py_stack_ts);
       if (op.tensor_arg >= 0) {
         uint64_t dtype = e.deref[4] & 0xffffffff, tensors = e.deref[4] >> 32;
         if (e.deref[0] != ~0ULL) {

@@ -372,6 +372,37 @@ TEST(PythonDecoder, NamesAreValidUtf8WhateverTheProcessHeld) {
   EXPECT_EQ(rows.files[0], "/a\xef\xbf\xbd.py");
 }
 
+// A call's Python stack is read at the entry of the outermost traced call of its thread; the
+// calls inside it share that stack (their py_stack_ts names it) and the outermost one takes it
+// when it returns, last. Samples taken meanwhile bring and take their own stacks.
+TEST(PythonDecoder, CallsInsideAnotherShareItsStackWhileSamplesComeAndGo) {
+  Sink none;
+  PythonDecoder decoder(none, PythonFilter("*"), [](const eacgm_py_code_key&, uint32_t) {});
+  auto stack = [&](uint64_t ts, uint64_t code) {
+    eacgm_py_stack_event s{};
+    s.kind = EACGM_REC_PY_STACK;
+    s.pid = 7, s.tid = 8, s.depth = 1, s.call_ts = ts;
+    s.frames[0] = {code, 0x2000, 1, 0};
+    ASSERT_TRUE(decoder.on_record(s.kind, &s, sizeof s));
+  };
+  stack(100, 0x1000);  // aten::linear's entry
+  stack(150, 0x5000);  // a CPU sample inside it, elsewhere in Python (another thread state)
+  int64_t sample = decoder.take_stack(7, 8, 150);
+  EXPECT_GT(sample, 0);
+  int64_t nested = decoder.stack_of_call(7, 8, 120, 100);  // aten::addmm inside it
+  EXPECT_GT(nested, 0);
+  EXPECT_NE(nested, sample);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 130, 100), nested);  // and another
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 100, 100), nested);  // aten::linear returns: taken
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 140, 100), 0);       // gone
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 200, 0), 0);         // no stack read
+  EXPECT_EQ(decoder.take_stack(7, 9, 100), 0);               // another thread's
+  // stacks whose records never came (a full ring) do not pile up: the oldest go
+  for (uint64_t ts = 1000; ts < 1020; ++ts) stack(ts, 0x1000);
+  EXPECT_EQ(decoder.take_stack(7, 8, 1000), 0);
+  EXPECT_GT(decoder.take_stack(7, 8, 1019), 0);
+}
+
 TEST(PythonDecoder, NamePrintIsFnv1aOfTheFirst32CharactersFolded) {
   // FNV-1a 32 of "a" is 0xe40c292c; folded: 0xe40c ^ 0x292c
   EXPECT_EQ(python_name_print("a"), 0xe40cu ^ 0x292cu);
