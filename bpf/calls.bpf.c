@@ -46,7 +46,7 @@ struct inflight_call {
  */
 struct task_calls {
 	__u32 depth;
-	__u32 pad;
+	__u32 py_absent_gen; /* py_procs_gen (low bits) when this process was not a Python one */
 	struct inflight_call calls[MAX_DEPTH];
 };
 
@@ -184,8 +184,10 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 	long n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), BPF_F_USER_STACK);
 	st->nframes = n > 0 ? (__u64)n / 8 : 0;
 	st->py_frames = 0;
-	if (python_enabled)
-		st->py_frames = py_read_stack(prev->tgid, prev->pid, now, EACGM_PY_MAX_STACK, &st->py);
+	if (python_enabled) {
+		int frames = py_read_stack(prev->tgid, prev->pid, now, EACGM_PY_MAX_STACK, &st->py);
+		st->py_frames = frames > 0 ? frames : 0;
+	}
 	st->since = now;
 }
 
@@ -320,7 +322,7 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	/* the calls themselves get their Python stack (they read a process group: PG_ARG1), not
 	 * the Work bookkeeping probes */
 	bool stack = python_enabled && (cookie & EACGM_COOKIE_PG_ARG1) &&
-		     py_emit_stack(id >> 32, (__u32)id, now, py_stack_depth);
+		     py_emit_stack(id >> 32, (__u32)id, now, py_stack_depth) > 0;
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
@@ -416,10 +418,17 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 */
 	c->py_stack_ts = 0;
 	if (python_enabled) { /* set before load: costs nothing when the python layer is off */
-		if (depth > 0)
+		/* read before the lookup: a process added meanwhile moves it past what is kept */
+		__u32 gen = (__u32)*(volatile __u64 *)&py_procs_gen;
+		if (depth > 0) {
 			c->py_stack_ts = t->calls[slot(depth - 1)].py_stack_ts;
-		else if (py_emit_stack(id >> 32, (__u32)id, c->ts_ns, py_stack_depth))
-			c->py_stack_ts = c->ts_ns;
+		} else if (t->py_absent_gen != gen) {
+			int n = py_emit_stack(id >> 32, (__u32)id, c->ts_ns, py_stack_depth);
+			if (n > 0)
+				c->py_stack_ts = c->ts_ns;
+			else if (n < 0)
+				t->py_absent_gen = gen;
+		}
 	}
 	t->depth = depth + 1;
 	return 0;

@@ -88,6 +88,11 @@ struct py_task {
 /* Bumped each time a code object is named for the first time (see struct py_frame_memo). */
 __u64 py_code_gen = 1;
 
+/* Bumped each time a process enters py_procs (here, and by userspace through the mapped
+ * .data): a thread that found its process missing remembers the generation it looked at, and
+ * looks again only once it moved, so calls of a process that runs no Python skip the lookup. */
+__u64 py_procs_gen = 1;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -367,7 +372,8 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
 	if (!p) {
 		struct eacgm_py_process fresh = {.runtime = ip + l->runtime_from_eval, .layout = li};
-		bpf_map_update_elem(&py_procs, &pid, &fresh, BPF_NOEXIST);
+		if (bpf_map_update_elem(&py_procs, &pid, &fresh, BPF_NOEXIST) == 0)
+			__sync_fetch_and_add(&py_procs_gen, 1);
 		p = bpf_map_lookup_elem(&py_procs, &pid);
 		if (!p)
 			return PY_NOT_PUSHED;
@@ -616,8 +622,9 @@ static long py_walk_frame(__u32 i, void *ctx)
 }
 
 /* Reads the innermost `depth` Python frames of the calling thread into `s` (pid, tid, depth
- * and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames read, 0 for none. Names
- * come from CODE records, sent first for code not yet seen. */
+ * and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames read, 0 for none, -1 when
+ * the process is not a known Python process. Names come from CODE records, sent first for code
+ * not yet seen. */
 __noinline int py_read_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth,
 			     struct eacgm_py_stack_event *s)
 {
@@ -625,7 +632,7 @@ __noinline int py_read_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth,
 		return 0;
 	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
 	if (!p)
-		return 0;
+		return -1;
 	__u32 li = p->layout;
 	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
 	if (!l || !l->version)
@@ -678,17 +685,17 @@ static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u3
 }
 
 /* The innermost `depth` Python frames of the calling thread, as a STACK record stamped call_ts
- * (sent before the records that refer to it); false when there is none. */
-static __always_inline bool py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
+ * (sent before the records that refer to it); returns as py_read_stack does. */
+static __always_inline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
 	__u32 zero = 0;
 	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
 	if (!s)
-		return false;
-	__u32 n = py_read_stack(pid, tid, call_ts, depth, s);
-	if (n)
+		return 0;
+	int n = py_read_stack(pid, tid, call_ts, depth, s);
+	if (n > 0)
 		py_output_stack(s, n);
-	return n != 0;
+	return n;
 }
 
 #endif

@@ -325,6 +325,10 @@ std::string CallTracer::start_off_cpu() {
   return "";
 }
 
+void CallTracer::python_process_added() {
+  __atomic_fetch_add(&skel_->data->py_procs_gen, 1, __ATOMIC_SEQ_CST);
+}
+
 int CallTracer::map_fd(const char* name) const {
   bpf_map* map = bpf_object__find_map_by_name(skel_->obj, name);
   return map ? bpf_map__fd(map) : -1;

@@ -80,6 +80,9 @@ class CallTracer {
   // Starts the off-CPU profile (the scheduler's switch tracepoint). "" or why not.
   std::string start_off_cpu();
 
+  // Says a process was added to py_procs: threads that found their process missing look again.
+  void python_process_added();
+
   // A map of the loaded object by name (the python layer's py_layouts, py_procs, py_codes).
   int map_fd(const char* name) const;
 

@@ -128,7 +128,7 @@ const CPythonBuild* PythonLayer::plan_process(uint32_t pid) {
     eacgm_py_process p{};
     p.runtime = bias + b.runtime_vaddr;
     p.layout = uint32_t(index);
-    bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST);
+    if (bpf_map_update_elem(procs_fd_, &pid, &p, BPF_NOEXIST) == 0) tracer_.python_process_added();
     if (hook_ && b.layout->version >= 311 && b.layout->interp_eval_frame) hook_running(pid, b, p.runtime, bias + b.eval_vaddr);
     if (!runs) runs = &b;
   }

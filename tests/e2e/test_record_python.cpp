@@ -92,9 +92,10 @@ std::map<std::string, int64_t> cuda_stack_frames(Db& db, const std::string& call
 }
 
 // `step`: Trainer.step's name in this Python version (RecordPython::method).
-void expect_cuda_stack_frames(Db& db, const std::string& step) {
-  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
-            (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
+void expect_cuda_stack_frames(Db& db, const std::string& step, bool only_these = true) {
+  if (only_these)
+    EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+              (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
   EXPECT_EQ(cuda_stack_frames(db, "cudaMalloc"),
             (std::map<std::string, int64_t>{{"0 cuda_stack.allocate", 11},
                                             {"1 cuda_stack.layer", 15},
@@ -117,6 +118,21 @@ TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
                       "AND p.name = 'cuda_stack.allocate' AND p.ts_ns <= c.ts_ns AND "
                       "c.ts_ns + c.dur_ns <= p.ts_ns + p.dur_ns WHERE c.name = 'cudaMalloc'"),
             1);
+}
+
+// A thread whose CUDA calls found its process was no Python one (so it stops looking) and that
+// then execs Python: its calls from Python get their stacks, the ones before have none.
+TEST_P(RecordPython, AThreadThatBecomesPythonGetsItsStacks) {
+  E2E_REQUIRE_CUDA();
+  std::string cudart = std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_then_exec",
+                GetParam().path, kPyWorkloads + "/cuda_stack.py", cudart});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE name = 'cudaDeviceSynchronize' AND "
+                      "py_stack IS NULL"),
+            3);
+  expect_cuda_stack_frames(db, method("cuda_stack", "Trainer", "step"), false);
 }
 
 // The default layers (auto) give a Python process's CUDA calls their stacks, read from the
