@@ -279,6 +279,48 @@ void add_anomalies(const RecordingReader& rec, TimelineSink& sink, int64_t to_re
 
 }  // namespace
 
+// The off-CPU profile's waits of a sampling period or more (all of them are recorded, whole) as
+// slices on their thread, named by where the thread blocked: its innermost Python function,
+// else its innermost native one; the stacks as arguments. Shorter waits are only sampled: the
+// profile, not the timeline, shows them.
+void add_offcpu_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
+                       const PythonStacks& stacks) {
+  if (!rec.has_table("offcpu_samples")) return;
+  std::map<int64_t, std::string> native;  // id -> innermost frames, one a line
+  if (rec.has_table("native_stacks"))
+    rec.query("SELECT id, name, module FROM native_stacks WHERE depth < 8 ORDER BY id, depth",
+              [&](Statement& s) {
+                std::string& text = native[s.int_at(0)];
+                text +=
+                    fmt::format("{}{} ({})", text.empty() ? "" : "\n", s.text_at(1), s.text_at(2));
+              });
+  auto first_line = [](const std::string& text) {
+    std::string line = text.substr(0, text.find('\n'));
+    return line.substr(0, line.rfind(" ("));
+  };
+  rec.query(
+      "SELECT ts_ns, dur_ns, pid, tid, native_stack, py_stack FROM offcpu_samples WHERE "
+      "weight_ns = dur_ns AND dur_ns >= 0 ORDER BY ts_ns",
+      [&](Statement& s) {
+        TimelineSlice slice{uint64_t(s.int_at(0) + to_real),
+                            uint64_t(s.int_at(1)),
+                            uint32_t(s.int_at(2)),
+                            uint32_t(s.int_at(3)),
+                            "off-cpu",
+                            "blocked",
+                            {}};
+        auto py = s.null_at(5) ? stacks.end() : stacks.find(s.int_at(5));
+        auto nat = s.null_at(4) ? native.end() : native.find(s.int_at(4));
+        if (py != stacks.end())
+          slice.name = "blocked in " + first_line(py->second);
+        else if (nat != native.end())
+          slice.name = "blocked in " + first_line(nat->second);
+        if (py != stacks.end()) slice.args.push_back({"python_stack", py->second});
+        if (nat != native.end()) slice.args.push_back({"native_stack", nat->second});
+        sink.add_slice(slice);
+      });
+}
+
 // The CPU profile's samples (record --sample-hz), each with its Python and native stack.
 void add_stack_samples(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
   CpuProfile profile(rec);
@@ -325,6 +367,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   add_comm_slices(rec, sink, to_real, stacks);
   add_torch_slices(rec, sink, to_real, stacks);
   add_python_slices(rec, sink, to_real);
+  add_offcpu_slices(rec, sink, to_real, stacks);
   add_host_counters(rec, sink, to_real);
   add_gpu_counters(rec, sink, to_real);
   add_anomalies(rec, sink, to_real);

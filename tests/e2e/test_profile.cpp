@@ -2,9 +2,10 @@
 // 70% of its CPU in a Python function and 30% in a C function, on every CPython 3.10-3.13 here:
 // the shares as `report` gives them, a sleeping thread without samples, and the pprof export
 // read by a real consumer (go tool pprof, from Debian's golang-go).
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <functional>
 #include <sstream>
 
 #include "chromium.h"
@@ -132,6 +133,22 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   // (Python functions by total: timed() holds every wait of the three threads, the most of any
   // with the threads' own bootstrap frames)
   EXPECT_NE(text.out.find("python waits.timed"), std::string::npos) << text.out;
+
+  // the trace: each wait of a period or more as a slice on its thread, named where it blocked
+  std::string trace = dir_ + "/run.json";
+  ASSERT_EQ(run({kEacgm, "export", db_, "--chrome", trace}).exit_code, 0);
+  std::ifstream in(trace);
+  auto events = nlohmann::json::parse(in).at("traceEvents");
+  int64_t naps = 0;
+  double lock_ms = 0;  // the longest: the lock itself (the GIL may be a wait of its own after)
+  for (const auto& e : events) {
+    if (e.value("cat", "") != "off-cpu") continue;
+    if (e.at("name") == "blocked in waits.nap") ++naps;
+    if (e.at("name") == "blocked in waits.wait_lock")
+      lock_ms = std::max(lock_ms, e.at("dur").get<double>() / 1e3);
+  }
+  EXPECT_GE(naps, 40);  // every 20 ms sleep (and the GIL waits after some)
+  EXPECT_NEAR(lock_ms, 1000 * measured.at("wait_lock").get<double>(), 30);
 }
 
 INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
