@@ -540,8 +540,7 @@ json profile_section(const RecordingReader& rec, json& notes, ProfileKind kind) 
   }
   const double n = double(p.total_weight());
   json functions = json::array();
-  for (const auto& f : p.functions()) {
-    if (functions.size() == 50) break;
+  for (const auto& f : p.top_functions(50)) {
     functions.push_back({{"name", f.name}, {"where", f.where}, {"python", f.python},
                          {"self", f.self}, {"total", f.total},
                          {"self_pct", rounded(100.0 * double(f.self) / n, 2)},

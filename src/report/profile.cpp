@@ -116,6 +116,21 @@ std::vector<CpuProfile::Function> CpuProfile::functions() const {
   return out;
 }
 
+std::vector<CpuProfile::Function> CpuProfile::top_functions(size_t n) const {
+  std::vector<Function> all = functions();
+  if (all.size() <= n) return all;
+  std::vector<size_t> by_total(all.size());
+  for (size_t i = 0; i < all.size(); ++i) by_total[i] = i;
+  std::stable_sort(by_total.begin(), by_total.end(),
+                   [&](size_t a, size_t b) { return all[a].total > all[b].total; });
+  std::vector<bool> keep(all.size(), false);
+  for (size_t i = 0; i < n; ++i) keep[i] = keep[by_total[i]] = true;
+  std::vector<Function> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (keep[i]) out.push_back(std::move(all[i]));
+  return out;
+}
+
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
   if (profile.empty()) return;
   std::set<std::pair<uint32_t, uint32_t>> threads;

@@ -57,6 +57,11 @@ class CpuProfile {
     uint64_t self = 0, total = 0;
   };
   std::vector<Function> functions() const;
+  // A bounded list for reports: the `n` most self and the `n` most total, in functions()'
+  // order. By self alone, a caller whose time is all in its callees (a Python function calling
+  // C) falls out behind the many leaves of a stripped binary (`unknown+0x...`), whatever its
+  // total.
+  std::vector<Function> top_functions(size_t n) const;
 
  private:
   std::vector<Sample> samples_;

@@ -177,8 +177,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
       if (profile.empty()) continue;
       const bool off = kind == ProfileKind::OffCpu;
       nlohmann::json functions = nlohmann::json::array();
-      for (const auto& f : profile.functions()) {
-        if (functions.size() == 100) break;
+      for (const auto& f : profile.top_functions(100)) {
         nlohmann::json fj{{"name", f.name}, {"where", f.where}, {"python", f.python}};
         fj[off ? "self_ns" : "self_samples"] = f.self;
         fj[off ? "total_ns" : "total_samples"] = f.total;

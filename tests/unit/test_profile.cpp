@@ -80,6 +80,13 @@ TEST(CpuProfile, PythonAndNativeFramesTogetherAndFunctionsCounted) {
   EXPECT_EQ(fn.count("Py_RunMain"), 0u);  // under the eval loop: the interpreter's own
   EXPECT_EQ(fn.count("x_add"), 0u);       // beyond the broken walk
   EXPECT_EQ(p.functions().front().name, "m.rec");  // the most self first
+  // a bounded list keeps the most total too: m.main has no self time but is in every Python
+  // sample (a report listing by self alone lost a caller of C this way)
+  auto top = p.top_functions(1);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].name, "m.rec");
+  EXPECT_EQ(top[1].name, "m.main");
+  EXPECT_EQ(p.top_functions(100).size(), p.functions().size());
 
   // pprof: gzip that zlib reads back, a profile.proto that starts with its sample types
   std::string raw = pprof_profile(p, nullptr, 1'700'000'000'000'000'000, 2'000'000'000);
