@@ -15,6 +15,7 @@ packages=(
   chromium
   golang-go  # go tool pprof: the tests read `eacgm export --pprof` with it
   linux-perf  # bench/profile_cost.sh's baseline (perf record -g)
+  libc6-dbg  # glibc's own symbols: profiles name its internal functions (futex and poll waits)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

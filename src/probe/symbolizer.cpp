@@ -38,21 +38,52 @@ void Symbolizer::forget(uint32_t pid) {
   std::erase_if(frames_, [pid](const auto& kv) { return kv.first.pid == pid; });
 }
 
-const ElfSymbols* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
-  std::string key = fmt::format("{}:{}:{}", m.dev_major, m.dev_minor, m.inode);
-  auto it = elves_.find(key);
-  if (it != elves_.end()) return it->second.get();
-  std::unique_ptr<ElfSymbols> elf;
-  // Through /proc/PID/root so that files of processes in other mount namespaces (containers)
-  // are found; fall back to the plain path when the process is already gone.
-  for (const std::string& path : {fmt::format("/proc/{}/root{}", pid, m.path), m.path}) {
+// The file as process `pid` sees it: through /proc/PID/root so that files of processes in other
+// mount namespaces (containers) are found, else the plain path (the process may be gone).
+template <typename Load>
+auto load_for(uint32_t pid, const std::string& path, Load load) -> decltype(load(path)) {
+  for (const std::string& p : {fmt::format("/proc/{}/root{}", pid, path), path}) {
     try {
-      elf = std::make_unique<ElfSymbols>(ElfSymbols::load(path));
-      break;
+      if (auto got = load(p)) return got;
     } catch (const Error&) {
     }
   }
-  return elves_.emplace(key, std::move(elf)).first->second.get();
+  return nullptr;
+}
+
+Symbolizer::ElfFile* Symbolizer::elf_for(uint32_t pid, const Mapping& m) {
+  std::string key = fmt::format("{}:{}:{}", m.dev_major, m.dev_minor, m.inode);
+  auto [it, fresh] = elves_.try_emplace(key);
+  if (fresh)
+    it->second.symbols = load_for(pid, m.path, [](const std::string& p) {
+      return std::make_unique<ElfSymbols>(ElfSymbols::load(p));
+    });
+  return it->second.symbols ? &it->second : nullptr;  // null: a file that could not be read
+}
+
+void Symbolizer::look_further(uint32_t pid, const Mapping& m, ElfFile& elf) {
+  if (elf.looked_further) return;
+  elf.looked_further = true;
+  std::string root = fmt::format("/proc/{}/root", pid);
+  ElfDebugRefs refs = read_debug_refs(root + m.path);
+  if (refs.build_id.empty() && refs.debuglink.empty()) refs = read_debug_refs(m.path);
+  if (!elf.symbols->has_symtab())
+    for (const std::string& candidate : debug_file_candidates(m.path, refs, debug_dirs_)) {
+      // only the debug file of this very build: another build's addresses would name wrongly
+      auto debug = load_for(pid, candidate, [&](const std::string& p) {
+        std::unique_ptr<ElfSymbols> out;
+        ElfDebugRefs theirs = read_debug_refs(p);
+        if (theirs.build_id == refs.build_id)
+          out = std::make_unique<ElfSymbols>(ElfSymbols::load(p));
+        return out;
+      });
+      if (debug) {
+        elf.debug = std::move(debug);
+        break;
+      }
+    }
+  elf.starts = FunctionStarts::load(root + m.path);
+  if (!elf.starts.size()) elf.starts = FunctionStarts::load(m.path);
 }
 
 const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr, bool rate_limited) {
@@ -80,10 +111,17 @@ Symbolizer::Frame Symbolizer::resolve_frame(uint32_t pid, uint64_t addr) {
   if (!m || !m->file_backed()) return {names_.intern(fmt::format("unknown+{:#x}", addr)), {}};
   std::string_view module = names_.intern(m->path.substr(m->path.rfind('/') + 1));
   uint64_t file_offset = addr - m->start + m->file_offset;
-  if (const ElfSymbols* elf = elf_for(pid, *m))
-    if (auto vaddr = elf->vaddr_of_file_offset(file_offset))
-      if (auto match = elf->symbol_at(*vaddr))
+  if (ElfFile* elf = elf_for(pid, *m))
+    if (auto vaddr = elf->symbols->vaddr_of_file_offset(file_offset)) {
+      if (auto match = elf->symbols->symbol_at(*vaddr))
         return {names_.intern(demangle(match->symbol->name)), module};
+      look_further(pid, *m, *elf);
+      if (elf->debug)
+        if (auto match = elf->debug->symbol_at(*vaddr))
+          return {names_.intern(demangle(match->symbol->name)), module};
+      if (auto start = elf->starts.start_at(*vaddr))
+        return {names_.intern(fmt::format("fn@{:#x}", *start)), module};
+    }
   return {names_.intern(fmt::format("unknown+{:#x}", file_offset)), module};
 }
 
@@ -91,10 +129,14 @@ std::string_view Symbolizer::resolve(uint32_t pid, uint64_t addr) {
   const Mapping* m = mapping_of(pid, addr, false);
   if (!m || !m->file_backed()) return names_.intern(fmt::format("unknown+{:#x}", addr));
   uint64_t file_offset = addr - m->start + m->file_offset;
-  const ElfSymbols* elf = elf_for(pid, *m);
-  if (elf) {
-    if (auto vaddr = elf->vaddr_of_file_offset(file_offset)) {
-      if (auto match = elf->symbol_at(*vaddr)) {
+  if (ElfFile* elf = elf_for(pid, *m)) {
+    if (auto vaddr = elf->symbols->vaddr_of_file_offset(file_offset)) {
+      auto match = elf->symbols->symbol_at(*vaddr);
+      if (!match) {
+        look_further(pid, *m, *elf);
+        if (elf->debug) match = elf->debug->symbol_at(*vaddr);
+      }
+      if (match) {
         std::string name = demangle(match->symbol->name);
         if (match->offset != 0) name += fmt::format("+{:#x}", match->offset);
         return names_.intern(name);

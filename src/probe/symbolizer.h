@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "probe/debug_info.h"
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
 #include "util/interner.h"
@@ -17,12 +18,19 @@ namespace eacgm {
 
 class Symbolizer {
  public:
+  // Detached debug files are looked for under `debug_dirs` (see debug_file_candidates).
+  explicit Symbolizer(std::vector<std::string> debug_dirs = {"/usr/lib/debug"})
+      : debug_dirs_(std::move(debug_dirs)) {}
+
   // The demangled name of the function containing `addr` in process `pid`; "unknown+0x<off>"
   // (offset in the file, or the raw address) when it cannot be named. The view is interned.
   std::string_view function_name(uint32_t pid, uint64_t addr);
 
-  // A profile's frame at `addr` in process `pid`: the function (no offset into it; where it
-  // cannot be named, "unknown+0x<offset in the file>") and the file's name. Interned views.
+  // A profile's frame at `addr` in process `pid`: the function (no offset into it) and the
+  // file's name, as interned views. A stripped file's function is named from its detached
+  // debug file when there is one, else "fn@0x<start address in the file>" (what addr2line -f
+  // -e FILE and objdump take) from its unwind table; "unknown+0x<offset in the file>" where
+  // neither knows the address.
   struct Frame {
     std::string_view function;
     std::string_view module;
@@ -35,7 +43,16 @@ class Symbolizer {
   void forget(uint32_t pid);
 
  private:
-  const ElfSymbols* elf_for(uint32_t pid, const Mapping& m);
+  // A file's symbols, and what is read only when they cannot name an address: its detached
+  // debug file's symbols and its unwind table's function starts.
+  struct ElfFile {
+    std::unique_ptr<ElfSymbols> symbols;
+    bool looked_further = false;
+    std::unique_ptr<ElfSymbols> debug;
+    FunctionStarts starts;
+  };
+  ElfFile* elf_for(uint32_t pid, const Mapping& m);
+  void look_further(uint32_t pid, const Mapping& m, ElfFile& elf);
   std::string_view resolve(uint32_t pid, uint64_t addr);
   Frame resolve_frame(uint32_t pid, uint64_t addr);
   const Mapping* mapping_of(uint32_t pid, uint64_t addr, bool rate_limited);
@@ -53,7 +70,8 @@ class Symbolizer {
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
   std::unordered_map<uint32_t, uint64_t> reread_ns_;  // when a miss last read a process's maps
   // by "dev:inode"; a null entry records a file that could not be read
-  std::unordered_map<std::string, std::unique_ptr<ElfSymbols>> elves_;
+  std::unordered_map<std::string, ElfFile> elves_;
+  std::vector<std::string> debug_dirs_;
   Interner names_;
 };
 

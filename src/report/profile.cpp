@@ -22,6 +22,12 @@ bool is_eval_loop(const std::string& name) {
   return name.starts_with("_PyEval_EvalFrame") || name.starts_with("PyEval_EvalFrame");
 }
 
+// A native function without a symbol (see Symbolizer::frame_at): likely built without frame
+// pointers, so the frame-pointer walk above it is not to be trusted.
+bool unnamed_native(const std::string& name) {
+  return name.starts_with("unknown+") || name.starts_with("fn@");
+}
+
 }  // namespace
 
 CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kind) {
@@ -68,7 +74,7 @@ CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kin
       if (n != native.end())
         for (size_t i = 0; i < n->second.size(); ++i) {
           const ProfileFrame& f = frames_[n->second[i]];
-          if (is_eval_loop(f.name) || (i > 0 && f.name.starts_with("unknown+"))) break;
+          if (is_eval_loop(f.name) || (i > 0 && unnamed_native(f.name))) break;
           stack.push_back(n->second[i]);
         }
       stack.insert(stack.end(), p->second.begin(), p->second.end());

@@ -127,6 +127,19 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   EXPECT_NEAR(doze, measured.at("doze").get<double>(), 0.2 * measured.at("doze").get<double>());
   // 0.6 s on the CPU without a wait: at most a few periods (its start, the GIL)
   EXPECT_LT(spin, 0.03);
+  // where they blocked natively is named: glibc's sleep, and its internal futex wait for the
+  // lock and the GIL, which only its detached debug file names (libc6-dbg)
+  ASSERT_EQ(system("dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q 'ok installed'"),
+            0)
+      << "libc6-dbg is not installed: run scripts/setup.sh (glibc's symbols for profiles)";
+  double blocked = profile.at("blocked_ns").get<double>(), unnamed = 0;
+  for (const auto& f : profile.at("functions")) {
+    std::string name = f.at("name");
+    if (name.starts_with("unknown+") || name.starts_with("fn@"))
+      unnamed += f.at("self_ns").get<double>();
+  }
+  EXPECT_LT(unnamed, 0.01 * blocked) << profile.dump();
+  EXPECT_GT(seconds("__futex_abstimed_wait_common"), 0.5) << profile.dump();
   // the text report names them
   auto text = run({kEacgm, "report", db_});
   EXPECT_NE(text.out.find("Off-CPU profile ("), std::string::npos) << text.out;
