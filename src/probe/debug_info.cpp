@@ -61,7 +61,8 @@ T read_at(const uint8_t* p) {
 // linkers write into .eh_frame_hdr.
 constexpr uint8_t kPeOmit = 0xff, kPeUdata4 = 0x03, kPeSdata4 = 0x0b, kPeDatarelSdata4 = 0x3b;
 
-// The size of a pointer in one of those encodings (the low nibble), or 0 when not read here.
+// The size of a pointer in one of those encodings (the low nibble): 0 for none (omitted),
+// size_t(-1) for an encoding not read here.
 size_t encoded_size(uint8_t enc) {
   if (enc == kPeOmit) return 0;
   switch (enc & 0x0f) {
