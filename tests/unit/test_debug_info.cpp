@@ -81,7 +81,8 @@ struct Loaded {
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     void* global = dlsym(handle, "fixture_global");
-    const ElfSymbol* f = ElfSymbols::load(kLibrary).find_function("fixture_global");
+    ElfSymbols symbols = ElfSymbols::load(kLibrary);
+    const ElfSymbol* f = symbols.find_function("fixture_global");
     if (global && f) base = reinterpret_cast<uint64_t>(global) - f->value;
   }
   ~Loaded() {
