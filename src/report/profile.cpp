@@ -94,6 +94,35 @@ CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kin
                                   uint32_t(s.int_at(2)), stack_of(s.int_at(3), s.int_at(4)), w});
               total_weight_ += w;
             });
+  if (!samples_.empty() && rec.has_table("threads"))
+    rec.query("SELECT pid, tid, name FROM threads", [&](Statement& s) {
+      thread_names_[{uint32_t(s.int_at(0)), uint32_t(s.int_at(1))}] = std::string(s.text_at(2));
+    });
+}
+
+std::vector<CpuProfile::Thread> CpuProfile::threads() const {
+  std::map<std::pair<uint32_t, uint32_t>, std::unordered_map<uint32_t, uint64_t>> by;
+  for (const auto& s : samples_) by[{s.pid, s.tid}][s.stack] += s.weight;
+  std::vector<Thread> out;
+  for (const auto& [id, stacks] : by) {
+    Thread t{id.first, id.second, {}, 0, {}, {}};
+    if (auto it = thread_names_.find(id); it != thread_names_.end()) t.name = it->second;
+    uint32_t heaviest = 0;
+    uint64_t most = 0;
+    for (auto [stack, w] : stacks) {
+      t.weight += w;
+      if (w > most || (w == most && stack < heaviest)) heaviest = stack, most = w;
+    }
+    for (uint32_t f : stacks_[heaviest]) {
+      const ProfileFrame& frame = frames_[f];
+      std::string& slot = frame.python ? t.python : t.native;
+      if (slot.empty()) slot = frame.name;
+    }
+    out.push_back(std::move(t));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Thread& a, const Thread& b) { return a.weight > b.weight; });
+  return out;
 }
 
 std::vector<CpuProfile::Function> CpuProfile::functions() const {
@@ -139,8 +168,7 @@ std::vector<CpuProfile::Function> CpuProfile::top_functions(size_t n) const {
 
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
   if (profile.empty()) return;
-  std::set<std::pair<uint32_t, uint32_t>> threads;
-  for (const auto& s : profile.samples()) threads.insert({s.pid, s.tid});
+  const auto threads = profile.threads();
   const bool off = profile.kind() == ProfileKind::OffCpu;
   const double n = double(profile.total_weight());
   const std::string of_threads =
@@ -176,6 +204,29 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top) {
   if (!python.empty()) {
     fmt::print(out, "  Python functions by total:\n");
     for (size_t i = 0; i < python.size() && i < 8; ++i) line(*python[i]);
+  }
+  if (threads.size() > 1) {
+    fmt::print(out, "  By thread ({}, where its {} stack was):\n",
+               off ? "seconds blocked" : profile.hz() ? "seconds of CPU" : "samples",
+               off ? "longest-waiting" : "most sampled");
+    const size_t shown = std::min<size_t>(threads.size(), 8);
+    for (size_t i = 0; i < shown; ++i) {
+      const auto& t = threads[i];
+      std::string amount = off             ? fmt::format("{:.3f} s", double(t.weight) / 1e9)
+                           : profile.hz() ? fmt::format("{:.2f} s", double(t.weight) / profile.hz())
+                                          : fmt::format("{}", t.weight);
+      std::string where = t.python.empty() ? t.native
+                          : t.native.empty() ? t.python
+                                             : t.python + " > " + t.native;
+      fmt::print(out, "{:>6.1f}% {:>9}  pid {} tid {}{}  {}\n", 100.0 * double(t.weight) / n,
+                 amount, t.pid, t.tid, t.name.empty() ? "" : " (" + t.name + ")", where);
+    }
+    if (threads.size() > shown) {
+      uint64_t rest = 0;
+      for (size_t i = shown; i < threads.size(); ++i) rest += threads[i].weight;
+      fmt::print(out, "{:>6.1f}%            {} more threads\n", 100.0 * double(rest) / n,
+                 threads.size() - shown);
+    }
   }
   fmt::print(out,
              "  (eacgm export --pprof for every frame: go tool pprof{}, speedscope, "

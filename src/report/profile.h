@@ -2,6 +2,7 @@
 // Python and native frames together, for `report`, `export --pprof` and the page.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,23 @@ class CpuProfile {
   // total.
   std::vector<Function> top_functions(size_t n) const;
 
+  // Threads by the weight of their samples, the most first, each with its heaviest stack's
+  // innermost Python function and innermost native one: which threads ran (or waited), and
+  // where. A training job's off-CPU time is mostly idle helper threads waiting for work; this
+  // tells them from the thread that waited in the step.
+  struct Thread {
+    uint32_t pid = 0, tid = 0;
+    std::string name;  // from the recording's threads table; empty if it has none
+    uint64_t weight = 0;
+    std::string python, native;  // empty: that stack has no frame of the kind
+  };
+  std::vector<Thread> threads() const;
+
  private:
   std::vector<Sample> samples_;
   std::vector<std::vector<uint32_t>> stacks_;
   std::vector<ProfileFrame> frames_;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> thread_names_;
   uint32_t hz_ = 0;
   uint64_t total_weight_ = 0;
   ProfileKind kind_ = ProfileKind::Cpu;

@@ -183,7 +183,17 @@ void print_report(const std::string& path, bool json, FILE* out) {
         fj[off ? "total_ns" : "total_samples"] = f.total;
         functions.push_back(std::move(fj));
       }
-      nlohmann::json pj{{"samples", profile.samples().size()}, {"functions", functions}};
+      nlohmann::json threads = nlohmann::json::array();
+      for (const auto& t : profile.threads()) {
+        if (threads.size() == 32) break;
+        nlohmann::json tj{{"pid", t.pid}, {"tid", t.tid}, {"name", t.name},
+                          {"python", t.python}, {"native", t.native}};
+        tj[off ? "blocked_ns" : "samples"] = t.weight;
+        threads.push_back(std::move(tj));
+      }
+      nlohmann::json pj{{"samples", profile.samples().size()},
+                        {"functions", functions},
+                        {"threads", threads}};
       if (off)
         pj["blocked_ns"] = profile.total_weight();
       else

@@ -4,6 +4,7 @@
 // read by a real consumer (go tool pprof, from Debian's golang-go).
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -140,9 +141,23 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   }
   EXPECT_LT(unnamed, 0.01 * blocked) << profile.dump();
   EXPECT_GT(seconds("__futex_abstimed_wait_common"), 0.5) << profile.dump();
+  // by thread: each waiter with its time and where it waited
+  std::map<int64_t, nlohmann::json> by_tid;
+  for (const auto& t : profile.at("threads")) by_tid[t.at("tid").get<int64_t>()] = t;
+  auto thread_of = [&](const char* name) {
+    auto it = by_tid.find(truth.at("tids").at(name).get<int64_t>());
+    return it == by_tid.end() ? nlohmann::json::object() : it->second;
+  };
+  EXPECT_EQ(thread_of("locker").value("python", ""), "waits.wait_lock") << profile.dump();
+  EXPECT_NEAR(thread_of("locker").value("blocked_ns", 0.0) / 1e9,
+              measured.at("wait_lock").get<double>(), 0.05);
+  EXPECT_EQ(thread_of("napper").value("python", ""), "waits.nap") << profile.dump();
+  EXPECT_GE(thread_of("napper").value("blocked_ns", 0.0) / 1e9,
+            0.95 * measured.at("nap").get<double>());
   // the text report names them
   auto text = run({kEacgm, "report", db_});
   EXPECT_NE(text.out.find("Off-CPU profile ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("By thread (seconds blocked"), std::string::npos) << text.out;
   // (Python functions by total: timed() holds every wait of the three threads, the most of any
   // with the threads' own bootstrap frames)
   EXPECT_NE(text.out.find("python waits.timed"), std::string::npos) << text.out;

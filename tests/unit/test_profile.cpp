@@ -128,6 +128,7 @@ TEST(CpuProfile, OffCpuSamplesWeighTheirTime) {
       w.add(OffCpuSampleRow{t, 1'000'000, 10'000'000, 7, 8, 1, 1});
     w.add(OffCpuSampleRow{5000, 40'000'000, 40'000'000, 7, 9, 2, 0});
     w.add(StackSampleRow{6000, 7, 8, 2, 0});
+    w.add(ThreadRow{7, 9, "pool-worker"});
     w.flush();
     ASSERT_EQ(w.close(), "");
   }
@@ -154,6 +155,20 @@ TEST(CpuProfile, OffCpuSamplesWeighTheirTime) {
   EXPECT_EQ(fn["m.main"], std::make_pair(uint64_t(0), uint64_t(280'000'000)));
   EXPECT_EQ(fn["futex_wait"], std::make_pair(40'000'000 + hour, 40'000'000 + hour));
   EXPECT_EQ(off.functions().front().name, "futex_wait");
+  // by thread: the lock waiter (with the damaged hour) first, then the sleeper, each where its
+  // heaviest stack blocked
+  auto threads = off.threads();
+  ASSERT_EQ(threads.size(), 2u);
+  EXPECT_EQ(threads[0].tid, 9u);
+  EXPECT_EQ(threads[0].name, "pool-worker");
+  EXPECT_EQ(threads[0].weight, 40'000'000 + hour);
+  EXPECT_EQ(threads[0].native, "futex_wait");
+  EXPECT_EQ(threads[0].python, "");
+  EXPECT_EQ(threads[1].tid, 8u);
+  EXPECT_EQ(threads[1].name, "");
+  EXPECT_EQ(threads[1].weight, 280'000'000u);
+  EXPECT_EQ(threads[1].python, "m.nap");
+  EXPECT_EQ(threads[1].native, "clock_nanosleep");
   CpuProfile cpu(rec);
   ASSERT_EQ(cpu.samples().size(), 1u);
   EXPECT_EQ(cpu.total_weight(), 1u);
