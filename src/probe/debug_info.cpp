@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -20,9 +21,18 @@ struct ElfCloser {
 };
 using ElfHandle = std::unique_ptr<Elf, ElfCloser>;
 
-// A readable ELF file, or null: what these readers cannot use, they leave out.
+// The file, opened so that a FIFO or device put where a debug file is looked for (a traced
+// container's /usr/lib/debug is the container's to fill) cannot block eacgm; -1 if it cannot be.
+int open_file(const std::string& path) {
+  return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+}
+
+// A readable ELF file (a regular one), or null: what these readers cannot use, they leave out.
 ElfHandle open_elf(const FileDescriptor& fd) {
-  if (fd.get() < 0 || elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+  struct stat st;
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      elf_version(EV_CURRENT) == EV_NONE)
+    return nullptr;
   ElfHandle elf(elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return nullptr;
   return elf;
@@ -82,7 +92,7 @@ size_t encoded_size(uint8_t enc) {
 
 ElfDebugRefs read_debug_refs(const std::string& path) {
   ElfDebugRefs refs;
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(open_file(path));
   ElfHandle elf = open_elf(fd);
   if (!elf) return refs;
   for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn; scn = elf_nextscn(elf.get(), scn)) {
@@ -136,7 +146,7 @@ std::vector<std::string> debug_file_candidates(const std::string& path, const El
 
 FunctionStarts FunctionStarts::load(const std::string& path) {
   FunctionStarts out;
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(open_file(path));
   ElfHandle elf = open_elf(fd);
   if (!elf) return out;
   Section hdr = section_named(elf.get(), ".eh_frame_hdr");

@@ -378,7 +378,8 @@ std::vector<GElf_Phdr> load_segments(const std::string& path, Elf* elf) {
 
 ElfSymbols ElfSymbols::load(const std::string& path) {
   init_libelf();
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO at the path (a debug file's, looked for in a container) must not block
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     fail_elf(path, errno_text(errno), "check the path and that eacgm may read the file");
   }

@@ -581,13 +581,21 @@ json profile_section(const RecordingReader& rec, json& notes, ProfileKind kind) 
       }
     return json{{"v", node.value}, {"c", children}};
   };
-  std::set<std::pair<uint32_t, uint32_t>> threads;
-  for (const auto& s : p.samples()) threads.insert({s.pid, s.tid});
-  json out{{"samples", p.samples().size()},
-           {"threads", threads.size()},
-           {"hz", p.hz()},
-           {"functions", functions},
-           {"tree", to_json(root)}};
+  auto threads = p.threads();
+  json by_thread = json::array();
+  for (const auto& t : threads) {
+    if (by_thread.size() == 16) break;
+    by_thread.push_back({{"pid", t.pid},
+                         {"tid", t.tid},
+                         {"name", t.name},
+                         {"weight", t.weight},
+                         {"pct", rounded(100.0 * double(t.weight) / n, 2)},
+                         {"python", t.python},
+                         {"native", t.native}});
+  }
+  json out{{"samples", p.samples().size()}, {"threads", threads.size()},
+           {"by_thread", by_thread},        {"hz", p.hz()},
+           {"functions", functions},        {"tree", to_json(root)}};
   if (off) out["blocked_ns"] = p.total_weight();
   return out;
 }

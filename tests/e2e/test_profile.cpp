@@ -282,6 +282,22 @@ TEST_F(RecordingTest, ProfileExportedAsPprofIsReadByGoToolPprof) {
     EXPECT_NEAR(double(in_tree(p.data.at("offcpu_profile").at("tree"), "hot_split.sleeper")) / 1e9,
                 sleeper_s, 0.001);
     EXPECT_NE(p.dom.find("Off-CPU profile"), std::string::npos);
+    // by thread: the sleeper's wait, and the table of threads drawn where there are two
+    std::smatch tid;
+    ASSERT_TRUE(std::regex_search(r.out, tid, std::regex(R"(sleeper tid (\d+))"))) << r.out;
+    const auto& by_thread = p.data.at("offcpu_profile").at("by_thread");
+    bool found = false;
+    for (const auto& t : by_thread)
+      if (std::to_string(t.at("tid").get<int64_t>()) == tid[1].str()) {
+        found = true;
+        EXPECT_NEAR(t.at("weight").get<double>() / 1e9, sleeper_s, 0.001);
+        EXPECT_EQ(t.at("python"), "threading.Condition.wait") << t.dump();
+      }
+    EXPECT_TRUE(found) << by_thread.dump();
+    if (by_thread.size() > 1) {
+      EXPECT_NE(p.dom.find("by thread"), std::string::npos);
+      EXPECT_NE(p.dom.find("tid " + tid[1].str()), std::string::npos);
+    }
   }
 
   // bad rates are usage errors, before anything runs or is written

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
 #include "probe/symbolizer.h"
+#include "util/error.h"
 
 namespace eacgm {
 namespace {
@@ -149,6 +151,23 @@ TEST_F(StrippedFrames, TheDebugFileOfThisBuildNamesStaticFunctions) {
   fs::copy_file(kDir + "/.debug/libelf_fixture_linked.debug", at);
   Symbolizer s({tmp_.string()});
   EXPECT_EQ(frame(s, lib, local_ + 1).function, "fixture_local_static");
+}
+
+// A FIFO where the debug file would be (a container's /usr/lib/debug is the container's to
+// fill) is not opened for good: no hang, the function named by its start.
+TEST_F(StrippedFrames, AFifoWhereTheDebugFileWouldBeIsNotWaitedOn) {
+  Loaded lib(kStripped);
+  ASSERT_NE(lib.base, 0u) << dlerror();
+  std::string id = read_debug_refs(kStripped).build_id;
+  ASSERT_EQ(id.size(), 40u);
+  fs::path at = tmp_ / ".build-id" / id.substr(0, 2) / (id.substr(2) + ".debug");
+  fs::create_directories(at.parent_path());
+  ASSERT_EQ(mkfifo(at.c_str(), 0600), 0);
+  EXPECT_EQ(read_debug_refs(at.string()).build_id, "");
+  EXPECT_EQ(FunctionStarts::load(at.string()).size(), 0u);
+  EXPECT_THROW(ElfSymbols::load(at.string()), Error);
+  Symbolizer s({tmp_.string()});
+  EXPECT_EQ(frame(s, lib, local_ + 1).function, fmt::format("fn@{:#x}", local_));
 }
 
 TEST_F(StrippedFrames, ADebuglinkBesideTheFileIsFollowed) {

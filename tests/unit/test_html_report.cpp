@@ -330,6 +330,14 @@ TEST(HtmlReport, TheProfileIsATreeOfSamplesFromTheOutermostFrame) {
   EXPECT_EQ(top.at("m.main").at("c").at(1).at("c").at(0).at("n"), "spin");
   EXPECT_EQ(p.at("functions").at(0).at("name"), "m.a");
   EXPECT_EQ(p.at("functions").at(0).at("self_pct"), 60.0);
+  // by thread: the Python thread's 9 samples, mostly in m.a; the other's one, in spin
+  const json& bt = p.at("by_thread");
+  ASSERT_EQ(bt.size(), 2u);
+  EXPECT_EQ(bt.at(0).at("tid"), 7);
+  EXPECT_EQ(bt.at(0).at("weight"), 9);
+  EXPECT_EQ(bt.at(0).at("pct"), 90.0);
+  EXPECT_EQ(bt.at(0).at("python"), "m.a");
+  EXPECT_EQ(bt.at(1).at("native"), "spin");
   fs::remove(path);
 }
 

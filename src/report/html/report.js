@@ -493,6 +493,32 @@
       { title: 'self', show: (r) => num(r.self_pct, 1) + '%', value: (r) => r.self },
       { title: 'total', show: (r) => num(r.total_pct, 1) + '%' + (o.blocked ? ' (' + num(r.total / 1e9, 3) + ' s)' : ''), value: (r) => r.total }]);
     sec.append(el('h3', {}, 'top functions (self: ' + (o.blocked ? 'where it blocked' : 'the innermost frame') + '; total: anywhere in the stack)'), t);
+    if ((P.by_thread || []).length > 1) {
+      const bt = el('table', {class: 'data'});
+      sortable(bt, P.by_thread, [
+        {
+          title: 'thread',
+          show: (r) => 'pid ' + r.pid + ' tid ' + r.tid + (r.name ? ' (' + r.name + ')' : ''),
+          value: (r) => r.tid,
+          cls: 'name'
+        },
+        {title: 'share', show: (r) => num(r.pct, 1) + '%', value: (r) => r.weight}, {
+          title: o.blocked ? 'blocked' : 'CPU',
+          show: (r) => o.blocked ?
+              num(r.weight / 1e9, 3) + ' s' :
+              (P.hz ? num(r.weight / P.hz, 2) + ' s' : num(r.weight, 0) + ' samples'),
+          value: (r) => r.weight
+        },
+        {
+          title: 'where (its ' + (o.blocked ? 'longest-waiting' : 'most sampled') +
+              ' stack: innermost Python > native)',
+          show: (r) => [r.python, r.native].filter((x) => x).join(' > '),
+          value: (r) => r.python + r.native,
+          cls: 'name'
+        }
+      ]);
+      sec.append(el('h3', {}, 'by thread'), bt);
+    }
   }
 
   try {
