@@ -88,6 +88,9 @@ class CpuProfile {
 
 // `eacgm report`'s section: the top functions by self weight with their totals, or nothing when
 // the recording has no profile of that kind.
-void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top = 15);
+// For the off-CPU profile, `on_cpu` (the same recording's CPU profile) puts the threads that ran
+// before the idle ones, which are summed in one line.
+void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top = 15,
+                       const CpuProfile* on_cpu = nullptr);
 
 }  // namespace eacgm

@@ -263,8 +263,9 @@ void print_report(const std::string& path, bool json, FILE* out) {
                  x.xid);
   }
   print_collectives(Collectives(rec), out);
-  print_cpu_profile(CpuProfile(rec), out);
-  print_cpu_profile(CpuProfile(rec, ProfileKind::OffCpu), out);
+  CpuProfile cpu(rec);
+  print_cpu_profile(cpu, out);
+  print_cpu_profile(CpuProfile(rec, ProfileKind::OffCpu), out, 15, &cpu);
   if (std::string gaps = rec.meta_or("gpu_unavailable_metrics", ""); !gaps.empty())
     fmt::print(out, "\n{}\n", gaps);
   if (std::string gaps = rec.meta_or("host_unavailable_metrics", ""); !gaps.empty())

@@ -181,6 +181,57 @@ TEST(CpuProfile, OffCpuSamplesWeighTheirTime) {
   fs::remove(path);
 }
 
+// report's off-CPU section by thread: with the CPU profile at hand, threads that ran come first
+// and the idle ones (a pool's workers waiting for work) are summed in one line.
+TEST(CpuProfile, OffCpuByThreadPutsTheThreadsThatRanFirst) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_bythread_" + std::to_string(getpid()) + ".db")).string();
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("sample_hz", "100");
+    w.add(NativeFrameRow{1, 0, "futex_wait", "libc.so.6"});
+    w.add(NativeFrameRow{2, 0, "__poll", "libc.so.6"});
+    w.add(NativeFrameRow{3, 0, "sgemm", "libblas.so"});
+    w.add(PythonStackFrameRow{1, 0, "m.step", "m.py", 3});
+    w.add(OffCpuSampleRow{1000, 1'000'000'000, 1'000'000'000, 7, 10, 1, 0});  // idle: never ran
+    w.add(OffCpuSampleRow{2000, 100'000'000, 100'000'000, 7, 11, 1, 1});      // the step's wait
+    w.add(OffCpuSampleRow{3000, 2'000'000'000, 2'000'000'000, 7, 12, 2, 0});  // idle: ran 10 ms
+    for (uint64_t t = 0; t < 50; ++t) w.add(StackSampleRow{4000 + t, 7, 11, 3, 1});
+    w.add(StackSampleRow{5000, 7, 12, 2, 0});
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  CpuProfile cpu(rec), off(rec, ProfileKind::OffCpu);
+  auto text = [&](const CpuProfile* on_cpu) {
+    char* buf = nullptr;
+    size_t size = 0;
+    FILE* f = open_memstream(&buf, &size);
+    print_cpu_profile(off, f, 15, on_cpu);
+    fclose(f);
+    std::string out(buf, size);
+    free(buf);
+    return out;
+  };
+  std::string with = text(&cpu), without = text(nullptr);
+  size_t step = with.find("tid 11");
+  size_t idle = with.find(
+      "2 idle threads (on the CPU under 5% of the time blocked): in __poll, "
+      "futex_wait");
+  ASSERT_NE(step, std::string::npos) << with;
+  ASSERT_NE(idle, std::string::npos) << with;
+  EXPECT_LT(step, idle) << with;
+  EXPECT_NE(with.find("ran 0.50 s  pid 7 tid 11"), std::string::npos) << with;
+  EXPECT_NE(with.find("m.step > futex_wait"), std::string::npos) << with;
+  EXPECT_NE(with.find("3.000 s  2 idle threads"), std::string::npos) << with;
+  EXPECT_EQ(with.find("tid 12"), std::string::npos) << with;  // summed, not listed
+  // without the CPU profile: every thread by time blocked, the longest first
+  EXPECT_EQ(without.find("idle"), std::string::npos) << without;
+  EXPECT_LT(without.find("tid 12"), without.find("tid 10")) << without;
+  EXPECT_LT(without.find("tid 10"), without.find("tid 11")) << without;
+  fs::remove(path);
+}
+
 TEST(CpuProfile, ARecordingWithoutOneIsEmpty) {
   std::string path =
       (fs::temp_directory_path() / ("eacgm_noprofile_" + std::to_string(getpid()) + ".db")).string();
