@@ -3,7 +3,9 @@
 #include "record/recorder.h"
 
 #include <signal.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -218,7 +220,22 @@ int RecordSession::run() {
                 command_->program().c_str(), exit_code_of_status(*status));
       return 0;
     }
-    if (status) return exit_code_of_status(*status);
+    if (status) {
+      // said last, so that it is not lost above the summary: the command's own output (a
+      // traceback) may be far up
+      if (!opts_.quiet && !g_stop_signal.load()) {
+        fflush(stdout);  // after the summary, also where stdout is a pipe
+        if (WIFSIGNALED(*status))
+          fprintf(stderr, "eacgm: %s (pid %d) was killed by SIG%s%s; the recording holds its run\n",
+                  command_->program().c_str(), int(command_->pid()),
+                  sigabbrev_np(WTERMSIG(*status)) ? sigabbrev_np(WTERMSIG(*status)) : "?",
+                  WCOREDUMP(*status) ? " (core dumped)" : "");
+        else if (exit_code_of_status(*status) != 0)
+          fprintf(stderr, "eacgm: %s (pid %d) exited with status %d; the recording holds its run\n",
+                  command_->program().c_str(), int(command_->pid()), exit_code_of_status(*status));
+      }
+      return exit_code_of_status(*status);
+    }
     return 128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGTERM);
   }
   return 0;

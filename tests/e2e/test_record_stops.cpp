@@ -94,6 +94,30 @@ TEST_F(RecordStops, DurationStopsTheLaunchedCommandAndSaysSo) {
   EXPECT_FALSE(running(child));
 }
 
+// A command that crashes or fails: eacgm says so last (its own output may be far up), passes its
+// status on, and the recording is whole and readable.
+TEST_F(RecordStops, ACrashOrFailureOfTheCommandIsSaidLastAndTheRecordingKept) {
+  Process crash({kEacgm, "record", "-o", db_, "--", "/bin/sh", "-c", "sleep 0.2; kill -SEGV $$"});
+  EXPECT_EQ(crash.wait(30), 128 + SIGSEGV) << crash.err();
+  EXPECT_NE(crash.err().find("eacgm: /bin/sh (pid "), std::string::npos) << crash.err();
+  EXPECT_NE(crash.err().find(") was killed by SIGSEGV"), std::string::npos) << crash.err();
+  EXPECT_EQ(Db(db_).text("SELECT value FROM meta WHERE key = 'exit_status'"), "139");
+  EXPECT_EQ(run({kEacgm, "report", db_}).exit_code, 0);
+
+  std::string failed = dir_ + "/failed.eacgm.db";
+  Process fail({kEacgm, "record", "-o", failed, "--", "/bin/sh", "-c", "exit 3"});
+  EXPECT_EQ(fail.wait(30), 3) << fail.err();
+  EXPECT_NE(fail.err().find(") exited with status 3; the recording holds its run"),
+            std::string::npos)
+      << fail.err();
+  EXPECT_EQ(Db(failed).text("SELECT value FROM meta WHERE key = 'exit_status'"), "3");
+  // a command that succeeds gets no such line
+  std::string ok = dir_ + "/ok.eacgm.db";
+  Process fine({kEacgm, "record", "-o", ok, "--", "/bin/true"});
+  EXPECT_EQ(fine.wait(30), 0) << fine.err();
+  EXPECT_EQ(fine.err().find("exited with status"), std::string::npos) << fine.err();
+}
+
 // A command that ignores SIGTERM is killed 10 s after it: --duration is a limit, and nothing
 // launched outlives eacgm unseen.
 TEST_F(RecordStops, DurationEndsACommandThatIgnoresSigterm) {
