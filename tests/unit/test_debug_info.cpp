@@ -105,6 +105,13 @@ class StrippedFrames : public ::testing::Test {
     s.update_maps(pid, *read_proc_maps(int(pid)));
     return s.frame_at(pid, lib.base + vaddr);
   }
+  // Where the stripped fixture's debug file goes under tmp_ (its folder made).
+  fs::path build_id_path(const std::string& id) {
+    EXPECT_EQ(id.size(), 40u);
+    fs::path at = tmp_ / ".build-id" / id.substr(0, 2) / (id.substr(2) + ".debug");
+    fs::create_directories(at.parent_path());
+    return at;
+  }
   uint64_t local_ = 0;
   fs::path tmp_;
 };
@@ -126,10 +133,8 @@ TEST_F(StrippedFrames, WithoutADebugFileTheFunctionIsNamedByItsStart) {
 TEST_F(StrippedFrames, TheDebugFileOfThisBuildNamesStaticFunctions) {
   Loaded lib(kStripped);
   ASSERT_NE(lib.base, 0u) << dlerror();
-  std::string id = read_debug_refs(kStripped).build_id;
-  ASSERT_EQ(id.size(), 40u);
-  fs::path at = tmp_ / ".build-id" / id.substr(0, 2) / (id.substr(2) + ".debug");
-  fs::create_directories(at.parent_path());
+  const std::string id = read_debug_refs(kStripped).build_id;
+  const fs::path at = build_id_path(id);
   // another build's debug file at that path is not trusted: here, this one with another ID
   {
     std::ifstream in(kDir + "/.debug/libelf_fixture_linked.debug", std::ios::binary);
@@ -158,10 +163,8 @@ TEST_F(StrippedFrames, TheDebugFileOfThisBuildNamesStaticFunctions) {
 TEST_F(StrippedFrames, AFifoWhereTheDebugFileWouldBeIsNotWaitedOn) {
   Loaded lib(kStripped);
   ASSERT_NE(lib.base, 0u) << dlerror();
-  std::string id = read_debug_refs(kStripped).build_id;
-  ASSERT_EQ(id.size(), 40u);
-  fs::path at = tmp_ / ".build-id" / id.substr(0, 2) / (id.substr(2) + ".debug");
-  fs::create_directories(at.parent_path());
+  const std::string id = read_debug_refs(kStripped).build_id;
+  const fs::path at = build_id_path(id);
   ASSERT_EQ(mkfifo(at.c_str(), 0600), 0);
   EXPECT_EQ(read_debug_refs(at.string()).build_id, "");
   EXPECT_EQ(FunctionStarts::load(at.string()).size(), 0u);
