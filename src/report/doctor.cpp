@@ -12,8 +12,9 @@
 
 #include "gpu/nvml.h"
 #include "probe/call_tracer.h"
-#include "probe/host_tracer.h"
+#include "probe/debug_info.h"
 #include "probe/elf_symbols.h"
+#include "probe/host_tracer.h"
 #include "probe/library_finder.h"
 #include "probe/torch_ops.h"
 #include "util/error.h"
@@ -112,6 +113,27 @@ void check_libraries(Doctor& d) {
                           " (targets that bundle their own are still found from their maps)");
   else
     d.ok("NCCL", nccl.front() + " (comm layer)");
+  // glibc's detached debug file: where profiles' threads block (its internal futex wait) and
+  // much of their native time is in functions only it names
+  Dl_info libc{};
+  if (dladdr(reinterpret_cast<void*>(&::getpid), &libc) && libc.dli_fname) {
+    std::string path = libc.dli_fname;
+    ElfDebugRefs refs = read_debug_refs(path);
+    std::string found;
+    for (const auto& candidate : debug_file_candidates(path, refs, {"/usr/lib/debug"}))
+      if (!refs.build_id.empty() && read_debug_refs(candidate).build_id == refs.build_id) {
+        found = candidate;
+        break;
+      }
+    if (!found.empty())
+      d.ok("debug symbols",
+           "glibc's in " + found + " (profiles name its internal functions, e.g. futex waits)");
+    else
+      d.missing("debug symbols",
+                "none for " + path +
+                    ": profiles show glibc's internal functions as fn@0x... (install its debug "
+                    "symbols: libc6-dbg on Debian and Ubuntu, glibc-debuginfo on Fedora)");
+  }
   auto pythons = find_files({"/usr/bin"}, "python3.");
   std::erase_if(pythons, [](const std::string& p) {  // python3.11, not python3.11-config
     return p.find_first_not_of("0123456789", p.rfind("python3.") + 8) != std::string::npos;

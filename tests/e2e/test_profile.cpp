@@ -179,6 +179,19 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   EXPECT_NEAR(lock_ms, 1000 * measured.at("wait_lock").get<double>(), 30);
 }
 
+// doctor says whether glibc's debug symbols are there (scripts/setup.sh installs libc6-dbg), by
+// the same lookup the profiles use.
+TEST_F(RecordingTest, DoctorFindsGlibcsDebugSymbols) {
+  auto d = run({kEacgm, "doctor"});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      d.out, m,
+      std::regex(
+          R"(ok +debug symbols +glibc's in (/usr/lib/debug/\.build-id/[0-9a-f]{2}/[0-9a-f]{38}\.debug))")))
+      << d.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(m[1].str())) << m[1];
+}
+
 INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
                          [](const auto& info) { return info.param.label; });
 
