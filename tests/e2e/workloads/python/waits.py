@@ -5,7 +5,8 @@ workload itself measured it (seconds) and each thread's native id.
 - nap: 40 sleeps of 20 ms (waits longer than a sampling period: kept whole)
 - doze: 400 sleeps of 0.5 ms (shorter than a period at 499 Hz: sampled)
 - wait_lock: blocked on a lock the main thread holds for 0.6 s
-- spin: 0.6 s of pure CPU, no wait
+- spin: 0.6 s of pure CPU, no wait of its own (GIL waits only; how long it was off the CPU is
+  measured)
 
 Usage: waits.py"""
 import json
@@ -65,7 +66,11 @@ def spin(seconds):
 
 def spinner():
     tids["spinner"] = threading.get_native_id()
+    # it never blocks of itself, but waits for the GIL whenever another thread takes it: the
+    # time it was off the CPU (blocked or preempted) bounds what a profile may say it blocked
+    t0, c0 = time.monotonic(), time.thread_time()
     spin(0.6)
+    measured["spin_off_cpu"] = (time.monotonic() - t0) - (time.thread_time() - c0)
 
 
 lock.acquire()
