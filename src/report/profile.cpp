@@ -166,6 +166,10 @@ std::vector<CpuProfile::Function> CpuProfile::top_functions(size_t n) const {
   return out;
 }
 
+bool is_idle_thread(double cpu_seconds, uint64_t blocked_ns) {
+  return cpu_seconds < 0.05 * double(blocked_ns) / 1e9;
+}
+
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top, const CpuProfile* on_cpu) {
   if (profile.empty()) return;
   const auto threads = profile.threads();
@@ -220,7 +224,7 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top, const C
     };
     std::vector<const CpuProfile::Thread*> shown_first, idle;
     for (const auto& t : threads)
-      (split && ran(t) < 0.05 * double(t.weight) / 1e9 ? idle : shown_first).push_back(&t);
+      (split && is_idle_thread(ran(t), t.weight) ? idle : shown_first).push_back(&t);
     auto where = [](const CpuProfile::Thread& t) {
       return t.python.empty()   ? t.native
              : t.native.empty() ? t.python

@@ -88,6 +88,10 @@ class CpuProfile {
 
 // `eacgm report`'s section: the top functions by self weight with their totals, or nothing when
 // the recording has no profile of that kind.
+// An off-CPU profile's thread that waits for work (a pool's idle worker, a launcher in wait4):
+// on the CPU under 5% of the time it blocked.
+bool is_idle_thread(double cpu_seconds, uint64_t blocked_ns);
+
 // For the off-CPU profile, `on_cpu` (the same recording's CPU profile) puts the threads that ran
 // before the idle ones, which are summed in one line.
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top = 15,

@@ -172,8 +172,11 @@ void print_report(const std::string& path, bool json, FILE* out) {
                        // is passed on as the text it is
                        {"features", features_json(s.text_at(7))}});
                 });
+    CpuProfile cpu(rec);
+    std::map<std::pair<uint32_t, uint32_t>, uint64_t> cpu_samples;  // per thread
+    for (const auto& t : cpu.threads()) cpu_samples[{t.pid, t.tid}] = t.weight;
     for (ProfileKind kind : {ProfileKind::Cpu, ProfileKind::OffCpu}) {
-      CpuProfile profile(rec, kind);
+      CpuProfile profile = kind == ProfileKind::Cpu ? std::move(cpu) : CpuProfile(rec, kind);
       if (profile.empty()) continue;
       const bool off = kind == ProfileKind::OffCpu;
       nlohmann::json functions = nlohmann::json::array();
@@ -189,6 +192,13 @@ void print_report(const std::string& path, bool json, FILE* out) {
         nlohmann::json tj{{"pid", t.pid}, {"tid", t.tid}, {"name", t.name},
                           {"python", t.python}, {"native", t.native}};
         tj[off ? "blocked_ns" : "samples"] = t.weight;
+        if (off) {
+          // with the CPU profile: whether it also ran, or only waited for work
+          auto ran = cpu_samples.find({t.pid, t.tid});
+          tj["cpu_samples"] = ran == cpu_samples.end() ? 0 : ran->second;
+          if (uint32_t hz = profile.hz())
+            tj["idle"] = is_idle_thread(double(tj["cpu_samples"].get<uint64_t>()) / hz, t.weight);
+        }
         threads.push_back(std::move(tj));
       }
       nlohmann::json pj{{"samples", profile.samples().size()},

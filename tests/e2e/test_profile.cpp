@@ -158,6 +158,9 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   EXPECT_NEAR(thread_of("locker").value("blocked_ns", 0.0) / 1e9,
               measured.at("wait_lock").get<double>(), 0.05);
   EXPECT_EQ(thread_of("napper").value("python", ""), "waits.nap") << profile.dump();
+  // waiting is all the locker does: idle by the CPU profile's count of its samples
+  EXPECT_EQ(thread_of("locker").value("idle", false), true) << profile.dump();
+  EXPECT_LT(thread_of("locker").value("cpu_samples", 1000), 15) << profile.dump();
   EXPECT_GE(thread_of("napper").value("blocked_ns", 0.0) / 1e9,
             0.95 * measured.at("nap").get<double>());
   // the text report names them
