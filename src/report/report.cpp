@@ -186,19 +186,24 @@ void print_report(const std::string& path, bool json, FILE* out) {
         fj[off ? "total_ns" : "total_samples"] = f.total;
         functions.push_back(std::move(fj));
       }
+      // by weight: the 32 heaviest; off-CPU, every thread that also ran and the 32 heaviest
+      // idle ones (a node's idle helpers would otherwise crowd out the ranks' threads)
       nlohmann::json threads = nlohmann::json::array();
+      size_t listed = 0;
       for (const auto& t : profile.threads()) {
-        if (threads.size() == 32) break;
         nlohmann::json tj{{"pid", t.pid}, {"tid", t.tid}, {"name", t.name},
                           {"python", t.python}, {"native", t.native}};
         tj[off ? "blocked_ns" : "samples"] = t.weight;
+        bool idle = false;
         if (off) {
           // with the CPU profile: whether it also ran, or only waited for work
           auto ran = cpu_samples.find({t.pid, t.tid});
-          tj["cpu_samples"] = ran == cpu_samples.end() ? 0 : ran->second;
+          uint64_t samples = ran == cpu_samples.end() ? 0 : ran->second;
+          tj["cpu_samples"] = samples;
           if (uint32_t hz = profile.hz())
-            tj["idle"] = is_idle_thread(double(tj["cpu_samples"].get<uint64_t>()) / hz, t.weight);
+            tj["idle"] = idle = is_idle_thread(double(samples) / hz, t.weight);
         }
+        if ((!off || idle || !profile.hz()) && listed++ >= 32) continue;
         threads.push_back(std::move(tj));
       }
       nlohmann::json pj{{"samples", profile.samples().size()},

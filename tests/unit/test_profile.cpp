@@ -6,9 +6,11 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "export/pprof.h"
 #include "report/profile.h"
+#include "report/report.h"
 #include "store/reader.h"
 #include "store/recording.h"
 
@@ -229,6 +231,49 @@ TEST(CpuProfile, OffCpuByThreadPutsTheThreadsThatRanFirst) {
   EXPECT_EQ(without.find("idle"), std::string::npos) << without;
   EXPECT_LT(without.find("tid 12"), without.find("tid 10")) << without;
   EXPECT_LT(without.find("tid 10"), without.find("tid 11")) << without;
+  fs::remove(path);
+}
+
+// report --json: the off-CPU threads that also ran are all listed, however many idle ones
+// block longer (a node's helper threads); of the idle ones, the 32 heaviest.
+TEST(CpuProfile, JsonListsEveryThreadThatRanAndTheHeaviestIdleOnes) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_jsonthreads_" + std::to_string(getpid()) + ".db"))
+          .string();
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("sample_hz", "100");
+    w.add(NativeFrameRow{1, 0, "futex_wait", "libc.so.6"});
+    for (uint32_t tid = 1; tid <= 40; ++tid)
+      w.add(OffCpuSampleRow{tid, 1'000'000'000, 1'000'000'000 + tid, 7, tid, 1, 0});
+    w.add(OffCpuSampleRow{100, 100'000'000, 100'000'000, 7, 100, 1, 0});
+    for (uint64_t t = 0; t < 50; ++t) w.add(StackSampleRow{1000 + t, 7, 100, 1, 0});
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&buf, &size);
+  print_report(path, true, f);
+  fclose(f);
+  auto j = nlohmann::json::parse(std::string(buf, size));
+  free(buf);
+  const auto& off = j.at("offcpu_profile").at("threads");
+  ASSERT_EQ(off.size(), 33u) << off.dump();
+  size_t idle = 0;
+  bool ran = false;
+  for (const auto& t : off) {
+    if (t.at("idle").get<bool>()) ++idle;
+    if (t.at("tid") == 100) {
+      ran = true;
+      EXPECT_EQ(t.at("idle"), false);
+      EXPECT_EQ(t.at("cpu_samples"), 50);
+    }
+  }
+  EXPECT_EQ(idle, 32u);
+  EXPECT_TRUE(ran) << off.dump();
+  EXPECT_EQ(off.at(0).at("tid"), 40) << "the heaviest first";
+  EXPECT_EQ(j.at("cpu_profile").at("threads").size(), 1u);
   fs::remove(path);
 }
 
