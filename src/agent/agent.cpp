@@ -2,13 +2,6 @@
 // health as metrics, and a clean stop on SIGINT/SIGTERM.
 #include "agent/agent.h"
 
-// clang-format off
-// Eigen (through the detector) before httplib.h: httplib includes <resolv.h>, whose `_res`
-// macro renames a parameter in Eigen's declarations.
-#include "pipeline/sink_sets.h"
-// clang-format on
-
-#include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -18,7 +11,6 @@
 
 #include <atomic>
 #include <charconv>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -28,14 +20,21 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent/anomaly_reporter.h"
 #include "agent/anomaly_store.h"
+#include "agent/http_server.h"
+#include "agent/instance_lock.h"
 #include "export/metrics.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
+#include "pipeline/sink_sets.h"
 #include "util/error.h"
 #include "util/privileges.h"
 
 namespace eacgm {
 namespace {
+
+// Held by the agent that traces the node (--allow-second-agent leaves it alone).
+constexpr const char* kNodeLock = "/run/eacgm/agent.lock";
 
 std::atomic<int> g_agent_stop{0};
 std::atomic<int> g_dump_signal{0};
@@ -43,12 +42,58 @@ std::atomic<int> g_dump_signal{0};
 void on_agent_stop(int sig) { g_agent_stop.store(sig); }
 void on_dump_signal(int) { g_dump_signal.store(1); }
 
-// Dumps asked for over HTTP: the HTTP thread waits for the loop, which owns the recorder.
-struct DumpRequests {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t asked = 0, answered = 0;
-  std::string path;
+// Flight recordings asked for (POST /dump, SIGUSR1): at most one per interval, whoever asks.
+// The HTTP thread queues the requests; the loop, which owns the recorder, answers them.
+class DumpRequests {
+ public:
+  explicit DumpRequests(double interval_s) : interval_ns_(uint64_t(interval_s * 1e9)) {}
+  void ask(uint64_t id) {
+    std::lock_guard lock(mu_);
+    asked_.push_back(id);
+  }
+  // The path being written, or why none is.
+  std::pair<std::string, std::string> write(FlightRecorder& flight, const std::string& reason,
+                                            uint64_t now) {
+    if (last_ns_ && now - last_ns_ < interval_ns_) {
+      retry_s_ =
+          std::max<uint64_t>(1, (last_ns_ + interval_ns_ - now + 999'999'999) / 1'000'000'000);
+      return {"", fmt::format("not written: one was written {:.0f} s ago ({}); the next can be "
+                              "asked for in {} s (--dump-interval)",
+                              double(now - last_ns_) / 1e9, last_path_, retry_s_)};
+    }
+    std::string path = flight.request(reason, 0);
+    if (path.empty())
+      return {"", "the flight recorder is off (--flight-seconds 0 or --state-dir '')"};
+    last_ns_ = now;
+    last_path_ = path;
+    return {path, ""};
+  }
+  void answer(HttpServer& http, FlightRecorder& flight, uint64_t now) {
+    std::vector<uint64_t> ids;
+    {
+      std::lock_guard lock(mu_);
+      ids.swap(asked_);
+    }
+    for (uint64_t id : ids) {
+      auto [path, why] = write(flight, "http", now);
+      if (!path.empty()) {
+        fprintf(stderr, "eacgm: agent: writing flight recording %s (asked over HTTP)\n",
+                path.c_str());
+        http.answer(id, {200, "text/plain", path + "\n", {}});
+      } else if (why.rfind("not written", 0) == 0) {
+        http.answer(id,
+                    {429, "text/plain", why + "\n", {{"Retry-After", std::to_string(retry_s_)}}});
+      } else {
+        http.answer(id, {409, "text/plain", why + "\n", {}});
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<uint64_t> asked_;
+  uint64_t interval_ns_, last_ns_ = 0, retry_s_ = 0;
+  std::string last_path_;
 };
 
 uint64_t resident_bytes() {
@@ -71,20 +116,6 @@ std::string node_name() {
   return u.nodename;
 }
 
-std::string utc_time(uint64_t realtime_ns) {
-  time_t secs = time_t(realtime_ns / 1'000'000'000);
-  tm t{};
-  gmtime_r(&secs, &t);
-  char buf[40];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &t);
-  return fmt::format("{}.{:03}Z", buf, realtime_ns / 1'000'000 % 1000);
-}
-
-std::string ms_text(uint64_t ns) {
-  double ms = double(ns) / 1e6;
-  return ms >= 100 ? fmt::format("{:.0f} ms", ms) : fmt::format("{:.2g} ms", ms);
-}
-
 // The state dir: created (0700: it holds what the traced jobs ran) when missing.
 std::string make_state_dir(const std::string& dir) {
   if (dir.empty()) return dir;
@@ -103,97 +134,29 @@ std::string make_state_dir(const std::string& dir) {
   return dir;
 }
 
-// What the agent does with each anomaly: one log line (rate-limited per kind: a storm of slow
-// calls is one line every 10 s with the count of the others), the counter, and a row in the
-// state dir's store (at most 100 a flush).
-class AnomalyReporter {
- public:
-  AnomalyReporter(MetricsSink& metrics, std::unique_ptr<AnomalyStore> store, FlightRecorder& flight,
-                  uint64_t flight_ns, int64_t monotonic_to_realtime_ns)
-      : metrics_(metrics),
-        store_(std::move(store)),
-        flight_(flight),
-        flight_ns_(flight_ns),
-        to_real_(monotonic_to_realtime_ns) {}
-
-  void operator()(std::vector<AgentAnomaly>& found) {
-    std::vector<StoredAnomaly> rows;
-    uint64_t now = monotonic_now_ns();
-    // One flight recording for the anomalies of a while (a sixth of the held past after the
-    // first, so that the recording shows what followed too), at most one every 5 minutes.
-    if (now >= dump_due_ + 300'000'000'000ull || dump_due_ == 0) {
-      uint64_t after = flight_ns_ / 6;
-      dump_path_ = flight_.request("anomaly", after);
-      dump_due_ = now + after;
-    }
-    std::string recording = now <= dump_due_ ? dump_path_ : std::string();
-    for (const auto& [a, process] : found) {
-      std::string kind = detect::cause_kind(a.cause);
-      metrics_.count_anomaly(a.layer, kind);
-      uint64_t real = uint64_t(int64_t(a.ts_ns) + to_real_);
-      Limit& limit = limits_[a.layer + "\t" + kind];
-      if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
-        std::string what =
-            a.layer == "window"
-                ? fmt::format("{} in the traced processes, {} s window at {}", a.cause,
-                              double(a.dur_ns) / 1e9, utc_time(real))
-                : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
-                              process.empty() ? "?" : process, a.pid, utc_time(real));
-        std::string top;
-        for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
-        std::string more = limit.suppressed ? fmt::format("; {} more like it since the last line",
-                                                          limit.suppressed)
-                                            : "";
-        std::string where =
-            recording.empty() ? "" : fmt::format("; flight recording {}", recording);
-        fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s%s\n", what.c_str(),
-                a.score, a.threshold, top.c_str(), more.c_str(), where.c_str());
-        limit.last = now;
-        limit.suppressed = 0;
-      } else {
-        ++limit.suppressed;
-      }
-      if (!store_ || rows.size() >= 100) continue;
-      StoredAnomaly r;
-      r.ts_ns = a.ts_ns;
-      r.time_ns = real;
-      r.dur_ns = a.dur_ns;
-      r.layer = a.layer;
-      r.name = a.name;
-      r.pid = a.pid;
-      r.process = process;
-      r.score = a.score;
-      r.threshold = a.threshold;
-      r.cause = a.cause;
-      nlohmann::json f = nlohmann::json::array();
-      for (const auto& [name, c] : a.top_features) f.push_back({name, c});
-      r.features = f.dump();
-      r.recording = recording;
-      rows.push_back(std::move(r));
-    }
-    if (store_)
-      if (std::string e = store_->add(rows); !e.empty() && e != last_error_) {
-        fprintf(stderr, "eacgm: agent: could not store anomalies in %s: %s\n",
-                store_->path().c_str(), e.c_str());
-        last_error_ = e;
-      }
+// One agent per state dir (its models and store), one per node unless told: a second's probes
+// would sit beside the first's, and every traced call would pay both.
+void take_instance_locks(const AgentOptions& o, const std::string& state, InstanceLock& state_lock,
+                         InstanceLock& node_lock) {
+  if (!state.empty())
+    if (std::string why = state_lock.take(state + "/agent.lock"); !why.empty())
+      fail(
+          "--state-dir {}: {} ({}/agent.lock): stop that agent, or give this one another "
+          "--state-dir",
+          state, state_lock.busy() ? "another agent uses it, " + why : why, state);
+  if (!o.allow_second_agent) {
+    std::string why = node_lock.take(kNodeLock);
+    if (node_lock.busy())
+      fail(
+          "another eacgm agent traces this node ({}, {}): a second would attach its probes "
+          "beside the first's and every traced call would pay both (stop it, or give "
+          "--allow-second-agent)",
+          why, kNodeLock);
+    if (!why.empty() && !o.quiet)
+      fprintf(stderr, "eacgm agent: cannot tell whether another agent traces this node: %s\n",
+              why.c_str());
   }
-
- private:
-  struct Limit {
-    uint64_t last = 0;
-    size_t suppressed = 0;
-  };
-  MetricsSink& metrics_;
-  std::unique_ptr<AnomalyStore> store_;
-  FlightRecorder& flight_;
-  uint64_t flight_ns_;
-  int64_t to_real_;
-  uint64_t dump_due_ = 0;
-  std::string dump_path_;
-  std::map<std::string, Limit> limits_;
-  std::string last_error_;
-};
+}
 
 }  // namespace
 
@@ -255,6 +218,8 @@ int run_agent(const AgentOptions& given) {
   signal(SIGPIPE, SIG_IGN);
 
   std::string state = make_state_dir(o.state_dir);
+  InstanceLock state_lock, node_lock;
+  take_instance_locks(o, state, state_lock, node_lock);
   DetectionOptions d;
   d.window_ns = uint64_t(o.window_s * 1e9);
   d.history_ns = uint64_t(o.history_s * 1e9);
@@ -280,47 +245,39 @@ int run_agent(const AgentOptions& given) {
   sinks.metrics().identify = read_job_identity;
   if (std::string line = sinks.detection().load_models(); !line.empty())
     fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
-  httplib::Server http;
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second agent on the
-  // same port would start and share the connections silently instead of being refused.
-  http.set_socket_options([](int fd) {
-    int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  // The endpoint binds before BPF loads (seconds): a port in use fails at once.
+  HttpServer http;
+  http.route("GET", "/metrics", [&](const HttpRequest&) -> std::optional<HttpResponse> {
+    return HttpResponse{
+        200, "text/plain; version=0.0.4; charset=utf-8", sinks.metrics().text(), {}};
   });
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(sinks.metrics().text(), "text/plain; version=0.0.4; charset=utf-8");
+  http.route("GET", "/", [](const HttpRequest&) -> std::optional<HttpResponse> {
+    return HttpResponse{200,
+                        "text/plain; charset=utf-8",
+                        "eacgm agent: metrics at /metrics; POST /dump (root on this host) writes "
+                        "a flight recording\n",
+                        {}};
   });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        "eacgm agent: metrics at /metrics; POST /dump (from this host) writes a flight "
-        "recording\n",
-        "text/plain");
+  DumpRequests dumps(o.dump_interval_s);
+  http.route("POST", "/dump", [&](const HttpRequest& req) -> std::optional<HttpResponse> {
+    if (!is_loopback_address(req.peer))
+      return HttpResponse{
+          403, "text/plain", "a flight recording is asked for from this host only\n", {}};
+    if (req.peer_uid != 0 && req.peer_uid != int64_t(geteuid()))
+      return HttpResponse{
+          403,
+          "text/plain",
+          req.peer_uid < 0 ? "the user asking could not be told (/proc/net/tcp): refused\n"
+                           : "a flight recording is asked for by root (or the agent's user) only\n",
+          {}};
+    dumps.ask(req.id);
+    return std::nullopt;  // the loop, which owns the flight recorder, answers
   });
-  DumpRequests dumps;
-  http.Post("/dump", [&](const httplib::Request& req, httplib::Response& res) {
-    if (!is_loopback_address(req.remote_addr)) {
-      res.status = 403;
-      res.set_content("a flight recording is asked for from this host only\n", "text/plain");
-      return;
-    }
-    std::unique_lock lock(dumps.mu);
-    uint64_t mine = ++dumps.asked;
-    if (!dumps.cv.wait_for(lock, std::chrono::seconds(5), [&] { return dumps.answered >= mine; })) {
-      res.status = 503;
-      res.set_content("the agent did not answer in 5 s\n", "text/plain");
-    } else if (dumps.path.empty()) {
-      res.status = 409;
-      res.set_content("the flight recorder is off (--flight-seconds 0 or --state-dir '')\n",
-                      "text/plain");
-    } else {
-      res.set_content(dumps.path + "\n", "text/plain");
-    }
-  });
-  if (!http.bind_to_port(where.host, where.port))
+  if (!http.bind(where.host, where.port))
     fail("cannot listen on {}: {} (is another agent running? choose another --listen)", o.listen,
          errno_text(errno));
-  Pipeline pipeline(o, sinks.sink());  // after the port: a busy one fails before BPF loads
-  std::thread server([&] { http.listen_after_bind(); });
+  Pipeline pipeline(o, sinks.sink());
+  http.start();
 
   pipeline.expect_all();
   pipeline.start("agent");
@@ -330,39 +287,44 @@ int run_agent(const AgentOptions& given) {
             o.listen.c_str());
   uint64_t start = pipeline.start_monotonic_ns(), last_stats = 0;
   std::string flight_error;
+  int status = 0, failing = 0;
+  std::string last_failure;
   while (!g_agent_stop.load()) {
-    pipeline.step(100);
-    uint64_t now = monotonic_now_ns();
-    if (now - last_stats >= 500'000'000ull) {
-      sinks.metrics().set_agent_stats({pipeline.calls(), pipeline.counters().ring_drops,
-                                       pipeline.probes(), sinks.metrics().traced_processes(),
-                                       cpu_seconds(), resident_bytes()});
-      sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
-      sinks.flight().note_dropped(pipeline.counters().ring_drops);
-      last_stats = now;
-    }
-    if (g_dump_signal.exchange(0)) {
-      std::string path = sinks.flight().request("signal", 0);
-      fprintf(stderr, "eacgm: agent: SIGUSR1: %s\n",
-              path.empty() ? "the flight recorder is off (--flight-seconds 0 or --state-dir '')"
-                           : ("writing flight recording " + path).c_str());
-    }
-    {
-      std::lock_guard lock(dumps.mu);
-      if (dumps.answered < dumps.asked) {
-        dumps.path = sinks.flight().request("http", 0);
-        if (!dumps.path.empty())
-          fprintf(stderr, "eacgm: agent: writing flight recording %s (asked over HTTP)\n",
-                  dumps.path.c_str());
-        dumps.answered = dumps.asked;
-        dumps.cv.notify_all();
+    try {
+      pipeline.step(100);
+      uint64_t now = monotonic_now_ns();
+      if (now - last_stats >= 500'000'000ull) {
+        sinks.metrics().set_agent_stats({pipeline.calls(), pipeline.counters().ring_drops,
+                                         pipeline.probes(), sinks.metrics().traced_processes(),
+                                         cpu_seconds(), resident_bytes()});
+        sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
+        sinks.flight().note_dropped(pipeline.counters().ring_drops);
+        last_stats = now;
+      }
+      if (g_dump_signal.exchange(0)) {
+        auto [path, why] = dumps.write(sinks.flight(), "signal", now);
+        fprintf(stderr, "eacgm: agent: SIGUSR1: %s\n",
+                path.empty() ? why.c_str() : ("writing flight recording " + path).c_str());
+      }
+      dumps.answer(http, sinks.flight(), now);
+      if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error) {
+        fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
+        flight_error = e;
+      }
+      if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
+      failing = 0;
+    } catch (const std::exception& e) {
+      // One event or process the agent could not handle does not end the node's monitoring:
+      // said once per distinct reason, and the loop goes on. Should every pass fail, it stops
+      // in order (models saved, recordings asked for written) with the reason, never aborts.
+      if (e.what() != last_failure) fprintf(stderr, "eacgm: agent: %s\n", e.what());
+      last_failure = e.what();
+      if (++failing >= 50) {
+        fprintf(stderr, "eacgm: agent: stopping: %s, 50 times in a row\n", e.what());
+        status = 1;
+        break;
       }
     }
-    if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error) {
-      fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
-      flight_error = e;
-    }
-    if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
   }
   pipeline.stop();
   pipeline.finish();  // gives traced processes back what the python layer changed in them
@@ -372,9 +334,8 @@ int run_agent(const AgentOptions& given) {
   sinks.flight().finish();  // the recordings asked for are written before the agent ends
   if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error)
     fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
-  server.join();
   if (!o.quiet) fprintf(stderr, "eacgm: agent stopped\n");
-  return 0;
+  return status;
 }
 
 }  // namespace eacgm

@@ -19,6 +19,8 @@ struct AgentOptions : TraceOptions {
   double flight_seconds = 60;  // the flight recorder's past; 0: off
   uint64_t flight_mb = 256, flight_keep_mb = 2048;
   std::vector<std::string> match;  // --match: only processes whose command line matches
+  double dump_interval_s = 60;     // at most one flight recording on request (/dump, SIGUSR1)
+  bool allow_second_agent = false;  // start beside another agent on this node
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

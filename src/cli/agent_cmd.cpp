@@ -72,10 +72,16 @@ std::function<int()> add_agent(CLI::App& app) {
   cmd->add_option("--flight-seconds", opts->flight_seconds,
                   "seconds of full-detail events held in memory; on an anomaly (at most one "
                   "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "
-                  "this host they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
+                  "this host (root only) they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
                   "report, detect and export read; 0: off")
       ->capture_default_str()
       ->check(number_in(0.0, 3600.0, "a number of seconds"));
+  cmd->add_option("--dump-interval", opts->dump_interval_s,
+                  "at most one flight recording on request (POST /dump, SIGUSR1) per this many "
+                  "seconds; a request sooner gets 429 and when to ask again (the anomalies' own "
+                  "recordings are limited apart); 0: no limit")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
   cmd->add_option("--flight-mb", opts->flight_mb,
                   "memory the flight recorder may hold, in MiB (the oldest events go first)")
       ->capture_default_str()
@@ -88,6 +94,10 @@ std::function<int()> add_agent(CLI::App& app) {
                   "only processes whose command line matches this regular expression (searched "
                   "anywhere in it; repeat for more), e.g. --match 'torchrun|train\\.py'. Others "
                   "are still probed, but not counted, modelled or recorded");
+  cmd->add_flag("--allow-second-agent", opts->allow_second_agent,
+                "start even when another agent traces this node (it holds /run/eacgm/agent.lock): "
+                "each traced call then pays both agents' probes. One agent per --state-dir "
+                "always");
   cmd->add_flag("-q,--quiet", opts->quiet, "print only errors, warnings and anomalies");
   return [cmd, opts, layers]() {
     (void)cmd;

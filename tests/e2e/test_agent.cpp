@@ -13,90 +13,13 @@
 #include <set>
 #include <sstream>
 
-#include "e2e_util.h"
+#include "agent_fixture.h"
 
 namespace e2e {
 namespace {
 
-// A TCP port on loopback that nothing listens on now.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("no free port");
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// GET until it answers 200 or `timeout_s` passes.
-std::optional<std::string> get_when_up(int port, const std::string& path, int timeout_s) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (auto r = c.Get(path.c_str()); r && r->status == 200) return r->body;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return std::nullopt;
-}
-
 double metric_sum(const std::string& text, const std::string& name, const std::string& labels);
 
-class Agent : public RecordingTest {
- protected:
-  void SetUp() override {
-    RecordingTest::SetUp();
-    if (IsSkipped()) return;
-    port_ = free_port();
-    start_agent({});
-  }
-  void start_agent(const std::vector<std::string>& extra,
-                   const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv{
-        kEacgm,       "agent", "--listen",    "127.0.0.1:" + std::to_string(port_),
-        "--duration", "90",    "--state-dir", dir_ + "/state"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    agent_ = std::make_unique<Process>(argv, env);
-    ASSERT_TRUE(agent_->wait_for_stderr("agent tracing this node", 30)) << agent_->err();
-    ASSERT_TRUE(get_when_up(port_, "/metrics", 10)) << agent_->err();
-  }
-  void stop_agent() {
-    kill(agent_->pid(), SIGTERM);
-    EXPECT_EQ(agent_->wait(20), 0) << agent_->err();  // a clean stop on SIGTERM
-    agent_.reset();
-  }
-  void TearDown() override {
-    if (agent_) stop_agent();
-  }
-  // Until the window model judges (its threshold is on /metrics), then a few judged windows.
-  void wait_for_window_model() {
-    httplib::Client c("127.0.0.1", port_);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-    bool ready = false;
-    while (!ready && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // as often as the tests poll
-      auto r = c.Get("/metrics");
-      ready = r && r->body.find("eacgm_detector_threshold{layer=\"window\"") != std::string::npos;
-    }
-    ASSERT_TRUE(ready) << "no window model after 40 s\n" << agent_->err();
-    std::this_thread::sleep_for(std::chrono::seconds(3));
-  }
-  // Two busy processes on CPU 0 for 3 s, beside the demo loop there.
-  static std::vector<std::unique_ptr<Process>> cpu_hogs() {
-    std::vector<std::unique_ptr<Process>> hogs;
-    for (int i = 0; i < 2; ++i)
-      hogs.push_back(std::make_unique<Process>(
-          std::vector<std::string>{"/usr/bin/taskset", "-c", "0", "/usr/bin/timeout", "3",
-                                   "/bin/sh", "-c", "while :; do :; done"}));
-    return hogs;
-  }
-  int port_ = 0;
-  std::unique_ptr<Process> agent_;
-};
 
 TEST_F(Agent, ServesOnlyGetOfKnownPaths) {
   httplib::Client c("127.0.0.1", port_);
@@ -128,7 +51,9 @@ TEST_F(Agent, BadListenAddressIsAUsageError) {
       << match.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/none")) << "nothing made on a usage error";
   // the port the agent holds is refused with a line that says so
-  auto busy = run({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_)}, {}, 20);
+  auto busy = run({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_),
+                   "--allow-second-agent", "--state-dir", dir_ + "/busy"},
+                  {}, 20);
   EXPECT_EQ(busy.exit_code, 1);
   EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(port_)), std::string::npos)
       << busy.err;
@@ -321,10 +246,12 @@ TEST_F(Agent, ChurnLeavesNoTraceOfExitedProcesses) {
       for (const auto& pid : pids) EXPECT_EQ(l.find("pid=\"" + pid + "\""), std::string::npos) << l;
 }
 
-// A flight recording asked for over HTTP (from loopback) and by SIGUSR1 is an ordinary
+// A flight recording asked for over HTTP (root, from loopback) and by SIGUSR1 is an ordinary
 // recording of the calls the workload made before: `eacgm report` reads it.
 TEST_F(Agent, FlightRecordingOnDemandIsAnOrdinaryRecording) {
   E2E_REQUIRE_CUDA();
+  stop_agent();
+  start_agent({"--dump-interval", "0"});  // both asked for at once (the default is one a minute)
   auto w = run({kWorkloads + "/cuda_api_calls"});
   ASSERT_EQ(w.exit_code, 0) << w.err;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // decoded
@@ -637,7 +564,7 @@ TEST_F(Agent, JobStragglerAcrossNodesIsNamedByTheFleetRules) {
   int port_b = free_port();
   Process agent_b({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_b),
                    "--duration", "90", "--state-dir", dir_ + "/state-b", "--match",
-                   "straggler-node1"});
+                   "straggler-node1", "--allow-second-agent"});
   ASSERT_TRUE(agent_b.wait_for_stderr("agent tracing this node", 30)) << agent_b.err();
   ASSERT_TRUE(get_when_up(port_b, "/metrics", 10)) << agent_b.err();
   const std::string node_a = "127.0.0.1:" + std::to_string(port_),

@@ -1,0 +1,93 @@
+// The agent's anomaly reporter (agent/anomaly_reporter.h).
+#include "agent/anomaly_reporter.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "gpu/gpu_samples.h"  // monotonic_now_ns
+
+namespace eacgm {
+namespace {
+
+std::string utc_time(uint64_t realtime_ns) {
+  time_t secs = time_t(realtime_ns / 1'000'000'000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[40];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &t);
+  return fmt::format("{}.{:03}Z", buf, realtime_ns / 1'000'000 % 1000);
+}
+
+std::string ms_text(uint64_t ns) {
+  double ms = double(ns) / 1e6;
+  return ms >= 100 ? fmt::format("{:.0f} ms", ms) : fmt::format("{:.2g} ms", ms);
+}
+
+}  // namespace
+
+void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
+  std::vector<StoredAnomaly> rows;
+  uint64_t now = monotonic_now_ns();
+  // One flight recording for the anomalies of a while (a sixth of the held past after the
+  // first, so that the recording shows what followed too), at most one every 5 minutes.
+  if (now >= dump_due_ + 300'000'000'000ull || dump_due_ == 0) {
+    uint64_t after = flight_ns_ / 6;
+    dump_path_ = flight_.request("anomaly", after);
+    dump_due_ = now + after;
+  }
+  std::string recording = now <= dump_due_ ? dump_path_ : std::string();
+  for (const auto& [a, process] : found) {
+    std::string kind = detect::cause_kind(a.cause);
+    metrics_.count_anomaly(a.layer, kind);
+    uint64_t real = uint64_t(int64_t(a.ts_ns) + to_real_);
+    Limit& limit = limits_[a.layer + "\t" + kind];
+    if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
+      std::string what =
+          a.layer == "window"
+              ? fmt::format("{} in the traced processes, {} s window at {}", a.cause,
+                            double(a.dur_ns) / 1e9, utc_time(real))
+              : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
+                            process.empty() ? "?" : process, a.pid, utc_time(real));
+      std::string top;
+      for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
+      std::string more =
+          limit.suppressed ? fmt::format("; {} more like it since the last line", limit.suppressed)
+                           : "";
+      std::string where = recording.empty() ? "" : fmt::format("; flight recording {}", recording);
+      fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s%s\n", what.c_str(), a.score,
+              a.threshold, top.c_str(), more.c_str(), where.c_str());
+      limit.last = now;
+      limit.suppressed = 0;
+    } else {
+      ++limit.suppressed;
+    }
+    if (!store_ || rows.size() >= 100) continue;
+    StoredAnomaly r;
+    r.ts_ns = a.ts_ns;
+    r.time_ns = real;
+    r.dur_ns = a.dur_ns;
+    r.layer = a.layer;
+    r.name = a.name;
+    r.pid = a.pid;
+    r.process = process;
+    r.score = a.score;
+    r.threshold = a.threshold;
+    r.cause = a.cause;
+    nlohmann::json f = nlohmann::json::array();
+    for (const auto& [name, c] : a.top_features) f.push_back({name, c});
+    r.features = f.dump();
+    r.recording = recording;
+    rows.push_back(std::move(r));
+  }
+  if (store_)
+    if (std::string e = store_->add(rows); !e.empty() && e != last_error_) {
+      fprintf(stderr, "eacgm: agent: could not store anomalies in %s: %s\n", store_->path().c_str(),
+              e.c_str());
+      last_error_ = e;
+    }
+}
+
+}  // namespace eacgm
