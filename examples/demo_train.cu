@@ -4,12 +4,17 @@
 // every CUDA call fails fast, but each one is made and traced.
 //
 // Usage: demo_train [STEPS [CPU]]: with CPU, the loop runs on that CPU only, so that another
-// process busy on it (scripts/demo.sh starts one, a noisy neighbour) slows the job down.
+// process busy on it (scripts/demo.sh starts one, a noisy neighbour) slows the job down. With
+// DEMO_SIGNAL=FRAC:PATH in the environment it creates PATH when it reaches step FRAC x STEPS,
+// so that a fault started from outside lands at that point of the job whatever its speed.
 #include <cuda_runtime.h>
 #include <sched.h>
 
+#include <fcntl.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <unistd.h>
 
@@ -65,7 +70,14 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   cudaStreamCreate(&stream);
   dim3 tile(16, 16), grid(n / 16, n / 16);
+  int signal_step = -1;
+  const char* signal_path = nullptr;
+  if (const char* s = getenv("DEMO_SIGNAL"); s && strchr(s, ':')) {
+    signal_step = int(atof(s) * steps);
+    signal_path = strchr(s, ':') + 1;
+  }
   for (int step = 0; step < steps; ++step) {
+    if (step == signal_step) close(open(signal_path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
     cudaMemcpyAsync(batch, host_batch, matrix, cudaMemcpyHostToDevice, stream);
     matmul_tiled<<<grid, tile, 0, stream>>>(batch, weights, acts, n);
     relu_forward<<<n * n / 256, 256, 0, stream>>>(acts, n * n);

@@ -36,13 +36,13 @@ stop_neighbours() {
     pkill -P "$p" 2>/dev/null || true
     kill "$p" 2>/dev/null || true
   done
-  rm -f "$signal"
+  rm -f "$signal" "$out/.cuda-neighbour-now"
 }
 trap stop_neighbours EXIT
 
 echo "demo: tracing a 2-rank GPT training for ${seconds} s (rank 1 straggles at 62-76%, a noisy neighbour at 80%)"
 "$EACGM" record --force -o "$db" -- "$PYTHON" examples/gpt_ddp.py --seconds "$seconds" --signal "$signal"
-[ -e "$signal" ] || echo "demo: the training ended before the noisy neighbour was due" >&2
+[ -e "$signal" ] || { echo "demo: the training ended before the noisy neighbour was due" >&2; kill "$neighbour" 2>/dev/null || true; }
 wait "$neighbour" 2>/dev/null || true
 echo
 "$EACGM" detect "$db"
@@ -57,12 +57,19 @@ echo
 cuda_db=$out/demo-cuda.eacgm.db
 if [ -x "$DEMO_TRAIN" ]; then
   echo
-  echo "demo: tracing the bundled CUDA training loop (no GPU needed: the calls fail, and are traced), a noisy neighbour at 8 s"
-  ( sleep 8; for _ in 1 2; do taskset -c 0 timeout 1.5 sh -c 'while :; do :; done' & done; wait ) \
+  echo "demo: tracing the bundled CUDA training loop (no GPU needed: the calls fail, and are traced), a noisy neighbour at 70%"
+  cuda_signal=$out/.cuda-neighbour-now
+  rm -f "$cuda_signal"
+  # the neighbour starts when the loop reaches 70% of its steps (it creates the file then), so
+  # that it lands after detect's training half however long the start took
+  ( while [ ! -e "$cuda_signal" ]; do sleep 0.05; done
+    for _ in 1 2; do taskset -c 0 timeout 1.5 sh -c 'while :; do :; done' & done; wait ) \
     >/dev/null 2>&1 &
   cuda_neighbour=$!
-  "$EACGM" record --force -o "$cuda_db" -q -- "$DEMO_TRAIN" 5000 0
+  DEMO_SIGNAL="0.7:$cuda_signal" "$EACGM" record --force -o "$cuda_db" -q -- "$DEMO_TRAIN" 5000 0
+  [ -e "$cuda_signal" ] || { echo "demo: the CUDA loop ended before its noisy neighbour was due" >&2; kill "$cuda_neighbour" 2>/dev/null || true; }
   wait "$cuda_neighbour" 2>/dev/null || true
+  rm -f "$cuda_signal"
   "$EACGM" detect "$cuda_db"
   "$EACGM" report "$cuda_db" --html "$out/demo-cuda.html" --force
 else
