@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <regex>
+
 #include "e2e_util.h"
 
 namespace e2e {
@@ -53,16 +55,17 @@ SchedStats record_sched_probe(const std::string& db) {
   sscanf(r.out.c_str(), "sched_probe: voluntary=%ld involuntary=%ld", &s.kernel_voluntary,
          &s.kernel_involuntary);
   Db d(db);
-  d.each("SELECT sum(runq_waits), sum(runq_wait_ns), sum(voluntary_switches), "
-         "sum(involuntary_switches), count(*) FROM host_samples "
-         "WHERE scope = 'process' AND name = 'sched_probe'",
-         [&](sqlite3_stmt* st) {
-           s.waits = sqlite3_column_int64(st, 0);
-           s.wait_ns = sqlite3_column_int64(st, 1);
-           s.voluntary = sqlite3_column_int64(st, 2);
-           s.involuntary = sqlite3_column_int64(st, 3);
-           s.samples = sqlite3_column_int64(st, 4);
-         });
+  d.each(
+      "SELECT sum(runq_waits), sum(runq_wait_ns), sum(voluntary_switches), "
+      "sum(involuntary_switches), count(*) FROM host_samples "
+      "WHERE scope = 'process' AND name = 'sched_probe'",
+      [&](sqlite3_stmt* st) {
+        s.waits = sqlite3_column_int64(st, 0);
+        s.wait_ns = sqlite3_column_int64(st, 1);
+        s.voluntary = sqlite3_column_int64(st, 2);
+        s.involuntary = sqlite3_column_int64(st, 3);
+        s.samples = sqlite3_column_int64(st, 4);
+      });
   return s;
 }
 
@@ -106,8 +109,8 @@ TEST_F(RecordHost, CpuHogRaisesRunQueueLatencyAndPreemptions) {
   // (Each burst ends in a sleep: voluntary switches count the bursts.)
   if (quiet.involuntary > quiet.voluntary / 3)
     GTEST_SKIP() << "CPU " << probe_cpu() << " was not idle (the probe alone was preempted "
-                 << quiet.involuntary
-                 << " times in " << quiet.voluntary << " bursts): the hog comparison needs an "
+                 << quiet.involuntary << " times in " << quiet.voluntary
+                 << " bursts): the hog comparison needs an "
                  << "otherwise idle machine; the counts above still matched the kernel's";
   EXPECT_GT(busy.mean_wait_us(), 3 * quiet.mean_wait_us());
   EXPECT_GT(busy.involuntary, quiet.involuntary + 40);
@@ -119,17 +122,33 @@ TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
   if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0)
     GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
   std::string cpu = std::to_string(probe_cpu()), script = dir_ + "/mm_loop.py";
-  std::ofstream(script) << "import torch\n"
-                           "def main():\n"
-                           "    torch.set_num_threads(1)\n"
-                           "    a = torch.randn(400, 400)\n"
-                           "    for _ in range(60):\n"
-                           "        torch.mm(a, a)\n"
-                           "main()\n";
+  // The workload measures its own wait for a CPU, as the kernel counts it for the thread
+  // (/proc/thread-self/schedstat's run_delay), around each call and around main().
+  std::ofstream(script)
+      << "import time, torch\n"
+         "def run_delay():\n"
+         "    with open('/proc/thread-self/schedstat') as f:\n"
+         "        return int(f.read().split()[1])\n"
+         "def main():\n"
+         "    torch.set_num_threads(1)\n"
+         "    a = torch.randn(400, 400)\n"
+         "    waited = spent = 0\n"
+         "    for _ in range(60):\n"
+         "        w, t = run_delay(), time.monotonic_ns()\n"
+         "        torch.mm(a, a)\n"
+         "        spent += time.monotonic_ns() - t\n"
+         "        waited += run_delay() - w\n"
+         "    return waited, spent\n"
+         "w, t = run_delay(), time.monotonic_ns()\n"
+         "waited, spent = main()\n"
+         "print(f'calls waited {waited} of {spent} ns; main waited {run_delay() - w} of '\n"
+         "      f'{time.monotonic_ns() - t} ns')\n";
+  struct Shares {
+    double calls, module, calls_truth, module_truth;
+  };
   auto record = [&] {
     auto r = run({kEacgm, "record", "-q", "-f", "--layers", "torch,python", "--python-calls",
-                  "user", "-o", db_, "--",
-                  "taskset", "-c", cpu, "/usr/bin/python3", script});
+                  "user", "-o", db_, "--", "taskset", "-c", cpu, "/usr/bin/python3", script});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     Db db(db_);
     EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE name = 'aten::mm'"), 60);
@@ -138,33 +157,48 @@ TEST_F(RecordHost, EachCallKnowsHowLongItsThreadWaitedForACpu) {
               0);
     // the Python function that makes the calls waits as they do
     EXPECT_EQ(db.scalar("SELECT count(*) FROM python_calls WHERE name = 'mm_loop.main'"), 1);
-    return std::pair(
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(
+        r.out, m, std::regex(R"(calls waited (\d+) of (\d+) ns; main waited (\d+) of (\d+) ns)")))
+        << r.out;
+    auto ratio = [&](int i) { return m.empty() ? -1 : std::stod(m[i]) / std::stod(m[i + 1]); };
+    return Shares{
         double(db.scalar("SELECT sum(runq_ns) FROM torch_calls WHERE name = 'aten::mm'")) /
             double(db.scalar("SELECT sum(dur_ns) FROM torch_calls WHERE name = 'aten::mm'")),
         double(db.scalar("SELECT runq_ns FROM python_calls WHERE name = 'mm_loop.main'")) /
-            double(db.scalar("SELECT dur_ns FROM python_calls WHERE name = 'mm_loop.main'")));
+            double(db.scalar("SELECT dur_ns FROM python_calls WHERE name = 'mm_loop.main'")),
+        ratio(1), ratio(3)};
   };
-  auto [quiet, quiet_module] = record();
-  std::pair<double, double> busy_shares;
+  Shares quiet = record(), busy;
   {
     CpuHog hog1(probe_cpu()), hog2(probe_cpu());
-    busy_shares = record();
+    busy = record();
   }
-  auto [busy, busy_module] = busy_shares;
   // the wait is shown with each slice of the exported timeline
   std::string json_path = dir_ + "/run.json";
   ASSERT_EQ(run({kEacgm, "export", db_, "--chrome", json_path}).exit_code, 0);
   std::ifstream in(json_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find(R"("cpu_wait_us":)"), std::string::npos);
-  std::cerr << "share of the time spent waiting for a CPU: aten::mm alone " << quiet
-            << ", beside two hogs " << busy << "; the Python function " << quiet_module << ", "
-            << busy_module << "\n";
-  // three runnable threads on one CPU: the traced one waits about two thirds of the time
-  EXPECT_GT(busy, 0.4);
-  EXPECT_LT(quiet, busy / 2);
-  EXPECT_GT(busy_module, 0.3);
-  EXPECT_LT(quiet_module, busy_module / 2);
+  std::cerr << "share of the time spent waiting for a CPU (eacgm / the thread's own schedstat): "
+               "aten::mm alone "
+            << quiet.calls << " / " << quiet.calls_truth << ", beside two hogs " << busy.calls
+            << " / " << busy.calls_truth << "; the Python function " << quiet.module << " / "
+            << quiet.module_truth << ", " << busy.module << " / " << busy.module_truth << "\n";
+  // The hogs share the probe's CPU: by its own count it waited (three runnable threads on one
+  // CPU wait about two thirds of the time; a machine busy elsewhere changes how much).
+  ASSERT_GT(busy.calls_truth, 0.2) << "the hogs did not make the workload wait: the test's premise";
+  // The Python function's wait is what the kernel counted for the thread over it (the
+  // workload's window is the call plus microseconds), to a few points whatever the load.
+  // Per operator, eacgm never counts more than the kernel did over the workload's wider window,
+  // and beside the hogs it has read 5-15% less (0.65 against 0.70-0.76 in 4 runs): a gap in the
+  // per-call attribution not explained yet (session 20's note), bounded here so that it cannot
+  // grow unseen.
+  for (const Shares& s : {quiet, busy}) {
+    EXPECT_NEAR(s.module, s.module_truth, 0.03 + 0.1 * s.module_truth);
+    EXPECT_LE(s.calls, s.calls_truth + 0.03);
+    EXPECT_GE(s.calls, 0.8 * s.calls_truth - 0.01);
+  }
 }
 
 TEST_F(RecordHost, SamplesComeAtTheInterval) {
@@ -217,14 +251,14 @@ class VethPair {
     ns_ = "eacgm-e2e-" + id;
     a_ = "eacgm-a" + id;
     b_ = "eacgm-b" + id;
-    ok_ = system(("ip netns add " + ns_ + " && ip link add " + a_ + " type veth peer name " + b_ +
-                  " && ip link set " + b_ + " netns " + ns_ +
-                  " && sysctl -qw net.ipv6.conf." + a_ + ".disable_ipv6=1" +
-                  " && ip addr add 10.231.0.1/24 dev " + a_ + " && ip link set " + a_ + " up" +
-                  " && ip netns exec " + ns_ + " sysctl -qw net.ipv6.conf." + b_ +
-                  ".disable_ipv6=1 && ip -n " + ns_ + " addr add 10.231.0.2/24 dev " + b_ +
-                  " && ip -n " + ns_ + " link set " + b_ + " up")
-                     .c_str()) == 0;
+    ok_ =
+        system(("ip netns add " + ns_ + " && ip link add " + a_ + " type veth peer name " + b_ +
+                " && ip link set " + b_ + " netns " + ns_ + " && sysctl -qw net.ipv6.conf." + a_ +
+                ".disable_ipv6=1" + " && ip addr add 10.231.0.1/24 dev " + a_ + " && ip link set " +
+                a_ + " up" + " && ip netns exec " + ns_ + " sysctl -qw net.ipv6.conf." + b_ +
+                ".disable_ipv6=1 && ip -n " + ns_ + " addr add 10.231.0.2/24 dev " + b_ +
+                " && ip -n " + ns_ + " link set " + b_ + " up")
+                   .c_str()) == 0;
   }
   ~VethPair() {
     std::string cmd = "ip link del " + a_ + " 2>/dev/null; ip netns del " + ns_ + " 2>/dev/null";
@@ -271,7 +305,8 @@ TEST_F(RecordHost, VethTrafficMatchesTheInterfaceCounters) {
   EXPECT_NEAR(double(dev_sum(veth.b(), "rx_bytes")), double(b_rx), 0.05 * double(b_rx));
   // the two ends live in different network namespaces
   EXPECT_EQ(db.scalar("SELECT count(DISTINCT netns) FROM host_samples WHERE scope = 'net' AND "
-                      "name IN ('" + veth.a() + "', '" + veth.b() + "')"),
+                      "name IN ('" +
+                      veth.a() + "', '" + veth.b() + "')"),
             2);
   // per process: exactly the payload the sender handed to its socket
   EXPECT_EQ(db.scalar("SELECT sum(tx_bytes) FROM host_samples WHERE scope = 'process' AND "
@@ -293,12 +328,13 @@ TEST_F(RecordHost, DirectWritesShowUpPerProcessAndPerDisk) {
       "SELECT sum(io_bytes) FROM host_samples WHERE scope = 'process' AND name = 'direct_write'");
   // every process row with block I/O, to tell a misnamed row from a miscounted one on failure
   std::string rows;
-  db.each("SELECT ts_ns || ' ' || id || ' ' || name || ' ' || io_bytes || ' ' || io_ops FROM "
-          "host_samples WHERE scope = 'process' AND io_bytes > 0 ORDER BY ts_ns",
-          [&](sqlite3_stmt* s) {
-            rows += reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
-            rows += '\n';
-          });
+  db.each(
+      "SELECT ts_ns || ' ' || id || ' ' || name || ' ' || io_bytes || ' ' || io_ops FROM "
+      "host_samples WHERE scope = 'process' AND io_bytes > 0 ORDER BY ts_ns",
+      [&](sqlite3_stmt* s) {
+        rows += reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+        rows += '\n';
+      });
   EXPECT_GE(proc_bytes, kMiB << 20) << "process rows with I/O (ts pid name bytes ops):\n" << rows;
   // plus a little file-system metadata
   EXPECT_LE(proc_bytes, (kMiB << 20) * 11 / 10) << "process rows with I/O:\n" << rows;
@@ -314,7 +350,8 @@ TEST_F(RecordHost, DirectWritesShowUpPerProcessAndPerDisk) {
 // again). False where eviction cannot be relied on (not a block device: tmpfs, overlay).
 bool make_cold_file(const std::string& path, int64_t mib) {
   struct stat st {};
-  if (stat(path.substr(0, path.rfind('/')).c_str(), &st) != 0 || major(st.st_dev) == 0) return false;
+  if (stat(path.substr(0, path.rfind('/')).c_str(), &st) != 0 || major(st.st_dev) == 0)
+    return false;
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return false;
   std::vector<char> buf(1 << 20, 'x');
@@ -326,8 +363,10 @@ bool make_cold_file(const std::string& path, int64_t mib) {
 }
 
 int64_t process_sum(Db& db, const std::string& name, const std::string& column) {
-  return db.scalar("SELECT COALESCE(sum(" + column + "), 0) FROM host_samples WHERE scope = "
-                   "'process' AND name = '" + name + "'");
+  return db.scalar("SELECT COALESCE(sum(" + column +
+                   "), 0) FROM host_samples WHERE scope = "
+                   "'process' AND name = '" +
+                   name + "'");
 }
 
 TEST_F(RecordHost, PageFaultsCountTouchedPages) {
@@ -336,8 +375,9 @@ TEST_F(RecordHost, PageFaultsCountTouchedPages) {
                 kWorkloads + "/mem_probe", "touch", std::to_string(kPages)});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   Db db(db_);
-  std::string missing = db.text("SELECT COALESCE((SELECT value FROM meta WHERE key = "
-                                "'host_unavailable_metrics'), '')");
+  std::string missing = db.text(
+      "SELECT COALESCE((SELECT value FROM meta WHERE key = "
+      "'host_unavailable_metrics'), '')");
   if (missing.find("page_faults") != std::string::npos)
     GTEST_SKIP() << "this kernel has no page_fault_user tracepoint (x86 only): " << missing;
   int64_t faults = process_sum(db, "mem_probe", "page_faults");
@@ -408,11 +448,12 @@ TEST_F(RecordHost, TcpRetransmitsOfACongestedLink) {
   VethPair veth;
   ASSERT_TRUE(veth.ok()) << "could not create a veth pair in a new network namespace";
   // a link of 20 Mbit/s with a queue of 8 KiB: a sender faster than that loses segments
-  ASSERT_EQ(system(("tc qdisc add dev " + veth.a() + " root tbf rate 20mbit burst 8kb limit 8kb")
-                       .c_str()),
-            0);
-  Process receiver({"/usr/sbin/ip", "netns", "exec", veth.ns(), kWorkloads + "/tcp_probe", "recv",
-                    "5001"});
+  ASSERT_EQ(
+      system(
+          ("tc qdisc add dev " + veth.a() + " root tbf rate 20mbit burst 8kb limit 8kb").c_str()),
+      0);
+  Process receiver(
+      {"/usr/sbin/ip", "netns", "exec", veth.ns(), kWorkloads + "/tcp_probe", "recv", "5001"});
   auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
                 kWorkloads + "/tcp_probe", "send", "10.231.0.2", "5001", "4000000"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
