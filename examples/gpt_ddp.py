@@ -10,7 +10,7 @@ continue sequences that count up by a stride. The job trains for S
 seconds (default 24), and what happens when is measured from the first step, so the phases
 land alike on any machine:
   first half    normal training: what detect learns from
-  62% - 76%     rank 1 straggles: in 60% of its steps its data arrives 25 ms late (a slow
+  62% - 76%     rank 1 straggles: in 60% of its steps its data arrives 50 ms late (a slow
                 data loader), so every other rank waits for it in the all_reduce
   80%           rank 0 creates FILE (--signal): scripts/demo.sh then starts a noisy neighbour,
                 three busy processes that take most of the CPUs from the job for 3 s
@@ -89,7 +89,9 @@ def train(a):
         """Sequences that count up from a random token by a random stride (mod V): a next
         token a small model learns to predict."""
         if late:
-            time.sleep(0.025)  # the data loader's stall
+            # the data loader's stall: 50 ms, twice the 25 ms of sessions before 20, which a 2-core
+            # VM's own jitter (ranks late by up to 11 ms when healthy) could hide from the model
+            time.sleep(0.05)
         start, stride = torch.randint(0, V, (B, 1)), torch.randint(1, 4, (B, 1))
         seq = (start + stride * torch.arange(T + 1)) % V
         return seq[:, :T], seq[:, 1:]

@@ -26,7 +26,9 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   ASSERT_TRUE(std::regex_search(demo.out, late, std::regex(R"(rank 1: \d+ steps .*, (\d+) steps late)")))
       << demo.out;
   int64_t late_steps = std::stoll(late[1]);
-  ASSERT_GT(late_steps, 30);
+  // enough late steps for the share below to mean something; how many fit in the straggling
+  // stretch (14% of the run) depends on the machine's speed: 45-70 here idle, fewer under load
+  ASSERT_GE(late_steps, 10);
   const std::string db_path = dir_ + "/demo.eacgm.db";
   Db db(db_path);
   auto part = [&](const std::string& where) {
