@@ -3,13 +3,13 @@
 # for SECONDS (default 10) from its seed corpus in fuzz/corpus/TARGET (copied: the seeds stay
 # as they are). A crash stops with the target's report and the input under
 # build-fuzz/artifacts/; new inputs found are kept in build-fuzz/corpus/TARGET between runs.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: proc_maps job_identity csv gmm_model elf python recording
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: proc_maps job_identity csv gmm_model elf python recording http_request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(proc_maps job_identity csv gmm_model elf python recording)
+[ ${#targets[@]} -gt 0 ] || targets=(proc_maps job_identity csv gmm_model elf python recording http_request)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing (scripts/setup.sh installs clang)" >&2; exit 1; }
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2; }
 for t in "${targets[@]}"; do

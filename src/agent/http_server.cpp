@@ -13,10 +13,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+
+#include "agent/http_request.h"
 
 namespace eacgm {
 namespace {
@@ -54,12 +53,6 @@ const char* reason(int status) {
   }
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  return out;
-}
-
 std::string address_text(const sockaddr_storage& a) {
   char text[INET6_ADDRSTRLEN] = {};
   if (a.ss_family == AF_INET)
@@ -69,44 +62,7 @@ std::string address_text(const sockaddr_storage& a) {
   return text;
 }
 
-// An address as /proc/net/tcp{,6} prints it: the raw 32-bit words in hex, then the port.
-std::string proc_net_address(const sockaddr_storage& a) {
-  uint32_t words[4];
-  int n = 0, port = 0;
-  if (a.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
-    std::memcpy(words, &in.sin_addr, 4);
-    n = 1, port = ntohs(in.sin_port);
-  } else {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
-    std::memcpy(words, &in6.sin6_addr, 16);
-    n = 4, port = ntohs(in6.sin6_port);
-  }
-  std::string s;
-  for (int i = 0; i < n; ++i) s += fmt::format("{:08X}", words[i]);
-  return fmt::format("{}:{:04X}", s, port);
-}
-
 }  // namespace
-
-int64_t loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local) {
-  // The client's socket has our peer's address as its local one and ours as its remote one.
-  std::string want_local = proc_net_address(peer), want_remote = proc_net_address(local);
-  const char* file = peer.ss_family == AF_INET ? "/proc/net/tcp" : "/proc/net/tcp6";
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);  // the header
-  while (std::getline(in, line)) {
-    // sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
-    std::istringstream fields(line);
-    std::string sl, loc, rem, st, queues, timer, retr;
-    int64_t uid = -1;
-    if (fields >> sl >> loc >> rem >> st >> queues >> timer >> retr >> uid && loc == want_local &&
-        rem == want_remote)
-      return uid;
-  }
-  return -1;
-}
 
 struct HttpServer::Connection {
   int fd = -1;
@@ -196,6 +152,17 @@ void HttpServer::run() {
     // wake for the nearest deadline (at most a second on)
     auto next = Clock::now() + std::chrono::seconds(1);
     for (const auto& [fd, c] : connections_) next = std::min(next, c->deadline);
+    if (listen_paused_until_) {
+      if (*listen_paused_until_ <= Clock::now()) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = listen_fd_;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+        listen_paused_until_.reset();
+      } else {
+        next = std::min(next, *listen_paused_until_);
+      }
+    }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
     int n = epoll_wait(epoll_fd_, events, 64, int(std::max<int64_t>(0, wait.count() + 1)));
     for (int i = 0; i < n && !stopping_; ++i) {
@@ -240,7 +207,14 @@ void HttpServer::accept_all() {
     socklen_t len = sizeof peer;
     int fd =
         accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: all taken; EMFILE and the like: the next wake tries again
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the listening socket stays readable,
+      // and waiting on it would spin. Stop listening for a moment; the backlog holds the rest.
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      listen_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
     if (!make_room()) {
       ::close(fd);
       continue;
@@ -287,65 +261,19 @@ void HttpServer::on_readable(Connection& c) {
 
 // Parses what has arrived; answers when a whole request is there.
 void HttpServer::handle(Connection& c) {
-  size_t end = c.in.find("\r\n\r\n");
-  if (end == std::string::npos) {
-    if (c.in.size() > limits_.max_header_bytes) {
-      c.close_after = true;
-      respond(c, {431, "text/plain", "request headers too large\n", {}});
-    }
-    return;
-  }
-  if (end > limits_.max_header_bytes) {
+  ParsedRequest p = parse_request(c.in, limits_.max_header_bytes, limits_.max_body_bytes);
+  if (p.state == ParsedRequest::State::incomplete) return;
+  if (p.state == ParsedRequest::State::refused) {
     c.close_after = true;
-    return respond(c, {431, "text/plain", "request headers too large\n", {}});
+    return respond(c, {p.status, "text/plain", p.reason + "\n", {}});
   }
-  std::string_view head(c.in.data(), end);
-  size_t line_end = head.find("\r\n");
-  std::string_view request_line = head.substr(0, line_end);
-  size_t sp1 = request_line.find(' '), sp2 = request_line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 <= sp1 ||
-      request_line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
-    c.close_after = true;
-    return respond(c, {400, "text/plain", "malformed request line\n", {}});
-  }
+  c.in.erase(0, p.consumed);
+  c.close_after = !p.keep_alive;
+  c.head = p.method == "HEAD";
   HttpRequest req;
-  req.method = std::string(request_line.substr(0, sp1));
-  std::string target(request_line.substr(sp1 + 1, sp2 - sp1 - 1));
-  req.path = target.substr(0, target.find('?'));
-  bool http10 = request_line.substr(sp2 + 1) == "HTTP/1.0";
-  size_t body_bytes = 0;
-  bool keep_alive = !http10;
-  for (size_t at = line_end; at != std::string_view::npos && at < head.size();) {
-    size_t next = head.find("\r\n", at + 2);
-    std::string_view field =
-        head.substr(at + 2, next == std::string_view::npos ? head.npos : next - at - 2);
-    at = next;
-    size_t colon = field.find(':');
-    if (colon == std::string_view::npos) continue;
-    std::string name = lower(field.substr(0, colon));
-    std::string_view value = field.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
-      value.remove_prefix(1);
-    if (name == "content-length") {
-      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), body_bytes);
-      if (ec != std::errc() || body_bytes > limits_.max_body_bytes) {
-        c.close_after = true;
-        return respond(c, {413, "text/plain", "request body too large or malformed\n", {}});
-      }
-    } else if (name == "transfer-encoding") {
-      c.close_after = true;
-      return respond(c, {501, "text/plain", "chunked request bodies are not taken\n", {}});
-    } else if (name == "connection") {
-      std::string v = lower(value);
-      if (v.find("close") != std::string::npos) keep_alive = false;
-      if (v.find("keep-alive") != std::string::npos) keep_alive = true;
-    }
-  }
-  if (c.in.size() < end + 4 + body_bytes) return;  // the body is still coming
-  req.body = c.in.substr(end + 4, body_bytes);
-  c.in.erase(0, end + 4 + body_bytes);
-  c.close_after = !keep_alive;
-  c.head = req.method == "HEAD";
+  req.method = std::move(p.method);
+  req.path = std::move(p.path);
+  req.body = std::move(p.body);
   auto route = routes_.find(req.path);
   if (route == routes_.end()) return respond(c, {404, "text/plain", "not found\n", {}});
   auto handler = route->second.find(c.head ? "GET" : req.method);

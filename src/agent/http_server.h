@@ -84,15 +84,12 @@ class HttpServer {
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1, port_ = 0;
   sockaddr_storage local_{};
   std::map<int, std::unique_ptr<Connection>> connections_;
+  std::optional<std::chrono::steady_clock::time_point> listen_paused_until_;  // out of fds
   std::mutex mu_;  // answers_ from other threads
   std::vector<std::pair<uint64_t, HttpResponse>> answers_;
   uint64_t next_id_ = 1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
-
-// The uid owning the TCP socket at `peer` connected to `local` (both this host's loopback), from
-// /proc/net/tcp and tcp6 as identd finds it; -1 when not found.
-int64_t loopback_peer_uid(const sockaddr_storage& peer, const sockaddr_storage& local);
 
 }  // namespace eacgm
