@@ -17,6 +17,7 @@ land alike on any machine:
 """
 import argparse
 import os
+import json
 import random
 import subprocess
 import sys
@@ -30,6 +31,11 @@ def parse():
     p.add_argument("--seconds", type=float, default=24.0, help="how long to train (default 24)")
     p.add_argument("--nproc", type=int, default=2, help="ranks to launch (default 2)")
     p.add_argument("--signal", default="", help="file rank 0 creates at 80%% of the run")
+    p.add_argument("--truth", default="",
+                   help="each rank writes what it measured of its steps to TRUTH-rankN.json: "
+                        "when it reached each all_reduce, which steps it made late, and its "
+                        "wait for a CPU in each step's computing (CLOCK_MONOTONIC ns; the "
+                        "tests' truth)")
     a = p.parse_args()
     if not (a.seconds > 0 and a.seconds < 86400) or a.nproc < 2:
         p.error("--seconds must be a positive number of seconds, --nproc at least 2")
@@ -117,6 +123,14 @@ def train(a):
     dist.barrier()
     t0 = time.monotonic()
     step, signalled, late_steps, stop = 0, False, 0, False
+    # per step: when its forward and backward began and when it reached the all_reduce, and
+    # its wait for a CPU in between (work that never blocks: any wait is CPU contention)
+    truth = {"compute_start_ns": [], "arrive_ns": [], "late": [], "run_delay_ns": []}
+
+    def run_delay_ns():  # this thread's time waiting for a CPU, as the kernel counts it
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+
     while not stop:
         t = (time.monotonic() - t0) / a.seconds
         late = rank == 1 and 0.62 <= t < 0.76 and rng.random() < 0.6
@@ -127,13 +141,22 @@ def train(a):
             print(f"gpt_ddp: noisy neighbour signalled at {time.monotonic_ns()} "
                   "(CLOCK_MONOTONIC ns)", flush=True)
         idx, targets = next_batch(late)
+        start_ns, delay_ns = time.monotonic_ns(), run_delay_ns() if a.truth else 0
         loss = F.cross_entropy(model(idx).view(-1, V), targets.reshape(-1))
         opt.zero_grad()
         loss.backward()
+        arrive_ns, compute_delay_ns = time.monotonic_ns(), run_delay_ns() - delay_ns if a.truth else 0
         stop = average_gradients(model, rank == 0 and t >= 1.0)
         opt.step()
         step += 1
+        if a.truth:
+            for k, v in (("compute_start_ns", start_ns), ("arrive_ns", arrive_ns),
+                         ("late", int(late)), ("run_delay_ns", compute_delay_ns)):
+                truth[k].append(v)
     dist.destroy_process_group()
+    if a.truth:
+        with open(f"{a.truth}-rank{rank}.json", "w") as f:
+            json.dump(truth, f)
     print(f"gpt_ddp: rank {rank}: {step} steps in {time.monotonic() - t0:.1f} s, loss "
           f"{loss.item():.3f}" + (f", {late_steps} steps late (straggling)" if late_steps else ""),
           flush=True)

