@@ -2,6 +2,7 @@
 // building): a 2-rank GPT training traced and analysed with no flags must name both injected
 // faults where they were injected: the straggling rank at (nearly) each of its late steps, and
 // the noisy neighbour's CPU interference while it ran; the CUDA loop's neighbour likewise.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -56,6 +57,18 @@ double max_wait_share(const Truth& t, int64_t from, int64_t to) {
       if (r.arrive[k] >= from && r.start[k] <= to && r.arrive[k] > r.start[k])
         most = std::max(most, double(r.run_delay[k]) / double(r.arrive[k] - r.start[k]));
   return most;
+}
+
+// How late `rank` reached the all_reduce after the other rank, at the step with an arrival
+// nearest `ts_ns` (an anomaly's time: the start of one rank's call), in ms.
+double lateness_ms(const Truth& t, int rank, int64_t ts_ns) {
+  size_t n = std::min(t[0].arrive.size(), t[1].arrive.size()), best = 0;
+  int64_t best_gap = INT64_MAX;
+  for (size_t k = 0; k < n; ++k) {
+    int64_t gap = std::min(std::llabs(t[0].arrive[k] - ts_ns), std::llabs(t[1].arrive[k] - ts_ns));
+    if (gap < best_gap) best_gap = gap, best = k;
+  }
+  return n ? double(t[rank].arrive[best] - t[1 - rank].arrive[best]) / 1e6 : 0;
 }
 
 // What stood out from the job's normal by its own measure. Normal is the first half of the
@@ -163,8 +176,29 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
       "percentile step), %.2f while the neighbour ran\n",
       s.natural_p99_ms, s.late_standout, (long long)late_steps, s.late_bound_ms, s.train_wait,
       s.train_wait_p95, s.neighbour_wait);
-  EXPECT_LE(straggler, late_steps + 2) << demo.out;
-  EXPECT_LE(other_ranks, 2) << demo.out;
+  // Every rank named a straggler was late by the ranks' own clocks: at the collective the
+  // anomaly is at, it reached the all_reduce at least half the named lateness after the other.
+  // (Beside a busy loop rank 0 is often the one late, truly: it shares the loop's CPU.)
+  int64_t unconfirmed = 0;
+  std::string unconfirmed_causes;
+  db.each("SELECT ts_ns, cause FROM anomalies WHERE cause LIKE '%(straggler)%'",
+          [&](sqlite3_stmt* st) {
+            int64_t ts = sqlite3_column_int64(st, 0);
+            std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+            std::smatch named;
+            if (!std::regex_search(cause, named,
+                                   std::regex(R"(rank (\d) \(pid \d+\) joined ([0-9.]+) ms late)")))
+              return;
+            double late_ms = lateness_ms(t, std::stoi(named[1]), ts);
+            if (late_ms < 0.5 * std::stod(named[2])) {
+              ++unconfirmed;
+              unconfirmed_causes +=
+                  fmt::format("\n  {:.1f} ms by the ranks' clocks: {}", late_ms, cause);
+            }
+          });
+  printf("straggler anomalies the ranks' clocks do not confirm: %lld%s\n", (long long)unconfirmed,
+         unconfirmed_causes.c_str());
+  EXPECT_LE(unconfirmed, 2) << unconfirmed_causes;
   if (s.late_standout >= 5) EXPECT_GE(double(straggler), 0.8 * s.late_standout) << demo.out;
   if (s.neighbour_stood_out()) {
     EXPECT_GE(named, 1) << demo.out;
