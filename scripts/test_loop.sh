@@ -28,7 +28,14 @@ case "$runs" in ''|*[!0-9]*|0) echo "test_loop.sh: -n wants a positive whole num
 mkdir -p "$out"
 
 hog=""
-stop_hog() { [ -n "$hog" ] && kill "$hog" 2>/dev/null && wait "$hog" 2>/dev/null; hog=""; }
+# (each step guarded: under set -e, the killed loop's status from wait would end the script)
+stop_hog() {
+  if [ -n "$hog" ]; then
+    kill "$hog" 2>/dev/null || true
+    wait "$hog" 2>/dev/null || true
+  fi
+  hog=""
+}
 trap 'stop_hog' EXIT
 trap 'stop_hog; exit 130' INT TERM
 
