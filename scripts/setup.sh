@@ -58,3 +58,7 @@ else
   echo "setup.sh: installing browser libraries (npm ci in web/)"
   (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The one library eacgm links statically that Debian ships no static archive of (prometheus-cpp's
+# core), built from Debian's source package into .deps/ (see cmake/static_deps.cmake).
+"$(dirname "$0")/release_deps.sh" "$(cd "$(dirname "$0")/.." && pwd)/.deps"
