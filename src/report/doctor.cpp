@@ -1,6 +1,8 @@
 // Checks privileges, kernel support for eBPF uprobes, and which traced libraries exist.
 #include "report/doctor.h"
 
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
 #include <dlfcn.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -48,6 +50,8 @@ std::vector<std::string> find_files(const std::vector<std::string>& dirs,
   return out;
 }
 
+void check_kernel_features(Doctor& d);
+
 void check_kernel(Doctor& d) {
   utsname u{};
   uname(&u);
@@ -67,6 +71,7 @@ void check_kernel(Doctor& d) {
   else
     d.missing("uprobes", "no uprobe PMU: kernel built without CONFIG_UPROBE_EVENTS", true);
   if (privileges.missing_for_tracing().empty()) {
+    check_kernel_features(d);
     try {
       CallTracerOptions options{false, 1 << 20, 4096};
       options.sample_hz = 99;  // as record does by default
@@ -86,6 +91,53 @@ void check_kernel(Doctor& d) {
       d.missing("BPF programs", e.what(), true);
     }
   }
+}
+
+// The kernel features eacgm's BPF programs use, each probed on this kernel (libbpf loads a
+// tiny program or map; BTF names the newer ones), with the Linux version that brought it and
+// what is lost without it. README "Kernel requirements" lists the same.
+void check_kernel_features(Doctor& d) {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  auto has_btf_func = [&](const char* name) {
+    return vmlinux && btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) >= 0;
+  };
+  auto has_tracepoint = [&](const char* name) {
+    std::string type = std::string("btf_trace_") + name;
+    return vmlinux && btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
+  };
+  struct Feature {
+    const char* name;
+    bool present;
+    const char* since;
+    const char* without;  // nullptr: nothing records without it
+  } features[] = {
+      {"ring buffer", libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1, "5.8",
+       nullptr},
+      {"task storage", libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, nullptr) == 1,
+       "5.11", nullptr},
+      {"uprobe cookies",
+       libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_get_attach_cookie, nullptr) == 1,
+       "5.15", nullptr},
+      {"bpf_find_vma", libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_find_vma, nullptr) == 1,
+       "5.17", nullptr},
+      {"socket tracepoints", has_tracepoint("sock_send_length"), "6.3",
+       "the host layer is off (scheduler, network and block I/O per process)"},
+      {"uprobe_multi", has_btf_func("bpf_uprobe_multi_link_attach"), "6.6",
+       "one perf uprobe per function: attaching PyTorch's operators takes seconds, not "
+       "milliseconds"},
+      {"uprobe sessions", has_btf_func("bpf_session_is_return"), "6.12",
+       "the python layer pairs a uprobe and a uretprobe per Python call (about twice the cost)"},
+  };
+  for (const auto& f : features) {
+    std::string since = fmt::format("Linux {}+", f.since);
+    if (f.present)
+      d.ok(f.name, since);
+    else if (f.without)
+      d.missing(f.name, fmt::format("absent ({}): {}", since, f.without));
+    else
+      d.missing(f.name, fmt::format("absent ({}): eacgm's BPF programs need it", since), true);
+  }
+  btf__free(vmlinux);
 }
 
 void check_libraries(Doctor& d) {

@@ -213,6 +213,19 @@ TEST_F(RecordingTest, DoctorFindsGlibcsDebugSymbols) {
   EXPECT_TRUE(std::filesystem::is_regular_file(m[1].str())) << m[1];
 }
 
+// doctor probes each kernel feature the BPF programs use on the running kernel; this 6.18 kernel
+// has them all (uprobe sessions, 6.12, are the newest), so each is "ok" with its version.
+TEST_F(RecordingTest, DoctorProbesEachKernelFeatureOnThisKernel) {
+  auto d = run({kEacgm, "doctor"});
+  ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
+  for (const char* feature : {"ring buffer", "task storage", "uprobe cookies", "bpf_find_vma",
+                              "socket tracepoints", "uprobe_multi", "uprobe sessions"})
+    EXPECT_TRUE(std::regex_search(d.out, std::regex(std::string(R"(\n  ok +)") + feature +
+                                                    R"( +Linux \d+\.\d+\+\n)")))
+        << feature << " not probed ok:\n"
+        << d.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
                          [](const auto& info) { return info.param.label; });
 
