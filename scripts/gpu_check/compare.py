@@ -1,0 +1,221 @@
+"""The GPU check's judge: holds what eacgm recorded against what the workloads measured of
+themselves (their own call counts, cudaEvents, torch.profiler, nvidia-smi), and prints one line
+per check: "ok", "FAIL" (eacgm is wrong or lacks it) or "n/a" (this machine cannot show it).
+
+usage: compare.py cuda RECORDING KNOWN_WORK.json
+       compare.py train RECORDING PROFILE.json
+       compare.py nvml RECORDING SMI.csv
+       compare.py comm RECORDING RESULT.json
+       compare.py metrics METRICS.txt
+       compare.py cost UNTRACED.json RECORDED.json PROFILED.json
+Exit status: 1 when any check failed, else 0. Reads recordings with SQLite directly, so it
+needs nothing but the standard library (the GPU machine's python3 is not this machine's).
+"""
+import csv
+import json
+import re
+import sqlite3
+import statistics
+import sys
+
+failed = False
+
+
+def line(status, what, detail=""):
+    global failed
+    failed = failed or status == "FAIL"
+    print(f"  {status:<5} {what:<34} {detail}".rstrip())
+
+
+def db(path):
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    c.row_factory = sqlite3.Row
+    return c
+
+
+def meta(c, key):
+    row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def base_name(kernel):
+    """a kernel's function name without its arguments, templates or namespaces"""
+    k = kernel or ""
+    k = re.sub(r"\(.*$", "", k)  # arguments
+    depth, out = 0, ""
+    for ch in k:  # drop template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out += ch
+    out = out.strip()
+    out = out.split("::")[-1].split(" ")[-1]
+    return out
+
+
+def check_cuda(rec, known):
+    c, k = db(rec), json.load(open(known))
+    print(f"cuda: {rec} against the program's own counts ({known})")
+    line("ok" if meta(c, "recording_state") == "complete" else "FAIL", "recording complete",
+         meta(c, "recording_state") or "no meta")
+    line("ok", "layers", meta(c, "layers") or "")
+    if k.get("first_error"):
+        line("n/a", "the program's CUDA calls", f"failed: {k['first_error']} (no usable GPU)")
+    names = {r["name"]: r["n"] for r in c.execute(
+        "SELECT name, count(*) AS n FROM cuda_calls GROUP BY name")}
+    for name, want in sorted(k["calls"].items()):
+        got = names.get(name, 0)
+        line("ok" if got == want else "FAIL", f"calls of {name}", f"{got} recorded, {want} made")
+    for kernel, want in sorted(k["kernels"].items()):
+        got = c.execute("SELECT count(*) FROM cuda_calls WHERE name LIKE 'cudaLaunchKernel%' "
+                        "AND kernel LIKE ?", (f"%{kernel}%",)).fetchone()[0]
+        line("ok" if got == want else "FAIL", f"launches of {kernel}", f"{got} recorded, {want} made")
+    per = k["bytes_per_copy"]
+    for kind, want in sorted(k["copies"].items()):
+        rows = c.execute("SELECT count(*), sum(bytes) FROM cuda_calls WHERE name LIKE 'cudaMemcpy%' "
+                         "AND memcpy_kind LIKE ?", (f"%{kind}%",)).fetchone()
+        ok = rows[0] == want and (rows[1] or 0) == want * per
+        line("ok" if ok else "FAIL", f"copies {kind}",
+             f"{rows[0]} recorded of {rows[1] or 0} bytes; {want} made of {want * per} bytes")
+    driver = c.execute("SELECT count(*), count(DISTINCT name) FROM cuda_calls "
+                       "WHERE name LIKE 'cu%' AND name NOT LIKE 'cuda%'").fetchone()
+    line("ok" if driver[0] > 0 else "n/a", "driver API (libcuda) calls",
+         f"{driver[0]} calls of {driver[1]} functions")
+    if k.get("gpu_ms"):
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        ev = ", ".join(f"{w} median {statistics.median(v):.3f} ms" for w, v in sorted(k["gpu_ms"].items()))
+        if "gpu_activity" in tables:
+            line("ok", "GPU time", "see gpu_activity; cudaEvent: " + ev)
+        else:
+            line("n/a", "GPU time", "not recorded yet (GPU-side time is issue 36); cudaEvent: " + ev)
+
+
+def check_train(rec, profile):
+    c, p = db(rec), json.load(open(profile))
+    print(f"train: {rec} against torch.profiler's account of the same run ({profile})")
+    line("ok" if meta(c, "recording_state") == "complete" else "FAIL", "recording complete",
+         meta(c, "recording_state") or "no meta")
+    line("ok", "layers", meta(c, "layers") or "")
+    torch = c.execute("SELECT count(*), count(DISTINCT name), count(py_stack) FROM torch_calls").fetchone()
+    line("ok" if torch[0] > 0 else "FAIL", "torch operators",
+         f"{torch[0]} calls of {torch[1]} operators, {torch[2]} with a Python stack")
+    stacks = c.execute("SELECT count(*) FROM python_stacks WHERE file LIKE '%train.py'").fetchone()[0]
+    line("ok" if stacks > 0 else "FAIL", "Python stacks name train.py", f"{stacks} frames")
+    launches = c.execute("SELECT count(*), count(py_stack) FROM cuda_calls "
+                         "WHERE name LIKE 'cudaLaunchKernel%' OR name LIKE 'cuLaunchKernel%'").fetchone()
+    if not p["kernels"]:
+        line("n/a", "kernels against torch.profiler", "no GPU: the profiler saw no kernels")
+        return
+    prof_launches = sum(n for name, n in p["runtime"].items()
+                        if name.startswith("cudaLaunchKernel") or name.startswith("cuLaunchKernel"))
+    # the profiler counts the steps inside its window; eacgm the whole run (warm-up step too)
+    line("ok" if launches[0] >= prof_launches else "FAIL", "kernel launches",
+         f"{launches[0]} recorded ({launches[1]} with a Python stack); torch.profiler: "
+         f"{prof_launches} launch calls, {sum(p['kernels'].values())} GPU activities in "
+         f"{p['steps']} profiled steps")
+    ours = {}
+    for r in c.execute("SELECT kernel, count(*) AS n FROM cuda_calls WHERE kernel IS NOT NULL "
+                       "GROUP BY kernel"):
+        ours[base_name(r["kernel"])] = ours.get(base_name(r["kernel"]), 0) + r["n"]
+    theirs = {}
+    for name, n in p["kernels"].items():
+        if name.startswith("Memcpy") or name.startswith("Memset"):
+            continue
+        theirs[base_name(name)] = theirs.get(base_name(name), 0) + n
+    missing = sorted(set(theirs) - set(ours))
+    line("ok" if not missing else "FAIL", "kernel names",
+         f"{len(theirs)} in torch.profiler, {len(ours)} recorded"
+         + (f"; not recorded: {', '.join(missing[:8])}" if missing else ""))
+    fewer = [f"{n} ({ours.get(n, 0)} < {m})" for n, m in sorted(theirs.items()) if ours.get(n, 0) < m]
+    line("ok" if not fewer else "FAIL", "kernel counts (>= the profiler's)",
+         "each kernel recorded at least as often as the profiler saw it" if not fewer
+         else "fewer: " + ", ".join(fewer[:8]))
+
+
+def check_nvml(rec, smi_csv):
+    c = db(rec)
+    print(f"nvml: {rec} against nvidia-smi --query-gpu taken at the same time ({smi_csv})")
+    rows = c.execute("SELECT count(*), avg(sm_util_pct), avg(mem_used_bytes), avg(power_w), "
+                     "avg(sm_clock_mhz) FROM gpu_samples").fetchone()
+    if rows[0] == 0:
+        line("n/a" if not smi_csv or smi_csv == "-" else "FAIL", "NVML samples",
+             "none recorded (no NVML on this machine)")
+        return
+    smi = list(csv.reader(open(smi_csv)))
+    head = [h.strip() for h in smi[0]]
+    vals = {h: [] for h in head}
+    for r in smi[1:]:
+        for h, v in zip(head, r):
+            try:
+                vals[h].append(float(re.sub(r"[^0-9.]", "", v)))
+            except ValueError:
+                pass
+
+    def mean(col):
+        v = vals.get(col, [])
+        return sum(v) / len(v) if v else float("nan")
+
+    line("ok", "NVML samples", f"{rows[0]} samples")
+    pairs = [("utilization.gpu [%]", rows[1], "%", 1), ("memory.used [MiB]", rows[2], "MiB", 1 << 20),
+             ("power.draw [W]", rows[3], "W", 1), ("clocks.sm [MHz]", rows[4], "MHz", 1)]
+    for col, ours, unit, scale in pairs:
+        theirs = mean(col)
+        o = (ours or 0) / scale
+        close = abs(o - theirs) <= max(0.25 * max(abs(theirs), 1), 5)
+        line("ok" if close else "FAIL", f"mean {col}", f"eacgm {o:.1f} {unit}, nvidia-smi {theirs:.1f} {unit}")
+
+
+def check_comm(rec, result):
+    c, r = db(rec), json.load(open(result))
+    print(f"comm: {rec} (torch.distributed, {r.get('backend')} backend)")
+    rows = c.execute("SELECT name, count(*) AS n, sum(bytes) AS b, min(rank) AS r0, max(nranks) AS nr, "
+                     "count(DISTINCT comm) AS comms FROM comm_calls GROUP BY name ORDER BY n DESC").fetchall()
+    if not rows:
+        line("FAIL", "collectives", "none recorded")
+        return
+    for row in rows[:6]:
+        line("ok", row["name"], f"{row['n']} calls, {row['b'] or 0} bytes, rank {row['r0']} of "
+             f"{row['nr']}, {row['comms']} communicator(s)")
+    want = r.get("allreduce_calls")
+    # ncclAllReduce (NCCL), gloo:all_reduce (c10d over Gloo)
+    got = sum(row["n"] for row in rows if "allreduce" in row["name"].lower().replace("_", ""))
+    if want:
+        line("ok" if got >= want else "FAIL", "all_reduce calls", f"{got} recorded, {want} made")
+
+
+def check_metrics(path):
+    text = open(path).read()
+    print(f"agent: /metrics ({path})")
+    dcgm = [l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_")]
+    line("ok" if dcgm else "n/a", "DCGM_FI_DEV_* series", f"{len(dcgm)}" + (": " + "; ".join(dcgm[:4]) if dcgm else ""))
+    calls = [l for l in text.splitlines() if l.startswith("eacgm_calls_total{")]
+    total = sum(float(l.rsplit(" ", 1)[1]) for l in calls)
+    line("ok" if total > 0 else "FAIL", "eacgm_calls_total", f"{len(calls)} series, {total:.0f} calls")
+
+
+def check_cost(untraced, recorded, profiled):
+    u, r, p = (json.load(open(f)) for f in (untraced, recorded, profiled))
+    print("cost: training steps/s, the same job untraced, under plain eacgm record, under torch.profiler")
+    line("ok", "untraced", f"{u['steps_per_s']:.1f} steps/s ({u['steps']} steps)")
+    for what, x in (("eacgm record", r), ("torch.profiler", p)):
+        line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
+             f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
+
+
+def main(argv):
+    cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
+            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 3)}
+    if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    try:
+        cmds[argv[1]][0](*argv[2:])
+    except (OSError, sqlite3.Error, ValueError, KeyError) as e:
+        line("FAIL", argv[1], f"could not be checked: {type(e).__name__}: {e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,169 @@
+"""The GPU check's training job: a small GPT trained on one device, optionally data-parallel
+through torch.distributed (world size 1 unless the launcher says otherwise), optionally under
+torch.profiler, so that what eacgm records of it can be held against PyTorch's own account.
+
+usage: train.py --device cuda|cpu [--seconds S | --steps N] [--dist nccl|gloo]
+                [--profile OUT.json] [--result OUT.json]
+
+--result writes {"steps", "seconds", "steps_per_s", "device", "torch", "cuda", "nccl"}.
+--profile runs the steps under torch.profiler and writes what it saw: kernels by name with
+their counts, and the CUDA runtime calls by name (cudaLaunchKernel, cudaMemcpyAsync, ...).
+--dist: one all_reduce of the gradients per step (MASTER_ADDR/PORT, RANK, WORLD_SIZE from the
+environment; defaults: 127.0.0.1, a free port, 0, 1).
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+V, D, T, B, L = 256, 128, 64, 16, 2
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(D)
+        self.qkv = nn.Linear(D, 3 * D)
+        self.proj = nn.Linear(D, D)
+        self.ln2 = nn.LayerNorm(D)
+        self.fc1 = nn.Linear(D, 4 * D)
+        self.fc2 = nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+        att = F.softmax(q @ k.transpose(-2, -1) / D**0.5, dim=-1)
+        x = x + self.proj(att @ v)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(V, D)
+        self.pos = nn.Embedding(T, D)
+        self.blocks = nn.ModuleList([Block() for _ in range(L)])
+        self.ln = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", choices=["cuda", "cpu"], required=True)
+    p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument("--steps", type=int, default=0)
+    p.add_argument("--dist", choices=["nccl", "gloo"], default="")
+    p.add_argument("--profile", default="")
+    p.add_argument("--result", default="")
+    a = p.parse_args()
+    if (a.seconds > 0) == (a.steps > 0):
+        p.error("give one of --seconds (> 0) or --steps (> 0)")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch.cuda.is_available() is False")
+    return a
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    a = parse()
+    dev = torch.device(a.device)
+    torch.manual_seed(0)
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    dist = None
+    if a.dist:
+        import torch.distributed as dist
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        if a.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(a.dist)
+    model = TinyGPT().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    allreduces = 0
+
+    def step():
+        made = 0
+        idx = torch.randint(0, V, (B, T), device=dev)
+        loss = F.cross_entropy(model(idx).view(-1, V), idx.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        if dist is not None:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                made += 1
+        opt.step()
+        return loss, made
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
+    allreduces += step()[1]  # warm-up: first-call costs (allocator, cuBLAS, NCCL communicator)
+    sync()
+    prof = None
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda" else [])
+        prof = profile(activities=acts)
+        prof.__enter__()
+    steps, start = 0, time.monotonic()
+    while True:
+        loss, n = step()
+        allreduces += n
+        steps += 1
+        if a.steps and steps >= a.steps:
+            break
+        if a.seconds and time.monotonic() - start >= a.seconds:
+            break
+    sync()
+    seconds = time.monotonic() - start
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        kernels, runtime = {}, {}
+        for e in prof.events():
+            kind = str(getattr(e, "device_type", ""))
+            if kind.endswith("CUDA"):
+                kernels[e.name] = kernels.get(e.name, 0) + 1
+            elif e.name.startswith("cuda") or e.name.startswith("cu"):
+                runtime[e.name] = runtime.get(e.name, 0) + 1
+        with open(a.profile, "w") as f:
+            json.dump({"kernels": kernels, "runtime": runtime, "steps": steps}, f, indent=1)
+    if dist is not None:
+        dist.destroy_process_group()
+    result = {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
+              "device": a.device, "backend": a.dist or None, "allreduce_calls": allreduces,
+              "loss": float(loss.item()), "torch": torch.__version__,
+              "cuda": torch.version.cuda,
+              "nccl": ".".join(map(str, torch.cuda.nccl.version()))
+              if a.device == "cuda" and torch.cuda.is_available() else None}
+    if a.result:
+        with open(a.result, "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
