@@ -10,6 +10,7 @@
 
 #include "probe/elf_symbols.h"
 #include "python/debug_offsets.h"
+#include "python/eval_frame_offset.h"
 #include "python/layouts.h"
 #include "util/error.h"
 #include "util/file_descriptor.h"
@@ -61,7 +62,21 @@ void use_published_offsets(const ElfSymbols& elf, CPythonBuild& b) {
     return;
   }
   b.layout_source = "_Py_DebugOffsets";
+  uint32_t eval_frame = b.layout->interp_eval_frame;
   apply_cpython_debug_offsets(*published, *b.layout);  // where they differ, the build is right
+  // the hook's offset is not published: where the interpreter state differs from 3.13.0's,
+  // the code that sets the hook says where it is (3.13.5 keeps it where 3.13.0 did)
+  if (!b.layout->interp_eval_frame) {
+    auto from_code = eval_frame_offset_from_code(elf);
+    if (from_code) {
+      b.layout->interp_eval_frame = *from_code;
+      if (*from_code != eval_frame)
+        b.layout_notes.push_back(fmt::format(
+            "layer python: {}'s eval-frame hook is at offset {} (3.{}.0: {}), read from "
+            "_PyInterpreterState_SetEvalFrameFunc's code",
+            b.path, *from_code, b.minor, eval_frame));
+    }
+  }
   if (!b.layout->interp_eval_frame)
     b.layout_notes.push_back(fmt::format(
         "layer python: {}'s interpreter state differs from CPython 3.{}.0's, so eacgm does not "

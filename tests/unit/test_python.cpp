@@ -18,6 +18,7 @@
 #include "python/code_filter.h"
 #include "python/cpython_build.h"
 #include "python/debug_offsets.h"
+#include "python/eval_frame_offset.h"
 #include "python/layouts.h"
 #include "python/line_table.h"
 #include "python/python_decoder.h"
@@ -228,6 +229,31 @@ TEST(CPythonDebugOffsets, Pyenv313PublishesTheBuiltInLayout) {
   EXPECT_EQ(b->layout->interp_eval_frame, 8472u);
   // another version's runtime holds no 3.13 offsets
   EXPECT_FALSE(read_cpython_debug_offsets(lib, *elf.file_offset_of(b->runtime_vaddr), 14));
+}
+
+// eval_frame is not published; read from the code of _PyInterpreterState_SetEvalFrameFunc, it
+// must agree with the built-in layouts (which offsetof checks against the headers) in every
+// installed build. (Debian 13's 3.13.5, whose interpreter state is not 3.13.0's, gives 8472 too:
+// scripts/release_foreign.sh's root has it.)
+TEST(CPythonEvalFrame, TheSettersCodeGivesTheBuiltInOffset) {
+  int seen = 0;
+  for (const auto& [path, minor] : std::vector<std::pair<std::string, int>>{
+           {"/usr/bin/python3.11", 11},
+           {pyenv_lib("3.10.13"), 10},
+           {pyenv_lib("3.11.7"), 11},
+           {pyenv_lib("3.12.1"), 12},
+           {pyenv_lib("3.13.0"), 13},
+           {"/var/tmp/eacgm-trixie/usr/bin/python3.13", 13}}) {
+    if (!fs::exists(path)) continue;
+    ++seen;
+    SCOPED_TRACE(path);
+    auto offset = eval_frame_offset_from_code(ElfSymbols::load(path));
+    ASSERT_TRUE(offset.has_value());
+    EXPECT_EQ(*offset, cpython_layout(minor)->interp_eval_frame);
+  }
+  if (seen == 0) GTEST_SKIP() << "no CPython 3.10-3.13 build installed";
+  // a library without the function: none
+  EXPECT_FALSE(eval_frame_offset_from_code(ElfSymbols::load("/proc/self/exe")).has_value());
 }
 
 // Bytes that are not 3.13's debug offsets are not believed; an unknown interpreter state costs
