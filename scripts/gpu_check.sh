@@ -19,7 +19,8 @@
 #   --out DIR   where the report and recordings go (default: $OUT, else gpu-check-output)
 #   --budget S  stop starting steps after S seconds (default 450; the device call's limit is 600)
 # Environment: EACGM (a binary to use instead of the tarball's), PYTHON (default: the first of
-# python3, /usr/bin/python3 that imports torch), NVCC (default: nvcc, /usr/local/cuda/bin/nvcc).
+# python3, /usr/bin/python3 that imports torch), NVCC (default: nvcc, /usr/local/cuda/bin/nvcc),
+# GPU_CHECK_AS_IF_NO_BPF=1 (take BPF as refused, to try that path here).
 # Exit status: 0 when every check passed or could not apply here ("n/a"), 1 when one failed,
 # 2 when the check itself could not start.
 set -uo pipefail
@@ -134,13 +135,29 @@ if [ "$doctor_rc" != 0 ]; then
   bpf=0
   say "BPF: refused here (doctor above): the recording steps run with --layers gpu only, or not at all"
 fi
+if [ "${GPU_CHECK_AS_IF_NO_BPF:-0}" = 1 ] && [ "$bpf" = 1 ]; then
+  bpf=0  # to try the path of a kernel that refuses BPF (gVisor) on one that does not
+  say "BPF: taken as refused (GPU_CHECK_AS_IF_NO_BPF=1)"
+fi
 if [ "$dry" = 0 ] && [ "$device" = cpu ]; then
   say "FAIL: not a dry run, but PyTorch sees no GPU"
   failed=1
 fi
 
-layers_args=()
-[ "$bpf" = 0 ] && layers_args=(--layers gpu)
+# traced DB: sets TRACE to the words that run a command under plain `eacgm record -o DB` where
+# BPF works; where the kernel refuses it, to nothing, so the command runs alone (eacgm records
+# nothing without BPF, not even the gpu layer; the workloads' own measurements still go in the
+# report)
+traced() {
+  TRACE=()
+  if [ "$bpf" = 1 ]; then TRACE=("$eacgm" record -o "$1" --); fi
+}
+# judge_recording KIND DB ARGS...: compare.py on a recording, or n/a where none could be made
+judge_recording() {
+  if [ "$bpf" = 1 ]; then judge "$@"; else
+    say "  n/a   $1: not recorded (this kernel refuses BPF; see doctor above)"
+  fi
+}
 
 section "2. a CUDA C program with known kernels, copies and bytes, plain eacgm record"
 if bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/gpu_check/known_work.cu" \
@@ -153,12 +170,13 @@ if bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/g
     say "libcudart: from $dir"
   fi
   rec="$work/known_work.eacgm.db"
-  bounded 90 "$eacgm" record "${layers_args[@]}" -o "$rec" -- "$work/known_work" "$work/known_work.json" \
+  traced "$rec"
+  bounded 90 "${TRACE[@]}" "$work/known_work" "$work/known_work.json" \
     >"$work/record_cuda.txt" 2>&1
   say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_cuda.txt" | tail -3 | tr '\n' ' ')"
   if [ -f "$work/known_work.json" ]; then
     cp "$work/known_work.json" "$out/"
-    judge cuda "$rec" "$work/known_work.json"
+    judge_recording cuda "$rec" "$work/known_work.json"
   else
     say "  FAIL  the program wrote no known_work.json:"; sed 's/^/    /' "$work/record_cuda.txt" | tail -20 | tee -a "$report"; failed=1
   fi
@@ -176,15 +194,16 @@ if command -v nvidia-smi >/dev/null && [ "$device" = cuda ]; then
 fi
 steps=$([ "$device" = cuda ] && echo 300 || echo 20)
 rec="$work/train.eacgm.db"
-bounded 150 "$eacgm" record "${layers_args[@]}" -o "$rec" -- "$py" "$root/scripts/gpu_check/train.py" \
+traced "$rec"
+bounded 150 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
   --device "$device" --steps "$steps" --profile "$work/profile.json" --result "$work/train.json" \
   >"$work/record_train.txt" 2>&1
 say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_train.txt" | tail -3 | tr '\n' ' ')"
 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null
 if [ -f "$work/profile.json" ]; then
   cp "$work/profile.json" "$work/train.json" "$out/" 2>/dev/null
-  judge train "$rec" "$work/profile.json"
-  judge nvml "$rec" "$([ -n "$smi_pid" ] && echo "$work/smi.csv" || echo -)"
+  judge_recording train "$rec" "$work/profile.json"
+  judge_recording nvml "$rec" "$([ -n "$smi_pid" ] && echo "$work/smi.csv" || echo -)"
   [ -n "$smi_pid" ] && cp "$work/smi.csv" "$out/"
 else
   say "  FAIL  the training wrote no profile:"; tail -20 "$work/record_train.txt" | tee -a "$report"; failed=1
@@ -194,21 +213,25 @@ keep "$rec"
 section "4. torch.distributed ($([ "$device" = cuda ] && echo nccl || echo gloo) backend, world size 1), plain eacgm record"
 backend=$([ "$device" = cuda ] && echo nccl || echo gloo)
 rec="$work/dist.eacgm.db"
-bounded 120 "$eacgm" record "${layers_args[@]}" -o "$rec" -- "$py" "$root/scripts/gpu_check/train.py" \
+traced "$rec"
+bounded 120 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
   --device "$device" --steps 30 --dist "$backend" --result "$work/dist.json" >"$work/record_dist.txt" 2>&1
 say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_dist.txt" | tail -3 | tr '\n' ' ')"
 if [ -f "$work/dist.json" ]; then
-  judge comm "$rec" "$work/dist.json"
+  judge_recording comm "$rec" "$work/dist.json"
 else
   say "  FAIL  the training wrote no result:"; tail -20 "$work/record_dist.txt" | tee -a "$report"; failed=1
 fi
 keep "$rec"
 
 section "5. eacgm agent for 30 s beside the training"
+if [ "$bpf" = 0 ]; then
+  say "  n/a   agent: not run (this kernel refuses BPF; see doctor above)"
+else
 port=$("$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 agent_seconds=$([ "$dry" = 1 ] && echo 12 || echo 30)
 "$eacgm" agent --listen "127.0.0.1:$port" --state-dir "$work/agent" --allow-second-agent \
-  "${layers_args[@]}" >"$work/agent.txt" 2>&1 &
+  >"$work/agent.txt" 2>&1 &
 agent=$!; children+=("$agent")
 sleep 3
 bounded $((agent_seconds + 30)) "$py" "$root/scripts/gpu_check/train.py" --device "$device" \
@@ -226,12 +249,13 @@ if [ -s "$work/metrics.txt" ]; then
 else
   say "  FAIL  no /metrics answer: $(cat "$work/metrics.err")"; failed=1
 fi
+fi
 
 section "6. cost: training steps/s untraced, under plain eacgm record, under torch.profiler"
 secs=$([ "$dry" = 1 ] && echo 5 || echo 15)
 run_train() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
 run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced.json"
-run_train "$eacgm" record "${layers_args[@]}" -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
+[ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
 run_train "$py" "$root/scripts/gpu_check/train.py" --profile "$work/cost_profile.json" --result "$work/cost_profiled.json"
 judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json"
 

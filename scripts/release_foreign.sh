@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves the release tarball runs in a userland that is not the one it was built in: a Debian 13
 # (trixie) root made with debootstrap from Debian's archive (glibc 2.41, its own libstdc++ and
-# no libbpf, SQLite or capstone at all), where the unpacked binary runs `doctor`, records the
+# no libbpf, libelf or capstone at all), where the unpacked binary runs `doctor`, records the
 # bundled CUDA loop (the CUDA toolkit mounted read-only, as a GPU node has its own) and a Python
 # function of Debian 13's own CPython, then `report`s and `detect`s. Run as root; the first run
 # downloads about 60 MB into /var/tmp/eacgm-trixie (kept for the next run). Mounts are made in a
@@ -43,7 +43,7 @@ set -u
 export PATH=/opt/eacgm/bin:/usr/bin:/bin LD_LIBRARY_PATH=/usr/local/cuda/lib64
 cd /work
 echo "userland: $(. /etc/os-release; echo "$PRETTY_NAME"), $(ldd --version | head -1)"
-echo "libraries here: libbpf $(ls /usr/lib/x86_64-linux-gnu/libbpf.so* 2>/dev/null | wc -l), libsqlite3 $(ls /usr/lib/x86_64-linux-gnu/libsqlite3.so* 2>/dev/null | wc -l), libcapstone $(ls /usr/lib/x86_64-linux-gnu/libcapstone.so* 2>/dev/null | wc -l) files"
+echo "libraries here: libbpf $(ls /usr/lib/x86_64-linux-gnu/libbpf.so* 2>/dev/null | wc -l), libelf $(ls /usr/lib/x86_64-linux-gnu/libelf*.so* 2>/dev/null | wc -l), libcapstone $(ls /usr/lib/x86_64-linux-gnu/libcapstone.so* 2>/dev/null | wc -l) files"
 echo "ldd eacgm:"; ldd /opt/eacgm/bin/eacgm | sed 's/^/  /'
 echo "\$ eacgm --version"; eacgm --version || exit 1
 echo "\$ eacgm doctor"; eacgm doctor; echo "(exit $?)"

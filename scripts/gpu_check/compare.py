@@ -13,6 +13,7 @@ needs nothing but the standard library (the GPU machine's python3 is not this ma
 """
 import csv
 import json
+import os
 import re
 import sqlite3
 import statistics
@@ -196,10 +197,15 @@ def check_metrics(path):
 
 
 def check_cost(untraced, recorded, profiled):
-    u, r, p = (json.load(open(f)) for f in (untraced, recorded, profiled))
+    u, p = json.load(open(untraced)), json.load(open(profiled))
+    r = json.load(open(recorded)) if os.path.exists(recorded) else None
     print("cost: training steps/s, the same job untraced, under plain eacgm record, under torch.profiler")
     line("ok", "untraced", f"{u['steps_per_s']:.1f} steps/s ({u['steps']} steps)")
+    if r is None:
+        line("n/a", "eacgm record", "not run (no recording here)")
     for what, x in (("eacgm record", r), ("torch.profiler", p)):
+        if x is None:
+            continue
         line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
              f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
 
