@@ -56,12 +56,17 @@ def base_name(kernel):
     return out
 
 
-def check_cuda(rec, known):
-    c, k = db(rec), json.load(open(known))
-    print(f"cuda: {rec} against the program's own counts ({known})")
+def recording_head(c):
+    """the lines every recording gets: whether it was finished, and its layers"""
     line("ok" if meta(c, "recording_state") == "complete" else "FAIL", "recording complete",
          meta(c, "recording_state") or "no meta")
     line("ok", "layers", meta(c, "layers") or "")
+
+
+def check_cuda(rec, known):
+    c, k = db(rec), json.load(open(known))
+    print(f"cuda: {rec} against the program's own counts ({known})")
+    recording_head(c)
     if k.get("first_error"):
         line("n/a", "the program's CUDA calls", f"failed: {k['first_error']} (no usable GPU)")
     names = {r["name"]: r["n"] for r in c.execute(
@@ -96,9 +101,7 @@ def check_cuda(rec, known):
 def check_train(rec, profile):
     c, p = db(rec), json.load(open(profile))
     print(f"train: {rec} against torch.profiler's account of the same run ({profile})")
-    line("ok" if meta(c, "recording_state") == "complete" else "FAIL", "recording complete",
-         meta(c, "recording_state") or "no meta")
-    line("ok", "layers", meta(c, "layers") or "")
+    recording_head(c)
     torch = c.execute("SELECT count(*), count(DISTINCT name), count(py_stack) FROM torch_calls").fetchone()
     line("ok" if torch[0] > 0 else "FAIL", "torch operators",
          f"{torch[0]} calls of {torch[1]} operators, {torch[2]} with a Python stack")
