@@ -112,7 +112,7 @@ struct eacgm_call_event {
 
 #define EACGM_RUNQ_UNKNOWN (~0ULL)
 
-#define EACGM_NAME_BYTES 128
+#define EACGM_NAME_BYTES 1024
 
 /* A driver handle (CUfunction, CUkernel) and the name it was looked up by. Written just before
  * the call record of the lookup, so the decoder knows the name when the launches come. */

@@ -388,7 +388,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.block[0] = uint32_t(e.args[3]), row.block[1] = uint32_t(e.args[3] >> 32);
       row.block[2] = uint32_t(e.args[4]);
       row.shared_mem = e.stack[0];
-      row.kernel = symbols_.function_name(e.pid, row.address);
+      row.kernel = runtime_kernel_name(e, row.address);
       break;
     case CallKind::LaunchConfig: {
       // cudaLaunchConfig_t: dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes, stream, ...
@@ -401,7 +401,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.shared_mem = e.deref[3];
       row.has_stream = true;
       row.stream = e.deref[4];
-      row.kernel = symbols_.function_name(e.pid, row.address);
+      row.kernel = runtime_kernel_name(e, row.address);
       break;
     }
     case CallKind::DriverLaunch:
@@ -414,6 +414,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.shared_mem = e.stack[1];
       // A CUfunction is a driver handle, not a code address: its name comes from the lookup.
       row.kernel = driver_kernel_name(e.pid, row.address);
+      state_of(e.pid).last_driver_launch[e.tid] = {e.ts_ns, row.kernel};
       break;
     case CallKind::DriverLaunchEx: {
       // CUlaunchConfig: 6 unsigned dims, unsigned sharedMemBytes, (pad), CUstream hStream
@@ -427,6 +428,7 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       row.has_stream = true;
       row.stream = e.deref[4];
       row.kernel = driver_kernel_name(e.pid, row.address);
+      state_of(e.pid).last_driver_launch[e.tid] = {e.ts_ns, row.kernel};
       break;
     }
     case CallKind::KernelLookup:
@@ -476,8 +478,29 @@ void EventDecoder::decode_exec_image(const eacgm_exec_image_event& e) {
 
 void EventDecoder::decode_name(const eacgm_name_event& e) {
   std::string_view raw(e.name, strnlen(e.name, sizeof(e.name)));
-  // CUDA C++ kernels are looked up by their mangled names; Triton's are plain
-  state_of(e.pid).driver_names[e.handle] = names_.intern(demangle(raw));
+  // CUDA C++ kernels are looked up by their mangled names; Triton's are plain. A name that
+  // filled the event was cut short, and a cut mangled name does not demangle whole: its
+  // leading function name still does
+  bool cut = raw.size() == sizeof(e.name) - 1;
+  state_of(e.pid).driver_names[e.handle] =
+      names_.intern(cut ? demangle_truncated(raw) : demangle(raw));
+}
+
+std::string_view EventDecoder::runtime_kernel_name(const eacgm_call_event& e, uint64_t func) {
+  // The runtime takes a host stub's address or, since CUDA 12, a cudaKernel_t: a CUkernel
+  // handle. nvcc's stubs pass the handle where cudaGetKernel works (on a GPU: seen on an H100
+  // with CUDA 13), the stub where it fails. A handle that a lookup named is not code.
+  ProcessState& state = state_of(e.pid);
+  if (auto it = state.driver_names.find(func); it != state.driver_names.end()) return it->second;
+  std::string_view name = symbols_.function_name(e.pid, func);
+  // a stub in a library without its local symbols (PyTorch's wheels): the driver launch this
+  // call made, on this thread within its time, has the kernel's name
+  if (auto it = state.last_driver_launch.find(e.tid);
+      name.starts_with("unknown") && it != state.last_driver_launch.end() &&
+      it->second.first >= e.ts_ns && it->second.first <= e.ts_ns + e.dur_ns &&
+      !it->second.second.starts_with("unknown"))
+    return it->second.second;
+  return name;
 }
 
 std::string_view EventDecoder::driver_kernel_name(uint32_t pid, uint64_t handle) {

@@ -86,6 +86,7 @@ class EventDecoder {
   // 0 for an empty stack.
   int64_t native_stack_id(uint32_t pid, const uint64_t* ips, uint32_t nframes);
   std::string_view driver_kernel_name(uint32_t pid, uint64_t handle);
+  std::string_view runtime_kernel_name(const eacgm_call_event& e, uint64_t func);
   void note_thread(uint32_t pid, uint32_t tid);
 
   Sink& out_;
@@ -104,6 +105,9 @@ class EventDecoder {
     std::unordered_map<uint64_t, int64_t> allocations;
     // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co
     std::unordered_map<uint64_t, std::string_view> driver_names;
+    // each thread's last driver launch (its start and kernel): a runtime launch returns after
+    // the driver launch it made, so a stub with no symbol is named by the kernel inside it
+    std::unordered_map<uint32_t, std::pair<uint64_t, std::string_view>> last_driver_launch;
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
   };
   std::unordered_map<uint32_t, ProcessState> state_;

@@ -276,6 +276,79 @@ TEST_F(Decode, DriverLaunchesAreNamedByTheLookupThatReturnedTheirHandle) {
                         "shared=512 kernel=unknown CUfunction 0xf00 addr=3840 "}));
 }
 
+TEST_F(Decode, RuntimeLaunchesOfACudaKernelHandleAreNamedByItsLookup) {
+  // CUDA 12+: nvcc's stub calls cudaGetKernel (cuLibraryGetKernel inside: a NAME record), then
+  // cudaLaunchKernel with the cudaKernel_t handle instead of its own address (an H100 with
+  // CUDA 13 did; without a GPU the lookup fails and the stub's address goes)
+  eacgm_name_event n{};
+  n.kind = EACGM_REC_NAME;
+  n.op = op_id("cuLibraryGetKernel");
+  n.pid = uint32_t(getpid());
+  n.handle = 0x55fed9de0120;
+  std::strcpy(n.name, "_Z16eacgm_check_axpyPfPKffi");
+  feed(n);
+  auto lookup = call("cuLibraryGetKernel", {0x7ff0, 0x1, 0x2});
+  lookup.deref[0] = n.handle;
+  feed(lookup);
+  feed(call("cudaLaunchKernel", {n.handle, 1, 1, 1, 1, 0}));
+  auto ex = call("cudaLaunchKernelExC", {0x7000, n.handle, 0});
+  feed(ex);
+  std::string k = "kernel=eacgm_check_axpy(float*, float const*, float, int) ";
+  std::string addr = "addr=" + std::to_string(n.handle) + " ";
+  std::vector<std::string> got = rows();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0], "name=cuLibraryGetKernel ret=0 " + k + addr);
+  EXPECT_NE(got[1].find(k + addr), std::string::npos) << got[1];
+  EXPECT_NE(got[2].find(k + addr), std::string::npos) << got[2];
+}
+
+TEST_F(Decode, AStubWithoutASymbolIsNamedByTheDriverLaunchInsideIt) {
+  // PyTorch's wheels keep no symbols for their kernels' host stubs: the cuLaunchKernel the
+  // runtime made inside cudaLaunchKernel (same thread, within its time) names it
+  eacgm_name_event n{};
+  n.kind = EACGM_REC_NAME;
+  n.op = op_id("cuModuleGetFunction");
+  n.pid = uint32_t(getpid());
+  n.handle = 0xf00;
+  std::strcpy(n.name, "_Z6reduceIfEvPT_i");
+  feed(n);
+  auto inner = call("cuLaunchKernel", {0xf00, 1, 1, 1, 1, 1});
+  inner.ts_ns = 1004;
+  feed(inner);
+  feed(call("cudaLaunchKernel", {0x10, 1, 1, 1, 1, 0}));  // 1000..1010: the driver's is inside
+  auto later = call("cudaLaunchKernel", {0x10, 1, 1, 1, 1, 0});
+  later.ts_ns = 2000;  // no driver launch inside this one
+  feed(later);
+  auto other_thread = call("cudaLaunchKernel", {0x10, 1, 1, 1, 1, 0});
+  other_thread.tid += 1;
+  feed(other_thread);
+  std::vector<std::string> got = rows();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_NE(got[1].find("kernel=void reduce<float>(float*, int) "), std::string::npos) << got[1];
+  EXPECT_NE(got[2].find("kernel=unknown+0x10 "), std::string::npos) << got[2];
+  EXPECT_NE(got[3].find("kernel=unknown+0x10 "), std::string::npos) << got[3];
+}
+
+TEST_F(Decode, AKernelNameThatFilledItsRecordIsDemangledAsFarAsItGoes) {
+  // templated kernels' mangled names run to thousands of bytes: the record keeps the first
+  // EACGM_NAME_BYTES - 1, which no demangler takes whole
+  eacgm_name_event n{};
+  n.kind = EACGM_REC_NAME;
+  n.op = op_id("cuLibraryGetKernel");
+  n.pid = uint32_t(getpid());
+  n.handle = 0xbeef;
+  std::string name = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_";
+  while (name.size() < sizeof(n.name) - 1) name += "13BUnaryFunctorIfffNS0_";
+  name.resize(sizeof(n.name) - 1);
+  std::memcpy(n.name, name.data(), name.size());
+  feed(n);
+  feed(call("cuLaunchKernel", {0xbeef, 1, 1, 1, 1, 1}));
+  std::vector<std::string> got = rows();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find("kernel=at::native::vectorized_elementwise_kernel<...> "),
+            std::string::npos) << got[0];
+}
+
 TEST_F(Decode, MalformedRecordsAreCountedNotDecoded) {
   auto bad_op = call("cudaMalloc", {0, 1});
   bad_op.op = uint32_t(cuda_ops().size());
