@@ -194,8 +194,23 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
     s.sm_util_pct = u.gpu;
     s.mem_util_pct = u.memory;
   }
-  if (nvml::Memory m{}; a.device_get_memory_info && ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo",
-                                                       a.device_get_memory_info(h, &m))) {
+  // _v2 where the driver has it (used as nvidia-smi counts it), else v1 (used with reserved)
+  bool memory_asked = false;
+  if (a.device_get_memory_info_v2) {
+    nvml::MemoryV2 m2{};
+    m2.version = nvml::kMemoryV2Version;
+    nvml::Return rc = a.device_get_memory_info_v2(h, &m2);
+    // a driver that has the function but not this struct version: v1 answers
+    memory_asked = rc != nvml::kErrorArgumentVersionMismatch && rc != nvml::kErrorNotSupported &&
+                   rc != nvml::kErrorFunctionNotFound;
+    if (memory_asked && ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo_v2", rc)) {
+      s.mem_used_bytes = m2.used;
+      s.mem_total_bytes = m2.total;
+    }
+  }
+  if (nvml::Memory m{}; !memory_asked && a.device_get_memory_info &&
+                        ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo",
+                           a.device_get_memory_info(h, &m))) {
     s.mem_used_bytes = m.used;
     s.mem_total_bytes = m.total;
   }

@@ -119,6 +119,7 @@ void NvmlLibrary::resolve() {
   need(bind(h, a.device_get_utilization_rates, {"nvmlDeviceGetUtilizationRates"}),
        "nvmlDeviceGetUtilizationRates");
   need(bind(h, a.device_get_memory_info, {"nvmlDeviceGetMemoryInfo"}), "nvmlDeviceGetMemoryInfo");
+  bind(h, a.device_get_memory_info_v2, {"nvmlDeviceGetMemoryInfo_v2"});  // used without reserved
   need(bind(h, a.device_get_temperature, {"nvmlDeviceGetTemperature"}), "nvmlDeviceGetTemperature");
   need(bind(h, a.device_get_power_usage, {"nvmlDeviceGetPowerUsage"}), "nvmlDeviceGetPowerUsage");
   need(bind(h, a.device_get_enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"}),

@@ -25,6 +25,7 @@ struct NvmlApi {
   Return (*device_get_pci_info)(Device, nvml::PciInfo*) = nullptr;  // _v3, else _v2
   Return (*device_get_utilization_rates)(Device, nvml::Utilization*) = nullptr;
   Return (*device_get_memory_info)(Device, nvml::Memory*) = nullptr;
+  Return (*device_get_memory_info_v2)(Device, nvml::MemoryV2*) = nullptr;  // optional: 510+
   Return (*device_get_temperature)(Device, int, unsigned*) = nullptr;
   Return (*device_get_power_usage)(Device, unsigned*) = nullptr;
   Return (*device_get_enforced_power_limit)(Device, unsigned*) = nullptr;

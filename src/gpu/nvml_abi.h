@@ -20,6 +20,7 @@ inline constexpr Return kErrorDriverNotLoaded = 9;
 inline constexpr Return kErrorTimeout = 10;
 inline constexpr Return kErrorFunctionNotFound = 13;
 inline constexpr Return kErrorGpuIsLost = 15;
+inline constexpr Return kErrorArgumentVersionMismatch = 25;
 inline constexpr Return kErrorUnknown = 999;
 
 // Opaque handles (nvmlDevice_t, nvmlEventSet_t).
@@ -79,6 +80,19 @@ struct Memory {  // nvmlMemory_t (v1: used includes reserved memory)
   unsigned long long free;
   unsigned long long used;
 };
+
+// nvmlMemory_v2_t (nvmlDeviceGetMemoryInfo_v2, drivers 510+): used without the memory the
+// driver and firmware reserve, as nvidia-smi and DCGM's FB_USED report it (on an H100 with
+// driver 580, v1's used was ~510 MiB above nvidia-smi's)
+struct MemoryV2 {
+  unsigned int version;  // kMemoryV2Version
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+// NVML_STRUCT_VERSION(Memory, 2): the struct's size, version in the top byte
+inline constexpr unsigned kMemoryV2Version = unsigned(sizeof(MemoryV2)) | (2u << 24);
 
 struct ProcessInfoV1 {  // nvmlProcessInfo_v1_t: nvmlDeviceGetComputeRunningProcesses
   unsigned int pid;
@@ -151,6 +165,7 @@ static_assert(offsetof(ProcessUtilizationSample, timestamp_us) == 8);
 static_assert(offsetof(ProcessUtilizationSample, sm_util) == 16);
 static_assert(sizeof(PciInfo) == 68 && offsetof(PciInfo, bus_id) == 36);
 static_assert(sizeof(Value) == 8);
+static_assert(sizeof(MemoryV2) == 40 && offsetof(MemoryV2, used) == 32);
 static_assert(sizeof(FieldValue) == 40 && offsetof(FieldValue, value) == 32);
 static_assert(sizeof(EventData) == 32 && offsetof(EventData, event_data) == 16);
 

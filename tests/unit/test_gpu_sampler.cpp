@@ -174,6 +174,27 @@ TEST(NvmlLibrary, InitFailureIsReportedNotThrown) {
   EXPECT_NE(r.failure.warning().find("is the NVIDIA driver loaded?"), std::string::npos);
 }
 
+// nvidia-smi and DCGM's FB_USED leave out what the driver reserves (nvmlMemory_v2_t); v1's used
+// counts it (an H100 with driver 580: ~510 MiB more). The old driver's library has no _v2.
+TEST(GpuSampler, MemoryUsedLeavesOutTheReservedWhereTheDriverTellsIt) {
+  FakeScript script("memory 0 1073741824:85899345920:536870912\n");
+  for (bool full : {true, false}) {
+    const char* lib = full ? EACGM_FAKE_NVML_FULL : EACGM_FAKE_NVML_OLD;
+    auto nvml = load_fake(lib);
+    ASSERT_TRUE(nvml);
+    EXPECT_EQ(nvml->api().device_get_memory_info_v2 != nullptr, full);
+    CollectingSink sink;
+    GpuSamplerOptions options;
+    options.interval = 20ms;
+    GpuSampler sampler(*nvml, sink, options);
+    run_passes(sampler, sink, 1);
+    std::vector<GpuSample> s = sink.samples_of(0);
+    ASSERT_GE(s.size(), 1u);
+    EXPECT_EQ(*s[0].mem_used_bytes, full ? 1073741824u : 1610612736u) << lib;
+    EXPECT_EQ(*s[0].mem_total_bytes, 85899345920u);
+  }
+}
+
 TEST(GpuSampler, ReadsDevicesOnce) {
   FakeScript script(
       "devices 2\n"

@@ -325,7 +325,10 @@ FAKE_EXPORT nv::Return nvmlDeviceGetMemoryInfo(nv::Device h, nv::Memory* m) {
   if (dev < 0 || !m) return nv::kErrorInvalidArgument;
   std::vector<unsigned long long> v;
   nv::Return rc = parse(take("memory", unsigned(dev)), v);
-  if (rc == nv::kSuccess) *m = {v.at(1), v.at(1) - v.at(0), v.at(0)};  // script: used:total
+  // script: used:total[:reserved]; v1's used counts the reserved memory too, as NVML's does
+  if (rc != nv::kSuccess) return rc;
+  unsigned long long used = v.size() > 2 ? v.at(0) + v.at(2) : v.at(0);
+  *m = {v.at(1), v.at(1) - used, used};
   return rc;
 }
 
@@ -431,6 +434,20 @@ FAKE_EXPORT nv::Return nvmlDeviceGetHandleByIndex_v2(unsigned index, nv::Device*
 }
 FAKE_EXPORT nv::Return nvmlDeviceGetHandleByIndex(unsigned, nv::Device*) {
   return nv::kErrorUnknown;
+}
+
+FAKE_EXPORT nv::Return nvmlDeviceGetMemoryInfo_v2(nv::Device h, nv::MemoryV2* m) {
+  std::lock_guard lock(g_mutex);
+  int dev = device_index(h);
+  if (dev < 0 || !m) return nv::kErrorInvalidArgument;
+  if (m->version != nv::kMemoryV2Version) return nv::kErrorArgumentVersionMismatch;
+  std::vector<unsigned long long> v;
+  nv::Return rc = parse(take("memory", unsigned(dev)), v);
+  if (rc != nv::kSuccess) return rc;
+  unsigned long long reserved = v.size() > 2 ? v.at(2) : 0;
+  m->total = v.at(1), m->reserved = reserved, m->used = v.at(0);
+  m->free = v.at(1) - v.at(0) - reserved;
+  return rc;
 }
 
 FAKE_EXPORT nv::Return nvmlDeviceGetPciInfo_v3(nv::Device h, nv::PciInfo* pci) {
