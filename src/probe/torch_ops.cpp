@@ -65,6 +65,9 @@ struct ElfCloser {
 
 std::optional<std::string_view> aten_call_struct(std::string_view mangled) {
   if (!mangled.starts_with(kOpsPrefix)) return std::nullopt;
+  // no mangled name has a '.': "call(...).cold", ".isra.0", ".part.0" are pieces or clones GCC
+  // split off (PyTorch 2.11's wheels have .cold ones), not the function callers enter
+  if (mangled.find('.') != std::string_view::npos) return std::nullopt;
   std::string_view rest = mangled.substr(kOpsPrefix.size());
   size_t len = 0;
   auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), len);

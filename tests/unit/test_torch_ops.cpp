@@ -21,6 +21,8 @@ TEST(TorchOps, RecognisesDispatcherCallSymbols) {
   EXPECT_FALSE(aten_call_struct("_ZN2at4_ops6linear10redispatchEN3c1014DispatchKeySetE"));
   EXPECT_FALSE(aten_call_struct("_ZN2at6native6linearERKNS_6TensorE"));
   EXPECT_FALSE(aten_call_struct("_ZN2at4_ops99linear4callE"));
+  EXPECT_FALSE(aten_call_struct("_ZN2at4_ops3bmm4callERKNS_6TensorES4_.cold"));
+  EXPECT_FALSE(aten_call_struct("_ZN2at4_ops3bmm4callERKNS_6TensorES4_.constprop.0"));
   EXPECT_FALSE(aten_call_struct("_ZN2at4_ops"));
 }
 
