@@ -126,14 +126,26 @@ std::vector<OperationStats> operation_stats(const RecordingReader& rec) {
 }
 
 std::vector<KernelStats> top_kernels(const RecordingReader& rec, size_t limit) {
-  std::vector<KernelStats> out;
-  rec.query(fmt::format("SELECT kernel, count(*), sum(dur_ns) FROM cuda_calls WHERE kernel IS "
-                        "NOT NULL AND grid_x IS NOT NULL GROUP BY kernel ORDER BY count(*) DESC, kernel LIMIT {}",
-                        limit),
+  // A runtime launch (cudaLaunchKernel*) makes a driver launch (cuLaunchKernel*) of the same
+  // kernel inside it where a GPU runs it; libraries also launch through the driver alone, and
+  // without a GPU the runtime fails before the driver. Each kernel's launches are those of
+  // the level that saw more of them (the runtime's on a tie: its time holds the driver's).
+  std::map<std::string, KernelStats> by_kernel;
+  rec.query("SELECT kernel, name LIKE 'cuda%' AS runtime, count(*), sum(dur_ns) FROM cuda_calls "
+            "WHERE kernel IS NOT NULL AND grid_x IS NOT NULL GROUP BY kernel, runtime "
+            "ORDER BY runtime",
             [&](Statement& s) {
-              out.push_back({std::string(s.text_at(0)), uint64_t(s.int_at(1)),
-                             uint64_t(s.int_at(2))});
+              KernelStats k{std::string(s.text_at(0)), uint64_t(s.int_at(2)),
+                            uint64_t(s.int_at(3))};
+              auto [it, fresh] = by_kernel.try_emplace(k.kernel, k);
+              if (!fresh && k.launches >= it->second.launches) it->second = std::move(k);
             });
+  std::vector<KernelStats> out;
+  for (auto& [name, k] : by_kernel) out.push_back(std::move(k));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.launches != b.launches ? a.launches > b.launches : a.kernel < b.kernel;
+  });
+  if (out.size() > limit) out.resize(limit);
   return out;
 }
 

@@ -309,6 +309,47 @@ TEST_F(Store, DamagedMetaAndAnomaliesAreClearErrorsOrReadAsTheyAre) {
   EXPECT_EQ(j["anomalies"][0]["features"], "not json");
 }
 
+// On a GPU every runtime launch makes a driver launch of the same kernel inside it (an H100's
+// report counted each kernel twice before); cuBLAS launches through the driver alone; without a
+// GPU only the runtime's calls are there.
+TEST_F(Store, TopKernelsCountEachLaunchOnce) {
+  {
+    RecordingWriter w(path_, true);
+    w.set_meta("start_monotonic_ns", "1");
+    auto launch = [&](const char* api, const char* kernel, uint64_t ts, uint64_t dur) {
+      CudaCallRow r;
+      r.ts_ns = ts, r.dur_ns = dur, r.pid = 1, r.tid = 1, r.name = api, r.kernel = kernel;
+      r.is_launch = true;
+      r.grid[0] = r.block[0] = 1;
+      w.add(r);
+    };
+    for (uint64_t i = 0; i < 3; ++i) {  // through the runtime: both levels
+      launch("cuLaunchKernel", "reduce_kernel", 100 * i + 2, 5);
+      launch("cudaLaunchKernel", "reduce_kernel", 100 * i, 10);
+    }
+    for (uint64_t i = 0; i < 2; ++i) launch("cuLaunchKernelEx", "sm90_gemm", 1000 + i, 4);
+    for (uint64_t i = 0; i < 4; ++i) launch("cudaLaunchKernel", "vecAdd", 2000 + i, 7);  // no GPU
+    launch("cuLaunchKernel", "mixed", 3000, 1);  // one through the driver alone, one through
+    launch("cuLaunchKernel", "mixed", 3010, 1);  // the runtime
+    launch("cudaLaunchKernel", "mixed", 3008, 3);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path_);
+  std::vector<KernelStats> k = top_kernels(rec, 10);
+  ASSERT_EQ(k.size(), 4u);
+  EXPECT_EQ(k[0].kernel, "vecAdd");
+  EXPECT_EQ(k[0].launches, 4u);
+  EXPECT_EQ(k[1].kernel, "reduce_kernel");
+  EXPECT_EQ(k[1].launches, 3u);
+  EXPECT_EQ(k[1].total_ns, 30u);  // the runtime's time, which holds the driver's
+  EXPECT_EQ(k[2].kernel, "mixed");
+  EXPECT_EQ(k[2].launches, 2u);
+  EXPECT_EQ(k[3].kernel, "sm90_gemm");
+  EXPECT_EQ(k[3].launches, 2u);
+  EXPECT_EQ(top_kernels(rec, 2).size(), 2u);
+}
+
 TEST_F(Store, ReaderRefusesWhatIsNotARecording) {
   auto message = [](const std::string& path) {
     try {
