@@ -69,12 +69,15 @@ judge() {  # compare.py's lines into the report; a FAIL marks the run failed
   "$py" "$root/scripts/gpu_check/compare.py" "$@" 2>&1 | tee -a "$report"
   [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 }
-keep() {  # a recording goes to OUT when under 16 MB, else stays out (and the report says so)
-  local f="$1" size
+keep() {  # a recording goes to OUT when under 16 MB, gzipped when that makes it fit; else
+  local f="$1" size  # it stays out (and the report says so)
   [ -f "$f" ] || return 0
   size=$(stat -c %s "$f")
-  if [ "$size" -lt $((16 * 1024 * 1024)) ]; then cp "$f" "$out/"; else
-    say "  $(basename "$f") is $((size / 1024 / 1024)) MiB: not kept (over 16 MB)"
+  if [ "$size" -lt $((16 * 1024 * 1024)) ]; then cp "$f" "$out/"; return 0; fi
+  gzip -c "$f" >"$out/$(basename "$f").gz"
+  if [ "$(stat -c %s "$out/$(basename "$f").gz")" -ge $((16 * 1024 * 1024)) ]; then
+    rm -f "$out/$(basename "$f").gz"
+    say "  $(basename "$f") is $((size / 1024 / 1024)) MiB: not kept (over 16 MB gzipped)"
   fi
 }
 
@@ -256,7 +259,7 @@ secs=$([ "$dry" = 1 ] && echo 5 || echo 15)
 run_train() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
 run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced.json"
 [ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
-run_train "$py" "$root/scripts/gpu_check/train.py" --profile "$work/cost_profile.json" --result "$work/cost_profiled.json"
+run_train "$py" "$root/scripts/gpu_check/train.py" --profile - --result "$work/cost_profiled.json"
 judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json"
 
 section "done"

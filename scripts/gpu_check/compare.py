@@ -41,8 +41,7 @@ def meta(c, key):
 
 def base_name(kernel):
     """a kernel's function name without its arguments, templates or namespaces"""
-    k = kernel or ""
-    k = re.sub(r"\(.*$", "", k)  # arguments
+    k = (kernel or "").replace("(anonymous namespace)", "anonymous")
     depth, out = 0, ""
     for ch in k:  # drop template arguments
         if ch == "<":
@@ -51,7 +50,7 @@ def base_name(kernel):
             depth = max(0, depth - 1)
         elif depth == 0:
             out += ch
-    out = out.strip()
+    out = re.sub(r"\(.*$", "", out.strip())  # arguments, and lambdas' scopes after them
     out = out.split("::")[-1].split(" ")[-1]
     return out
 
@@ -107,27 +106,34 @@ def check_train(rec, profile):
          f"{torch[0]} calls of {torch[1]} operators, {torch[2]} with a Python stack")
     stacks = c.execute("SELECT count(*) FROM python_stacks WHERE file LIKE '%train.py'").fetchone()[0]
     line("ok" if stacks > 0 else "FAIL", "Python stacks name train.py", f"{stacks} frames")
+    # every launch reaches the driver (cuLaunchKernel*), runtime launches (cudaLaunchKernel*)
+    # through it: the driver's are counted once each
     launches = c.execute("SELECT count(*), count(py_stack) FROM cuda_calls "
-                         "WHERE name LIKE 'cudaLaunchKernel%' OR name LIKE 'cuLaunchKernel%'").fetchone()
+                         "WHERE name LIKE 'cuLaunchKernel%'").fetchone()
+    runtime = c.execute("SELECT count(*), count(py_stack), "
+                        "sum(kernel LIKE 'unknown%' OR kernel IS NULL) FROM cuda_calls "
+                        "WHERE name LIKE 'cudaLaunchKernel%'").fetchone()
     if not p["kernels"]:
         line("n/a", "kernels against torch.profiler", "no GPU: the profiler saw no kernels")
         return
-    prof_launches = sum(n for name, n in p["runtime"].items()
-                        if name.startswith("cudaLaunchKernel") or name.startswith("cuLaunchKernel"))
-    # the profiler counts the steps inside its window; eacgm the whole run (warm-up step too)
-    line("ok" if launches[0] >= prof_launches else "FAIL", "kernel launches",
-         f"{launches[0]} recorded ({launches[1]} with a Python stack); torch.profiler: "
-         f"{prof_launches} launch calls, {sum(p['kernels'].values())} GPU activities in "
-         f"{p['steps']} profiled steps")
-    ours = {}
-    for r in c.execute("SELECT kernel, count(*) AS n FROM cuda_calls WHERE kernel IS NOT NULL "
-                       "GROUP BY kernel"):
-        ours[base_name(r["kernel"])] = ours.get(base_name(r["kernel"]), 0) + r["n"]
     theirs = {}
     for name, n in p["kernels"].items():
-        if name.startswith("Memcpy") or name.startswith("Memset"):
+        # copies and fills are not launches; "Optimizer.step#SGD.step" is a GPU-side annotation
+        if name.startswith("Memcpy") or name.startswith("Memset") or "#" in name:
             continue
         theirs[base_name(name)] = theirs.get(base_name(name), 0) + n
+    ran = sum(theirs.values())
+    # the profiler counts the steps inside its window; eacgm the whole run (warm-up step too)
+    line("ok" if launches[0] >= ran else "FAIL", "kernel launches",
+         f"{launches[0]} driver launches recorded; torch.profiler: {ran} kernels ran in "
+         f"{p['steps']} profiled steps")
+    line("ok" if runtime[0] and not runtime[2] else "FAIL", "runtime launches named",
+         f"{runtime[0]} cudaLaunchKernel calls ({runtime[1]} with a Python stack), "
+         f"{runtime[2] or 0} with no kernel name")
+    ours = {}
+    for r in c.execute("SELECT kernel, count(*) AS n FROM cuda_calls WHERE kernel IS NOT NULL "
+                       "AND name LIKE 'cuLaunchKernel%' GROUP BY kernel"):
+        ours[base_name(r["kernel"])] = ours.get(base_name(r["kernel"]), 0) + r["n"]
     missing = sorted(set(theirs) - set(ours))
     line("ok" if not missing else "FAIL", "kernel names",
          f"{len(theirs)} in torch.profiler, {len(ours)} recorded"
@@ -158,7 +164,8 @@ def check_nvml(rec, smi_csv):
                 pass
 
     def mean(col):
-        v = vals.get(col, [])
+        # nvidia-smi heads the columns by their long names (clocks.sm: clocks.current.sm)
+        v = vals.get(col) or vals.get(col.replace("clocks.", "clocks.current."), [])
         return sum(v) / len(v) if v else float("nan")
 
     line("ok", "NVML samples", f"{rows[0]} samples")
