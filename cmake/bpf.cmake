@@ -7,11 +7,16 @@ set(EACGM_BTF_FILE /sys/kernel/btf/vmlinux CACHE FILEPATH "BTF used to generate 
 set(EACGM_BPF_OUT ${CMAKE_BINARY_DIR}/bpf)
 file(MAKE_DIRECTORY ${EACGM_BPF_OUT})
 
+# One target owns vmlinux.h and each program's target waits for it: with the rule in both
+# programs' targets, a parallel build ran it twice at once, and clang crashed reading the file
+# the other run was rewriting (a clean -j2 build, 2026-11-26). Written aside, then renamed.
 add_custom_command(
   OUTPUT ${EACGM_BPF_OUT}/vmlinux.h
-  COMMAND ${BPFTOOL} btf dump file ${EACGM_BTF_FILE} format c > ${EACGM_BPF_OUT}/vmlinux.h
+  COMMAND ${BPFTOOL} btf dump file ${EACGM_BTF_FILE} format c > ${EACGM_BPF_OUT}/vmlinux.h.tmp
+  COMMAND ${CMAKE_COMMAND} -E rename ${EACGM_BPF_OUT}/vmlinux.h.tmp ${EACGM_BPF_OUT}/vmlinux.h
   COMMENT "Generating vmlinux.h from ${EACGM_BTF_FILE}"
   VERBATIM)
+add_custom_target(bpf_vmlinux DEPENDS ${EACGM_BPF_OUT}/vmlinux.h)
 add_custom_target(bpf_skeletons)
 
 function(eacgm_bpf_skeleton name)
@@ -34,5 +39,6 @@ function(eacgm_bpf_skeleton name)
     COMMENT "Generating BPF skeleton ${name}.skel.h"
     VERBATIM)
   add_custom_target(bpf_${name} DEPENDS ${skel})
+  add_dependencies(bpf_${name} bpf_vmlinux)
   add_dependencies(bpf_skeletons bpf_${name})
 endfunction()
