@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -51,6 +52,17 @@ eacgm_call_event call(std::string_view symbol, std::initializer_list<uint64_t> a
   size_t i = 0;
   for (uint64_t a : args) e.args[i++] = a;
   return e;
+}
+
+// The NAME record the BPF side writes before a lookup's call record: `handle` is `name`'s.
+eacgm_name_event name_event(std::string_view lookup, uint64_t handle, std::string_view name) {
+  eacgm_name_event n{};
+  n.kind = EACGM_REC_NAME;
+  n.op = op_id(lookup);
+  n.pid = uint32_t(getpid());
+  n.handle = handle;
+  std::memcpy(n.name, name.data(), std::min(name.size(), sizeof(n.name) - 1));
+  return n;
 }
 
 TEST(CudaOps, TableIsConsistent) {
@@ -241,12 +253,7 @@ TEST_F(Decode, RuntimeLaunchesReadDim3RegistersAndStackAndNameTheStub) {
 
 TEST_F(Decode, DriverLaunchesAreNamedByTheLookupThatReturnedTheirHandle) {
   // cuModuleGetFunction(&f, module, "name"): the BPF side writes a NAME record, then the call
-  eacgm_name_event n{};
-  n.kind = EACGM_REC_NAME;
-  n.op = op_id("cuModuleGetFunction");
-  n.pid = uint32_t(getpid());
-  n.handle = 0xf00;
-  std::strcpy(n.name, "_Z6reduceIfEvPT_i");
+  eacgm_name_event n = name_event("cuModuleGetFunction", 0xf00, "_Z6reduceIfEvPT_i");
   feed(n);
   auto lookup = call("cuModuleGetFunction", {0x7ff0, 0x1, 0x2});
   lookup.deref[0] = 0xf00;
@@ -280,12 +287,7 @@ TEST_F(Decode, RuntimeLaunchesOfACudaKernelHandleAreNamedByItsLookup) {
   // CUDA 12+: nvcc's stub calls cudaGetKernel (cuLibraryGetKernel inside: a NAME record), then
   // cudaLaunchKernel with the cudaKernel_t handle instead of its own address (an H100 with
   // CUDA 13 did; without a GPU the lookup fails and the stub's address goes)
-  eacgm_name_event n{};
-  n.kind = EACGM_REC_NAME;
-  n.op = op_id("cuLibraryGetKernel");
-  n.pid = uint32_t(getpid());
-  n.handle = 0x55fed9de0120;
-  std::strcpy(n.name, "_Z16eacgm_check_axpyPfPKffi");
+  eacgm_name_event n = name_event("cuLibraryGetKernel", 0x55fed9de0120, "_Z16eacgm_check_axpyPfPKffi");
   feed(n);
   auto lookup = call("cuLibraryGetKernel", {0x7ff0, 0x1, 0x2});
   lookup.deref[0] = n.handle;
@@ -305,12 +307,7 @@ TEST_F(Decode, RuntimeLaunchesOfACudaKernelHandleAreNamedByItsLookup) {
 TEST_F(Decode, AStubWithoutASymbolIsNamedByTheDriverLaunchInsideIt) {
   // PyTorch's wheels keep no symbols for their kernels' host stubs: the cuLaunchKernel the
   // runtime made inside cudaLaunchKernel (same thread, within its time) names it
-  eacgm_name_event n{};
-  n.kind = EACGM_REC_NAME;
-  n.op = op_id("cuModuleGetFunction");
-  n.pid = uint32_t(getpid());
-  n.handle = 0xf00;
-  std::strcpy(n.name, "_Z6reduceIfEvPT_i");
+  eacgm_name_event n = name_event("cuModuleGetFunction", 0xf00, "_Z6reduceIfEvPT_i");
   feed(n);
   auto inner = call("cuLaunchKernel", {0xf00, 1, 1, 1, 1, 1});
   inner.ts_ns = 1004;
@@ -332,16 +329,9 @@ TEST_F(Decode, AStubWithoutASymbolIsNamedByTheDriverLaunchInsideIt) {
 TEST_F(Decode, AKernelNameThatFilledItsRecordIsDemangledAsFarAsItGoes) {
   // templated kernels' mangled names run to thousands of bytes: the record keeps the first
   // EACGM_NAME_BYTES - 1, which no demangler takes whole
-  eacgm_name_event n{};
-  n.kind = EACGM_REC_NAME;
-  n.op = op_id("cuLibraryGetKernel");
-  n.pid = uint32_t(getpid());
-  n.handle = 0xbeef;
   std::string name = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_";
-  while (name.size() < sizeof(n.name) - 1) name += "13BUnaryFunctorIfffNS0_";
-  name.resize(sizeof(n.name) - 1);
-  std::memcpy(n.name, name.data(), name.size());
-  feed(n);
+  while (name.size() < EACGM_NAME_BYTES - 1) name += "13BUnaryFunctorIfffNS0_";
+  feed(name_event("cuLibraryGetKernel", 0xbeef, name));  // cut to EACGM_NAME_BYTES - 1
   feed(call("cuLaunchKernel", {0xbeef, 1, 1, 1, 1, 1}));
   std::vector<std::string> got = rows();
   ASSERT_EQ(got.size(), 1u);
