@@ -226,6 +226,8 @@ int run_agent(const AgentOptions& given) {
   d.refit_every_ns = std::min<uint64_t>(d.refit_every_ns, d.history_ns / 4);
   d.train_windows = o.train_windows;
   d.train_calls = o.train_calls;
+  d.train_span_ns = uint64_t(o.train_seconds * 1e9);
+  d.warm_up_ns = uint64_t(o.warm_up_s * 1e9);
   d.sample_interval_ns = uint64_t(o.interval_ms * 1e6);
   if (!state.empty()) d.models_path = state + "/models.json";
   std::unique_ptr<AnomalyStore> store;

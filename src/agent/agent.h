@@ -16,6 +16,8 @@ struct AgentOptions : TraceOptions {
   double window_s = 1;                       // the window model's windows
   double history_s = 3600;                   // models fit on this past
   size_t train_windows = 60, train_calls = 200;
+  double train_seconds = 30;  // an operation's first model waits for this much of its calls
+  double warm_up_s = 10;      // a process's first seconds are learned from, not judged
   double flight_seconds = 60;  // the flight recorder's past; 0: off
   uint64_t flight_mb = 256, flight_keep_mb = 2048;
   std::vector<std::string> match;  // --match: only processes whose command line matches

@@ -28,6 +28,20 @@ std::string ms_text(uint64_t ns) {
 
 }  // namespace
 
+std::string unusual_text(const detect::Anomaly& a) {
+  std::string out;
+  if (a.usual_us > 0)
+    out = fmt::format("{:.3g}x its usual {}", double(a.dur_ns) / 1e3 / a.usual_us,
+                      ms_text(uint64_t(a.usual_us * 1e3)));
+  if (a.burst > 0)
+    out += fmt::format("{}{} such calls in {:.3g} s where {:.2g} are usual", out.empty() ? "" : "; ",
+                       a.burst, double(a.burst_window_ns) / 1e9, a.burst_expected);
+  else if (a.burst_window_ns == 0 && !out.empty())
+    out += ", far slower than any call of its history";
+  if (out.empty()) out = fmt::format("score {:.1f} below {:.1f}", a.score, a.threshold);
+  return out;
+}
+
 void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
   std::vector<StoredAnomaly> rows;
   uint64_t now = monotonic_now_ns();
@@ -51,14 +65,20 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
                             double(a.dur_ns) / 1e9, utc_time(real))
               : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
                             process.empty() ? "?" : process, a.pid, utc_time(real));
-      std::string top;
-      for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
+      std::string how;
+      if (a.layer == "window") {
+        std::string top;
+        for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
+        how = fmt::format("score {:.1f} below {:.1f} ({})", a.score, a.threshold, top);
+      } else {
+        how = unusual_text(a);
+      }
       std::string more =
           limit.suppressed ? fmt::format("; {} more like it since the last line", limit.suppressed)
                            : "";
       std::string where = recording.empty() ? "" : fmt::format("; flight recording {}", recording);
-      fprintf(stderr, "eacgm: anomaly: %s; score %.1f below %.1f (%s)%s%s\n", what.c_str(), a.score,
-              a.threshold, top.c_str(), more.c_str(), where.c_str());
+      fprintf(stderr, "eacgm: anomaly: %s; %s%s%s\n", what.c_str(), how.c_str(), more.c_str(),
+              where.c_str());
       limit.last = now;
       limit.suppressed = 0;
     } else {

@@ -13,6 +13,10 @@
 
 namespace eacgm {
 
+// How unusual a call anomaly was, in words for the log line: "15x its usual 0.93 ms; 12 such
+// calls in 10 s where 1.2 are usual".
+std::string unusual_text(const detect::Anomaly& a);
+
 // What the agent does with each anomaly: one log line (rate-limited per kind: a storm of slow
 // calls is one line every 10 s with the count of the others), the counter, and a row in the
 // state dir's store (at most 100 a flush).

@@ -26,6 +26,9 @@ struct DetectionOptions {
   uint64_t refit_every_ns = 60'000'000'000ull;
   size_t train_windows = 60;                  // windows a model needs before it judges (a minute)
   size_t train_calls = 200;                   // calls an operation's model needs
+  uint64_t train_span_ns = 30'000'000'000;    // and the time its calls must span
+  uint64_t warm_up_ns = 10'000'000'000;       // a process's first calls: learned, not judged
+  uint64_t burst_window_ns = 10'000'000'000;  // call anomalies only in bursts (online.h)
   uint64_t sample_interval_ns = 100'000'000;  // of the host and gpu layers
   std::string models_path;   // where models are saved and resumed from; "": nowhere
   size_t max_groups = 2000;  // operations modelled; the first ones win
@@ -93,6 +96,10 @@ class DetectionSink final : public Sink {
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
+  // when each live process's first call came (its warm-up runs from there), and the pids that
+  // exited since the last flush (forgotten after their last calls are scored)
+  std::unordered_map<uint32_t, uint64_t> first_call_;
+  std::vector<uint32_t> exited_;
   uint64_t last_save_ = 0;
   bool unsaved_ = false;
 

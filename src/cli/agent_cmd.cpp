@@ -69,6 +69,16 @@ std::function<int()> add_agent(CLI::App& app) {
                   "calls an operation's model needs before it judges")
       ->capture_default_str()
       ->check(number_in(10, 1000000, "a count", true));
+  cmd->add_option("--train-seconds", opts->train_seconds,
+                  "seconds of an operation's calls its first model needs too (a job's start "
+                  "is not its normal)")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
+  cmd->add_option("--warm-up", opts->warm_up_s,
+                  "seconds after a process is first seen in which its calls are learned from "
+                  "but not judged (first-call allocations, compiles, warm-up steps)")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
   cmd->add_option("--flight-seconds", opts->flight_seconds,
                   "seconds of full-detail events held in memory; on an anomaly (at most one "
                   "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "

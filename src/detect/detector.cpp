@@ -274,6 +274,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
       double value = x(Eigen::Index(r), j), usual = g.model.means()(s.component(Eigen::Index(r)), j);
       value_and_usual[f] = {value, usual};
       if (value < usual) lowered.insert(f);
+      if (f == "log_duration_us") a.usual_us = std::exp(usual);
     }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
@@ -407,10 +408,16 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
   j["version"] = 1;
   j["window_ns"] = model.window_ns;
   j["groups"] = nlohmann::json::array();
-  for (const auto& g : model.groups)
-    j["groups"].push_back({{"group", g.group}, {"layer", g.layer}, {"name", g.name},
-                           {"threshold", g.threshold}, {"train_samples", g.train_samples},
-                           {"model", model_to_json(g.model, g.features)}});
+  for (const auto& g : model.groups) {
+    nlohmann::json o = {{"group", g.group},         {"layer", g.layer},
+                        {"name", g.name},           {"threshold", g.threshold},
+                        {"train_samples", g.train_samples},
+                        {"model", model_to_json(g.model, g.features)}};
+    if (g.background_rate > 0) o["background_rate"] = g.background_rate;
+    if (g.slowest_ns > 0) o["slowest_ns"] = g.slowest_ns;
+    if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
+    j["groups"].push_back(std::move(o));
+  }
   return j;
 }
 
@@ -436,6 +443,20 @@ DetectorModel detector_from_json(const nlohmann::json& j) {
       if (!g.at("train_samples").is_number_unsigned())
         fail("group {}: 'train_samples' must be a whole number", gm.group);
       gm.train_samples = g.at("train_samples").get<size_t>();
+      // optional (the agent's models since session 23)
+      if (auto r = g.find("background_rate"); r != g.end()) {
+        if (!r->is_number() || !(r->get<double>() >= 0 && r->get<double>() <= 1))
+          fail("group {}: 'background_rate' must be a share between 0 and 1", gm.group);
+        gm.background_rate = r->get<double>();
+      }
+      if (auto r = g.find("slowest_ns"); r != g.end()) {
+        if (!r->is_number_unsigned()) fail("group {}: 'slowest_ns' must be a whole number", gm.group);
+        gm.slowest_ns = r->get<uint64_t>();
+      }
+      if (auto r = g.find("usual_burst"); r != g.end()) {
+        if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);
+        gm.usual_burst = r->get<size_t>();
+      }
       gm.model = model_from_json(g.at("model"), &gm.features);
       m.groups.push_back(std::move(gm));
     }

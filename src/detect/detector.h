@@ -35,6 +35,15 @@ struct GroupModel {
   GaussianMixture model;
   double threshold = 0;  // on the log-density under the most likely component
   size_t train_samples = 0;
+  // Online only (the agent's models; 0 where unknown): the share of healthy calls that are
+  // anomalies one by one (below the threshold and clearly slower), and the slowest call of the
+  // history the model was fitted on. The agent reports a group's anomalies when they come more
+  // often than this share explains, or when a call is far slower than any it saw.
+  double background_rate = 0;
+  uint64_t slowest_ns = 0;
+  // and the most such calls that came within one burst window of that history unreported (a
+  // healthy job's own bursts: a machine's hiccup slows several calls at once)
+  size_t usual_burst = 0;
 };
 
 struct DetectorModel {
@@ -84,6 +93,13 @@ struct Anomaly {
   std::vector<std::pair<std::string, double>> top_features;  // largest contributions first
   std::string cause;
   size_t row = 0;  // the row of its table
+  double usual_us = 0;  // calls: the duration usual for it (its component's), in microseconds
+  // Online: the burst that made it worth reporting: `burst` such calls of its operation in the
+  // `burst_window_ns` before it where `burst_expected` were usual; or 0 when it was reported
+  // on its own (far slower than any call seen).
+  size_t burst = 0;
+  double burst_expected = 0;
+  uint64_t burst_window_ns = 0;
 };
 
 // Scores the rows of each table that start at or after `from_ns` against the model of its

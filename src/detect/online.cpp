@@ -1,15 +1,46 @@
 // Sliding-window refits and per-sample scoring, on the batch detector's training and scoring.
 #include "detect/online.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace eacgm::detect {
+
+double poisson_tail(size_t k, double lambda) {
+  if (k == 0) return 1;
+  if (!(lambda > 0)) return 0;
+  if (double(k) <= lambda) return 1;  // at least ~0.4 there: nothing unusual
+  // The terms from k up: each is lambda / (i + 1) times the one before, which for i >= k >
+  // lambda shrinks them geometrically; summed relative to the k-th, then scaled by it.
+  double log_first = -lambda + double(k) * std::log(lambda) - std::lgamma(double(k) + 1);
+  double term = 1, sum = 0;
+  for (size_t i = k; i < k + 10'000 && term > 1e-17 * sum; ++i) {
+    sum += term;
+    term *= lambda / double(i + 1);
+  }
+  return std::min(1.0, std::exp(log_first) * sum);
+}
 
 std::optional<GroupModel> fit_group(const RefitJob& job) {
   DetectorModel m = train_detector({job.training}, UINT64_MAX, job.options, nullptr);
   if (m.groups.empty()) return std::nullopt;
-  return std::move(m.groups.front());
+  GroupModel g = std::move(m.groups.front());
+  if (job.training.layer != "window") {
+    // how many of its own training calls the model would flag: some of every healthy history
+    std::vector<Anomaly> flagged;
+    find_anomalies(g, job.training, 0, job.min_slowdown, flagged, job.min_excess_us);
+    double rows = double(std::max<Eigen::Index>(job.training.values.rows(), 1));
+    g.background_rate = std::min(1.0, std::max(double(flagged.size()) / rows, job.live_rate));
+    g.slowest_ns = job.slowest_ns;
+    g.usual_burst = job.usual_burst;
+  }
+  return g;
 }
 
-std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows) {
+std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows) { return observe(rows, {}); }
+
+std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
+                                             const std::vector<bool>& judged) {
   std::vector<Anomaly> found;
   if (rows.ts_ns.empty()) return found;
   Group& g = groups_[rows.group];
@@ -23,24 +54,90 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows) {
     g.features = rows.feature_names;
     g.window.clear();
     g.model.reset();
+    unreported_ += g.pending.size();
+    g.pending.clear();
+    g.recent.clear();
   }
   size_t next = 0;
   for (size_t i = 0; i < rows.ts_ns.size(); ++i) {
+    // unjudged anomalies stay out of the fits too: a warm-up's slow calls are not the normal
     bool flagged = next < found.size() && found[next].row == i;
     next += flagged;
     g.window.push_back(
         {rows.ts_ns[i], rows.dur_ns[i], rows.values.row(Eigen::Index(i)).transpose(), flagged});
   }
+  g.first_ts = std::min(g.first_ts, rows.ts_ns.front());
   g.last_ts = rows.ts_ns.back();
   uint64_t oldest = g.last_ts > options_.window_ns ? g.last_ts - options_.window_ns : 0;
   while (!g.window.empty() &&
          (g.window.front().ts_ns < oldest || g.window.size() > options_.max_samples))
     g.window.pop_front();
-  if (options_.refit_inline && due(g)) {
-    g.pending = true;
-    install(rows.group, fit_group(job_for(g)), g.last_ts);
+  if (!judged.empty())
+    std::erase_if(found, [&](const Anomaly& a) { return a.row < judged.size() && !judged[a.row]; });
+  if (options_.burst_window_ns > 0 && g.layer != "window" && !found.empty() && g.model) {
+    std::vector<Anomaly> out;
+    report_bursts(g, found, out);  // against the model that judged them
+    found = std::move(out);
   }
+  if (options_.refit_inline && due(g)) install(rows.group, fit_group(take_job(g)), g.last_ts);
   return found;
+}
+
+namespace {
+// Marks the window's sample of a reported anomaly (searched from the newest: it is recent).
+template <class Group>
+void mark_reported(Group& g, const Anomaly& a) {
+  for (auto it = g.window.rbegin(); it != g.window.rend() && it->ts_ns >= a.ts_ns; ++it)
+    if (it->ts_ns == a.ts_ns && it->dur_ns == a.dur_ns && it->flagged) {
+      it->reported = true;
+      return;
+    }
+}
+}  // namespace
+
+// Each candidate joins its group's recent ones; with as many in the burst window as the
+// background rate makes unlikely (Poisson tail; the window's calls times the rate expected),
+// they all go out; a call far slower than any of the history goes out alone.
+void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
+                                   std::vector<Anomaly>& out) {
+  const uint64_t span = options_.burst_window_ns;
+  const GroupModel& m = *g.model;
+  double rate = std::max(m.background_rate, 1.0 / double(m.train_samples + 1));
+  for (Anomaly& a : candidates) {
+    uint64_t from = a.ts_ns > span ? a.ts_ns - span : 0;
+    while (!g.recent.empty() && g.recent.front() <= from) g.recent.pop_front();
+    while (!g.pending.empty() && g.pending.front().ts_ns <= from) {
+      g.pending.pop_front();
+      ++unreported_;
+    }
+    if (g.recent.empty() || a.ts_ns >= g.recent.back() + options_.burst_merge_ns)
+      g.recent.push_back(a.ts_ns);
+    // the window's calls in (from, a.ts] (in time order, but for a few from other processes)
+    auto after = [&](uint64_t t) {
+      return std::partition_point(g.window.begin(), g.window.end(),
+                                  [t](const Sample& s) { return s.ts_ns <= t; });
+    };
+    size_t calls = size_t(after(a.ts_ns) - after(from));
+    double expected = double(std::max(calls, g.recent.size())) * rate;
+    if (g.recent.size() > m.usual_burst &&
+        poisson_tail(g.recent.size(), expected) <= options_.burst_alpha) {
+      for (Anomaly& p : g.pending) {
+        p.burst = g.recent.size(), p.burst_expected = expected, p.burst_window_ns = span;
+        mark_reported(g, p);
+        out.push_back(std::move(p));
+      }
+      g.pending.clear();
+      a.burst = g.recent.size(), a.burst_expected = expected, a.burst_window_ns = span;
+      mark_reported(g, a);
+      out.push_back(std::move(a));
+    } else if (m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
+               double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
+      mark_reported(g, a);
+      out.push_back(std::move(a));
+    } else {
+      g.pending.push_back(std::move(a));
+    }
+  }
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const std::string& layer, const std::string& name,
@@ -67,9 +164,21 @@ size_t OnlineDetector::min_samples(const Group& g) const {
 
 // A group without a model is fitted as soon as it has enough samples; one with a model (or
 // whose last fit failed) again once a refit period has passed.
+// A first call model also waits until the group's samples span min_span_ns (a job's first seconds are not
+// its normal), and a young model is refitted early each time its history has doubled.
 bool OnlineDetector::due(const Group& g) const {
-  if (g.pending || g.window.size() < min_samples(g)) return false;
-  return (!g.model && g.fitted_at == 0) || g.last_ts - g.fitted_at >= options_.refit_every_ns;
+  if (g.refitting || g.window.size() < min_samples(g)) return false;
+  if (!g.model && g.fitted_at == 0)  // (windows: their count is their time)
+    return g.layer == "window" || g.last_ts - std::min(g.first_ts, g.last_ts) >= options_.min_span_ns;
+  if (g.model && g.window.size() >= 2 * g.fitted_size && g.last_ts > g.fitted_at)
+    return true;
+  return g.last_ts - g.fitted_at >= options_.refit_every_ns;
+}
+
+RefitJob OnlineDetector::take_job(Group& g) {
+  g.refitting = true;
+  g.fitted_size = g.window.size();
+  return job_for(g);
 }
 
 RefitJob OnlineDetector::job_for(const Group& g) const {
@@ -82,11 +191,14 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   t.name = g.name;
   t.group = g.key;
   t.feature_names = g.features;
-  t.values.resize(Eigen::Index(g.window.size() - (shifted ? 0 : flagged)),
-                  Eigen::Index(g.features.size()));
+  size_t kept = g.window.size() - (shifted ? 0 : flagged);
+  size_t step = std::max<size_t>(1, (kept + options_.max_fit_samples - 1) / options_.max_fit_samples);
+  t.values.resize(Eigen::Index((kept + step - 1) / step), Eigen::Index(g.features.size()));
   Eigen::Index r = 0;
+  size_t seen = 0;
   for (const auto& s : g.window) {
     if (s.flagged && !shifted) continue;
+    if (seen++ % step != 0) continue;
     t.ts_ns.push_back(s.ts_ns);
     t.dur_ns.push_back(s.dur_ns);
     t.values.row(r++) = s.x.transpose();
@@ -94,16 +206,29 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   job.options = options_.detect;
   job.options.min_samples = min_samples(g);
   job.at_ns = g.last_ts;
+  job.min_slowdown = options_.min_slowdown;
+  job.min_excess_us = options_.min_excess_us;
+  job.live_rate = double(flagged) / double(g.window.size());
+  for (const auto& s : g.window) job.slowest_ns = std::max(job.slowest_ns, s.dur_ns);
+  // the largest burst of unreported anomalies in any burst window of the history
+  if (options_.burst_window_ns > 0) {
+    std::deque<uint64_t> in_span;
+    for (const auto& s : g.window) {
+      if (!s.flagged || s.reported) continue;
+      while (!in_span.empty() && in_span.front() + options_.burst_window_ns <= s.ts_ns)
+        in_span.pop_front();
+      if (in_span.empty() || s.ts_ns >= in_span.back() + options_.burst_merge_ns)
+        in_span.push_back(s.ts_ns);
+      job.usual_burst = std::max(job.usual_burst, in_span.size());
+    }
+  }
   return job;
 }
 
 std::vector<RefitJob> OnlineDetector::take_due_refits() {
   std::vector<RefitJob> jobs;
   for (auto& [key, g] : groups_)
-    if (due(g)) {
-      g.pending = true;
-      jobs.push_back(job_for(g));
-    }
+    if (due(g)) jobs.push_back(take_job(g));
   return jobs;
 }
 
@@ -112,7 +237,7 @@ void OnlineDetector::install(const std::string& group, std::optional<GroupModel>
   auto it = groups_.find(group);
   if (it == groups_.end()) return;
   Group& g = it->second;
-  g.pending = false;
+  g.refitting = false;
   g.fitted_at = fitted_at;  // a failed fit waits a refit period too, instead of retrying at once
   if (!model || model->features != g.features) return;
   g.model = std::move(model);

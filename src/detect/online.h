@@ -4,6 +4,16 @@
 // anomalies stay out of later fits unless they become a large share of the window (a lasting
 // change of regime, which then becomes the new normal).
 //
+// Judging calls one by one, a detector with a 0.5% threshold flags the slowest of a healthy
+// job's calls at a steady rate: a few a minute of an operation called hundreds of times a second,
+// which an always-on service must not report. With `burst_window_ns` set, a call group's
+// anomalies are candidates, and reported only when (a) more of them came in the burst window
+// than the group's background rate explains (Poisson tail below `burst_alpha`) and more than
+// its history's largest burst of unreported ones (then the pending candidates of the window go
+// out too), or (b) one call took `extreme_slowdown` times the
+// slowest call of the model's history and at least `extreme_min_ns`. Windows are judged as
+// before.
+//
 // Refits run inline (observe() fits when one is due) or, with `refit_inline` off, are handed
 // out by take_due_refits() to be fitted elsewhere (the agent's worker thread: a fit takes tens
 // of milliseconds, scoring must not wait for it) and installed when done.
@@ -29,17 +39,36 @@ struct OnlineOptions {
   // they are more than this share of the window: then they are the new normal.
   double new_normal_share = 0.2;
   size_t max_samples = 100'000;  // per group: the oldest go first beyond this
+  size_t max_fit_samples = 100'000;  // a fit takes every n-th of the window to stay below this
   DetectOptions detect;          // components, quantile, threshold
   double min_slowdown = 3;
   double min_excess_us = 0;  // as find_anomalies
   bool refit_inline = true;
+  uint64_t min_span_ns = 0;  // a call group's first model needs samples spanning this long too
+  // Call groups' anomalies only in bursts (see above); 0: every anomaly at once.
+  uint64_t burst_window_ns = 0;
+  double burst_alpha = 1e-6;
+  // Anomalies closer than this to the last one counted are one event (a hiccup of the machine
+  // slows both ranks' collective, or a few calls in a row): bursts count events.
+  uint64_t burst_merge_ns = 50'000'000;
+  double extreme_slowdown = 10;
+  uint64_t extreme_min_ns = 100'000'000;
 };
+
+// P(X >= k) for X ~ Poisson(lambda): how unusual k events are where lambda were expected.
+double poisson_tail(size_t k, double lambda);
 
 // A fit to be done: the group's training samples and how to fit them.
 struct RefitJob {
   FeatureTable training;
   DetectOptions options;
   uint64_t at_ns = 0;  // the time of the group's last sample when the job was taken
+  // For the model's background rate (calls only): the filters find_anomalies applies, the
+  // share of the history's samples that were anomalies when they came, and its slowest call.
+  double min_slowdown = 3, min_excess_us = 0;
+  double live_rate = 0;
+  uint64_t slowest_ns = 0;
+  size_t usual_burst = 0;
 };
 
 // Fits one group's model from its training table (what a RefitJob asks); nullopt when the
@@ -55,6 +84,9 @@ class OnlineDetector {
   // (none before the group has min_samples), then joins its window. Returns the anomalies among
   // them, in row order, with Anomaly::row naming the row.
   std::vector<Anomaly> observe(const FeatureTable& rows);
+  // The same, judging only the rows whose `judged` is true (the others are learned from; e.g.
+  // a process's first seconds, its warm-up). `judged` has one entry per row.
+  std::vector<Anomaly> observe(const FeatureTable& rows, const std::vector<bool>& judged);
   // One sample, the same way.
   std::optional<Anomaly> observe(const std::string& layer, const std::string& name,
                                  const std::vector<std::string>& feature_names, uint64_t ts_ns,
@@ -70,6 +102,8 @@ class OnlineDetector {
   DetectorModel models() const;
 
   size_t refits() const { return refits_; }
+  // Call anomalies never reported: alone in their burst window, as a healthy job has them.
+  size_t unreported() const { return unreported_; }
   // The current model of a group, if it has one (for saving, or to show what is normal).
   const GroupModel* model(const std::string& layer, const std::string& name) const;
   size_t groups() const { return groups_.size(); }
@@ -80,23 +114,30 @@ class OnlineDetector {
     uint64_t ts_ns, dur_ns;
     Eigen::VectorXd x;
     bool flagged;  // was an anomaly when it came
+    bool reported = false;  // and was reported (a burst, or far slower than usual)
   };
   struct Group {
     std::string key, layer, name;  // key: FeatureTable::group
     std::vector<std::string> features;
     std::deque<Sample> window;
     std::optional<GroupModel> model;
+    std::deque<Anomaly> pending;  // candidates of the burst window not reported (yet)
     uint64_t fitted_at = 0;
-    uint64_t last_ts = 0;
-    bool pending = false;  // a refit job is out
+    uint64_t first_ts = UINT64_MAX, last_ts = 0;
+    bool refitting = false;  // a refit job is out
+    size_t fitted_size = 0;  // the window's size when the last refit job was taken
+    std::deque<uint64_t> recent;  // times of the judged anomaly events of the burst window
   };
   bool due(const Group& g) const;
   size_t min_samples(const Group& g) const;
   RefitJob job_for(const Group& g) const;
+  void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
+  RefitJob take_job(Group& g);
 
   OnlineOptions options_;
   std::map<std::string, Group> groups_;
   size_t refits_ = 0;
+  size_t unreported_ = 0;
 };
 
 }  // namespace eacgm::detect

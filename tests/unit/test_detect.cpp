@@ -580,6 +580,108 @@ TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
   EXPECT_LE(last_ten_seconds, 5u);
 }
 
+TEST(PoissonTail, IsTheChanceOfAtLeastKEvents) {
+  EXPECT_DOUBLE_EQ(poisson_tail(0, 2.0), 1.0);
+  EXPECT_NEAR(poisson_tail(1, 0.5), 1 - std::exp(-0.5), 1e-12);
+  // P(X >= 3 | 0.5) = 1 - e^-0.5 (1 + 0.5 + 0.125)
+  EXPECT_NEAR(poisson_tail(3, 0.5), 1 - std::exp(-0.5) * 1.625, 1e-12);
+  EXPECT_NEAR(poisson_tail(15, 3.0), 6.7e-7, 0.2e-7);
+  EXPECT_DOUBLE_EQ(poisson_tail(2, 5.0), 1.0) << "fewer than expected is nothing unusual";
+  EXPECT_EQ(poisson_tail(1, 0.0), 0.0);
+  EXPECT_GT(poisson_tail(400, 100.0), 0.0);
+  EXPECT_LT(poisson_tail(400, 100.0), 1e-60);
+}
+
+// The agent's gate: a call stream (100 us at 200 per second) with a slow call every 2 s, as a
+// healthy job has them, reports nothing once it has a model; a burst of slow calls (4 a second
+// for 5 s) is reported, most of it, with how unusual it was; one call far slower than any
+// before goes out alone; a process's warm-up is learned from, never judged.
+TEST(OnlineDetector, ReportsBurstsAndFarSlowerCallsNotTheHealthyJobsOwnSlowCalls) {
+  OnlineOptions o;
+  o.window_ns = 60'000'000'000;
+  o.refit_every_ns = 10'000'000'000;
+  o.min_samples = 300;
+  o.min_span_ns = 5'000'000'000;
+  o.min_excess_us = 100;
+  o.burst_window_ns = 10'000'000'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  uint64_t t = 0;
+  int calls = 0;  // the stream's calls so far
+  auto batch = [&](int n, auto us_of, std::vector<bool> judged = {}) {
+    FeatureTable b;
+    b.group = "cuda/cudaMemcpy", b.layer = "cuda", b.name = "cudaMemcpy";
+    b.feature_names = {"log_duration_us"};
+    b.values.resize(n, 1);
+    for (int i = 0; i < n; ++i, t += 5'000'000, ++calls) {
+      double us = us_of(calls) * std::exp(noise(rng));
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+    }
+    return d.observe(b, judged);
+  };
+  auto healthy = [](int i) { return i % 400 == 200 ? 1000.0 : 100.0; };  // 10x, every 2 s
+  size_t early = 0;
+  for (int s = 0; s < 6; ++s) early += batch(200, healthy).size();
+  EXPECT_EQ(early, 0u);
+  ASSERT_NE(d.model("cuda", "cudaMemcpy"), nullptr) << "a model once 5 s of calls came";
+  size_t healthy_reported = 0;
+  for (int s = 0; s < 60; ++s) healthy_reported += batch(200, healthy).size();
+  EXPECT_EQ(healthy_reported, 0u) << "30 slow calls, one every 2 s, as the history had them";
+  EXPECT_GE(d.unreported(), 25u);
+  const GroupModel* m = d.model("cuda", "cudaMemcpy");
+  ASSERT_NE(m, nullptr);
+  EXPECT_GT(m->background_rate, 0.0);
+  EXPECT_GT(m->slowest_ns, 900'000u);
+  // a burst: every 50th call 10x slower for 5 s (4 a second where 0.5 are usual)
+  size_t burst_reported = 0;
+  for (int s = 0; s < 5; ++s) {
+    auto found = batch(200, [](int i) { return i % 50 == 25 ? 1000.0 : 100.0; });
+    for (const auto& a : found) {
+      EXPECT_GT(a.burst, m->usual_burst);
+      EXPECT_LT(a.burst_expected, double(a.burst));
+      EXPECT_NEAR(a.usual_us, 100, 15);
+    }
+    burst_reported += found.size();
+  }
+  EXPECT_GE(burst_reported, 15u) << "of the burst's 20 slow calls";
+  // quiet again; then one call 200 ms long, over 100x the slowest of the history
+  for (int s = 0; s < 30; ++s) batch(200, [](int) { return 100.0; });
+  int at = calls + 100;
+  auto alone = batch(200, [at](int i) { return i == at ? 200'000.0 : 100.0; });
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].burst, 0u) << "reported for itself, not a burst";
+  // a new process's first calls, slow and many, are learned from but not judged
+  auto warm = batch(200, [](int i) { return i % 10 == 0 ? 1000.0 : 100.0; },
+                    std::vector<bool>(200, false));
+  EXPECT_TRUE(warm.empty());
+}
+
+TEST(DetectorJson, TheOnlineModelsRatesRoundTrip) {
+  DetectorModel m;
+  GroupModel g;
+  g.group = "comm/gloo:all_reduce", g.layer = "comm", g.name = "gloo:all_reduce";
+  g.features = {"log_duration_us"};
+  Eigen::MatrixXd x(40, 1);
+  for (int i = 0; i < 40; ++i) x(i, 0) = 5 + 0.01 * i;
+  GmmOptions go;
+  go.n_components = 1;
+  g.model = fit_gmm(x, go).model;
+  g.threshold = -3, g.train_samples = 40;
+  g.background_rate = 0.004, g.slowest_ns = 34'000'000, g.usual_burst = 8;
+  m.groups.push_back(g);
+  DetectorModel back = detector_from_json(detector_to_json(m));
+  ASSERT_EQ(back.groups.size(), 1u);
+  EXPECT_DOUBLE_EQ(back.groups[0].background_rate, 0.004);
+  EXPECT_EQ(back.groups[0].slowest_ns, 34'000'000u);
+  EXPECT_EQ(back.groups[0].usual_burst, 8u);
+  auto j = detector_to_json(m);
+  j["groups"][0]["background_rate"] = 2;
+  EXPECT_THROW(detector_from_json(j), std::exception) << "a share above 1";
+}
+
 TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
   // a straggler's slow calls at the end take most of the time, not most of the calls
   FeatureTable fast, slow;
