@@ -359,7 +359,10 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
     uint32_t pid = uint32_t(s.int_at(0));
     if (pids.insert(pid).second) sink.add_process({pid, fmt::format("pid {}", pid)});
   });
-  rec.query("SELECT pid, tid, name FROM threads", [&](Statement& s) {
+  // a thread's latest name (after an exec, the program it became)
+  rec.query("SELECT pid, tid, name FROM threads WHERE rowid IN "
+            "(SELECT max(rowid) FROM threads GROUP BY pid, tid)",
+            [&](Statement& s) {
     sink.add_thread({uint32_t(s.int_at(0)), uint32_t(s.int_at(1)), std::string(s.text_at(2))});
   });
   PythonStacks stacks = python_stacks(rec);  // none in recordings made before the python layer

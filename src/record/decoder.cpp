@@ -547,6 +547,15 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       commands_[e.pid] = row.command;
       note_place(row, nullptr);
       if (on_process_named) on_process_named(e.pid, row.name);
+      // exec leaves one thread, the pid's own, running the new program: its name follows (a
+      // Python program started through a shell wrapper is that program, not "bash")
+      ProcessState& st = state_of(e.pid);
+      bool known = st.threads.count(e.pid) != 0;
+      st.threads.clear();
+      if (known) {
+        st.threads.insert(e.pid);
+        out_.add(ThreadRow{e.pid, e.pid, row.name});
+      }
       out_.add(std::move(row));
       if (on_code_mapped) on_code_mapped(e.pid);
       break;

@@ -95,7 +95,8 @@ CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kin
               total_weight_ += w;
             });
   if (!samples_.empty() && rec.has_table("threads"))
-    rec.query("SELECT pid, tid, name FROM threads", [&](Statement& s) {
+    // in row order: a thread's later row (its name after an exec) wins
+    rec.query("SELECT pid, tid, name FROM threads ORDER BY rowid", [&](Statement& s) {
       thread_names_[{uint32_t(s.int_at(0)), uint32_t(s.int_at(1))}] = std::string(s.text_at(2));
     });
 }

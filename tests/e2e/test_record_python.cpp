@@ -133,6 +133,15 @@ TEST_P(RecordPython, AThreadThatBecomesPythonGetsItsStacks) {
                       "py_stack IS NULL"),
             3);
   expect_cuda_stack_frames(db, method("cuda_stack", "Trainer", "step"), false);
+  // the thread's name followed the exec: first the C program, then (its latest row, which the
+  // profile, the page and the exports read) the interpreter it became
+  std::string pid = std::to_string(db.scalar("SELECT pid FROM cuda_calls LIMIT 1"));
+  EXPECT_EQ(db.text("SELECT name FROM threads WHERE pid = " + pid + " AND tid = " + pid +
+                    " ORDER BY rowid LIMIT 1"),
+            "cuda_then_exec");
+  EXPECT_EQ(db.text("SELECT name FROM threads WHERE pid = " + pid + " AND tid = " + pid +
+                    " ORDER BY rowid DESC LIMIT 1"),
+            std::filesystem::path(GetParam().path).filename().string().substr(0, 15));
 }
 
 // The default layers (auto) give a Python process's CUDA calls their stacks, read from the

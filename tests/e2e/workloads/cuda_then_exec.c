@@ -13,6 +13,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 3; i++)
 		cudaDeviceSynchronize(); /* fails without a GPU; the probe fires either way */
+	usleep(500000); /* the recorder decodes the calls (and names the thread) before the exec */
 	execv(argv[1], argv + 1);
 	perror(argv[1]);
 	return 127;
