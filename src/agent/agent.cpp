@@ -24,6 +24,7 @@
 #include "agent/anomaly_store.h"
 #include "agent/http_server.h"
 #include "agent/instance_lock.h"
+#include "detect/detector.h"  // cause_kinds
 #include "export/metrics.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
 #include "pipeline/sink_sets.h"
@@ -245,6 +246,7 @@ int run_agent(const AgentOptions& given) {
       sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
       int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
   sinks.metrics().identify = read_job_identity;
+  sinks.metrics().zero_anomalies(detect::cause_kinds());
   if (std::string line = sinks.detection().load_models(); !line.empty())
     fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
   // The endpoint binds before BPF loads (seconds): a port in use fails at once.
@@ -278,7 +280,9 @@ int run_agent(const AgentOptions& given) {
   if (!http.bind(where.host, where.port))
     fail("cannot listen on {}: {} (is another agent running? choose another --listen)", o.listen,
          errno_text(errno));
-  Pipeline pipeline(o, sinks.sink());
+  TraceOptions trace = o;
+  trace.python_with_ml_only = !o.all_python;
+  Pipeline pipeline(trace, sinks.sink());
   http.start();
 
   pipeline.expect_all();

@@ -23,6 +23,7 @@ struct AgentOptions : TraceOptions {
   std::vector<std::string> match;  // --match: only processes whose command line matches
   double dump_interval_s = 60;     // at most one flight recording on request (/dump, SIGUSR1)
   bool allow_second_agent = false;  // start beside another agent on this node
+  bool all_python = false;          // Python stacks of every CPython process, not only ML jobs'
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

@@ -67,9 +67,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
                             process.empty() ? "?" : process, a.pid, utc_time(real));
       std::string how;
       if (a.layer == "window") {
-        std::string top;
-        for (const auto& [f, c] : a.top_features) top += (top.empty() ? "" : ", ") + f;
-        how = fmt::format("score {:.1f} below {:.1f} ({})", a.score, a.threshold, top);
+        how = detect::describe_measured(a);
       } else {
         how = unusual_text(a);
       }
@@ -96,9 +94,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     r.score = a.score;
     r.threshold = a.threshold;
     r.cause = a.cause;
-    nlohmann::json f = nlohmann::json::array();
-    for (const auto& [name, c] : a.top_features) f.push_back({name, c});
-    r.features = f.dump();
+    r.features = detect::features_column(a);
     r.recording = recording;
     rows.push_back(std::move(r));
   }

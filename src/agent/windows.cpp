@@ -161,6 +161,7 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
   detect::FeatureTable t;
   t.group = t.layer = t.name = "window";
   t.feature_names = feature_names();
+  t.log_rates = true;
   // Rare-event counts are 0 in most windows: only what exceeds a noise floor counts (as detect).
   const std::pair<size_t, double> floors[] = {
       {kRetransmits, 50}, {kPageinMb, 4}, {kReclaimMs, 1}, {kPageFaults, 1000}};

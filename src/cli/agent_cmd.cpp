@@ -104,6 +104,9 @@ std::function<int()> add_agent(CLI::App& app) {
                   "only processes whose command line matches this regular expression (searched "
                   "anywhere in it; repeat for more), e.g. --match 'torchrun|train\\.py'. Others "
                   "are still probed, but not counted, modelled or recorded");
+  cmd->add_flag("--all-python", opts->all_python,
+                "Python stacks in every CPython process; by default only in processes that "
+                "map CUDA, NCCL or PyTorch (the jobs; not the node's Python tools)");
   cmd->add_flag("--allow-second-agent", opts->allow_second_agent,
                 "start even when another agent traces this node (it holds /run/eacgm/agent.lock): "
                 "each traced call then pays both agents' probes. One agent per --state-dir "

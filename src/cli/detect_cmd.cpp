@@ -244,10 +244,8 @@ int run_detect(const DetectArgs& a) {
 
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies) {
-    json features = json::array();
-    for (const auto& [f, c] : an.top_features) features.push_back({f, c});
     rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,
-                    features.dump()});
+                    detect::features_column(an)});
   }
   std::string written_to;
   for (const auto& [path, shift] : a.write_to) {
@@ -327,12 +325,10 @@ int run_detect(const DetectArgs& a) {
                  anomalies.size() - 10, a.write_to[0].first);
       break;
     }
-    std::string top;
-    for (const auto& [f, c] : an.top_features) top += fmt::format(" {}={:.1f}", f, c);
     fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  score {:.1f} < {:.1f}  {} ({})\n",
                double(int64_t(an.ts_ns) - start) / 1e9, an.layer,
                anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), an.score,
-               an.threshold, an.cause, top.substr(1));
+               an.threshold, an.cause, detect::describe_measured(an));
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <Eigen/Cholesky>
 #include <nlohmann/json.hpp>
 
+#include "store/anomalies.h"  // describe_feature
 #include "util/error.h"
 
 namespace eacgm::detect {
@@ -240,6 +241,18 @@ std::map<std::string, uint64_t> split_by_count(const std::vector<FeatureTable>& 
   return out;
 }
 
+namespace {
+// A feature's value back in its units: durations are logs of microseconds, sizes log2(1 + bytes),
+// peer waits log(1 + units of 10 us), the agent's window rates log(1 + rate).
+double in_units(const std::string& f, double x, bool log_rates) {
+  if (f.ends_with("log_duration_us")) return std::exp(x);
+  if (f == "log2_bytes") return std::exp2(x) - 1;
+  if (f == "log_straggler_wait_10us") return std::expm1(x) * kStragglerWaitUnitUs;
+  return log_rates ? std::expm1(x) : x;
+}
+
+}  // namespace
+
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us,
                     WindowsNotFlagged* not_flagged) {
@@ -278,6 +291,11 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
+    for (size_t k = 0; k < a.top_features.size() && k < 3; ++k) {
+      const std::string& f = a.top_features[k].first;
+      auto [value, usual] = value_and_usual.at(f);
+      a.measured.push_back({f, in_units(f, value, t.log_rates), in_units(f, usual, t.log_rates)});
+    }
     if (a.layer == "window") {
       WindowKind kind = window_kind(a.top_features, value_and_usual);
       if (kind != WindowKind::fault) {
@@ -398,8 +416,50 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   return "unusual window: " + f;
 }
 
+std::string describe(const Measured& m) { return describe_feature(m.feature, m.value, m.usual); }
+
+std::string describe_measured(const Anomaly& a) {
+  std::string out;
+  for (const auto& m : a.measured) out += (out.empty() ? "" : ", ") + describe(m);
+  if (out.empty())
+    for (const auto& [f, c] : a.top_features) out += fmt::format("{}{}={:.1f}", out.empty() ? "" : " ", f, c);
+  return out;
+}
+
+std::string features_column(const Anomaly& a) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [f, c] : a.top_features) {
+    auto m = std::find_if(a.measured.begin(), a.measured.end(),
+                          [&](const Measured& x) { return x.feature == f; });
+    if (m != a.measured.end() && std::isfinite(m->value) && std::isfinite(m->usual))
+      out.push_back({f, c, m->value, m->usual});
+    else
+      out.push_back({f, c});
+  }
+  return out.dump();
+}
+
 std::string cause_kind(std::string_view cause) {
+  if (cause.starts_with("unusual size of ")) return "unusual size";
   return std::string(cause.substr(0, cause.find(':')));
+}
+
+const std::vector<std::pair<std::string, std::string>>& cause_kinds() {
+  static const std::vector<std::pair<std::string, std::string>> kinds = [] {
+    std::vector<std::pair<std::string, std::string>> k = {
+        {"cuda", "slow cuda call"},        {"cuda", "unusual size"},
+        {"comm", "slow collective"},       {"comm", "straggling rank"},
+        {"comm", "unusual size"},          {"torch", "slow operator"},
+        {"python", "slow Python function"}};
+    for (const char* w :
+         {"CPU interference", "network packet loss", "memory pressure", "network contention",
+          "GPU thermal or power throttling", "GPU memory pressure", "PCIe pressure", "storage I/O",
+          "slow collectives", "slow CUDA calls", "slow operators", "slow Python code",
+          "GPU utilization change", "unusual window"})
+      k.emplace_back("window", w);
+    return k;
+  }();
+  return kinds;
 }
 
 nlohmann::json detector_to_json(const DetectorModel& model) {

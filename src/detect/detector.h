@@ -62,8 +62,12 @@ bool starved_of_cpu(double cores, double usual_cores, double runq_ms_per_s,
                     double usual_runq_ms_per_s);
 
 // The kind of a cause, without the operation it names ("slow cuda call: cudaMalloc" -> "slow
-// cuda call"): a bounded set, fit for a metric label.
+// cuda call", "unusual size of cudaMemcpy" -> "unusual size"): a bounded set, fit for a metric
+// label.
 std::string cause_kind(std::string_view cause);
+// Every (layer, cause kind) that probable_cause gives: the agent exports each anomaly counter
+// at 0 from its start, since a counter born at its first increment is invisible to increase().
+const std::vector<std::pair<std::string, std::string>>& cause_kinds();
 
 nlohmann::json detector_to_json(const DetectorModel& model);
 DetectorModel detector_from_json(const nlohmann::json& j);
@@ -83,6 +87,13 @@ DetectorModel train_detector(const std::vector<FeatureTable>& tables,
 std::map<std::string, uint64_t> split_by_count(const std::vector<FeatureTable>& tables,
                                                double fraction);
 
+// A feature of an anomaly as measured and as usual (its component's mean), in the feature's
+// own units (ms/s, calls/s, microseconds, bytes): what a person reads, where the score's
+// contributions are only how much each feature pulled the score down.
+struct Measured {
+  std::string feature;
+  double value = 0, usual = 0;
+};
 struct Anomaly {
   uint64_t ts_ns = 0, dur_ns = 0;
   uint32_t pid = 0;      // calls: the calling process; 0 for windows
@@ -94,6 +105,7 @@ struct Anomaly {
   std::string cause;
   size_t row = 0;  // the row of its table
   double usual_us = 0;  // calls: the duration usual for it (its component's), in microseconds
+  std::vector<Measured> measured;  // the top features (as top_features), in their units
   // Online: the burst that made it worth reporting: `burst` such calls of its operation in the
   // `burst_window_ns` before it where `burst_expected` were usual; or 0 when it was reported
   // on its own (far slower than any call seen).
@@ -101,6 +113,14 @@ struct Anomaly {
   double burst_expected = 0;
   uint64_t burst_window_ns = 0;
 };
+
+// "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)"
+std::string describe(const Measured& m);
+// The anomaly's measured features in words, joined by ", "; its contributions where it has none.
+std::string describe_measured(const Anomaly& a);
+// The anomalies table's features column for it (store/anomalies.h): [name, contribution, value,
+// usual] per top feature.
+std::string features_column(const Anomaly& a);
 
 // Scores the rows of each table that start at or after `from_ns` against the model of its
 // group (tables without a model are not scored) and returns those below their threshold,

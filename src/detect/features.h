@@ -27,6 +27,9 @@ struct FeatureTable {
   std::vector<uint32_t> tid;      // calls: and its thread
   std::vector<int64_t> runq_ns;   // calls: the thread's wait for a CPU during it; -1: unknown
   Eigen::MatrixXd values;  // rows x features
+  // The window features other than durations are log(1 + rate) (the agent's windows), not
+  // rates: for saying what was measured in its units (detect::Measured)
+  bool log_rates = false;
 };
 
 // Per call of each (layer, name): log duration (us), net of the thread's wait for a CPU; log2

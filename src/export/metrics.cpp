@@ -352,6 +352,10 @@ void MetricsSink::count_anomaly(const std::string& layer, const std::string& cau
   anomalies_.Add({{"layer", layer}, {"cause", cause_kind}}).Increment();
 }
 
+void MetricsSink::zero_anomalies(const std::vector<std::pair<std::string, std::string>>& kinds) {
+  for (const auto& [layer, kind] : kinds) anomalies_.Add({{"layer", layer}, {"cause", kind}});
+}
+
 void MetricsSink::set_models(const std::vector<ModelState>& models, size_t fitted) {
   for (const auto& m : models) {
     if (m.layer == "python") continue;

@@ -59,6 +59,9 @@ class MetricsSink final : public Sink {
   // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
   // models' last scores and thresholds (not those of Python functions: unbounded names).
   void count_anomaly(const std::string& layer, const std::string& cause_kind);
+  // Exports these (layer, cause kind) counters at 0 (detect::cause_kinds(): every one that can
+  // occur), so that the first anomaly of each is an increase that alerts see.
+  void zero_anomalies(const std::vector<std::pair<std::string, std::string>>& kinds);
   void set_models(const std::vector<ModelState>& models, size_t fitted);
   // The exposition text (thread-safe: the HTTP thread calls it while the loop adds).
   std::string text() const;

@@ -239,11 +239,14 @@ void Pipeline::use_torch_layout(const std::string& path) {
 void Pipeline::plan_process(uint32_t pid) {
   std::vector<const ProbedFile*> mapped;
   planner_->plan_process(pid, &mapped);
+  bool ml = false;
   for (const ProbedFile* f : mapped)
-    for (const std::string& layer : f->layers)
+    for (const std::string& layer : f->layers) {
       active_.on(layer, fmt::format("{}, pid {}",
                                     std::filesystem::path(f->path).filename().string(), pid));
-  if (!python_) return;
+      ml |= layer == "cuda" || layer == "comm" || layer == "torch";
+    }
+  if (!python_ || (opts_.python_with_ml_only && !ml)) return;  // (planned again at its dlopen)
   if (const CPythonBuild* b = python_->plan_process(pid))
     active_.on(choice_.python_calls() ? "python" : "python-stacks",
                fmt::format("CPython {} in {}, pid {}", b->version(),

@@ -41,6 +41,9 @@ struct TraceOptions {
   bool python_no_hook = false;      // --python-no-hook
   uint32_t sample_hz = 0;  // --sample-hz: CPU profile of the traced threads; 0: none
   bool off_cpu = true;     // with sample_hz: the off-CPU profile too (--no-off-cpu)
+  // The python layers only in processes that map a CUDA, NCCL or PyTorch library (the agent's
+  // default: on a GPU node the jobs are those; system Python tools are not)
+  bool python_with_ml_only = false;
 };
 
 class Pipeline {

@@ -165,7 +165,9 @@ json summary(const RecordingReader& rec, const TimeBase& tb) {
   if (rec.has_table("processes"))
     rec.query("SELECT pid, name, command, " +
                   rec.columns_or("processes", {"rank", "exit_code", "host"}, "NULL") +
-                  " FROM processes ORDER BY pid LIMIT 200",
+                  // one line per process: its latest row (after an exec, what it became)
+                  " FROM processes WHERE rowid IN (SELECT max(rowid) FROM processes GROUP BY pid)"
+                  " ORDER BY pid LIMIT 200",
               [&](Statement& q) {
                 std::string cmd(q.text_at(2));
                 if (cmd.size() > 300) cmd = cmd.substr(0, 300) + "...";
@@ -204,19 +206,8 @@ std::vector<AnomalyPoint> read_anomalies(const RecordingReader& rec, size_t limi
   return out;
 }
 
-// "name=contribution" of an anomaly's strongest features, as detect prints them.
-std::string top_features(const std::string& text, size_t n) {
-  std::string top;
-  auto f = json::parse(text, nullptr, false);
-  if (!f.is_array()) return text.size() > 200 ? text.substr(0, 200) : text;
-  for (const auto& e : f) {
-    if (n-- == 0) break;
-    if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number())
-      top += fmt::format("{}{}={:.1f}", top.empty() ? "" : " ", e[0].get<std::string>(),
-                         e[1].get<double>());
-  }
-  return top;
-}
+// An anomaly's strongest features as detect prints them (measured and usual, in their units).
+std::string top_features(const std::string& text, size_t n) { return features_text(text, n); }
 
 const char* const kCallLayers[] = {"cuda", "comm", "torch", "python"};
 

@@ -64,14 +64,8 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
   rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
             "anomalies ORDER BY score - threshold LIMIT 10",
             [&](Statement& s) {
-              // the top features as detect prints them: name=contribution
-              std::string top;
-              auto features = nlohmann::json::parse(std::string(s.text_at(7)), nullptr, false);
-              if (features.is_array())
-                for (const auto& f : features)
-                  if (f.is_array() && f.size() == 2 && f[0].is_string() && f[1].is_number())
-                    top += fmt::format("{}{}={:.1f}", top.empty() ? "" : " ",
-                                       f[0].get<std::string>(), f[1].get<double>());
+              // the top features as detect prints them: measured and usual, in their units
+              std::string top = features_text(s.text_at(7));
               fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}{}\n",
                          (double(s.ns_at(0)) - double(t0)) / 1e9, s.text_at(2),
                          anomaly_subject(s.text_at(2), s.text_at(3)), human_ns(double(s.int_at(1))),

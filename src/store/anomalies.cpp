@@ -5,13 +5,88 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "store/sqlite_util.h"
 #include "util/error.h"
 
 namespace eacgm {
+
+namespace {
+std::string us_text(double us) {
+  if (us >= 1e6) return fmt::format("{:.3g} s", us / 1e6);
+  if (us >= 1e3) return fmt::format("{:.3g} ms", us / 1e3);
+  return fmt::format("{:.3g} us", us);
+}
+
+std::string bytes_text(double b) {
+  if (b >= 1 << 30) return fmt::format("{:.3g} GiB", b / double(1 << 30));
+  if (b >= 1 << 20) return fmt::format("{:.3g} MiB", b / double(1 << 20));
+  if (b >= 1 << 10) return fmt::format("{:.3g} KiB", b / double(1 << 10));
+  return fmt::format("{:.0f} B", b);
+}
+}  // namespace
+
+std::string describe_feature(const std::string& f, double value, double usual) {
+  auto pair = [&](const std::string& what, auto text) {
+    return fmt::format("{} {} (usual {})", what, text(value), text(usual));
+  };
+  auto rate = [](const char* unit) {  // 3 significant digits, but whole numbers from 100 up
+    return [unit](double v) {
+      return std::abs(v) >= 100 ? fmt::format("{:.0f}{}", v, unit) : fmt::format("{:.3g}{}", v, unit);
+    };
+  };
+  if (f == "log_duration_us") return pair("took", us_text);
+  if (f == "log2_bytes") return pair("size", bytes_text);
+  if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
+  if (f.ends_with("_call_log_duration_us"))
+    return pair(f.substr(0, f.find('_')) + " calls took", us_text);
+  if (f.ends_with("_calls_per_s")) return pair(f.substr(0, f.find('_')) + " calls", rate("/s"));
+  static const std::map<std::string, std::pair<const char*, const char*>> named = {
+      {"runq_wait_ms_per_s", {"run-queue wait", " ms/s"}},
+      {"runq_waits_per_s", {"run-queue waits", "/s"}},
+      {"involuntary_switches_per_s", {"preemptions", "/s"}},
+      {"cpu_cores", {"CPU", " cores"}},
+      {"socket_mb_per_s", {"socket traffic", " MB/s"}},
+      {"block_mb_per_s", {"block I/O", " MB/s"}},
+      {"tcp_retransmits_per_s", {"TCP retransmits", "/s"}},
+      {"page_faults_per_s", {"page faults", "/s"}},
+      {"reclaim_ms_per_s", {"memory reclaim", " ms/s"}},
+      {"pagein_mb_per_s", {"page-ins", " MB/s"}},
+      {"nic_mb_per_s", {"NIC traffic", " MB/s"}},
+      {"gpu_util_pct", {"GPU utilization", "%"}},
+      {"gpu_mem_gib", {"GPU memory", " GiB"}},
+      {"gpu_power_w", {"GPU power", " W"}},
+      {"gpu_temp_c", {"GPU temperature", " C"}},
+      {"gpu_sm_clock_mhz", {"SM clock", " MHz"}},
+      {"gpu_pcie_mb_per_s", {"PCIe traffic", " MB/s"}},
+      {"gpu_throttled", {"GPU throttled", ""}}};
+  if (auto it = named.find(f); it != named.end())
+    return pair(it->second.first, rate(it->second.second));
+  return pair(f, rate(""));
+}
+
+std::string features_text(std::string_view json_text, size_t n) {
+  auto f = nlohmann::json::parse(json_text, nullptr, false);
+  if (!f.is_array()) return std::string(json_text.substr(0, 200));
+  std::string out;
+  for (const auto& e : f) {
+    if (n-- == 0) break;
+    if (!e.is_array() || e.size() < 2 || !e[0].is_string() || !e[1].is_number()) continue;
+    if (e.size() >= 4 && e[2].is_number() && e[3].is_number())
+      out += (out.empty() ? "" : ", ") +
+             describe_feature(e[0].get<std::string>(), e[2].get<double>(), e[3].get<double>());
+    else
+      out += fmt::format("{}{}={:.1f}", out.empty() ? "" : " ", e[0].get<std::string>(),
+                         e[1].get<double>());
+  }
+  return out;
+}
 
 void write_anomalies(const std::string& path, const std::vector<AnomalyRow>& rows,
                      const std::vector<std::pair<std::string, std::string>>& meta) {

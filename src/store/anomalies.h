@@ -1,6 +1,7 @@
 // Writes the result of `eacgm detect` into a recording: its anomalies table and a few meta keys.
 #pragma once
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,5 +22,14 @@ struct CauseGroup {
   size_t count = 0;
 };
 std::vector<CauseGroup> group_causes(const std::vector<std::pair<std::string, size_t>>& counts);
+
+// The features column: a JSON array, per feature that pulled the score down (the strongest
+// first) [name, contribution, value, usual], value and usual in the feature's units (ms/s,
+// calls/s, microseconds, bytes; recordings before session 23 have [name, contribution]).
+// One feature in words: "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)".
+std::string describe_feature(const std::string& feature, double value, double usual);
+// The first `n` features of a features column in words (name=contribution where a feature has
+// no value); the text itself, cut, where it is no JSON array.
+std::string features_text(std::string_view json_text, size_t n = 3);
 
 }  // namespace eacgm

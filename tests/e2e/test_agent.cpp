@@ -36,6 +36,50 @@ TEST_F(Agent, ServesOnlyGetOfKnownPaths) {
   EXPECT_NE(metrics->body.find("# TYPE eacgm_agent_probes gauge"), std::string::npos);
 }
 
+// A counter born at its first increment is invisible to increase() and rate(): the first burst
+// of anomalies would raise no alert. Every cause a layer can have is on /metrics at 0 from the
+// agent's start.
+TEST_F(Agent, AnomalyCountersAreThereAtZeroBeforeTheFirstAnomaly) {
+  httplib::Client c("127.0.0.1", port_);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  for (const char* labels :
+       {"cause=\"CPU interference\",layer=\"window\"", "cause=\"memory pressure\",layer=\"window\"",
+        "cause=\"slow collective\",layer=\"comm\"", "cause=\"straggling rank\",layer=\"comm\"",
+        "cause=\"slow cuda call\",layer=\"cuda\"", "cause=\"slow operator\",layer=\"torch\""})
+    EXPECT_NE(metrics->body.find(std::string("eacgm_anomalies_total{") + labels + "} 0"),
+              std::string::npos)
+        << labels << "\n" << metrics->body.substr(0, 3000);
+}
+
+// The agent traces a node's jobs, not its Python tools: a Python process that maps no CUDA,
+// NCCL or PyTorch library gets no Python stacks (the layers line at stop names none); a
+// PyTorch job does, and so does the tool with --all-python.
+TEST_F(Agent, PythonStacksOnlyInProcessesThatMapAnMlLibrary) {
+  auto layers_line = [&](const std::string& what, const std::vector<std::string>& extra) {
+    if (agent_) stop_agent();
+    start_agent(extra);
+    auto r = run({"/bin/sh", "-c", what});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    kill(agent_->pid(), SIGTERM);
+    EXPECT_EQ(agent_->wait(20), 0) << agent_->err();
+    std::string err = agent_->err();
+    agent_.reset();
+    auto at = err.find("eacgm: layers (auto)");
+    return at == std::string::npos ? err : err.substr(at, err.find('\n', at) - at);
+  };
+  const std::string tool = "/usr/bin/python3 -c 'import time; time.sleep(3)'";
+  std::string line = layers_line(tool, {});
+  EXPECT_EQ(line.find("python-stacks ("), std::string::npos) << line;
+  EXPECT_NE(line.find("eacgm: layers (auto)"), std::string::npos) << line;
+  line = layers_line(tool, {"--all-python"});
+  EXPECT_NE(line.find("python-stacks (CPython"), std::string::npos) << line;
+  const std::string w = EACGM_WORKLOAD_SOURCES;
+  line = layers_line("/usr/bin/python3 " + w + "/launch_ranks.py 2 " + w + "/gloo_train.py 3", {});
+  EXPECT_NE(line.find("python-stacks (CPython"), std::string::npos) << line;
+  EXPECT_NE(line.find("torch ("), std::string::npos) << line;
+}
+
 TEST_F(Agent, BadListenAddressIsAUsageError) {
   auto r = run({kEacgm, "agent", "--listen", "127.0.0.1:99999"});
   EXPECT_EQ(r.exit_code, 2);

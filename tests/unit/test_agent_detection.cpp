@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "agent/agent.h"
 #include "agent/anomaly_store.h"
@@ -128,6 +129,40 @@ TEST(CauseKind, DropsTheOperation) {
   EXPECT_EQ(detect::cause_kind("slow cuda call: cudaMalloc"), "slow cuda call");
   EXPECT_EQ(detect::cause_kind("CPU interference"), "CPU interference");
   EXPECT_EQ(detect::cause_kind("unusual window: nic_mb_per_s"), "unusual window");
+  EXPECT_EQ(detect::cause_kind("unusual size of cudaMemcpy"), "unusual size");
+}
+
+// Every cause probable_cause gives, for each layer and each feature the detectors have (at the
+// top, above or below usual), is of a kind in cause_kinds(): the counters the agent exports at
+// 0 from its start are all those that can rise.
+TEST(CauseKind, EveryCauseIsOfAKnownKind) {
+  const auto& kinds = detect::cause_kinds();
+  std::set<std::pair<std::string, std::string>> known(kinds.begin(), kinds.end());
+  EXPECT_EQ(known.size(), kinds.size()) << "no kind twice";
+  const std::vector<std::string> call_features = {"log_duration_us", "log2_bytes",
+                                                  "log_straggler_wait_10us"};
+  for (const char* layer : {"cuda", "comm", "torch", "python"})
+    for (const auto& f : call_features) {
+      if (f != "log_duration_us" && std::string(layer) != "cuda" && std::string(layer) != "comm")
+        continue;  // only CUDA and NCCL calls move bytes; only collectives wait for peers
+      if (f == "log_straggler_wait_10us" && std::string(layer) != "comm") continue;
+      std::string kind = detect::cause_kind(detect::probable_cause(layer, "op", {{f, 1.0}}));
+      EXPECT_TRUE(known.count({layer, kind})) << layer << " " << f << ": " << kind;
+    }
+  std::vector<std::string> window_features = {
+      "runq_wait_ms_per_s", "involuntary_switches_per_s", "tcp_retransmits_per_s",
+      "reclaim_ms_per_s", "page_faults_per_s", "pagein_mb_per_s", "nic_mb_per_s",
+      "socket_mb_per_s", "gpu_temp_c", "gpu_throttled", "gpu_power_w", "gpu_sm_clock_mhz",
+      "gpu_mem_used_mb", "pcie_mb_per_s", "block_mb_per_s", "comm_calls_per_s",
+      "cuda_call_log_duration_us", "torch_calls_per_s", "python_calls_per_s", "gpu_util",
+      "cpu_cores", "something_else"};
+  for (const auto& f : window_features)
+    for (bool lowered : {false, true}) {
+      std::set<std::string> low;
+      if (lowered) low.insert(f);
+      std::string kind = detect::cause_kind(detect::probable_cause("window", "window", {{f, 5.0}}, low));
+      EXPECT_TRUE(known.count({"window", kind})) << f << (lowered ? " lowered" : "") << ": " << kind;
+    }
 }
 
 class StateDir : public ::testing::Test {

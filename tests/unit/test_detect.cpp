@@ -15,6 +15,7 @@
 #include "detect/detector.h"
 #include "detect/features.h"
 #include "detect/online.h"
+#include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/recording.h"
 #include "util/error.h"
@@ -578,6 +579,69 @@ TEST(OnlineDetector, ScoresAsSamplesArriveAndAdaptsToANewNormal) {
   }
   EXPECT_GT(first_second, 80u);
   EXPECT_LE(last_ten_seconds, 5u);
+}
+
+// What detect, report, the page and the agent print of an anomaly: what was measured and what
+// is usual, in units, not the score's contributions (which read as values: "runq_wait_ms_per_s=
+// 61245.7" for a process that cannot wait 61 s a second).
+TEST(Explanations, MeasuredAndUsualInTheirUnits) {
+  EXPECT_EQ(describe_feature("runq_wait_ms_per_s", 458, 3), "run-queue wait 458 ms/s (usual 3 ms/s)");
+  EXPECT_EQ(describe_feature("log_duration_us", 31000, 3200), "took 31 ms (usual 3.2 ms)");
+  EXPECT_EQ(describe_feature("log2_bytes", 1 << 20, 65536), "size 1 MiB (usual 64 KiB)");
+  EXPECT_EQ(describe_feature("cuda_calls_per_s", 1579.4, 1600), "cuda calls 1579/s (usual 1600/s)");
+  EXPECT_EQ(describe_feature("log_straggler_wait_10us", 30400, 12), "waited for a late rank 30.4 ms (usual 12 us)");
+  EXPECT_EQ(features_text(R"([["log_duration_us", 25.5, 31000, 3200], ["log2_bytes", 1.0, 8, 8]])"),
+            "took 31 ms (usual 3.2 ms), size 8 B (usual 8 B)");
+  EXPECT_EQ(features_text(R"([["log_duration_us", -25.5]])"), "log_duration_us=-25.5")
+      << "recordings before the values were stored";
+  EXPECT_EQ(features_text("not json"), "not json");
+
+  // from the detector: a call 50 times its usual 100 us; a window of the agent's (log rates)
+  FeatureTable calls;
+  calls.group = "cuda/cudaMemcpy", calls.layer = "cuda", calls.name = "cudaMemcpy";
+  calls.feature_names = {"log_duration_us"};
+  std::mt19937_64 rng(2);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  calls.values.resize(501, 1);
+  for (int i = 0; i < 501; ++i) {
+    double us = i == 500 ? 5000 : 100 * std::exp(noise(rng));
+    calls.ts_ns.push_back(uint64_t(i) * 1000), calls.dur_ns.push_back(uint64_t(us * 1e3));
+    calls.values(i, 0) = std::log(us);
+  }
+  DetectorModel m = train_detector({calls}, 500 * 1000, {}, nullptr);
+  auto found = find_anomalies(m, {calls}, 500 * 1000);
+  ASSERT_EQ(found.size(), 1u);
+  ASSERT_EQ(found[0].measured.size(), 1u);
+  EXPECT_NEAR(found[0].measured[0].value, 5000, 1);
+  EXPECT_NEAR(found[0].measured[0].usual, 100, 5);
+  EXPECT_NE(describe_measured(found[0]).find("took 5 ms (usual"), std::string::npos)
+      << describe_measured(found[0]);
+  auto column = nlohmann::json::parse(features_column(found[0]));
+  ASSERT_EQ(column.size(), 1u);
+  EXPECT_EQ(column[0].size(), 4u) << column.dump();
+
+  FeatureTable windows;
+  windows.group = windows.layer = windows.name = "window";
+  windows.feature_names = {"runq_wait_ms_per_s", "cpu_cores"};
+  windows.log_rates = true;
+  windows.values.resize(101, 2);
+  for (int i = 0; i < 101; ++i) {
+    double wait = i == 100 ? 458 : 3 * std::exp(noise(rng));
+    windows.ts_ns.push_back(uint64_t(i) * 1'000'000'000), windows.dur_ns.push_back(1'000'000'000);
+    windows.values(i, 0) = std::log1p(wait);
+    windows.values(i, 1) = std::log1p(i == 100 ? 0.3 : 1.0 + noise(rng));
+  }
+  DetectOptions o;
+  o.min_samples = 50;
+  DetectorModel wm = train_detector({windows}, 100'000'000'000, o, nullptr);
+  auto w = find_anomalies(wm, {windows}, 100'000'000'000);
+  ASSERT_EQ(w.size(), 1u);
+  std::string text = describe_measured(w[0]);  // e.g. "... (usual 2.98 ms/s), CPU 0.3 cores (usual 0.996 cores)"
+  EXPECT_NE(text.find("run-queue wait 458 ms/s (usual "), std::string::npos) << text;
+  EXPECT_NE(text.find("CPU 0.3 cores (usual "), std::string::npos) << text;
+  for (const auto& x : w[0].measured)
+    EXPECT_NEAR(x.usual, x.feature == "cpu_cores" ? 1.0 : 3.0, 0.1 * (x.feature == "cpu_cores" ? 1 : 3))
+        << x.feature;
 }
 
 TEST(PoissonTail, IsTheChanceOfAtLeastKEvents) {
