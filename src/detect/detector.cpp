@@ -123,7 +123,8 @@ WindowKind window_kind(const std::vector<std::pair<std::string, double>>& all,
     return it != value_and_usual.end() && it->second.first >= it->second.second;
   };
   static const std::set<std::string> pressures = {
-      "runq_wait_ms_per_s", "involuntary_switches_per_s", "tcp_retransmits_per_s",
+      "runq_wait_ms_per_s", "runq_waits_per_s", "involuntary_switches_per_s",
+      "tcp_retransmits_per_s",
       "page_faults_per_s",  "reclaim_ms_per_s",           "pagein_mb_per_s",
       "block_mb_per_s"};
   const double slower = std::log(kMinWindowSlowdown);
@@ -476,6 +477,7 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
     if (g.background_rate > 0) o["background_rate"] = g.background_rate;
     if (g.slowest_ns > 0) o["slowest_ns"] = g.slowest_ns;
     if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
+    if (!g.usual_sizes.empty()) o["usual_sizes"] = g.usual_sizes;
     j["groups"].push_back(std::move(o));
   }
   return j;
@@ -512,6 +514,15 @@ DetectorModel detector_from_json(const nlohmann::json& j) {
       if (auto r = g.find("slowest_ns"); r != g.end()) {
         if (!r->is_number_unsigned()) fail("group {}: 'slowest_ns' must be a whole number", gm.group);
         gm.slowest_ns = r->get<uint64_t>();
+      }
+      if (auto r = g.find("usual_sizes"); r != g.end()) {
+        if (!r->is_array() || r->size() > 1000)
+          fail("group {}: 'usual_sizes' must be a list of at most 1000 numbers", gm.group);
+        for (const auto& v : *r) {
+          if (!v.is_number() || !std::isfinite(v.get<double>()))
+            fail("group {}: 'usual_sizes' must hold finite numbers", gm.group);
+          gm.usual_sizes.push_back(v.get<double>());
+        }
       }
       if (auto r = g.find("usual_burst"); r != g.end()) {
         if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace eacgm::detect {
 
@@ -33,6 +34,7 @@ std::optional<GroupModel> fit_group(const RefitJob& job) {
     g.background_rate = std::min(1.0, std::max(double(flagged.size()) / rows, job.live_rate));
     g.slowest_ns = job.slowest_ns;
     g.usual_burst = job.usual_burst;
+    g.usual_sizes = job.usual_sizes;
   }
   return g;
 }
@@ -104,6 +106,20 @@ void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
   const GroupModel& m = *g.model;
   double rate = std::max(m.background_rate, 1.0 / double(m.train_samples + 1));
   for (Anomaly& a : candidates) {
+    // flagged for its size, a size the history had again and again: no anomaly
+    if (!a.top_features.empty() && a.top_features.front().first == "log2_bytes" &&
+        !m.usual_sizes.empty()) {
+      auto measured = std::find_if(a.measured.begin(), a.measured.end(),
+                                   [](const Measured& x) { return x.feature == "log2_bytes"; });
+      if (measured != a.measured.end()) {
+        double size = std::log2(1 + measured->value);
+        if (std::any_of(m.usual_sizes.begin(), m.usual_sizes.end(),
+                        [&](double u) { return std::abs(u - size) < 1e-6; })) {
+          ++unreported_;
+          continue;
+        }
+      }
+    }
     uint64_t from = a.ts_ns > span ? a.ts_ns - span : 0;
     while (!g.recent.empty() && g.recent.front() <= from) g.recent.pop_front();
     while (!g.pending.empty() && g.pending.front().ts_ns <= from) {
@@ -210,6 +226,16 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   job.min_excess_us = options_.min_excess_us;
   job.live_rate = double(flagged) / double(g.window.size());
   for (const auto& s : g.window) job.slowest_ns = std::max(job.slowest_ns, s.dur_ns);
+  // the sizes seen at least 3 times (at most 1000 of them)
+  auto bytes = std::find(g.features.begin(), g.features.end(), "log2_bytes");
+  if (bytes != g.features.end()) {
+    auto col = Eigen::Index(bytes - g.features.begin());
+    std::map<double, size_t> sizes;
+    for (const auto& s : g.window)
+      if (sizes.size() < 10'000) ++sizes[s.x(col)];
+    for (const auto& [size, n] : sizes)
+      if (n >= 3 && job.usual_sizes.size() < 1000) job.usual_sizes.push_back(size);
+  }
   // the largest burst of unreported anomalies in any burst window of the history
   if (options_.burst_window_ns > 0) {
     std::deque<uint64_t> in_span;

@@ -69,6 +69,7 @@ struct RefitJob {
   double live_rate = 0;
   uint64_t slowest_ns = 0;
   size_t usual_burst = 0;
+  std::vector<double> usual_sizes;
 };
 
 // Fits one group's model from its training table (what a RefitJob asks); nullopt when the

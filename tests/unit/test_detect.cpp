@@ -243,6 +243,23 @@ TEST(DetectWindows, WhereTheJobRanFasterAreCountedNotFlagged) {
   EXPECT_EQ(w.found[1].cause, "CPU interference");
 }
 
+// A window with far fewer run-queue waits and preemptions than usual, the rest as usual (the
+// agent saw this on a healthy job: a neighbour's busy stretch ended): less contention is no
+// fault, and is counted as a job doing better.
+TEST(DetectWindows, WhereTheJobWasPreemptedLessIsNoFault) {
+  std::mt19937_64 rng(4);
+  std::normal_distribution<double> noise(1.0, 0.05);
+  const double usual[] = {300, 100'000, 100'000, 2400}, calm[] = {300, 15'000, 28'000, 2000};
+  auto w = judge_windows({"comm_calls_per_s", "involuntary_switches_per_s", "runq_waits_per_s",
+                          "runq_wait_ms_per_s"},
+                         401, [&](size_t r, double* out) {
+                           const double* v = r == 400 ? calm : usual;
+                           for (int c = 0; c < 4; ++c) out[c] = v[c] * noise(rng);
+                         });
+  EXPECT_TRUE(w.found.empty()) << w.found.front().cause;
+  EXPECT_EQ(w.not_flagged.faster, 1u);
+}
+
 // The same loop's windows, where the job's collectives took 10% longer and came 10% fewer
 // per second (as while caches refill after a fault) and where they took twice as long: the
 // first is unusual to a density of tight windows but no fault to a reader, and is counted; the
@@ -721,6 +738,51 @@ TEST(OnlineDetector, ReportsBurstsAndFarSlowerCallsNotTheHealthyJobsOwnSlowCalls
   auto warm = batch(200, [](int i) { return i % 10 == 0 ? 1000.0 : 100.0; },
                     std::vector<bool>(200, false));
   EXPECT_TRUE(warm.empty());
+}
+
+// A size the job uses again and again, however rare (a flag of 8 bytes all-reduced every 200
+// calls of 256 bytes: too few for a component of the model), is no unusual size to the agent;
+// a burst of a size never seen is.
+TEST(OnlineDetector, ARareSizeTheJobKeepsUsingIsNoAnomalyANewOneIs) {
+  OnlineOptions o;
+  o.window_ns = 60'000'000'000;
+  o.refit_every_ns = 10'000'000'000;
+  o.min_samples = 300;
+  o.burst_window_ns = 10'000'000'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  uint64_t t = 0;
+  int calls = 0;
+  auto batch = [&](int n, double new_size_every, bool many_flags = false) {
+    FeatureTable b;
+    b.group = "comm/gloo:all_reduce", b.layer = "comm", b.name = "gloo:all_reduce";
+    b.feature_names = {"log_duration_us", "log2_bytes"};
+    b.values.resize(n, 2);
+    for (int i = 0; i < n; ++i, t += 5'000'000, ++calls) {
+      double bytes = calls % 200 == 50 || (many_flags && calls % 4 == 0) ? 8 : 256;
+      if (new_size_every > 0 && calls % int(new_size_every) == 0) bytes = 1 << 20;
+      double us = 500 * std::exp(noise(rng));
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+      b.values(i, 1) = std::log2(1 + bytes);
+    }
+    return d.observe(b);
+  };
+  size_t flag_reports = 0;
+  for (int s = 0; s < 80; ++s) flag_reports += batch(200, 0).size();
+  EXPECT_EQ(flag_reports, 0u) << "80 flags of 8 bytes, every 200th call";
+  const GroupModel* m = d.model("comm", "gloo:all_reduce");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->usual_sizes.size(), 2u);
+  size_t old_size = 0;  // a stretch of many flags: their size is usual, however many
+  for (int s = 0; s < 3; ++s) old_size += batch(200, 0, true).size();
+  EXPECT_EQ(old_size, 0u);
+  size_t new_size = 0;
+  for (int s = 0; s < 3; ++s)
+    for (const auto& a : batch(200, 20)) new_size += detect::cause_kind(a.cause) == "unusual size";
+  EXPECT_GE(new_size, 20u) << "of 30 calls of 1 MiB, a size never seen";
 }
 
 TEST(DetectorJson, TheOnlineModelsRatesRoundTrip) {
