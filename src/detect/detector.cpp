@@ -429,7 +429,9 @@ std::string describe_measured(const Anomaly& a) {
 
 std::string features_column(const Anomaly& a) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [f, c] : a.top_features) {
+  for (const auto& top : a.top_features) {  // (clang 14: no structured binding in a lambda)
+    const std::string& f = top.first;
+    double c = top.second;
     auto m = std::find_if(a.measured.begin(), a.measured.end(),
                           [&](const Measured& x) { return x.feature == f; });
     if (m != a.measured.end() && std::isfinite(m->value) && std::isfinite(m->usual))
