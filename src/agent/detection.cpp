@@ -78,7 +78,6 @@ void DetectionSink::worker() {
 void DetectionSink::add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
                              uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes) {
   windows_.add_call(layer, pid, ts, dur, runq);
-  first_call_.emplace(pid, ts);
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
   if (it == by_name.end()) {
@@ -150,8 +149,9 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     t.runq_ns = std::move(g.runq);
     std::vector<bool> judged(t.ts_ns.size(), true);
     for (size_t i = 0; i < t.ts_ns.size(); ++i)
-      if (auto first = first_call_.find(t.pid[i]); first != first_call_.end())
-        judged[i] = t.ts_ns[i] >= first->second + options_.warm_up_ns;
+      // a process's first call as this flush's batches show it (within a flush of the truth)
+      judged[i] = t.ts_ns[i] >= first_call_.try_emplace(t.pid[i], t.ts_ns[i]).first->second +
+                                    options_.warm_up_ns;
     for (auto& a : detector_.observe(t, judged)) {
       auto name = names_.find(a.pid);
       out.push_back({std::move(a), name != names_.end() ? name->second : std::string()});
