@@ -3,6 +3,7 @@
 // faults where they were injected: the straggling rank at (nearly) each of its late steps, and
 // the noisy neighbour's CPU interference while it ran; the CUDA loop's neighbour likewise.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -75,11 +76,15 @@ double lateness_ms(const Truth& t, int rank, int64_t ts_ns) {
 // steps (what detect learns from): rank 1's lateness at the all_reduce in its healthy steps,
 // and each rank's share of time waiting for a CPU per step.
 struct Standout {
-  double natural_p99_ms = 0, late_bound_ms = 0;
+  // rank 1's healthy lateness in training: its 99th percentile and its most (printed); the
+  // lateness a late step needs to stand out
+  double natural_p99_ms = 0, natural_max_ms = 0, late_bound_ms = 0;
   // the share of its computing time a rank waited for a CPU: per step (the 95th percentile of
   // training's steps), and over all the steps of training and of the neighbour's 3 s
   double train_wait_p95 = 0, train_wait = 0, neighbour_wait = 0;
   int late_standout = 0;
+  std::vector<int64_t> standout_arrivals;  // rank 0's arrival at each late step that stood out
+  std::vector<double> hidden_ms;           // the lateness of the late steps that did not
   // the neighbour made the job wait for a CPU clearly more than it did in training
   bool neighbour_stood_out() const {
     return neighbour_wait > std::max(2 * train_wait, train_wait + 0.2);
@@ -105,10 +110,18 @@ Standout standout(const Truth& t, int64_t neighbour_from, int64_t neighbour_to) 
     }
   }
   s.natural_p99_ms = quantile(natural, 0.99);
+  s.natural_max_ms = quantile(natural, 1);
   s.late_bound_ms = std::max(2 * s.natural_p99_ms, s.natural_p99_ms + 10);
-  for (size_t k = 0; k < n; ++k)
-    s.late_standout +=
-        t[1].late[k] && double(t[1].arrive[k] - t[0].arrive[k]) / 1e6 > s.late_bound_ms;
+  for (size_t k = 0; k < n; ++k) {
+    double late_ms = double(t[1].arrive[k] - t[0].arrive[k]) / 1e6;
+    if (!t[1].late[k]) continue;
+    if (late_ms > s.late_bound_ms) {
+      ++s.late_standout;
+      s.standout_arrivals.push_back(t[0].arrive[k]);
+    } else {
+      s.hidden_ms.push_back(late_ms);
+    }
+  }
   s.train_wait_p95 = quantile(train_wait, 0.95);
   s.train_wait = double(train_delay) / double(std::max<int64_t>(1, train_time));
   s.neighbour_wait = double(neighbour_delay) / double(std::max<int64_t>(1, neighbour_time));
@@ -171,11 +184,26 @@ TEST_F(RecordingTest, DemoNamesTheStragglerAndTheNoisyNeighbour) {
   Truth t = read_truth(dir_ + "/.truth");
   Standout s = standout(t, from, from + 3'000'000'000);
   printf(
-      "the ranks' own measure: healthy lateness p99 %.1f ms, %d of %lld late steps stood out "
-      "(over %.1f ms); waiting for a CPU %.2f of their computing in training (%.2f in its 95th "
-      "percentile step), %.2f while the neighbour ran\n",
-      s.natural_p99_ms, s.late_standout, (long long)late_steps, s.late_bound_ms, s.train_wait,
+      "the ranks' own measure: healthy lateness p99 %.1f ms (most %.1f ms), %d of %lld late "
+      "steps stood out (over %.1f ms; the others %s ms late); waiting for a CPU %.2f of their "
+      "computing in training (%.2f in its 95th percentile step), %.2f while the neighbour ran\n",
+      s.natural_p99_ms, s.natural_max_ms, s.late_standout, (long long)late_steps,
+      s.late_bound_ms, fmt::format("{:.1f}", fmt::join(s.hidden_ms, ", ")).c_str(), s.train_wait,
       s.train_wait_p95, s.neighbour_wait);
+  // the late steps that stood out and have no straggler anomaly at rank 0's call
+  std::vector<int64_t> flagged_at;
+  db.each("SELECT ts_ns FROM anomalies WHERE cause LIKE '%rank 1 (pid % late (straggler)%'",
+          [&](sqlite3_stmt* st) { flagged_at.push_back(sqlite3_column_int64(st, 0)); });
+  // (A known gap, session 24: under this VM's CPU contention a broad component of the
+  // all_reduce model can span both the late rank's near-zero waits and the early rank's, and
+  // score a 50-60 ms straggle above the threshold; this list shows such misses.)
+  std::string missed;
+  for (int64_t arrive : s.standout_arrivals)
+    if (std::none_of(flagged_at.begin(), flagged_at.end(),
+                     [&](int64_t ts) { return std::llabs(ts - arrive) < 5'000'000; }))
+      missed += fmt::format(" {:.1f}", lateness_ms(t, 1, arrive));
+  printf("late steps that stood out with no straggler anomaly, ms late:%s\n",
+         missed.empty() ? " none" : missed.c_str());
   // Every rank named a straggler was late by the ranks' own clocks: at the collective the
   // anomaly is at, it reached the all_reduce at least half the named lateness after the other.
   // (Beside a busy loop rank 0 is often the one late, truly: it shares the loop's CPU.)
