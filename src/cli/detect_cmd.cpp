@@ -325,10 +325,14 @@ int run_detect(const DetectArgs& a) {
                  anomalies.size() - 10, a.write_to[0].first);
       break;
     }
-    fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  score {:.1f} < {:.1f}  {} ({})\n",
+    // (a collective flagged for a wait past its group's tail may score above the threshold)
+    std::string judged = an.score < an.threshold
+                             ? fmt::format("score {:.1f} < {:.1f}", an.score, an.threshold)
+                             : fmt::format("score {:.1f}, wait past its tail", an.score);
+    fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  {}  {} ({})\n",
                double(int64_t(an.ts_ns) - start) / 1e9, an.layer,
-               anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), an.score,
-               an.threshold, an.cause, detect::describe_measured(an));
+               anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), judged, an.cause,
+               detect::describe_measured(an));
   }
   return 0;
 }

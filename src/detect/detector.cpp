@@ -88,6 +88,25 @@ double training_quantile(const Eigen::VectorXd& scores, double q) {
 // usual duration: a call quicker than usual is no fault, and one 7% slower than a very tight
 // mode is unusual to a density but not to anyone reading the report. Likewise a collective
 // flagged mostly for its wait for a late rank must have waited clearly longer than usual.
+// The straggling wait in us of row r (-1: the group has no such feature).
+double straggling_us(const std::vector<std::string>& features, const Eigen::MatrixXd& x,
+                     Eigen::Index r) {
+  auto f = std::find(features.begin(), features.end(), "log_straggler_wait_10us");
+  if (f == features.end()) return -1;
+  return std::expm1(x(r, Eigen::Index(f - features.begin()))) * kStragglerWaitUnitUs;
+}
+
+// GroupModel::wait_tail_us of training samples x: their (1 - q) quantile of straggling waits.
+double wait_tail_us(const std::vector<std::string>& features, const Eigen::MatrixXd& x, double q) {
+  if (x.rows() == 0 || straggling_us(features, x, 0) < 0) return 0;
+  std::vector<double> us(size_t(x.rows()));
+  for (Eigen::Index r = 0; r < x.rows(); ++r) us[size_t(r)] = straggling_us(features, x, r);
+  auto at = us.begin() + std::ptrdiff_t(std::min(double(us.size() - 1),
+                                                 std::floor((1 - q) * double(us.size() - 1))));
+  std::nth_element(us.begin(), at, us.end());
+  return *at;
+}
+
 bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::MatrixXd& x,
                      Eigen::Index r, double min_slowdown, double min_excess_us) {
   if (g.layer == "window") return false;
@@ -194,6 +213,7 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
       }
     }
     GroupModel g{t.group, t.layer, t.name, t.feature_names, std::move(fit.model), 0, size_t(x.rows())};
+    g.wait_tail_us = wait_tail_us(t.feature_names, x, options.quantile);
     // The lower of the training samples' quantile (they may have heavier tails than the model)
     // and the model's own (they may be too few to show their tail).
     GmmScores s = score_gmm(g.model, x);
@@ -267,8 +287,11 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   GmmScores s = score_gmm(g.model, x);
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
-    if (score >= g.threshold) continue;
-    if (not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us)) continue;
+    double waited_us = g.wait_tail_us > 0 ? straggling_us(g.features, x, Eigen::Index(r)) : -1;
+    bool straggled = waited_us > std::max(2 * g.wait_tail_us, g.wait_tail_us + min_excess_us);
+    if (!straggled && score >= g.threshold) continue;
+    if (!straggled && not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us))
+      continue;
     Anomaly a;
     a.ts_ns = t.ts_ns[idx[r]];
     a.dur_ns = t.dur_ns[idx[r]];
@@ -292,6 +315,10 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     }
     std::sort(a.top_features.begin(), a.top_features.end(),
               [](const auto& p, const auto& q) { return p.second > q.second; });
+    if (straggled)  // flagged for its wait, whatever else its density weighed most
+      std::stable_partition(a.top_features.begin(), a.top_features.end(), [](const auto& p) {
+        return p.first == "log_straggler_wait_10us";
+      });
     for (size_t k = 0; k < a.top_features.size() && k < 3; ++k) {
       const std::string& f = a.top_features[k].first;
       auto [value, usual] = value_and_usual.at(f);
@@ -479,6 +506,7 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
     if (g.background_rate > 0) o["background_rate"] = g.background_rate;
     if (g.slowest_ns > 0) o["slowest_ns"] = g.slowest_ns;
     if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
+    if (g.wait_tail_us > 0) o["wait_tail_us"] = g.wait_tail_us;
     if (!g.usual_sizes.empty()) o["usual_sizes"] = g.usual_sizes;
     j["groups"].push_back(std::move(o));
   }
@@ -516,6 +544,12 @@ DetectorModel detector_from_json(const nlohmann::json& j) {
       if (auto r = g.find("slowest_ns"); r != g.end()) {
         if (!r->is_number_unsigned()) fail("group {}: 'slowest_ns' must be a whole number", gm.group);
         gm.slowest_ns = r->get<uint64_t>();
+      }
+      if (auto r = g.find("wait_tail_us"); r != g.end()) {
+        if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 0)
+          fail("group {}: 'wait_tail_us' must be a finite number of microseconds, 0 or more",
+               gm.group);
+        gm.wait_tail_us = r->get<double>();
       }
       if (auto r = g.find("usual_sizes"); r != g.end()) {
         if (!r->is_array() || r->size() > 1000)

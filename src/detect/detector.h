@@ -47,6 +47,12 @@ struct GroupModel {
   // and the sizes (log2_bytes) its calls had at least 3 times in that history: a size the job
   // uses again and again (a flag all-reduced every 100 steps) is no unusual size, however rare
   std::vector<double> usual_sizes;
+  // A collective's straggling wait (log_straggler_wait_10us, in us) that all but the threshold's
+  // quantile of the training calls stayed under (0: no such feature). A call that waited twice
+  // that, and min_excess_us more, is a straggler whatever its density: in the feature's log a
+  // job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a component
+  // so wide that a 55 ms straggle lies three of its deviations out, above the threshold.
+  double wait_tail_us = 0;
 };
 
 struct DetectorModel {

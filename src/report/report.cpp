@@ -60,17 +60,21 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
     fmt::print(out, "  none\n");
     return;
   }
-  fmt::print(out, "  strongest (lowest score below threshold):\n");
+  fmt::print(out, "  strongest (lowest score against its threshold):\n");
   rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
             "anomalies ORDER BY score - threshold LIMIT 10",
             [&](Statement& s) {
               // the top features as detect prints them: measured and usual, in their units
               std::string top = features_text(s.text_at(7));
-              fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  score {:.1f} < {:.1f}  {}{}\n",
+              // (a collective flagged for a wait past its group's tail may score above it)
+              double score = s.double_at(4), threshold = s.double_at(5);
+              std::string judged =
+                  score < threshold ? fmt::format("score {:.1f} < {:.1f}", score, threshold)
+                                    : fmt::format("score {:.1f}, wait past its tail", score);
+              fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  {}  {}{}\n",
                          (double(s.ns_at(0)) - double(t0)) / 1e9, s.text_at(2),
                          anomaly_subject(s.text_at(2), s.text_at(3)), human_ns(double(s.int_at(1))),
-                         s.double_at(4), s.double_at(5), s.text_at(6),
-                         top.empty() ? "" : " (" + top + ")");
+                         judged, s.text_at(6), top.empty() ? "" : " (" + top + ")");
             });
 }
 

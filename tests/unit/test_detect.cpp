@@ -808,6 +808,66 @@ TEST(DetectorJson, TheOnlineModelsRatesRoundTrip) {
   EXPECT_THROW(detector_from_json(j), std::exception) << "a share above 1";
 }
 
+// A collective's wait for a late rank, where healthy waits spread wide (the demo's on this
+// 2-core VM: log(1 + wait / 10 us) about 5 +- 1.2, a median of 1.5 ms and a 99th percentile
+// of 24 ms) and half the calls (the late rank's own) wait nothing. In the wait's log that
+// spread is one wide component; a rank 80 ms late is three of its deviations out, above the
+// density threshold, yet far beyond any healthy wait: flagged as a straggler by the wait's
+// tail (GroupModel::wait_tail_us), while a wait the healthy calls reach is not.
+TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> log_wait(5.0, 1.2);
+  std::normal_distribution<double> dur(std::log(900.0), 0.2);
+  FeatureTable t;
+  t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
+  t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
+  const size_t n = 2000;
+  const std::map<size_t, double> late_ms = {{1500, 80}, {1600, 120}, {1700, 20}, {1800, 30}};
+  t.values.resize(Eigen::Index(n), 2);
+  for (size_t i = 0; i < n; ++i) {
+    double wait_us = i % 2 ? 0 : std::expm1(log_wait(rng)) * kStragglerWaitUnitUs;
+    if (late_ms.count(i)) wait_us = late_ms.at(i) * 1e3;
+    // and 1% of the calls take 7-20x longer to complete once all joined (preempted, as on a
+    // contended machine): outliers of the other feature that set the density threshold low
+    t.values(Eigen::Index(i), 0) = dur(rng) + (i % 100 == 7 ? 2 + double(i % 7) / 7 : 0);
+    t.values(Eigen::Index(i), 1) = std::log1p(wait_us / kStragglerWaitUnitUs);
+    t.ts_ns.push_back(1'000'000'000 + i * 30'000'000);
+    t.dur_ns.push_back(uint64_t(900'000 + wait_us * 1e3));
+    t.pid.push_back(1000 + uint32_t(i % 2));
+    t.tid.push_back(1000 + uint32_t(i % 2));
+    t.runq_ns.push_back(0);
+  }
+  uint64_t half = t.ts_ns[n / 2];
+  DetectOptions o;
+  std::vector<FeatureTable> tables = {t};
+  DetectorModel m = train_detector(tables, half, o, nullptr);
+  ASSERT_EQ(m.groups.size(), 1u);
+  // 99.5% of the training calls (the early ranks' 99th percentile) stay under about 24 ms
+  EXPECT_GT(m.groups[0].wait_tail_us, 18'000);
+  EXPECT_LT(m.groups[0].wait_tail_us, 32'000);
+  auto found = find_anomalies(m, tables, half, 3, 1000);
+  std::set<uint64_t> at;
+  for (const auto& a : found) {
+    at.insert(a.ts_ns);
+    if (a.ts_ns == t.ts_ns[1500] || a.ts_ns == t.ts_ns[1600])
+      EXPECT_EQ(a.cause, "straggling rank: gloo:all_reduce waited for a peer");
+  }
+  EXPECT_TRUE(at.count(t.ts_ns[1500])) << "80 ms late";
+  EXPECT_TRUE(at.count(t.ts_ns[1600])) << "120 ms late";
+  EXPECT_FALSE(at.count(t.ts_ns[1700])) << "20 ms: healthy calls wait as long";
+  EXPECT_FALSE(at.count(t.ts_ns[1800])) << "30 ms: healthy calls wait as long";
+  // the premise: the density alone lets the 80 ms straggle pass
+  DetectorModel density_only = m;
+  density_only.groups[0].wait_tail_us = 0;
+  std::set<uint64_t> by_density;
+  for (const auto& a : find_anomalies(density_only, tables, half, 3, 1000))
+    by_density.insert(a.ts_ns);
+  EXPECT_FALSE(by_density.count(t.ts_ns[1500]));
+  // and the tail is saved with the model
+  DetectorModel back = detector_from_json(detector_to_json(m));
+  EXPECT_DOUBLE_EQ(back.groups[0].wait_tail_us, m.groups[0].wait_tail_us);
+}
+
 TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
   // a straggler's slow calls at the end take most of the time, not most of the calls
   FeatureTable fast, slow;
