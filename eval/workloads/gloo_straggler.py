@@ -42,5 +42,6 @@ for step in range(steps):
 dist.destroy_process_group()
 if rank == straggler:
     with open(truth_path, "w") as f:
-        json.dump({"fault": "straggler", "layer": "comm", "intervals": intervals}, f)
+        json.dump({"fault": "straggler", "layer": "comm", "intervals": intervals,
+                   "rank": rank, "pid": os.getpid()}, f)
 print(f"rank {rank} steps {steps} delays {len(intervals)}")

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "detect/call_context.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "util/error.h"
 
@@ -40,6 +41,8 @@ DetectionSink::DetectionSink(DetectionOptions options,
       report_(std::move(report)),
       detector_(online_options(options_)),
       windows_(options_.window_ns, options_.sample_interval_ns + 150'000'000) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0 && host[0]) on_host_ = fmt::format(" on host {}", host);
   worker_ = std::thread([this] { worker(); });
 }
 
@@ -113,6 +116,24 @@ void DetectionSink::add(const CudaCallRow& r) {
 }
 void DetectionSink::add(const CommCallRow& r) {
   add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
+  for (auto& inst : collectives_.add(r))
+    for (size_t i = 0; i < inst.calls.size() && inst.all_ranks; ++i) {
+      std::pair<uint32_t, uint64_t> key{inst.calls[i].pid, inst.calls[i].ts};
+      if (peer_waits_.insert_or_assign(key, inst.waits[i]).second) peer_wait_order_.push_back(key);
+    }
+  // a minute of calls is kept: a reported anomaly is at most a burst window old
+  while (!peer_wait_order_.empty() && peer_wait_order_.front().second + 60'000'000'000ull < r.ts_ns) {
+    peer_waits_.erase(peer_wait_order_.front());
+    peer_wait_order_.pop_front();
+  }
+}
+
+void DetectionSink::explain_waits(std::vector<AgentAnomaly>& found) {
+  for (auto& [a, process] : found) {
+    if (a.layer != "comm") continue;
+    auto w = peer_waits_.find({a.pid, a.ts_ns});
+    if (w != peer_waits_.end()) detect::explain_wait(w->second, on_host_, a);
+  }
 }
 void DetectionSink::add(const TorchCallRow& r) {
   add_call("torch", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);
@@ -203,7 +224,10 @@ void DetectionSink::flush() {
     if (std::string e = save_models(); !e.empty()) fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
     last_save_ = now;
   }
-  if (!found.empty()) report_(found);
+  if (!found.empty()) {
+    explain_waits(found);
+    report_(found);
+  }
 }
 
 std::string DetectionSink::load_models() {

@@ -17,6 +17,7 @@
 #include "detect/online.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
+#include "report/collectives.h"
 
 namespace eacgm {
 
@@ -83,6 +84,8 @@ class DetectionSink final : public Sink {
   void add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur, uint32_t pid,
                 uint32_t tid, int64_t runq, int64_t bytes);
   void score_calls(std::vector<AgentAnomaly>& out);
+  // names the late rank in the collective anomalies whose instance was matched (detect's rule)
+  void explain_waits(std::vector<AgentAnomaly>& found);
   void worker();
 
   DetectionOptions options_;
@@ -96,6 +99,12 @@ class DetectionSink final : public Sink {
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
+  // Collectives of this node's ranks matched as they come, and each matched call's peer wait
+  // by (pid, start), for the last minute of calls
+  CollectiveMatcher collectives_;
+  std::map<std::pair<uint32_t, uint64_t>, PeerWait> peer_waits_;
+  std::deque<std::pair<uint32_t, uint64_t>> peer_wait_order_;  // as they came, to forget them
+  std::string on_host_;  // " on host NAME"
   // when each live process's first call came (its warm-up runs from there), and the pids that
   // exited since the last flush (forgotten after their last calls are scored)
   std::unordered_map<uint32_t, uint64_t> first_call_;

@@ -61,21 +61,29 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
   }
 }
 
+void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a) {
+  if (a.layer != "comm" || !a.dur_ns) return;
+  double quarter = 0.25 * double(a.dur_ns);
+  if (double(w.straggling_ns()) >= quarter) {
+    // (detect's model has the wait as a feature and names it already; the agent's judges the
+    // duration, which the wait made long)
+    std::string slow = fmt::format("slow collective: {}", a.name);
+    if (a.cause.starts_with(slow))
+      a.cause.replace(0, slow.size(), fmt::format("straggling rank: {} waited for a peer", a.name));
+    a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late (straggler)", w.last_rank,
+                           w.last_pid, on_host, double(w.straggling_ns()) / 1e6);
+  } else if (double(w.cpu_ns) >= quarter) {
+    a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late, kept off a CPU (CPU "
+                           "interference)",
+                           w.last_rank, w.last_pid, on_host, double(w.cpu_ns) / 1e6);
+  }
+}
+
 void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies) {
   for (auto& a : anomalies) {
     if (a.layer != "comm" || !a.dur_ns) continue;
-    const PeerWait* w = collectives.find(a.pid, a.ts_ns);
-    if (!w) continue;
-    double quarter = 0.25 * double(a.dur_ns);
-    if (double(w->straggling_ns()) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late (straggler)",
-                             w->last_rank, w->last_pid, collectives.on_host(w->last_pid),
-                             double(w->straggling_ns()) / 1e6);
-    else if (double(w->cpu_ns) >= quarter)
-      a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late, kept off a CPU (CPU "
-                             "interference)",
-                             w->last_rank, w->last_pid, collectives.on_host(w->last_pid),
-                             double(w->cpu_ns) / 1e6);
+    if (const PeerWait* w = collectives.find(a.pid, a.ts_ns))
+      explain_wait(*w, collectives.on_host(w->last_pid), a);
   }
 }
 

@@ -10,6 +10,7 @@
 
 namespace eacgm {
 class Collectives;
+struct PeerWait;
 class RecordingReader;
 }
 
@@ -51,6 +52,11 @@ class CallContext {
 // (straggler)") or was kept off a CPU ("..., kept off a CPU (CPU interference)"). A wait that
 // the previous collective's late completion explains adds nothing: that one was slow.
 void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies);
+// The same for one collective anomaly and its peer wait (detect's and the agent's one rule):
+// the cause gains the late rank ("; rank 1 (pid 4242 on host h) joined ..."), and a call
+// flagged for its duration but spent mostly waiting for a straggler becomes "straggling rank:
+// NAME waited for a peer". `on_host`: " on host NAME" or "".
+void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a);
 
 // Points each call anomaly that encloses others on its thread (a Python function around a slow
 // operator, an operator around a slow CUDA call) to the innermost one, the likelier root:

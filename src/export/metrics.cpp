@@ -223,37 +223,29 @@ void MetricsSink::add(const CommCallRow& r) {
 }
 
 // Every rank issues a communicator's collectives in the same order, so the k-th call of each
-// rank on this node is one instance (as report/collectives.h does for a recording): the ranks
-// that joined before the last waited for it. Only the ranks this node runs are matched; a job
-// across nodes is matched per node (its cross-node stragglers need `eacgm merge`).
+// rank on this node is one instance (CollectiveMatcher: detect's and the agent's detector's
+// rule): the ranks that joined before the last waited for it, and the last one's straggling is
+// that wait less what its previous collective and its wait for a CPU explain. Only the ranks
+// this node runs are matched; a job across nodes is matched per node (its cross-node
+// stragglers: the fleet rules, or `eacgm merge`).
 void MetricsSink::match_collective(const CommCallRow& r) {
   std::string job;
   for (auto& [k, v] : process_labels(r.pid, false))
     if (k == "job_id") job = v;
-  RankStarts& c = collectives_[{job, std::string(r.name), r.nranks, r.comm_id}];
-  auto& mine = c.by_rank[r.rank];
-  mine.emplace_back(r.ts_ns, r.pid);
-  if (mine.size() > 1000) mine.pop_front();  // a rank whose peers stopped: keep it bounded
-  if (c.by_rank.size() < 2) return;
-  while (std::all_of(c.by_rank.begin(), c.by_rank.end(),
-                     [](const auto& q) { return !q.second.empty(); })) {
-    uint64_t first = UINT64_MAX, last = 0;
-    int64_t last_rank = -1;
-    for (const auto& [rank, q] : c.by_rank) {
-      first = std::min(first, q.front().first);
-      if (q.front().first >= last) last = q.front().first, last_rank = rank;
-    }
-    for (auto& [rank, q] : c.by_rank) {
-      prometheus::Labels labels = process_labels(q.front().second, false);
+  for (const auto& inst : collectives_[job].add(r)) {
+    uint64_t straggled = 0;
+    for (const PeerWait& w : inst.waits) straggled = std::max(straggled, w.straggling_ns());
+    for (size_t i = 0; i < inst.calls.size(); ++i) {
+      const RankCall& c = inst.calls[i];
+      prometheus::Labels labels = process_labels(c.pid, false);
       labels.erase("process");
       labels["op"] = std::string(r.name);
-      labels["rank"] = std::to_string(rank);
-      peer_wait_.Add(labels).Increment(double(last - q.front().first) / 1e9);
-      if (rank == last_rank) {
+      labels["rank"] = std::to_string(c.rank);
+      peer_wait_.Add(labels).Increment(double(inst.waits[i].wait_ns) / 1e9);
+      if (c.rank == inst.waits[i].last_rank) {
         last_joined_.Add(labels).Increment();
-        straggling_.Add(labels).Increment(double(last - first) / 1e9);
+        straggling_.Add(labels).Increment(double(straggled) / 1e9);
       }
-      q.pop_front();
     }
   }
 }

@@ -20,6 +20,7 @@
 
 #include "pipeline/sink.h"
 #include "probe/job_identity.h"
+#include "report/collectives.h"
 
 namespace eacgm {
 
@@ -113,17 +114,12 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Counter>& agent_cpu_;
   prometheus::Family<prometheus::Gauge>& agent_rss_;
   // Collectives of the ranks on this node matched instance by instance (see add(CommCallRow)).
-  struct RankStarts {
-    std::map<int64_t, std::deque<std::pair<uint64_t, uint32_t>>> by_rank;  // (start, pid)
-  };
   void match_collective(const CommCallRow& r);
   prometheus::Family<prometheus::Counter>& peer_wait_;
   prometheus::Family<prometheus::Counter>& last_joined_;
   prometheus::Family<prometheus::Counter>& straggling_;
   prometheus::Family<prometheus::Counter>& bus_bytes_;
-  // by (job, collective, world size)
-  // (job, collective, ranks, communicator identity: 0 unknown)
-  std::map<std::tuple<std::string, std::string, int64_t, uint64_t>, RankStarts> collectives_;
+  std::map<std::string, CollectiveMatcher> collectives_;  // by job
   prometheus::Family<prometheus::Counter>& anomalies_;
   prometheus::Family<prometheus::Gauge>& model_score_;
   prometheus::Family<prometheus::Gauge>& model_threshold_;

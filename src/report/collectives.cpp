@@ -9,21 +9,13 @@
 
 #include "report/report.h"
 #include "store/reader.h"
+#include "store/rows.h"
 #include "store/sqlite_util.h"
 
 namespace eacgm {
 namespace {
 
-struct Call {
-  uint64_t ts, end;
-  int64_t tid, run_delay;  // the thread's whole wait for a CPU at entry; -1: unknown
-  int64_t seq = -1;        // c10d: its sequence number in the process group; -1: unknown
-  // The process's previous collective on the same communicator (of any kind: every rank issues
-  // them in the same order), the last point where the ranks were in step.
-  bool has_prev = false;
-  uint64_t prev_end = 0;
-  int64_t prev_tid = -1, prev_run_delay = -1;
-};
+using Call = RankCall;
 
 struct Stream {  // one process's calls of one collective on one communicator
   int64_t rank = -1;
@@ -35,7 +27,92 @@ struct Stream {  // one process's calls of one collective on one communicator
 // microseconds at the edges of an instance.
 constexpr uint64_t kEdgeSlackNs = 100'000;
 
+// A rank's wait for a CPU since its previous collective; -1: unknown.
+int64_t cpu_wait(const Call& c) {
+  if (!c.has_prev || c.tid != c.prev_tid || c.run_delay < 0 || c.prev_run_delay < 0) return -1;
+  return std::max<int64_t>(c.run_delay - c.prev_run_delay, 0);
+}
+
 }  // namespace
+
+std::vector<PeerWait> instance_waits(const std::vector<const RankCall*>& calls) {
+  std::vector<PeerWait> out;
+  if (calls.empty()) return out;
+  const RankCall* last = calls[0];
+  for (const RankCall* r : calls)
+    if (r->ts > last->ts) last = r;
+  int64_t late_cpu = cpu_wait(*last);
+  // In a synchronous loop each rank starts a collective after its previous one completed
+  // (not so for asynchronous ones, issued while others are in flight).
+  bool in_turn = std::all_of(calls.begin(), calls.end(), [](const RankCall* r) {
+    return r->has_prev && r->prev_end <= r->ts;
+  });
+  for (const RankCall* c : calls) {
+    PeerWait w{last->ts - c->ts, 0, 0, last->rank, last->pid};
+    if (in_turn && last->prev_end > c->prev_end)
+      w.carried_ns = std::min(last->prev_end - c->prev_end, w.wait_ns);
+    if (late_cpu > 0 && c != last) {
+      int64_t own = std::max<int64_t>(cpu_wait(*c), 0);
+      w.cpu_ns =
+          std::min(uint64_t(std::max<int64_t>(late_cpu - own, 0)), w.wait_ns - w.carried_ns);
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<CollectiveMatcher::Instance> CollectiveMatcher::add(const CommCallRow& r) {
+  std::vector<Instance> done;
+  std::string name(r.name);
+  if (r.rank < 0 || r.nranks < 2 || r.rank >= r.nranks || !is_collective(name)) return done;
+  RankCall c{r.rank, r.pid, r.ts_ns, r.ts_ns + r.dur_ns, int64_t(r.tid), r.entry_run_delay_ns,
+             r.seq};
+  std::pair<uint32_t, uint64_t> stream{r.pid, r.comm};
+  if (auto p = previous_.find(stream); p != previous_.end())
+    c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
+    c.prev_run_delay = p->second.run_delay;
+  previous_[stream] = c;
+  if (previous_.size() > 10'000) previous_.clear();  // processes come and go: start again
+  std::tuple<std::string, int64_t, uint64_t> key{name, r.nranks, r.comm_id};
+  auto& by_rank = pending_[key];
+  auto& mine = by_rank[r.rank];
+  // another process with this rank (a second job, or a restart): its calls start afresh
+  if (!mine.empty() && mine.back().pid != r.pid) mine.clear();
+  mine.push_back(c);
+  if (mine.size() > 1000) mine.pop_front();
+  // Rows come when calls end, and no rank's call of an instance ends before every rank joined
+  // it: once each rank seen has 3 calls waiting, a rank not seen yet is not traced here (a
+  // rank on another node), and the ranks seen are matched among themselves from then on.
+  // Before that, matching fewer ranks than the communicator has could pair a rank whose first
+  // rows come a moment later with its peers' next instance, for good.
+  if (by_rank.size() < size_t(r.nranks) && !partial_.count(key) && by_rank.size() >= 2 &&
+      std::all_of(by_rank.begin(), by_rank.end(), [](const auto& q) { return q.second.size() >= 3; }))
+    partial_.insert(key);
+  while ((by_rank.size() == size_t(r.nranks) || partial_.count(key)) &&
+         std::all_of(by_rank.begin(), by_rank.end(), [](const auto& q) { return !q.second.empty(); })) {
+    // c10d calls carry their sequence number: a call lost on one rank leaves the others'
+    // calls of that number unmatched (the lowest goes), not every later instance shifted
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    for (const auto& [rank, q] : by_rank)
+      if (q.front().seq >= 0) low = std::min(low, q.front().seq), high = std::max(high, q.front().seq);
+    if (low != INT64_MAX && low != high) {
+      for (auto& [rank, q] : by_rank)
+        if (q.front().seq == low) q.pop_front();
+      continue;
+    }
+    Instance inst;
+    for (auto& [rank, q] : by_rank) {
+      inst.calls.push_back(q.front());
+      q.pop_front();
+    }
+    std::vector<const RankCall*> ptrs;
+    for (const RankCall& k : inst.calls) ptrs.push_back(&k);
+    inst.waits = instance_waits(ptrs);
+    inst.all_ranks = inst.calls.size() == size_t(r.nranks);
+    done.push_back(std::move(inst));
+  }
+  return done;
+}
 
 bool is_collective(const std::string& name) {
   for (const char* not_one : {"send", "Send", "recv", "Recv", "Group", "Init", "Split", "Abort",
@@ -75,8 +152,8 @@ Collectives::Collectives(const RecordingReader& rec) {
         Stream& st = groups[{name, s.int_at(4), s.null_at(9) ? 0 : s.int_at(9)}][id];
         st.rank = s.int_at(3);
         st.pid = id.first;
-        Call c{uint64_t(s.ns_at(5)), uint64_t(s.ns_at(5) + s.ns_at(6)), s.int_at(7),
-               s.null_at(8) ? -1 : s.ns_at(8), s.null_at(10) ? -1 : s.int_at(10)};
+        Call c{st.rank,       st.pid, uint64_t(s.ns_at(5)), uint64_t(s.ns_at(5) + s.ns_at(6)),
+               s.int_at(7), s.null_at(8) ? -1 : s.ns_at(8), s.null_at(10) ? -1 : s.int_at(10)};
         if (auto p = previous.find(id); p != previous.end())
           c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
           c.prev_run_delay = p->second.run_delay;
@@ -197,37 +274,23 @@ Collectives::Collectives(const RecordingReader& rec) {
                                    name, broken, n));
       continue;
     }
-    // a rank's wait for a CPU since its previous collective; -1: unknown
-    auto cpu_wait = [](const Call& c) -> int64_t {
-      if (!c.has_prev || c.tid != c.prev_tid || c.run_delay < 0 || c.prev_run_delay < 0) return -1;
-      return std::max<int64_t>(c.run_delay - c.prev_run_delay, 0);
-    };
     std::vector<RankWaits>& sides = rank_waits_[key];
     sides.resize(size_t(nranks));
     for (const Stream* r : ranks) sides[size_t(r->rank)].rank = r->rank, sides[size_t(r->rank)].pid = r->pid;
     for (size_t k = 0; k < n; ++k) {
       if (!ok[k]) continue;
+      std::vector<const Call*> calls;
       const Stream* last = ranks[0];
-      for (const Stream* r : ranks)
-        if (r->calls[k].ts > last->calls[k].ts) last = r;
-      const Call& late = last->calls[k];
-      int64_t late_cpu = cpu_wait(late);
-      // In a synchronous loop each rank starts a collective after its previous one completed
-      // (not so for asynchronous ones, issued while others are in flight).
-      bool in_turn = std::all_of(ranks.begin(), ranks.end(), [&](const Stream* r) {
-        return r->calls[k].has_prev && r->calls[k].prev_end <= r->calls[k].ts;
-      });
-      CollectiveInstance inst{UINT64_MAX, 0, 0, last->rank, last->pid};
       for (const Stream* r : ranks) {
+        calls.push_back(&r->calls[k]);
+        if (r->calls[k].ts > last->calls[k].ts) last = r;
+      }
+      std::vector<PeerWait> waits = instance_waits(calls);
+      CollectiveInstance inst{UINT64_MAX, 0, 0, last->rank, last->pid};
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        const Stream* r = ranks[i];
         const Call& c = r->calls[k];
-        PeerWait w{late.ts - c.ts, 0, 0, last->rank, last->pid};
-        if (in_turn && late.prev_end > c.prev_end)
-          w.carried_ns = std::min(late.prev_end - c.prev_end, w.wait_ns);
-        if (late_cpu > 0 && r != last) {
-          int64_t own = std::max<int64_t>(cpu_wait(c), 0);
-          w.cpu_ns = std::min(uint64_t(std::max<int64_t>(late_cpu - own, 0)),
-                              w.wait_ns - w.carried_ns);
-        }
+        const PeerWait& w = waits[i];
         waits_[{r->pid, c.ts}] = w;
         inst.ts_ns = std::min(inst.ts_ns, c.ts);
         inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);

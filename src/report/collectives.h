@@ -4,7 +4,10 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +15,7 @@
 namespace eacgm {
 
 class RecordingReader;
+struct CommCallRow;
 
 // How long one rank's call waited for the last rank to join the same instance, and how much of
 // that the last rank's own progress since the previous collective explains: a rank late only
@@ -24,6 +28,50 @@ struct PeerWait {
   int64_t last_rank = -1;   // the rank that joined last
   uint32_t last_pid = 0;
   uint64_t straggling_ns() const { return wait_ns - carried_ns - cpu_ns; }
+};
+
+// One rank's call of a collective, with the process's previous collective on the same
+// communicator (of any kind: every rank issues them in the same order), the last point where
+// the ranks were in step.
+struct RankCall {
+  int64_t rank = -1;
+  uint32_t pid = 0;
+  uint64_t ts = 0, end = 0;
+  int64_t tid = -1, run_delay = -1;  // the thread's whole wait for a CPU at entry; -1: unknown
+  int64_t seq = -1;                  // c10d: its sequence number in the process group; -1: unknown
+  bool has_prev = false;
+  uint64_t prev_end = 0;
+  int64_t prev_tid = -1, prev_run_delay = -1;
+};
+
+// The peer wait of each call of one instance (one call per rank, in any order), as detect and
+// the agent both judge it: the wait for the rank that joined last, less what that rank's
+// previous collective (completing later there) and its wait for a CPU since explain.
+std::vector<PeerWait> instance_waits(const std::vector<const RankCall*>& calls);
+
+// Collectives matched as their calls arrive (the agent: the ranks on one node), instance by
+// instance as Collectives does for a recording: the k-th call of each rank of a communicator is
+// one instance. A job across nodes is matched among the ranks seen here (two or more): its
+// instances say so (all_ranks false), and their last rank is the last of this node's.
+// Bounded: a rank whose peers stopped keeps its last 1,000 calls.
+class CollectiveMatcher {
+ public:
+  struct Instance {
+    std::vector<RankCall> calls;  // one per rank
+    std::vector<PeerWait> waits;  // as calls
+    bool all_ranks = false;       // every rank of the communicator is here
+  };
+  // Adds a call (collectives of a known rank and size only: others are ignored) and returns the
+  // instances it completed.
+  std::vector<Instance> add(const CommCallRow& r);
+
+ private:
+  // (name, nranks, communicator identity) -> rank -> calls not yet matched
+  std::map<std::tuple<std::string, int64_t, uint64_t>, std::map<int64_t, std::deque<RankCall>>>
+      pending_;
+  std::map<std::pair<uint32_t, uint64_t>, RankCall> previous_;  // (pid, communicator)
+  // communicators known to have ranks elsewhere (see add)
+  std::set<std::tuple<std::string, int64_t, uint64_t>> partial_;
 };
 
 // One instance: what its earliest rank waited, and what the last rank straggled.

@@ -16,6 +16,7 @@
 #include "detect/features.h"
 #include "report/collectives.h"
 #include "store/reader.h"
+#include "store/sqlite_util.h"
 #include "store/recording.h"
 #include "util/error.h"
 
@@ -177,6 +178,119 @@ TEST(Collectives, TellStragglingFromCarriedLatenessAndCpuWait) {
   EXPECT_NE(report.find("gloo:broadcast                   2         1"), std::string::npos)
       << report;
   fs::remove(path);
+}
+
+// The agent matches collectives as their rows come (as the calls end) by detect's rule: each
+// call's peer wait is the one Collectives finds in the recording of the same calls, and a
+// collective anomaly is explained alike ("straggling rank" for a duration mostly a straggler's).
+TEST(Collectives, MatchedAsTheyComeAsInTheRecording) {
+  std::string path = temp_path("matcher");
+  {
+    RecordingWriter w(path, true);
+    Loop loop(w);
+    for (int k = 0; k < 30; ++k) {
+      Loop::Step s;
+      if (k == 5) s.gap[1] += 10 * ms;
+      if (k == 9) s.extra[1] = 3 * ms;
+      if (k == 15) s.gap[1] += 4 * ms, s.cpu[1] = 4 * ms;
+      if (k == 20) s.gap[0] += 6 * ms, s.cpu[0] = 2 * ms, s.cpu[1] = 1 * ms;
+      if (k == 25) {
+        Loop::Step b;
+        b.name = "gloo:broadcast";
+        b.extra[1] = 2 * ms;
+        loop.step(b);
+      }
+      loop.step(s);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  CollectiveMatcher m;
+  size_t matched = 0;
+  Anomaly straggled;
+  rec.query("SELECT name, pid, tid, ts_ns, dur_ns, rank, nranks, comm, entry_run_delay_ns "
+            "FROM comm_calls ORDER BY ts_ns + dur_ns",
+            [&](Statement& st) {
+              std::string name(st.text_at(0));
+              CommCallRow r;
+              r.name = name;
+              r.pid = uint32_t(st.int_at(1)), r.tid = uint32_t(st.int_at(2));
+              r.ts_ns = uint64_t(st.ns_at(3)), r.dur_ns = uint64_t(st.ns_at(4));
+              r.rank = st.int_at(5), r.nranks = st.int_at(6), r.comm = uint64_t(st.int_at(7));
+              r.entry_run_delay_ns = st.ns_at(8);
+              for (const auto& inst : m.add(r)) {
+                EXPECT_TRUE(inst.all_ranks);
+                for (size_t i = 0; i < inst.calls.size(); ++i, ++matched) {
+                  const PeerWait* want = c.find(inst.calls[i].pid, inst.calls[i].ts);
+                  ASSERT_NE(want, nullptr);
+                  const PeerWait& got = inst.waits[i];
+                  EXPECT_EQ(got.wait_ns, want->wait_ns);
+                  EXPECT_EQ(got.carried_ns, want->carried_ns);
+                  EXPECT_EQ(got.cpu_ns, want->cpu_ns);
+                  EXPECT_EQ(got.last_rank, want->last_rank);
+                  EXPECT_EQ(got.last_pid, want->last_pid);
+                  if (got.straggling_ns() == 10 * ms) {
+                    straggled.layer = "comm", straggled.name = name;
+                    straggled.cause = "slow collective: " + name;
+                    straggled.dur_ns = got.wait_ns + 200 * us;
+                    explain_wait(got, " on host h", straggled);
+                  }
+                }
+              }
+            });
+  EXPECT_EQ(matched, 2 * c.matched_instances());
+  EXPECT_EQ(straggled.cause,
+            "straggling rank: gloo:all_reduce waited for a peer; rank 1 (pid 200 on host h) "
+            "joined 10.0 ms late (straggler)");
+  fs::remove(path);
+}
+
+// Four ranks of one communicator: ranks 2 and 3's first rows come after ranks 0 and 1's, and
+// each instance still holds the same call of every rank. Two of four ranks on this node (the
+// others elsewhere): matched among themselves once each has 3 calls waiting, and said so.
+TEST(Collectives, MatchedAsTheyComeWhateverRanksComeFirstOrAreElsewhere) {
+  auto row = [](int rank, int k, int nranks) {
+    CommCallRow r;
+    r.name = "gloo:all_reduce";
+    r.pid = r.tid = uint32_t(100 + rank);
+    r.ts_ns = kStart + uint64_t(k) * 10 * ms + uint64_t(rank) * us;
+    r.dur_ns = 1 * ms;
+    r.rank = rank, r.nranks = nranks, r.comm = 0xa0 + uint64_t(rank);
+    return r;
+  };
+  CollectiveMatcher all;
+  std::vector<CollectiveMatcher::Instance> got;
+  auto add = [&](CollectiveMatcher& m, const CommCallRow& r) {
+    for (auto& i : m.add(r)) got.push_back(std::move(i));
+  };
+  add(all, row(0, 0, 4)), add(all, row(1, 0, 4));
+  EXPECT_TRUE(got.empty()) << "ranks 2 and 3 may be a moment behind";
+  add(all, row(0, 1, 4)), add(all, row(1, 1, 4));
+  add(all, row(2, 0, 4)), add(all, row(3, 0, 4));
+  for (int k = 1; k < 5; ++k) add(all, row(2, k, 4)), add(all, row(3, k, 4));
+  for (int k = 2; k < 5; ++k) add(all, row(0, k, 4)), add(all, row(1, k, 4));
+  ASSERT_EQ(got.size(), 5u);
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(got[k].all_ranks);
+    ASSERT_EQ(got[k].calls.size(), 4u);
+    for (const RankCall& c : got[k].calls)
+      EXPECT_EQ((c.ts - kStart) / (10 * ms), k) << "rank " << c.rank << " in instance " << k;
+    EXPECT_EQ(got[k].waits[0].wait_ns, 3 * us) << "rank 0 waited for rank 3";
+  }
+  got.clear();
+  CollectiveMatcher half;
+  for (int k = 0; k < 2; ++k) add(half, row(0, k, 4)), add(half, row(1, k, 4));
+  EXPECT_TRUE(got.empty());
+  add(half, row(0, 2, 4)), add(half, row(1, 2, 4));
+  ASSERT_EQ(got.size(), 3u) << "3 calls waiting on each rank seen: the others are elsewhere";
+  add(half, row(0, 3, 4)), add(half, row(1, 3, 4));
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_FALSE(got[k].all_ranks);
+    for (const RankCall& c : got[k].calls) EXPECT_EQ((c.ts - kStart) / (10 * ms), k);
+  }
 }
 
 TEST(Collectives, SayWhyTheyCannotBeLinedUp) {
