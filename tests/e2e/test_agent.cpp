@@ -259,17 +259,20 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
     naming += names;
     if (!hit || !names) wrong += "\n  " + cause;
   });
-  printf("late steps %zu (in the judged half), found %zu; collective anomalies %zu, at late steps "
+  printf("late steps %zu (in the second half), found %zu; collective anomalies %zu, at late steps "
          "%zu, naming rank 1 %zu%s\n",
          late.size(), found.size(), comm, at_late, naming, wrong.c_str());
   ASSERT_GT(comm, 0u) << agent_err;
   // Reported in bursts (more late steps in 10 s than the usual share of slow calls explains),
-  // which take along the window's other candidates (healthy slow calls: 7-9 of about 190 in
-  // the runs so far): at late steps at the issue's target (F1 0.9), and those named (rank 1's
-  // lateness is 30 ms against a healthy wait of about 1 ms)
-  EXPECT_GE(double(at_late), 0.9 * double(comm)) << wrong;
+  // which take along the window's other candidates (healthy slow calls: 1-8 of about 190 idle,
+  // 25 of 206 beside a busy loop on CPU 0): scored against the late steps the workload wrote
+  // down, at issue 31's target (online F1 0.9); and those at late steps named (rank 1's
+  // lateness is 30 ms against a healthy wait of about 1 ms).
+  double precision = double(at_late) / double(comm),
+         recall = double(found.size()) / double(late.size());
+  EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
+      << "precision " << precision << ", recall " << recall << wrong;
   EXPECT_GE(double(naming), 0.95 * double(at_late)) << wrong;
-  EXPECT_GE(double(found.size()), 0.5 * double(late.size()));
   EXPECT_NE(agent_err.find("eacgm: anomaly: straggling rank: gloo:all_reduce waited for a peer; " +
                             named),
             std::string::npos)
