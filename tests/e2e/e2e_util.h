@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,15 +56,21 @@ class RecordingTest : public ::testing::Test {
   std::string dir_, db_;
 };
 
-// A child process with stdout and stderr captured; optionally in its own process group.
+// A child process with stdout and stderr captured; optionally in its own process group. It gets
+// SIGTERM when the test process dies (ctest's timeout, Ctrl-C): an agent or recorder a killed
+// test started stops then, instead of tracing the node until its --duration. (Created on the
+// test's main thread only: the signal follows the thread that forked.)
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
           bool own_group = false) {
     int out[2], err[2];
     if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error("pipe");
+    pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);  // the test died before the line above
       if (own_group) setpgid(0, 0);
       dup2(out[1], 1);
       dup2(err[1], 2);
