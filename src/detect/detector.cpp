@@ -88,19 +88,22 @@ double training_quantile(const Eigen::VectorXd& scores, double q) {
 // usual duration: a call quicker than usual is no fault, and one 7% slower than a very tight
 // mode is unusual to a density but not to anyone reading the report. Likewise a collective
 // flagged mostly for its wait for a late rank must have waited clearly longer than usual.
-// The straggling wait in us of row r (-1: the group has no such feature).
-double straggling_us(const std::vector<std::string>& features, const Eigen::MatrixXd& x,
-                     Eigen::Index r) {
+// The column of the straggling wait among a group's features; -1: it has none.
+Eigen::Index straggler_column(const std::vector<std::string>& features) {
   auto f = std::find(features.begin(), features.end(), "log_straggler_wait_10us");
-  if (f == features.end()) return -1;
-  return std::expm1(x(r, Eigen::Index(f - features.begin()))) * kStragglerWaitUnitUs;
+  return f == features.end() ? -1 : Eigen::Index(f - features.begin());
+}
+// The straggling wait in us of row r, in that column.
+double straggling_us(const Eigen::MatrixXd& x, Eigen::Index r, Eigen::Index column) {
+  return std::expm1(x(r, column)) * kStragglerWaitUnitUs;
 }
 
 // GroupModel::wait_tail_us of training samples x: their (1 - q) quantile of straggling waits.
 double wait_tail_us(const std::vector<std::string>& features, const Eigen::MatrixXd& x, double q) {
-  if (x.rows() == 0 || straggling_us(features, x, 0) < 0) return 0;
+  Eigen::Index column = straggler_column(features);
+  if (x.rows() == 0 || column < 0) return 0;
   std::vector<double> us(size_t(x.rows()));
-  for (Eigen::Index r = 0; r < x.rows(); ++r) us[size_t(r)] = straggling_us(features, x, r);
+  for (Eigen::Index r = 0; r < x.rows(); ++r) us[size_t(r)] = straggling_us(x, r, column);
   auto at = us.begin() + std::ptrdiff_t(std::min(double(us.size() - 1),
                                                  std::floor((1 - q) * double(us.size() - 1))));
   std::nth_element(us.begin(), at, us.end());
@@ -285,9 +288,10 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   Eigen::MatrixXd x(Eigen::Index(idx.size()), t.values.cols());
   for (size_t r = 0; r < idx.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(Eigen::Index(idx[r]));
   GmmScores s = score_gmm(g.model, x);
+  Eigen::Index wait_column = g.wait_tail_us > 0 ? straggler_column(g.features) : -1;
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
-    double waited_us = g.wait_tail_us > 0 ? straggling_us(g.features, x, Eigen::Index(r)) : -1;
+    double waited_us = wait_column >= 0 ? straggling_us(x, Eigen::Index(r), wait_column) : -1;
     bool straggled = waited_us > std::max(2 * g.wait_tail_us, g.wait_tail_us + min_excess_us);
     if (!straggled && score >= g.threshold) continue;
     if (!straggled && not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us))
