@@ -117,10 +117,7 @@ std::function<int()> add_agent(CLI::App& app) {
     if ((opts->ring_mb & (opts->ring_mb - 1)) != 0)
       throw UsageError(
           fmt::format("--ring-mb {}: must be a power of two (e.g. 32, 64)", opts->ring_mb));
-    opts->layers.clear();
-    std::stringstream ss(*layers);
-    for (std::string item; std::getline(ss, item, ',');)
-      if (!item.empty()) opts->layers.push_back(item);
+    opts->layers = split_list("--layers", *layers, "auto");  // as record's: a stray comma is a typo
     return run_agent(*opts);
   };
 }

@@ -7,8 +7,15 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace eacgm::cli {
+
+// A comma-separated list given to `option` (record's and the agent's --layers, -p, ...): an
+// empty element (a stray comma) is a typo, and so is an empty list; `example` shows a good
+// value. Throws UsageError.
+std::vector<std::string> split_list(const std::string& option, const std::string& s,
+                                    const char* example);
 
 // What `eacgm record` writes when not told (-o): plain `eacgm detect` and `eacgm report` read it.
 inline constexpr const char* kDefaultRecording = "run.eacgm.db";

@@ -1,11 +1,32 @@
 // eacgm entry point: subcommand dispatch and the one place errors become messages and exit codes.
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "util/error.h"
 #include "util/inherited_signals.h"
 #include "version.h"
+
+namespace {
+
+// `eacgm --help` lists each subcommand in one line, as git and perf do: its description's first
+// line, to the first ": " or ". " (the detail and the examples are in `eacgm SUBCOMMAND --help`).
+class BriefSubcommands : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::string brief = sub->get_description();
+    brief = brief.substr(0, brief.find('\n'));
+    brief = brief.substr(0, std::min(brief.find(": "), brief.find(". ")));
+    if (!brief.empty() && brief.back() == '.') brief.pop_back();
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), brief, column_width_);
+    return out.str();
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   eacgm::save_inherited_signals();
@@ -14,6 +35,7 @@ int main(int argc, char** argv) {
                "mixture models for what is not normal",
                "eacgm"};
   app.set_version_flag("--version", EACGM_VERSION);
+  app.formatter(std::make_shared<BriefSubcommands>());
   app.require_subcommand(1);
   std::map<CLI::App*, std::function<int()>> actions;
   auto reg = [&](std::function<int()> (*add)(CLI::App&)) {
@@ -29,6 +51,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_detect);
   reg(eacgm::cli::add_agent);
   reg(eacgm::cli::add_merge);
+  app.footer("eacgm SUBCOMMAND --help: its options, what it writes, examples");  // (after: not theirs)
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -16,8 +16,8 @@ std::function<int()> add_merge(CLI::App& app) {
   auto options = std::make_shared<MergeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "merge",
-      "Merge recordings of one distributed job made on several hosts (one eacgm record or "
-      "flight recording per host) into one recording that report, detect and export read: "
+      "Merge the recordings of one distributed job, one per host, into one recording: one eacgm "
+      "record or flight recording per host in, one out that report, detect and export read; "
       "processes keep their host (renumbered where two hosts share a pid), and each host's "
       "clock is mapped onto the first recording's by the wall clocks, then refined on the c10d "
       "collectives the hosts share: no rank completes one before every rank has begun it, and "

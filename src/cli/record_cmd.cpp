@@ -9,10 +9,7 @@
 #include "util/error.h"
 
 namespace eacgm::cli {
-namespace {
 
-// A comma-separated list given to `option`: an empty element (a stray comma) is a typo, and so
-// is an empty list; `example` shows a good value.
 std::vector<std::string> split_list(const std::string& option, const std::string& s,
                                     const char* example) {
   std::vector<std::string> out;
@@ -29,7 +26,6 @@ std::vector<std::string> split_list(const std::string& option, const std::string
   return out;
 }
 
-}  // namespace
 
 std::function<int()> add_record(CLI::App& app) {
   auto opts = std::make_shared<RecordOptions>();
@@ -88,8 +84,7 @@ std::function<int()> add_record(CLI::App& app) {
                   "goes at a fraction of that)");
   CLI::Option* former = cmd->add_option("--python-filter", opts->python_calls,
                   "the former name of --python-calls (it now also turns per-call timing on)")
-      ->excludes(python_calls)
-      ->group("");
+      ->group("");  // (not excludes(): --help would print "Excludes:" and a hidden name)
   cmd->add_option("--python-stack-depth", opts->python_stack_depth,
                   "python layer: innermost Python frames kept for each cuda/comm/torch call "
                   "(at most 32; each costs about 0.25 us per call; CPU profile samples keep 32)")
@@ -136,6 +131,9 @@ std::function<int()> add_record(CLI::App& app) {
   cmd->positionals_at_end();
 
   return [cmd, opts, pids, layers, torch_ops, python_calls, former]() {
+    if (python_calls->count() && former->count())
+      throw UsageError(
+          "--python-filter is the former name of --python-calls: give --python-calls only");
     if ((python_calls->count() || former->count()) && opts->python_calls.empty())
       throw UsageError(
           "--python-calls '': name the functions to time (e.g. user, or mypkg.*), or leave "

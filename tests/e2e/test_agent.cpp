@@ -95,6 +95,13 @@ TEST_F(Agent, BadListenAddressIsAUsageError) {
   EXPECT_NE(match.err.find("--match train(: not a regular expression"), std::string::npos)
       << match.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/none")) << "nothing made on a usage error";
+  // --layers as record reads it: a stray comma is a typo (it was dropped silently before)
+  auto layers = run({kEacgm, "agent", "--layers", "cuda,,host", "--state-dir", dir_ + "/none"},
+                    {}, 20);
+  EXPECT_EQ(layers.exit_code, 2) << layers.err;
+  EXPECT_NE(layers.err.find("--layers cuda,,host: an empty element"), std::string::npos)
+      << layers.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/none"));
   // the port the agent holds is refused with a line that says so
   auto busy = run({kEacgm, "agent", "--listen", "127.0.0.1:" + std::to_string(port_),
                    "--allow-second-agent", "--state-dir", dir_ + "/busy"},

@@ -249,7 +249,12 @@ TEST_F(RecordingTest, PythonBadFilterIsAUsageError) {
   auto both = run({kEacgm, "record", "-q", "-o", db_, "--python-calls", "user",
                    "--python-filter", "user", "--", "/bin/true"});
   EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("give --python-calls only"), std::string::npos) << both.err;
   EXPECT_FALSE(std::filesystem::exists(db_));
+  // and --help says nothing of the hidden former name (an empty "Excludes:" until session 25)
+  auto help = run({kEacgm, "record", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.find("Excludes"), std::string::npos) << help.out;
 }
 
 // The python layer by itself costs no probe per Python call: it reads the Python stacks of the
