@@ -12,11 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "detect/call_context.h"
+#include "detect/features.h"  // kStragglerWaitUnitUs
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "util/error.h"
 
 namespace eacgm {
 namespace {
+
+// How long after its end a collective's call may wait for its instance to be matched (every
+// rank's row of it comes within milliseconds on one node) before it is scored without.
+constexpr uint64_t kPeerWaitGraceNs = 1'000'000'000;
 
 detect::OnlineOptions online_options(const DetectionOptions& o) {
   detect::OnlineOptions d;
@@ -78,8 +83,9 @@ void DetectionSink::worker() {
   }
 }
 
-void DetectionSink::add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
-                             uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes) {
+DetectionSink::CallGroup* DetectionSink::add_call(const char* layer, std::string_view name,
+                                                 uint64_t ts, uint64_t dur, uint32_t pid,
+                                                 uint32_t tid, int64_t runq, int64_t bytes) {
   windows_.add_call(layer, pid, ts, dur, runq);
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
@@ -90,7 +96,7 @@ void DetectionSink::add_call(const char* layer, std::string_view name, uint64_t 
                 "eacgm: agent: %zu operations have models; later new ones are not modelled\n",
                 groups_.size());
       warned_groups_ = true;
-      return;
+      return nullptr;
     }
     CallGroup g;
     g.layer = layer;
@@ -105,34 +111,26 @@ void DetectionSink::add_call(const char* layer, std::string_view name, uint64_t 
   g.pid.push_back(pid);
   g.tid.push_back(tid);
   g.runq.push_back(runq);
-  // as detect's call features: the duration net of the thread's wait for a CPU
-  int64_t net = int64_t(dur) - std::max<int64_t>(runq, 0);
-  g.log_dur.push_back(std::log(double(std::max<int64_t>(net, 1)) / 1e3));
   g.log_bytes.push_back(bytes >= 0 ? std::log2(1.0 + double(bytes)) : 0.0);
+  return &g;
 }
 
 void DetectionSink::add(const CudaCallRow& r) {
   add_call("cuda", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
 }
 void DetectionSink::add(const CommCallRow& r) {
-  add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
-  for (auto& inst : collectives_.add(r))
-    for (size_t i = 0; i < inst.calls.size() && inst.all_ranks; ++i) {
-      std::pair<uint32_t, uint64_t> key{inst.calls[i].pid, inst.calls[i].ts};
-      if (peer_waits_.insert_or_assign(key, inst.waits[i]).second) peer_wait_order_.push_back(key);
-    }
-  // a minute of calls is kept: a reported anomaly is at most a burst window old
-  while (!peer_wait_order_.empty() && peer_wait_order_.front().second + 60'000'000'000ull < r.ts_ns) {
-    peer_waits_.erase(peer_wait_order_.front());
-    peer_wait_order_.pop_front();
-  }
+  CallGroup* g = add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
+  if (g && collectives_ && r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks &&
+      is_collective(std::string(r.name)))
+    g->collective = true;
 }
 
 void DetectionSink::explain_waits(std::vector<AgentAnomaly>& found) {
+  if (!collectives_) return;
   for (auto& [a, process] : found) {
     if (a.layer != "comm") continue;
-    auto w = peer_waits_.find({a.pid, a.ts_ns});
-    if (w != peer_waits_.end()) detect::explain_wait(w->second, on_host_, a);
+    if (const PeerWait* w = collectives_->find(a.pid, a.ts_ns))
+      detect::explain_wait(*w, on_host_, a);
   }
 }
 void DetectionSink::add(const TorchCallRow& r) {
@@ -150,24 +148,57 @@ void DetectionSink::add(const ProcessExitRow& r) {
 }
 
 void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
+  uint64_t now = monotonic_now_ns();
   for (CallGroup& g : groups_) {
     if (g.ts.empty()) continue;
+    // A collective's calls are scored once their instance was matched, or, for calls it never
+    // will be (a rank on another node, a lost call), kPeerWaitGraceNs after they ended; in
+    // order, so the first call still waiting holds the later ones.
+    size_t n = g.ts.size();
+    std::vector<const PeerWait*> waits(n, nullptr);
+    if (g.collective)
+      for (size_t i = 0; i < n; ++i) {
+        waits[i] = collectives_->find(g.pid[i], g.ts[i]);
+        g.peers |= waits[i] != nullptr;
+        if (!waits[i] && now < g.ts[i] + g.dur[i] + kPeerWaitGraceNs) {
+          n = i;
+          break;
+        }
+      }
+    if (n == 0) continue;
     detect::FeatureTable t;
     t.layer = g.layer;
     t.name = g.name;
     t.group = g.layer + "/" + g.name;
     t.feature_names = {"log_duration_us"};
     if (g.bytes) t.feature_names.push_back("log2_bytes");
-    t.values.resize(Eigen::Index(g.ts.size()), Eigen::Index(t.feature_names.size()));
-    for (size_t i = 0; i < g.ts.size(); ++i) {
-      t.values(Eigen::Index(i), 0) = g.log_dur[i];
-      if (g.bytes) t.values(Eigen::Index(i), 1) = g.log_bytes[i];
+    if (g.peers) t.feature_names.push_back("log_straggler_wait_10us");
+    t.values.resize(Eigen::Index(n), Eigen::Index(t.feature_names.size()));
+    for (size_t i = 0; i < n; ++i) {
+      // as detect's call features: the duration net of the thread's wait for a CPU, and of a
+      // collective's wait for the last rank, whose straggling part is a feature of its own
+      int64_t net = int64_t(g.dur[i]) - std::max<int64_t>(g.runq[i], 0);
+      if (waits[i]) net -= int64_t(waits[i]->wait_ns);
+      Eigen::Index c = 0;
+      t.values(Eigen::Index(i), c++) = std::log(double(std::max<int64_t>(net, 1)) / 1e3);
+      if (g.bytes) t.values(Eigen::Index(i), c++) = g.log_bytes[i];
+      if (g.peers)
+        t.values(Eigen::Index(i), c++) =
+            waits[i] ? std::log1p(double(waits[i]->straggling_ns()) / 1e3 /
+                                  detect::kStragglerWaitUnitUs)
+                     : 0.0;
     }
-    t.ts_ns = std::move(g.ts);
-    t.dur_ns = std::move(g.dur);
-    t.pid = std::move(g.pid);
-    t.tid = std::move(g.tid);
-    t.runq_ns = std::move(g.runq);
+    auto take = [n](auto& v) {
+      std::remove_reference_t<decltype(v)> head(v.begin(), v.begin() + std::ptrdiff_t(n));
+      v.erase(v.begin(), v.begin() + std::ptrdiff_t(n));
+      return head;
+    };
+    t.ts_ns = take(g.ts);
+    t.dur_ns = take(g.dur);
+    t.pid = take(g.pid);
+    t.tid = take(g.tid);
+    t.runq_ns = take(g.runq);
+    take(g.log_bytes);
     std::vector<bool> judged(t.ts_ns.size(), true);
     for (size_t i = 0; i < t.ts_ns.size(); ++i)
       // a process's first call as this flush's batches show it (within a flush of the truth)
@@ -182,8 +213,6 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
       g.last_score = detect::score_gmm(m->model, last).component_log_density(0);
       g.scored = true;
     }
-    g.ts.clear(), g.dur.clear(), g.pid.clear(), g.tid.clear(), g.runq.clear();
-    g.log_dur.clear(), g.log_bytes.clear();
   }
 }
 

@@ -13,11 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/node_collectives.h"
 #include "agent/windows.h"
 #include "detect/online.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
-#include "report/collectives.h"
 
 namespace eacgm {
 
@@ -65,6 +65,10 @@ class DetectionSink final : public Sink {
   // Saves the current models (atomically: a new file renamed over the old). Returns "" or why not.
   std::string save_models();
 
+  // Where the straggler of a matched collective is looked up (the agent's NodeCollectives);
+  // without, slow collectives are judged but their late rank not named.
+  void use_collectives(const NodeCollectives& c) { collectives_ = &c; }
+
   // What /metrics shows of the models: per group with a model, its last score and threshold.
   std::vector<ModelState> states() const;
   size_t models() const { return detector_.fitted(); }
@@ -74,15 +78,21 @@ class DetectionSink final : public Sink {
   struct CallGroup {
     std::string layer, name;
     bool bytes = false;  // the operation moves data: log2 of its bytes is a feature
+    // a collective of ranks that NodeCollectives matches: its calls wait (up to
+    // kPeerWaitGraceNs) for their instance, and once one was matched, the straggling wait is a
+    // feature and the duration is net of the wait for the last rank (as detect's)
+    bool collective = false, peers = false;
+    // the calls not scored yet
     std::vector<uint64_t> ts, dur;
     std::vector<uint32_t> pid, tid;
     std::vector<int64_t> runq;
-    std::vector<double> log_dur, log_bytes;
+    std::vector<double> log_bytes;
     double last_score = 0;
     bool scored = false;
   };
-  void add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur, uint32_t pid,
-                uint32_t tid, int64_t runq, int64_t bytes);
+  // the call's group (nullptr: not modelled)
+  CallGroup* add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
+                      uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes);
   void score_calls(std::vector<AgentAnomaly>& out);
   // names the late rank in the collective anomalies whose instance was matched (detect's rule)
   void explain_waits(std::vector<AgentAnomaly>& found);
@@ -99,11 +109,7 @@ class DetectionSink final : public Sink {
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
-  // Collectives of this node's ranks matched as they come, and each matched call's peer wait
-  // by (pid, start), for the last minute of calls
-  CollectiveMatcher collectives_;
-  std::map<std::pair<uint32_t, uint64_t>, PeerWait> peer_waits_;
-  std::deque<std::pair<uint32_t, uint64_t>> peer_wait_order_;  // as they came, to forget them
+  const NodeCollectives* collectives_ = nullptr;
   std::string on_host_;  // " on host NAME"
   // when each live process's first call came (its warm-up runs from there), and the pids that
   // exited since the last flush (forgotten after their last calls are scored)

@@ -65,11 +65,10 @@ void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a) {
   if (a.layer != "comm" || !a.dur_ns) return;
   double quarter = 0.25 * double(a.dur_ns);
   if (double(w.straggling_ns()) >= quarter) {
-    // (detect's model has the wait as a feature and names it already; the agent's judges the
-    // duration, which the wait made long)
-    std::string slow = fmt::format("slow collective: {}", a.name);
-    if (a.cause.starts_with(slow))
-      a.cause.replace(0, slow.size(), fmt::format("straggling rank: {} waited for a peer", a.name));
+    // A collective flagged as slow was judged on its duration net of every wait for the last
+    // rank (detect's and the agent's models alike): its own time stood out, not the lateness,
+    // which its wait feature would have named.
+    if (a.cause.starts_with("slow collective")) return;
     a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late (straggler)", w.last_rank,
                            w.last_pid, on_host, double(w.straggling_ns()) / 1e6);
   } else if (double(w.cpu_ns) >= quarter) {

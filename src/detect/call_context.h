@@ -53,9 +53,9 @@ class CallContext {
 // the previous collective's late completion explains adds nothing: that one was slow.
 void explain_waits(const Collectives& collectives, std::vector<Anomaly>& anomalies);
 // The same for one collective anomaly and its peer wait (detect's and the agent's one rule):
-// the cause gains the late rank ("; rank 1 (pid 4242 on host h) joined ..."), and a call
-// flagged for its duration but spent mostly waiting for a straggler becomes "straggling rank:
-// NAME waited for a peer". `on_host`: " on host NAME" or "".
+// the cause gains the late rank ("; rank 1 (pid 4242 on host h) joined ..."), except a "slow
+// collective", which was judged on its duration net of that wait (the lateness did not stand
+// out: its own time did). `on_host`: " on host NAME" or "".
 void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a);
 
 // Points each call anomaly that encloses others on its thread (a Python function around a slow

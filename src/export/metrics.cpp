@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "report/collectives.h"  // is_collective
+#include "report/collectives.h"
 
 namespace eacgm {
 namespace {
@@ -212,8 +212,6 @@ void MetricsSink::add(const CudaCallRow& r) {
 
 void MetricsSink::add(const CommCallRow& r) {
   count_call("comm", r.name, r.pid, r.dur_ns, r.ret != 0, r.bytes);
-  if (r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks && is_collective(std::string(r.name)))
-    match_collective(r);
   if (r.busbw_gbps > 0) {
     prometheus::Labels labels = process_labels(r.pid, false);
     labels["op"] = std::string(r.name);
@@ -222,30 +220,31 @@ void MetricsSink::add(const CommCallRow& r) {
   }
 }
 
+std::string MetricsSink::job_of(uint32_t pid) {
+  for (auto& [k, v] : process_labels(pid, false))
+    if (k == "job_id") return v;
+  return {};
+}
+
 // Every rank issues a communicator's collectives in the same order, so the k-th call of each
 // rank on this node is one instance (CollectiveMatcher: detect's and the agent's detector's
 // rule): the ranks that joined before the last waited for it, and the last one's straggling is
 // that wait less what its previous collective and its wait for a CPU explain. Only the ranks
 // this node runs are matched; a job across nodes is matched per node (its cross-node
 // stragglers: the fleet rules, or `eacgm merge`).
-void MetricsSink::match_collective(const CommCallRow& r) {
-  std::string job;
-  for (auto& [k, v] : process_labels(r.pid, false))
-    if (k == "job_id") job = v;
-  for (const auto& inst : collectives_[job].add(r)) {
-    uint64_t straggled = 0;
-    for (const PeerWait& w : inst.waits) straggled = std::max(straggled, w.straggling_ns());
-    for (size_t i = 0; i < inst.calls.size(); ++i) {
-      const RankCall& c = inst.calls[i];
-      prometheus::Labels labels = process_labels(c.pid, false);
-      labels.erase("process");
-      labels["op"] = std::string(r.name);
-      labels["rank"] = std::to_string(c.rank);
-      peer_wait_.Add(labels).Increment(double(inst.waits[i].wait_ns) / 1e9);
-      if (c.rank == inst.waits[i].last_rank) {
-        last_joined_.Add(labels).Increment();
-        straggling_.Add(labels).Increment(double(straggled) / 1e9);
-      }
+void MetricsSink::add_instance(std::string_view op, const CollectiveMatcher::Instance& inst) {
+  uint64_t straggled = 0;
+  for (const PeerWait& w : inst.waits) straggled = std::max(straggled, w.straggling_ns());
+  for (size_t i = 0; i < inst.calls.size(); ++i) {
+    const RankCall& c = inst.calls[i];
+    prometheus::Labels labels = process_labels(c.pid, false);
+    labels.erase("process");
+    labels["op"] = std::string(op);
+    labels["rank"] = std::to_string(c.rank);
+    peer_wait_.Add(labels).Increment(double(inst.waits[i].wait_ns) / 1e9);
+    if (c.rank == inst.waits[i].last_rank) {
+      last_joined_.Add(labels).Increment();
+      straggling_.Add(labels).Increment(double(straggled) / 1e9);
     }
   }
 }

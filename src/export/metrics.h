@@ -55,6 +55,11 @@ class MetricsSink final : public Sink {
   // Where a traced process's job identity comes from (the agent: /proc/PID); asked once per
   // process, at its first call. Without it, the job labels stay empty.
   std::function<JobIdentity(uint32_t pid)> identify;
+  // The job a process belongs to, as its labels say ("" when its launcher did not say).
+  std::string job_of(uint32_t pid);
+  // One collective instance of the ranks on this node (the agent's NodeCollectives matches
+  // them): each rank's wait for the last one, and that one's join and straggling.
+  void add_instance(std::string_view op, const CollectiveMatcher::Instance& inst);
 
   void set_agent_stats(const AgentStats& s);
   // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
@@ -113,13 +118,10 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& agent_processes_;
   prometheus::Family<prometheus::Counter>& agent_cpu_;
   prometheus::Family<prometheus::Gauge>& agent_rss_;
-  // Collectives of the ranks on this node matched instance by instance (see add(CommCallRow)).
-  void match_collective(const CommCallRow& r);
   prometheus::Family<prometheus::Counter>& peer_wait_;
   prometheus::Family<prometheus::Counter>& last_joined_;
   prometheus::Family<prometheus::Counter>& straggling_;
   prometheus::Family<prometheus::Counter>& bus_bytes_;
-  std::map<std::string, CollectiveMatcher> collectives_;  // by job
   prometheus::Family<prometheus::Counter>& anomalies_;
   prometheus::Family<prometheus::Gauge>& model_score_;
   prometheus::Family<prometheus::Gauge>& model_threshold_;

@@ -3,10 +3,11 @@
 //   record   RecordingWriter (the .eacgm.db); with --perfetto, the Perfetto trace is converted
 //            from the finished recording (export/exporter.h), so that it and `eacgm export`
 //            agree by construction.
-//   agent    [MatchFilter (--match) in front of] MetricsSink (/metrics), DetectionSink (the online
-//   detector: agent/detection.h;
-//            what it finds is logged, counted and stored by the agent) and FlightRecorder (the
-//            last minute in memory, written as a recording on demand: agent/flight.h).
+//   agent    [MatchFilter (--match) in front of] NodeCollectives (collectives matched once, for
+//            the next two), MetricsSink (/metrics), DetectionSink (the online detector:
+//            agent/detection.h; what it finds is logged, counted and stored by the agent) and
+//            FlightRecorder (the last minute in memory, written as a recording on demand:
+//            agent/flight.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "agent/detection.h"
 #include "agent/flight.h"
 #include "agent/match_filter.h"
+#include "agent/node_collectives.h"
 #include "export/metrics.h"
 #include "pipeline/sink.h"
 #include "store/recording.h"
@@ -60,6 +62,7 @@ class AgentSinks {
   MetricsSink metrics_;
   DetectionSink detection_;
   FlightRecorder flight_;
+  NodeCollectives collectives_;
   SinkFanout fanout_;
   std::unique_ptr<MatchFilter> match_;
 };

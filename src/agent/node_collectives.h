@@ -1,0 +1,46 @@
+// The collectives of this node's ranks, matched once, instance by instance as their calls end
+// (report/collectives.h's CollectiveMatcher, one per job: two jobs' communicators never mix),
+// for every sink of the agent that counts or judges them: the metrics count each instance's
+// waits (a listener), the detector names the straggler in the anomalies of matched calls
+// (find()). A sink in the agent's fanout, before those that use it.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pipeline/sink.h"
+#include "report/collectives.h"
+
+namespace eacgm {
+
+class NodeCollectives final : public Sink {
+ public:
+  using Listener = std::function<void(std::string_view op, const CollectiveMatcher::Instance&)>;
+  // `job_of` names a process's job ("" when its launcher did not say).
+  explicit NodeCollectives(std::function<std::string(uint32_t pid)> job_of)
+      : job_of_(std::move(job_of)) {}
+  // Called with every instance matched, on the pipeline's thread.
+  void on_instance(Listener l) { listeners_.push_back(std::move(l)); }
+
+  void add(const CommCallRow& r) override;
+  void add(const ProcessExitRow& r) override { jobs_.erase(r.pid); }
+
+  // The peer wait of the call that `pid` started at `ts_ns`, if its instance was matched among
+  // every rank of its communicator in the last minute of calls; nullptr otherwise.
+  const PeerWait* find(uint32_t pid, uint64_t ts_ns) const;
+
+ private:
+  std::function<std::string(uint32_t)> job_of_;
+  std::vector<Listener> listeners_;
+  std::map<uint32_t, std::string> jobs_;               // pid -> job, for the live processes
+  std::map<std::string, CollectiveMatcher> matchers_;  // by job
+  std::map<std::pair<uint32_t, uint64_t>, PeerWait> peer_waits_;  // (pid, start)
+  std::deque<std::pair<uint32_t, uint64_t>> order_;  // as they came, to forget them
+};
+
+}  // namespace eacgm
