@@ -95,7 +95,12 @@ inline void expect_drawn(const Rendered& r, const std::vector<std::string>& char
   EXPECT_EQ(r.log.find("Uncaught"), std::string::npos) << r.log.substr(0, 4000);
   for (const auto& id : charts) {
     ASSERT_TRUE(r.check.at("charts").contains(id)) << "no chart " << id << ": " << r.check.dump();
-    EXPECT_GT(r.check.at("charts").at(id).at("inked").get<int>(), 100)
+    // Lines, areas, bars and heat cells ink far more than 100 pixels of a plot. The anomalies'
+    // timeline holds only their crosses, and a recording with a single anomaly has one: 58
+    // pixels (the demo beside a busy loop, where only the noisy neighbour stood out); each
+    // anomaly's own mark is checked below.
+    int least = id == "timeline" ? 40 : 100;
+    EXPECT_GT(r.check.at("charts").at(id).at("inked").get<int>(), least)
         << "chart " << id << " has no marks: " << r.check.dump();
   }
   const auto& a = r.check.at("anomalies");
