@@ -12,6 +12,16 @@ Only the second half (the detect period) is scored.
 For eacgm, "cause" is the share of the fault windows it found where one of its anomalies there
 names the right kind of cause (CAUSES below: the layer or resource at fault, as a reader of the
 report would need it), e.g. "CPU interference" for the CPU hog, not "slow collectives".
+
+Online (eval/run --online: the scenario ran beside a plain `eacgm agent`), the unit is the
+agent's window (1 s, on the same clock: multiples of a second of CLOCK_MONOTONIC), the scored
+period runs from the job's start plus the agent's --train-seconds to its end, and the anomalies
+are those the agent stored. No baselines: they have no online form here.
+
+  score.py OUT SCENARIO...                     offline scores
+  score.py --online OUT SCENARIO...            online scores
+  score.py [--online] --summary OUT1,OUT2 SCENARIO...
+  score.py --agent-store ANOMALIES.db T0 T1 FROM   the agent's anomalies as JSON (for eval/run)
 """
 import glob
 import json
@@ -143,7 +153,46 @@ def scores(out, name):
     return truth, out
 
 
-def summary(outs, names):
+def agent_store(db, t0, t1, scored_from):
+    """What an agent stored, with the job's time, as eval/run --online keeps it (online.json)."""
+    import sqlite3
+    anomalies = []
+    if os.path.exists(db):
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        for ts, dur, layer, name, pid, cause, score, threshold in con.execute(
+                "SELECT ts_ns, dur_ns, layer, name, pid, cause, score, threshold FROM anomalies "
+                "ORDER BY ts_ns"):
+            anomalies.append({"ts_ns": ts, "dur_ns": dur, "layer": layer, "name": name,
+                              "pid": pid, "cause": cause or "", "score": score,
+                              "threshold": threshold})
+    json.dump({"start_ns": t0, "end_ns": t1, "scored_from_ns": scored_from,
+               "window_ns": 1_000_000_000, "anomalies": anomalies}, sys.stdout, indent=1)
+
+
+def online_scores(out, name):
+    """method -> (windows, faulty, acc, prec, recall, F1[, cause]) of the agent's anomalies."""
+    d = f"{out}/{name}"
+    truth = json.load(open(f"{d}/truth.json"))
+    run = json.load(open(f"{d}/online.json"))
+    w = run["window_ns"]
+    first, last = run["start_ns"] // w, -(-run["end_ns"] // w)
+    ts = np.arange(first, last, dtype=np.int64) * w
+    table = {"ts_ns": ts, "dur_ns": np.full(len(ts), w, dtype=np.int64)}
+    y = labels(table, truth["intervals"])
+    test = ts >= run["scored_from_ns"]
+    an = run["anomalies"]
+    methods = {
+        "agent (GMM)": flagged_by_detect(table, an),
+        "agent windows": flagged_by_detect(table, [a for a in an if a["layer"] == "window"]),
+        "agent calls": flagged_by_detect(table, [a for a in an if a["layer"] != "window"]),
+    }
+    res = {m: (int(test.sum()), int(y[test].sum())) + metrics(y[test], p[test])
+           for m, p in methods.items()}
+    res["agent (GMM)"] += (cause_share(table, y, test, an, truth["fault"]),)
+    return truth, res
+
+
+def summary(outs, names, scores=scores):
     """Mean and standard deviation of each score over several runs."""
     print(f"over {len(outs)} runs: mean +- standard deviation")
     print(f"{'fault':<18} {'layer':<6} {'method':<17} {'acc':>12} {'prec':>12} {'recall':>12} "
@@ -161,13 +210,19 @@ def summary(outs, names):
 
 
 def main():
-    if sys.argv[1] == "--summary":
-        return summary(sys.argv[2].split(","), sys.argv[3:])
-    out, names = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    if args[0] == "--agent-store":
+        return agent_store(args[1], *(int(a) for a in args[2:5]))
+    score = scores
+    if args[0] == "--online":
+        score, args = online_scores, args[1:]
+    if args[0] == "--summary":
+        return summary(args[1].split(","), args[2:], score)
+    out, names = args[0], args[1:]
     print(f"{'fault':<18} {'layer':<6} {'method':<17} {'windows':>7} {'faulty':>6} "
           f"{'acc':>6} {'prec':>6} {'recall':>6} {'F1':>6} {'cause':>6}")
     for name in names:
-        truth, results = scores(out, name)
+        truth, results = score(out, name)
         for method, (windows, faulty, acc, prec, rec, f1, *cause) in results.items():
             print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {windows:>7} "
                   f"{faulty:>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}"

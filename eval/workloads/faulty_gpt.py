@@ -1,6 +1,8 @@
 """The tiny GPT training loop of the tests with a fault switch, for eval/run.
 
 Usage: faulty_gpt.py STEPS FAULT TRUTH.json [START_FRAC END_FRAC PROB DELAY_MS]
+STEPS is a number of steps, or a duration such as 110s (eval/run --online: a job long enough for
+the agent to learn it first); the fractions below are then of that time.
 FAULT is one of:
   python  Block.forward sleeps DELAY_MS (a slow Python function, like pytorchfi's delays)
   torch   aten::gelu runs DELAY_MS longer: its CPU kernel is replaced by one, in Python
@@ -28,7 +30,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import tiny_gpt  # noqa: E402
 
-steps, fault, truth_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+fault, truth_path = sys.argv[2], sys.argv[3]
+# "110s": run for that long, and every fraction below is of the time, not of the steps
+seconds = float(sys.argv[1][:-1]) if sys.argv[1].endswith("s") else 0.0
+steps = 0 if seconds else int(sys.argv[1])
 start_frac, end_frac, prob, delay_ms = (float(a) for a in (sys.argv[4:8] or [0.6, 0.8, 0.2, 5]))
 rng = random.Random(1)
 active = False
@@ -80,11 +85,18 @@ if dataset:
         pass
     order = []
 signal_frac, _, signal_path = os.environ.get("EVAL_SIGNAL", "").partition(":")
-signal_step = int(float(signal_frac) * steps) if signal_path else -1
-for step in range(steps):
-    if step == signal_step:
+signal_at = float(signal_frac) if signal_path else -1.0
+signalled = False
+t_start, step = time.monotonic(), 0
+while True:
+    progress = (time.monotonic() - t_start) / seconds if seconds else step / steps
+    if progress >= 1:
+        break
+    if not signalled and signal_at >= 0 and progress >= signal_at:
         open(signal_path, "w").close()
-    active = fault != "none" and start_frac * steps <= step < end_frac * steps
+        signalled = True
+    active = fault != "none" and start_frac <= progress < end_frac
+    step += 1
     if dataset:
         # 1 MiB per step, of which the batch uses its first B x T bytes
         if not order:
@@ -101,4 +113,4 @@ for step in range(steps):
 layer = {"python": "python", "torch": "torch"}.get(fault, "none")
 with open(truth_path, "w") as f:
     json.dump({"fault": f"{fault}_latency", "layer": layer, "intervals": intervals}, f)
-print(f"steps {steps} faulty calls {len(intervals)}")
+print(f"steps {step} faulty calls {len(intervals)}")
