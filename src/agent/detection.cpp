@@ -120,7 +120,8 @@ void DetectionSink::add(const CudaCallRow& r) {
 }
 void DetectionSink::add(const CommCallRow& r) {
   CallGroup* g = add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
-  if (g && collectives_ && r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks &&
+  // (the name's kind once per group: its rows need no string of their own)
+  if (g && !g->collective && collectives_ && r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks &&
       is_collective(std::string(r.name)))
     g->collective = true;
 }
@@ -155,7 +156,7 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     // will be (a rank on another node, a lost call), kPeerWaitGraceNs after they ended; in
     // order, so the first call still waiting holds the later ones.
     size_t n = g.ts.size();
-    std::vector<const PeerWait*> waits(n, nullptr);
+    std::vector<const PeerWait*> waits(g.collective ? n : 0, nullptr);  // (no allocation else)
     if (g.collective)
       for (size_t i = 0; i < n; ++i) {
         waits[i] = collectives_->find(g.pid[i], g.ts[i]);
@@ -177,16 +178,15 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     for (size_t i = 0; i < n; ++i) {
       // as detect's call features: the duration net of the thread's wait for a CPU, and of a
       // collective's wait for the last rank, whose straggling part is a feature of its own
+      const PeerWait* w = g.collective ? waits[i] : nullptr;
       int64_t net = int64_t(g.dur[i]) - std::max<int64_t>(g.runq[i], 0);
-      if (waits[i]) net -= int64_t(waits[i]->wait_ns);
+      if (w) net -= int64_t(w->wait_ns);
       Eigen::Index c = 0;
       t.values(Eigen::Index(i), c++) = std::log(double(std::max<int64_t>(net, 1)) / 1e3);
       if (g.bytes) t.values(Eigen::Index(i), c++) = g.log_bytes[i];
       if (g.peers)
         t.values(Eigen::Index(i), c++) =
-            waits[i] ? std::log1p(double(waits[i]->straggling_ns()) / 1e3 /
-                                  detect::kStragglerWaitUnitUs)
-                     : 0.0;
+            w ? std::log1p(double(w->straggling_ns()) / 1e3 / detect::kStragglerWaitUnitUs) : 0.0;
     }
     auto take = [n](auto& v) {
       std::remove_reference_t<decltype(v)> head(v.begin(), v.begin() + std::ptrdiff_t(n));

@@ -26,7 +26,6 @@ std::vector<std::string> split_list(const std::string& option, const std::string
   return out;
 }
 
-
 std::function<int()> add_record(CLI::App& app) {
   auto opts = std::make_shared<RecordOptions>();
   auto pids = std::make_shared<std::string>();

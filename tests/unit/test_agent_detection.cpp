@@ -482,7 +482,8 @@ TEST(DetectionSink, CollectivesJudgedNetOfTheirWaitForTheLastRank) {
   };
   int k = 0;
   for (; k < 2000; ++k) step(k, false);
-  for (int i = 0; i < 500 && sink.models() == 0; ++i) {
+  // (a wait for the refit thread, not a bound: a fit of 4,000 calls takes milliseconds)
+  for (int i = 0; i < 3000 && sink.models() == 0; ++i) {
     sink.flush();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
