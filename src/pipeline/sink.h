@@ -13,9 +13,11 @@
 namespace eacgm {
 
 // A consumer of decoded events and samples. Every method is called on the pipeline's thread (the
-// record or agent loop), in time order per thread of the traced program; a sink that needs
-// another thread hands rows over itself. A sink keeps only what it needs: the defaults ignore.
-// String views in rows point to storage that lives as long as the pipeline.
+// record or agent loop), as calls return: a call nested in another reaches the sinks before it,
+// and a c10d collective when its work completes, so rows are not sorted by ts_ns (their entry
+// time); a sink that needs another thread hands rows over itself. A sink keeps only what it
+// needs: the defaults ignore. String views in rows point to storage that lives as long as the
+// pipeline.
 class Sink {
  public:
   virtual ~Sink() = default;

@@ -20,7 +20,7 @@ struct CallTracerOptions {
   uint64_t ring_bytes = 32ull << 20;   // power of two
   uint64_t wakeup_bytes = 256 * 1024;  // reader wakeup mark
   bool python = false;                 // the python layer: stacks for calls, eval probes
-  uint32_t python_stack_depth = 8;     // innermost Python frames kept per call (<= 14)
+  uint32_t python_stack_depth = 8;     // innermost Python frames kept per call (at most 32)
   uint32_t sample_hz = 0;              // CPU profile: samples per second of each traced thread
   bool off_cpu = false;                // off-CPU profile too, one sample per 1/sample_hz of waiting
 };

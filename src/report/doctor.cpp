@@ -95,7 +95,7 @@ void check_kernel(Doctor& d) {
 
 // The kernel features eacgm's BPF programs use, each probed on this kernel (libbpf loads a
 // tiny program or map; BTF names the newer ones), with the Linux version that brought it and
-// what is lost without it. README "Kernel requirements" lists the same.
+// what is lost without it. docs/requirements.md lists the same.
 void check_kernel_features(Doctor& d) {
   btf* vmlinux = btf__load_vmlinux_btf();
   auto has_btf_func = [&](const char* name) {

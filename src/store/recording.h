@@ -18,7 +18,8 @@ namespace eacgm {
 
 class Statements;  // store/sqlite_util.h
 
-// The schema every recording has (README.md, "The recording"). Exposed for tests and readers.
+// The schema every recording has (docs/recording.md has every column). Exposed for tests and
+// readers.
 extern const char* const kRecordingSchema;
 
 // The recording sink: what `record` and the flight recorder write.

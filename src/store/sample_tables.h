@@ -1,4 +1,4 @@
-// Inserts for the tables of the layers beyond cuda (comm, host, gpu).
+// Inserts for the tables of the layers beyond cuda (comm, torch, host, gpu).
 #pragma once
 #include <sqlite3.h>
 
