@@ -172,6 +172,7 @@ AgentSinks::AgentSinks(std::string hostname, DetectionOptions detection,
     metrics_.add_instance(op, inst);
   });
   detection_.use_collectives(collectives_);
+  detection_.use_flight(flight_);
   fanout_.attach(collectives_);
   fanout_.attach(metrics_);
   fanout_.attach(detection_);

@@ -221,7 +221,12 @@ void DetectionSink::flush() {
   score_calls(found);
   for (uint32_t pid : exited_) names_.erase(pid), first_call_.erase(pid);
   exited_.clear();
-  detect::FeatureTable w = windows_.take_complete(monotonic_now_ns());
+  uint64_t now = monotonic_now_ns();
+  if (flight_) {
+    auto [start, end] = flight_->busy();
+    if (start) windows_.quiet(start, end ? end : now);
+  }
+  detect::FeatureTable w = windows_.take_complete(now);
   if (!w.ts_ns.empty()) {
     for (auto& a : detector_.observe(w)) found.push_back({std::move(a), {}});
     if (const detect::GroupModel* m = detector_.model("window", "window")) {
@@ -248,7 +253,7 @@ void DetectionSink::flush() {
     unsaved_ |= model.has_value();
     detector_.install(job.training.group, std::move(model), job.at_ns);
   }
-  uint64_t now = monotonic_now_ns();
+  now = monotonic_now_ns();
   if (unsaved_ && !options_.models_path.empty() && now - last_save_ >= 60'000'000'000ull) {
     if (std::string e = save_models(); !e.empty()) fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
     last_save_ = now;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/flight.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
 #include "detect/online.h"
@@ -68,6 +69,9 @@ class DetectionSink final : public Sink {
   // Where the straggler of a matched collective is looked up (the agent's NodeCollectives);
   // without, slow collectives are judged but their late rank not named.
   void use_collectives(const NodeCollectives& c) { collectives_ = &c; }
+  // The agent's flight recorder: the windows in which it wrote a recording are not judged
+  // (OnlineWindows::quiet), since on a small node the write itself disturbs the jobs.
+  void use_flight(const FlightRecorder& f) { flight_ = &f; }
 
   // What /metrics shows of the models: per group with a model, its last score and threshold.
   std::vector<ModelState> states() const;
@@ -110,6 +114,7 @@ class DetectionSink final : public Sink {
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
   const NodeCollectives* collectives_ = nullptr;
+  const FlightRecorder* flight_ = nullptr;
   std::string on_host_;  // " on host NAME"
   // when each live process's first call came (its warm-up runs from there), and the pids that
   // exited since the last flush (forgotten after their last calls are scored)

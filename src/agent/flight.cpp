@@ -2,7 +2,9 @@
 #include "agent/flight.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,10 +146,19 @@ std::string FlightRecorder::last_error() const {
   return error_;
 }
 
+std::pair<uint64_t, uint64_t> FlightRecorder::busy() const {
+  std::lock_guard lock(mu_);
+  return {busy_start_, busy_end_};
+}
+
 // A copy of what is held goes to a thread that writes it; one recording at a time (the next
 // waits for the last: dumps are rare).
 void FlightRecorder::write(const Pending& p) {
   if (writer_.joinable()) writer_.join();
+  {
+    std::lock_guard lock(mu_);
+    busy_start_ = monotonic_now_ns(), busy_end_ = 0;
+  }
   struct Copy {
     std::vector<Held> rows;
     std::vector<ProcessRow> processes;
@@ -185,6 +196,10 @@ void FlightRecorder::write(const Pending& p) {
   c->meta.emplace_back("dropped_events", std::to_string(lost));
   std::string path = p.path;
   writer_ = std::thread([this, c, path] {
+    // The lowest priority (Linux: per thread, and the writer's own thread inherits it): a
+    // recording can wait, the jobs it was written for should not (on a 2-CPU node a normal
+    // priority writer took a CPU from them for seconds). Failing that, it goes on as it is.
+    setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
     std::string err;
     try {
       RecordingWriter w(path, false);
@@ -208,11 +223,12 @@ void FlightRecorder::write(const Pending& p) {
     } catch (const std::exception& e) {
       err = e.what();
     }
+    retain();
     {
       std::lock_guard lock(mu_);
       error_ = err.empty() ? "" : fmt::format("flight recording {}: {}", path, err);
+      busy_end_ = monotonic_now_ns();
     }
-    retain();
   });
 }
 

@@ -61,6 +61,9 @@ class FlightRecorder final : public Sink {
   uint64_t held_bytes() const { return bytes_; }
   // The last error writing a recording, or "".
   std::string last_error() const;
+  // When the last recording was written, on CLOCK_MONOTONIC: (start, end), end 0 while it is
+  // being written; (0, 0) before the first.
+  std::pair<uint64_t, uint64_t> busy() const;
 
  private:
   using Row = std::variant<CudaCallRow, CommCallRow, TorchCallRow, PythonCallRow, HostSampleRow,
@@ -93,6 +96,7 @@ class FlightRecorder final : public Sink {
   std::thread writer_;
   mutable std::mutex mu_;
   std::string error_;
+  uint64_t busy_start_ = 0, busy_end_ = 0;  // under mu_
 };
 
 }  // namespace eacgm

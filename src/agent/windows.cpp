@@ -157,6 +157,13 @@ void OnlineWindows::exited(uint32_t pid, uint64_t ts_ns) {
   traced_.erase(it);
 }
 
+void OnlineWindows::quiet(uint64_t from_ns, uint64_t to_ns) {
+  if (to_ns < from_ns) return;
+  uint64_t first = std::max(from_ns / window_ns_, next_), last = to_ns / window_ns_;
+  // (bounded: a clock gone wrong must not make a million windows)
+  for (uint64_t w = first; w <= last && w < first + 3600; ++w) windows_[w].changed = true;
+}
+
 detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
   detect::FeatureTable t;
   t.group = t.layer = t.name = "window";

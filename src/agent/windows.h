@@ -36,6 +36,10 @@ class OnlineWindows {
   void add(const HostSampleRow& r);
   void add(const GpuSample& r);
   void exited(uint32_t pid, uint64_t ts_ns);
+  // The agent itself was busy from `from_ns` to `to_ns` (writing a flight recording: on a small
+  // node that takes CPUs from the jobs): the windows it overlaps count as changes, neither
+  // judged nor learnt, so that the agent never reports its own interference as the jobs'.
+  void quiet(uint64_t from_ns, uint64_t to_ns);
 
   // The windows complete at `now_ns` that can be judged: at least one traced process, and no
   // traced process started or ended in them or in the two before (a job starting or ending is a

@@ -242,9 +242,14 @@ void MetricsSink::add_instance(std::string_view op, const CollectiveMatcher::Ins
     labels["op"] = std::string(op);
     labels["rank"] = std::to_string(c.rank);
     peer_wait_.Add(labels).Increment(double(inst.waits[i].wait_ns) / 1e9);
+    // Every rank's join and straggling counters exist from its first instance, at 0: a counter
+    // born at its first increment is invisible to rate() and increase() at that increment, so
+    // the straggler alert would miss a rank's first late steps.
+    prometheus::Counter& last = last_joined_.Add(labels);
+    prometheus::Counter& straggling = straggling_.Add(labels);
     if (c.rank == inst.waits[i].last_rank) {
-      last_joined_.Add(labels).Increment();
-      straggling_.Add(labels).Increment(double(straggled) / 1e9);
+      last.Increment();
+      straggling.Increment(double(straggled) / 1e9);
     }
   }
 }

@@ -81,6 +81,24 @@ TEST(OnlineWindows, FeaturesOfTheTracedProcessesOnceTheirSetIsSteady) {
   EXPECT_EQ(w.traced_processes(), 0u);
 }
 
+// The agent's own flight recording takes CPUs from the jobs on a small node: the windows it
+// overlaps count as changes (the window and the two after are neither judged nor learnt), and
+// a busy time in windows already handed out, or ending before it starts, changes nothing.
+TEST(OnlineWindows, WindowsInWhichTheAgentWroteARecordingAreNotJudged) {
+  OnlineWindows w(kSecond, kSecond / 4);
+  uint64_t t0 = 1000 * kSecond;
+  for (uint64_t ms = 0; ms < 14'000; ms += 10) w.add_call("cuda", 7, t0 + ms * 1'000'000, 20'000);
+  EXPECT_EQ(w.take_complete(t0 + 6 * kSecond + kSecond / 2).ts_ns.size(), 0u)
+      << "window 1003 (the process counts from it) and the two after are not judged";
+  w.quiet(t0 + 5 * kSecond, t0 + 5 * kSecond + kSecond / 2);  // handed out already: no effect
+  w.quiet(t0 + 12 * kSecond, t0 + 11 * kSecond);              // ends before it starts
+  w.quiet(t0 + 8 * kSecond + kSecond / 5, t0 + 9 * kSecond + kSecond / 10);  // 1008-1009
+  detect::FeatureTable t = w.take_complete(t0 + 20 * kSecond);
+  std::vector<uint64_t> judged;
+  for (uint64_t ts : t.ts_ns) judged.push_back(ts / kSecond - 1000);
+  EXPECT_EQ(judged, (std::vector<uint64_t>{6, 7, 12, 13}));
+}
+
 // Deferred refits: due groups are handed out once, scoring goes on meanwhile, and the model
 // installed later judges; models go through JSON and resume in a new detector.
 TEST(OnlineDetector, RefitsHandedOutAndModelsResumed) {
@@ -270,10 +288,17 @@ TEST_F(StateDir, FlightRecordingKeepsThePastAndRetainsBySize) {
   }
   f.flush();
   EXPECT_EQ(f.held_rows(), 10u);
+  EXPECT_EQ(f.busy(), (std::pair<uint64_t, uint64_t>{0, 0})) << "nothing written yet";
   std::string path = f.request("signal", 0);
   EXPECT_EQ(path.rfind(dir_ + "/flight-", 0), 0u) << path;
+  uint64_t before = monotonic_now_ns();
   f.finish();
+  uint64_t after = monotonic_now_ns();
   EXPECT_EQ(f.last_error(), "");
+  auto [busy_start, busy_end] = f.busy();  // when it wrote: what the detector leaves unjudged
+  EXPECT_GE(busy_start, before);
+  EXPECT_GE(busy_end, busy_start);
+  EXPECT_LE(busy_end, after);
   RecordingReader rec(path);
   int64_t calls = -1;
   rec.query("SELECT count(*) FROM trace WHERE name = 'cudaMalloc' AND pid = 42",
