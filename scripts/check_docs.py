@@ -33,7 +33,7 @@ def anchors(text):
     seen, out = {}, set()
     in_code = False
     for line in text.split("\n"):
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):
             in_code = not in_code
             continue
         m = None if in_code else re.match(r"^#{1,6} (.*)$", line)
@@ -99,16 +99,22 @@ def check_recording():
         problems.append(f"src/store/recording.cpp: found only {len(tables)} CREATE TABLE "
                         "statements: the check's parser needs updating")
     lines = doc.split("\n")
+    fenced, inside = [], False  # lines in code blocks: a "# comment" there is no heading
+    for l in lines:
+        if l.lstrip().startswith("```"):
+            inside = not inside
+        fenced.append(inside)
     for table, cols in tables.items():
         # the table's section: from a heading naming it to the next one of that level or above
         start = next((i for i, l in enumerate(lines)
-                      if re.match(r"^#{2,4} ", l) and re.search(rf"`{table}`", l)), None)
+                      if not fenced[i] and re.match(r"^#{2,4} ", l)
+                      and re.search(rf"`{table}`", l)), None)
         if start is None:
             problems.append(f"docs/recording.md: no heading for table `{table}`")
             continue
         level = len(lines[start]) - len(lines[start].lstrip("#"))
         end = next((i for i in range(start + 1, len(lines))
-                    if re.match(rf"^#{{1,{level}}} ", lines[i])), len(lines))
+                    if not fenced[i] and re.match(rf"^#{{1,{level}}} ", lines[i])), len(lines))
         section = "\n".join(lines[start:end])
         for col in cols:
             if f"`{col}`" not in section:
@@ -134,8 +140,13 @@ def check_metrics():
     return len(names)
 
 
+if not os.path.isdir(os.path.join(root, "docs")):
+    print(f"check_docs: no docs/ in {root}: run it from the repository (or give its root)")
+    sys.exit(1)
 docs = ["README.md"] + sorted("docs/" + f for f in os.listdir(os.path.join(root, "docs"))
                               if f.endswith(".md"))
+docs += [d for d in ("bench/README.md", "eval/README.md", "fuzz/README.md")
+         if os.path.isfile(os.path.join(root, d))]
 for d in docs:
     check_links(d)
 check_recording()

@@ -223,8 +223,10 @@ void DetectionSink::flush() {
   exited_.clear();
   uint64_t now = monotonic_now_ns();
   if (flight_) {
+    // (at most a minute of it: a write that never ends must not turn the windows off for good)
+    constexpr uint64_t kMaxQuietNs = 60'000'000'000ull;
     auto [start, end] = flight_->busy();
-    if (start) windows_.quiet(start, end ? end : now);
+    if (start) windows_.quiet(start, std::min(end ? end : now, start + kMaxQuietNs));
   }
   detect::FeatureTable w = windows_.take_complete(now);
   if (!w.ts_ns.empty()) {

@@ -156,8 +156,12 @@ std::pair<uint64_t, uint64_t> FlightRecorder::busy() const {
 void FlightRecorder::write(const Pending& p) {
   if (writer_.joinable()) writer_.join();
   {
+    // a write right after another (two due in one flush) extends its busy time rather than
+    // replacing it before the detector saw it
     std::lock_guard lock(mu_);
-    busy_start_ = monotonic_now_ns(), busy_end_ = 0;
+    uint64_t now = monotonic_now_ns();
+    if (!busy_start_ || now - busy_end_ > 5'000'000'000ull) busy_start_ = now;
+    busy_end_ = 0;
   }
   struct Copy {
     std::vector<Held> rows;
