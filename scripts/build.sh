@@ -17,6 +17,10 @@ case "${1:-}" in
   *) echo "build.sh: unknown argument '$1' (--release, or nothing)" >&2; exit 2 ;;
 esac
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEACGM_WERROR=ON >/dev/null
+# Ninja for a new tree: it compiles a target's files while the libraries it links are still
+# being built, which keeps both cores of a small machine busy; an existing tree keeps its own.
+generator=()
+[ -f build/CMakeCache.txt ] || generator=(-G Ninja)
+cmake "${generator[@]}" -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEACGM_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"
 [ "$release" = 0 ] || exec scripts/release.sh

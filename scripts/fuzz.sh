@@ -16,8 +16,10 @@ for t in "${targets[@]}"; do
   [ -d "fuzz/corpus/$t" ] || { echo "fuzz.sh: unknown target '$t' (one of: $(ls fuzz/corpus | tr '\n' ' '))" >&2; exit 2; }
 done
 out=${FUZZ_BUILD:-build-fuzz}
+generator=()
+[ -f "$out/CMakeCache.txt" ] || generator=(-G Ninja)  # as scripts/build.sh
 mkdir -p "$out/artifacts"
-if ! { cmake -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+if ! { cmake "${generator[@]}" -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
        cmake --build "$out" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}"); } \
     >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log" >&2

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev protobuf-compiler
