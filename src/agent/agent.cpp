@@ -311,6 +311,7 @@ int run_agent(const AgentOptions& given) {
                                          pipeline.probes(), sinks.metrics().traced_processes(),
                                          cpu_seconds(), resident_bytes()});
         sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
+        sinks.metrics().expire_series(now);
         sinks.flight().note_dropped(pipeline.counters().ring_drops);
         last_stats = now;
       }

@@ -184,6 +184,43 @@ prometheus::Labels MetricsSink::process_labels(uint32_t pid, bool with_pid) {
   return labels;
 }
 
+template <class T>
+T& MetricsSink::track(prometheus::Family<T>& family, T& series, uint32_t pid) {
+  auto [it, fresh] = tracked_.try_emplace(&series);
+  Tracked& t = it->second;
+  if (fresh) t.remove = [&family, s = &series] { family.Remove(s); };
+  if (t.pids.insert(pid).second) {
+    t.idle_since_ns.reset();
+    tracked_by_pid_[pid].push_back(&series);
+  }
+  return series;
+}
+
+void MetricsSink::release(uint32_t pid) {
+  auto it = tracked_by_pid_.find(pid);
+  if (it == tracked_by_pid_.end()) return;
+  for (const void* s : it->second)
+    if (auto t = tracked_.find(s); t != tracked_.end()) t->second.pids.erase(pid);
+  tracked_by_pid_.erase(it);
+}
+
+void MetricsSink::expire_series(uint64_t now_ns, uint64_t linger_ns) {
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    Tracked& t = it->second;
+    if (!t.pids.empty()) {
+      ++it;
+      continue;
+    }
+    if (!t.idle_since_ns) t.idle_since_ns = now_ns;
+    if (now_ns - *t.idle_since_ns < linger_ns) {
+      ++it;
+      continue;
+    }
+    t.remove();
+    it = tracked_.erase(it);
+  }
+}
+
 MetricsSink::CallMetrics& MetricsSink::call_metrics(const char* layer, std::string_view op,
                                                     uint32_t pid) {
   auto& by_op = calls_by_pid_[pid];
@@ -192,8 +229,9 @@ MetricsSink::CallMetrics& MetricsSink::call_metrics(const char* layer, std::stri
   prometheus::Labels labels = process_labels(pid, false);
   labels["layer"] = layer;
   labels["op"] = std::string(op);
-  CallMetrics m{&calls_.Add(labels), &errors_.Add(labels), &bytes_.Add(labels),
-                &seconds_.Add(labels, duration_buckets())};
+  CallMetrics m{&track(calls_, calls_.Add(labels), pid), &track(errors_, errors_.Add(labels), pid),
+                &track(bytes_, bytes_.Add(labels), pid),
+                &track(seconds_, seconds_.Add(labels, duration_buckets()), pid)};
   return by_op.emplace(op.data(), m).first->second;
 }
 
@@ -216,7 +254,8 @@ void MetricsSink::add(const CommCallRow& r) {
     prometheus::Labels labels = process_labels(r.pid, false);
     labels["op"] = std::string(r.name);
     if (r.rank >= 0) labels["rank"] = std::to_string(r.rank);
-    bus_bytes_.Add(labels).Increment(r.busbw_gbps * 1e9 * double(r.dur_ns) / 1e9);
+    track(bus_bytes_, bus_bytes_.Add(labels), r.pid)
+        .Increment(r.busbw_gbps * 1e9 * double(r.dur_ns) / 1e9);
   }
 }
 
@@ -241,12 +280,12 @@ void MetricsSink::add_instance(std::string_view op, const CollectiveMatcher::Ins
     labels.erase("process");
     labels["op"] = std::string(op);
     labels["rank"] = std::to_string(c.rank);
-    peer_wait_.Add(labels).Increment(double(inst.waits[i].wait_ns) / 1e9);
+    track(peer_wait_, peer_wait_.Add(labels), c.pid).Increment(double(inst.waits[i].wait_ns) / 1e9);
     // Every rank's join and straggling counters exist from its first instance, at 0: a counter
     // born at its first increment is invisible to rate() and increase() at that increment, so
     // the straggler alert would miss a rank's first late steps.
-    prometheus::Counter& last = last_joined_.Add(labels);
-    prometheus::Counter& straggling = straggling_.Add(labels);
+    prometheus::Counter& last = track(last_joined_, last_joined_.Add(labels), c.pid);
+    prometheus::Counter& straggling = track(straggling_, straggling_.Add(labels), c.pid);
     if (c.rank == inst.waits[i].last_rank) {
       last.Increment();
       straggling.Increment(double(straggled) / 1e9);
@@ -269,12 +308,15 @@ void MetricsSink::add(const ProcessRow& r) {
   if (it != process_names_.end() && it->second == r.name) return;
   process_names_[r.pid] = r.name;
   calls_by_pid_.erase(r.pid);  // its next calls count under its new name
-  identities_.erase(r.pid);    // and its new environment
+  release(r.pid);
+  identities_.erase(r.pid);  // and its new environment
 }
 
 void MetricsSink::add(const ProcessExitRow& r) {
-  // Call series are per process name and outlive a pid; per-pid host series go with it.
+  // Call series are per process name and outlive a pid (expire_series() removes them once no
+  // process has used them for a while); per-pid host series go with it.
   calls_by_pid_.erase(r.pid);
+  release(r.pid);
   process_names_.erase(r.pid);
   identities_.erase(r.pid);
   if (auto it = host_.find(r.pid); it != host_.end()) {

@@ -13,9 +13,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pipeline/sink.h"
@@ -74,6 +76,17 @@ class MetricsSink final : public Sink {
   // Processes that made traced calls and have not exited.
   size_t traced_processes() const { return calls_by_pid_.size(); }
 
+  // Removes the series that carry a process's labels (its calls, bus bytes and collective
+  // counters: name, job, rank, container) once no process has used them for LINGER_NS: a node
+  // that runs job after job must not export every finished job's series forever. They stay
+  // that long after the last one exits so that the last scrapes read their final values and a
+  // rank restarted with the same labels goes on counting in them. The agent's loop calls it
+  // with its monotonic clock.
+  static constexpr uint64_t kSeriesLingerNs = 300'000'000'000ull;  // 5 min
+  void expire_series(uint64_t now_ns, uint64_t linger_ns = kSeriesLingerNs);
+  // Series that carry process labels (live or lingering).
+  size_t process_series() const { return tracked_.size(); }
+
  private:
   // The metrics of one operation of one process name, found once per (op, process) and kept:
   // a label lookup in the registry costs more than the probe that made the call.
@@ -86,6 +99,16 @@ class MetricsSink final : public Sink {
   struct HostMetrics {
     prometheus::Counter *runq, *cpu, *involuntary, *retransmits, *reclaim;
   };
+  // A series that carries a process's labels, and the live processes that use it.
+  struct Tracked {
+    std::function<void()> remove;
+    std::unordered_set<uint32_t> pids;
+    std::optional<uint64_t> idle_since_ns;  // set by the first expire_series() with no pid
+  };
+  template <class T>
+  T& track(prometheus::Family<T>& family, T& series, uint32_t pid);
+  // PID no longer uses its series (it exited, or exec'd under another name).
+  void release(uint32_t pid);
   CallMetrics& call_metrics(const char* layer, std::string_view op, uint32_t pid);
   void count_call(const char* layer, std::string_view op, uint32_t pid, uint64_t dur_ns,
                   bool failed, int64_t bytes);
@@ -135,6 +158,9 @@ class MetricsSink final : public Sink {
   std::unordered_map<uint32_t, JobIdentity> identities_;
   std::unordered_map<uint32_t, HostMetrics> host_;
   std::unordered_map<uint32_t, GpuDevice> devices_;
+  // by the series' address (a series lives until expire_series() removes it)
+  std::unordered_map<const void*, Tracked> tracked_;
+  std::unordered_map<uint32_t, std::vector<const void*>> tracked_by_pid_;
 };
 
 }  // namespace eacgm

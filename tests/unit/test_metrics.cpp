@@ -9,6 +9,7 @@
 
 #include "export/metrics.h"
 #include "report/collectives.h"
+#include "store/rows.h"
 
 namespace eacgm {
 namespace {
@@ -67,6 +68,102 @@ TEST(MetricsSink, EveryRankHasItsStragglerCountersFromItsFirstInstanceAtZero) {
   EXPECT_NEAR(
       series_value(later, "eacgm_collective_straggling_seconds_total", "rank=\"1\"").value_or(NAN),
       0.040, 1e-9);
+}
+
+// How many series of FAMILY /metrics has whose labels include LABEL.
+size_t series_count(const std::string& text, const std::string& family, const std::string& label) {
+  std::istringstream in(text);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    n += line.rfind(family + "{", 0) == 0 && line.find(label) != std::string::npos;
+  return n;
+}
+
+CudaCallRow cuda_call(uint32_t pid) {
+  CudaCallRow r;
+  r.pid = pid, r.tid = pid, r.dur_ns = 5 * 1000, r.name = "cudaMalloc", r.bytes = 4096;
+  return r;
+}
+
+void start(MetricsSink& m, uint32_t pid, const std::string& name) {
+  ProcessRow p;
+  p.pid = pid, p.name = name;
+  m.add(p);
+}
+
+void exit_(MetricsSink& m, uint32_t pid) {
+  ProcessExitRow e;
+  e.pid = pid;
+  m.add(e);
+}
+
+constexpr uint64_t s = 1'000'000'000;
+constexpr uint64_t kLinger = MetricsSink::kSeriesLingerNs;
+
+TEST(MetricsSink, AFinishedJobsSeriesGoAfterTheLingerAndNotBefore) {
+  MetricsSink m("node-a");
+  start(m, 100, "train");
+  start(m, 101, "train_r1");
+  m.add(cuda_call(100));
+  m.add_instance("gloo:all_reduce", instance(1'000 * ms, 30 * ms));
+  m.expire_series(10 * s);
+  std::string text = m.text();
+  ASSERT_EQ(series_count(text, "eacgm_calls_total", "process=\"train\""), 1u) << text;
+  ASSERT_EQ(series_count(text, "eacgm_collective_peer_wait_seconds_total", "rank="), 2u);
+  const size_t tracked = m.process_series();
+  // calls, errors, bytes and the duration histogram; 3 collective counters per rank
+  EXPECT_EQ(tracked, 4u + 6u);
+
+  exit_(m, 100);
+  exit_(m, 101);
+  m.expire_series(20 * s);  // the exits are seen here: the linger starts
+  m.expire_series(20 * s + kLinger - 1);
+  text = m.text();
+  EXPECT_EQ(series_count(text, "eacgm_calls_total", "process=\"train\""), 1u)
+      << "removed before its last scrapes could read it";
+  EXPECT_EQ(series_count(text, "eacgm_collective_last_joined_total", "rank="), 2u);
+  EXPECT_EQ(m.process_series(), tracked);
+
+  m.expire_series(20 * s + kLinger);
+  text = m.text();
+  EXPECT_EQ(series_count(text, "eacgm_calls_total", "process="), 0u) << text;
+  EXPECT_EQ(series_count(text, "eacgm_call_duration_seconds_count", "process="), 0u);
+  EXPECT_EQ(series_count(text, "eacgm_collective_peer_wait_seconds_total", "rank="), 0u);
+  EXPECT_EQ(series_count(text, "eacgm_collective_straggling_seconds_total", "rank="), 0u);
+  EXPECT_EQ(m.process_series(), 0u);
+  EXPECT_EQ(m.traced_processes(), 0u);
+}
+
+TEST(MetricsSink, ASeriesStaysWhileAnyProcessWithItsLabelsLives) {
+  MetricsSink m("node-a");
+  start(m, 200, "worker");
+  start(m, 201, "worker");
+  m.add(cuda_call(200));
+  m.add(cuda_call(201));
+  exit_(m, 200);
+  m.expire_series(0);
+  m.expire_series(10 * kLinger);
+  std::string text = m.text();
+  EXPECT_EQ(series_value(text, "eacgm_calls_total", "process=\"worker\""), 2.0) << text;
+
+  // 201 exits, and a process with the same labels starts within the linger: it goes on
+  // counting in the same series, which then stays while it lives.
+  exit_(m, 201);
+  m.expire_series(20 * kLinger);
+  start(m, 202, "worker");
+  m.add(cuda_call(202));
+  m.expire_series(22 * kLinger);
+  text = m.text();
+  EXPECT_EQ(series_value(text, "eacgm_calls_total", "process=\"worker\""), 3.0) << text;
+
+  // A process that exec's another program leaves its old name's series to expire.
+  start(m, 202, "python3");
+  m.add(cuda_call(202));
+  m.expire_series(23 * kLinger);
+  m.expire_series(24 * kLinger);
+  text = m.text();
+  EXPECT_EQ(series_count(text, "eacgm_calls_total", "process=\"worker\""), 0u) << text;
+  EXPECT_EQ(series_value(text, "eacgm_calls_total", "process=\"python3\""), 1.0);
 }
 
 }  // namespace
