@@ -177,9 +177,11 @@ prometheus::Labels MetricsSink::process_labels(uint32_t pid, bool with_pid) {
   prometheus::Labels labels{{"process", process_name(pid)}};
   if (with_pid) labels["pid"] = std::to_string(pid);
   auto it = identities_.find(pid);
-  if (it == identities_.end())
+  auto gone = gone_.find(pid);
+  if (it == identities_.end() && gone == gone_.end())
     it = identities_.emplace(pid, identify ? identify(pid) : JobIdentity{}).first;
-  for (auto& [k, v] : it->second.labels())
+  const JobIdentity& identity = it != identities_.end() ? it->second : gone->second.identity;
+  for (auto& [k, v] : identity.labels())
     if (!v.empty()) labels[k] = v;
   return labels;
 }
@@ -189,6 +191,7 @@ T& MetricsSink::track(prometheus::Family<T>& family, T& series, uint32_t pid) {
   auto [it, fresh] = tracked_.try_emplace(&series);
   Tracked& t = it->second;
   if (fresh) t.remove = [&family, s = &series] { family.Remove(s); };
+  if (gone_.contains(pid)) return series;  // counted, but not kept open by a dead pid
   if (t.pids.insert(pid).second) {
     t.idle_since_ns.reset();
     tracked_by_pid_[pid].push_back(&series);
@@ -205,6 +208,13 @@ void MetricsSink::release(uint32_t pid) {
 }
 
 void MetricsSink::expire_series(uint64_t now_ns, uint64_t linger_ns) {
+  for (auto it = gone_.begin(); it != gone_.end();) {
+    if (!it->second.since_ns) it->second.since_ns = now_ns;
+    if (now_ns - *it->second.since_ns >= linger_ns)
+      it = gone_.erase(it);
+    else
+      ++it;
+  }
   for (auto it = tracked_.begin(); it != tracked_.end();) {
     Tracked& t = it->second;
     if (!t.pids.empty()) {
@@ -304,6 +314,7 @@ void MetricsSink::add(const PythonCallRow& r) {
 }
 
 void MetricsSink::add(const ProcessRow& r) {
+  gone_.erase(r.pid);  // a new process under a reused pid
   auto it = process_names_.find(r.pid);
   if (it != process_names_.end() && it->second == r.name) return;
   process_names_[r.pid] = r.name;
@@ -318,7 +329,12 @@ void MetricsSink::add(const ProcessExitRow& r) {
   calls_by_pid_.erase(r.pid);
   release(r.pid);
   process_names_.erase(r.pid);
-  identities_.erase(r.pid);
+  if (auto it = identities_.find(r.pid); it != identities_.end()) {
+    gone_[r.pid] = {std::move(it->second), std::nullopt};
+    identities_.erase(it);
+  } else {
+    gone_[r.pid] = {};
+  }
   if (auto it = host_.find(r.pid); it != host_.end()) {
     runq_.Remove(it->second.runq);
     cpu_.Remove(it->second.cpu);

@@ -156,6 +156,14 @@ class MetricsSink final : public Sink {
   std::unordered_map<uint32_t, std::unordered_map<const char*, CallMetrics>> calls_by_pid_;
   std::unordered_map<uint32_t, std::string> process_names_;
   std::unordered_map<uint32_t, JobIdentity> identities_;
+  // Processes that exited, with their identity, for the linger: a collective instance matched
+  // after a rank's exit still counts under the rank's labels, and does not hold the series open
+  // for a pid that will never exit again. `since`: the first expire_series() after the exit.
+  struct Gone {
+    JobIdentity identity;
+    std::optional<uint64_t> since_ns;
+  };
+  std::unordered_map<uint32_t, Gone> gone_;
   std::unordered_map<uint32_t, HostMetrics> host_;
   std::unordered_map<uint32_t, GpuDevice> devices_;
   // by the series' address (a series lives until expire_series() removes it)

@@ -134,6 +134,39 @@ TEST(MetricsSink, AFinishedJobsSeriesGoAfterTheLingerAndNotBefore) {
   EXPECT_EQ(m.traced_processes(), 0u);
 }
 
+// A collective instance is matched once every rank joined it, which can be after a rank's
+// exit row (its last all_reduce, then its exit, then the matcher): the instance counts under
+// the rank's own labels (its job, read while it lived), and the dead pid does not keep the
+// series for ever (it was the leak: a pid that never exits again held them open).
+TEST(MetricsSink, AnInstanceMatchedAfterARanksExitCountsAndStillExpires) {
+  MetricsSink m("node-a");
+  int identified = 0;
+  m.identify = [&](uint32_t pid) {
+    ++identified;
+    JobIdentity j;
+    j.job = "job7", j.rank = std::to_string(pid - 100);
+    return j;
+  };
+  start(m, 100, "train");
+  start(m, 101, "train");
+  m.add_instance("gloo:all_reduce", instance(1'000 * ms, 30 * ms));
+  exit_(m, 100);
+  exit_(m, 101);
+  m.add_instance("gloo:all_reduce", instance(2'000 * ms, 10 * ms));
+  std::string text = m.text();
+  EXPECT_EQ(identified, 2) << "a dead pid's identity read again (from a /proc that is gone)";
+  EXPECT_EQ(series_count(text, "eacgm_collective_last_joined_total", "rank="), 2u) << text;
+  EXPECT_EQ(series_value(text, "eacgm_collective_last_joined_total",
+                         "job_id=\"job7\",op=\"gloo:all_reduce\",rank=\"1\""),
+            2.0)
+      << text;
+  m.expire_series(20 * s);
+  m.expire_series(20 * s + kLinger);
+  text = m.text();
+  EXPECT_EQ(series_count(text, "eacgm_collective_last_joined_total", "rank="), 0u) << text;
+  EXPECT_EQ(m.process_series(), 0u);
+}
+
 TEST(MetricsSink, ASeriesStaysWhileAnyProcessWithItsLabelsLives) {
   MetricsSink m("node-a");
   start(m, 200, "worker");
