@@ -192,6 +192,9 @@ int run_detect(const DetectArgs& a) {
       fail("model {}: {}", a.model, e.what());
     }
     window_ns = model.window_ns ? model.window_ns : window_ns;
+    // --threshold is for every model, a saved one's too (--quantile was fixed when it was saved)
+    if (opts.threshold)
+      for (auto& g : model.groups) g.threshold = *opts.threshold;
     trained_on = "model " + a.model;
   } else if (!a.train.empty()) {
     RecordingReader train(a.train);
@@ -274,6 +277,7 @@ int run_detect(const DetectArgs& a) {
     j["windows_busier_than_training"] = not_flagged.faster;
     j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
     j["training_windows_starved_of_cpu"] = model.starved_training_windows;  // left out of training
+    j["training_windows_at_start"] = model.startup_training_windows;        // left out of training
     j["anomalies"] = json::array();
     for (const auto& r : rows)
       j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -297,6 +301,13 @@ int run_detect(const DetectArgs& a) {
     fmt::print("  {} training windows left out: the job got under half its usual CPU in them while "
                "waiting 3x longer for a CPU (CPU interference while learning)\n",
                model.starved_training_windows);
+  if (model.startup_training_windows)
+    fmt::print(
+        "  {} left out as the job's start-up: its first windows, unusual even to a model "
+        "learnt from them all (loading, warm-up)\n",
+        model.startup_training_windows == 1
+            ? std::string("1 training window")
+            : fmt::format("{} training windows", model.startup_training_windows));
   if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
                "training (more calls or traffic per second, nothing slower)\n",

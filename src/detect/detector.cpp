@@ -178,53 +178,85 @@ constexpr double kMinWeight = 0.01, kMinWindowWeight = 0.1;
 namespace {
 using SplitOf = std::function<uint64_t(const std::string& group)>;
 
+// The model of one group fit on its training samples x (at least options.min_samples), with its
+// threshold calibrated on them; `drawn` gets the model's own 0.5% tail (what the threshold
+// would be were x a sample of the model).
+GroupModel fit_and_calibrate(const FeatureTable& t, const Eigen::MatrixXd& x,
+                             const DetectOptions& options, double* drawn_quantile) {
+  GmmOptions gmm;
+  gmm.seed = options.seed;
+  gmm.n_init = 2;
+  gmm.reg_covar = options.reg_covar;
+  // Windows are few (one a second) and have many features: a full covariance would fit the
+  // noise of the training windows and flag the next ones. Calls are many, with 1-2 features.
+  bool few = t.group == "window";
+  if (few) gmm.covariance = CovarianceType::diag;
+  int max_k = few ? std::min(2, options.max_components) : options.max_components;
+  GmmFit fit;
+  if (options.components > 0) {
+    gmm.n_components = std::min<int>(options.components, int(x.rows()));
+    fit = fit_gmm(x, gmm);
+  } else {
+    auto fits = fit_gmm_range(x, gmm, 1, std::min<int>(max_k, int(x.rows())));
+    fit = std::move(fits[choose_by_bic(fits)]);
+    // A component for a handful of training outliers would later welcome every outlier as
+    // "likely under its component": fewer components, so that outliers stay in the tails.
+    double min_weight = few ? kMinWindowWeight : kMinWeight;
+    while (fit.model.n_components() > 1 && fit.model.weights().minCoeff() < min_weight) {
+      gmm.n_components = fit.model.n_components() - 1;
+      fit = fit_gmm(x, gmm);
+    }
+  }
+  GroupModel g{t.group, t.layer,         t.name, t.feature_names, std::move(fit.model),
+               0,       size_t(x.rows())};
+  g.wait_tail_us = wait_tail_us(t.feature_names, x, options.quantile);
+  // The lower of the training samples' quantile (they may have heavier tails than the model)
+  // and the model's own (they may be too few to show their tail).
+  GmmScores s = score_gmm(g.model, x);
+  GmmScores drawn = score_gmm(g.model, draw_from(g.model, 20000, options.seed + 1));
+  *drawn_quantile = quantile_of(drawn.component_log_density, options.quantile);
+  g.threshold =
+      options.threshold
+          ? *options.threshold
+          : std::min(training_quantile(s.component_log_density, options.quantile), *drawn_quantile);
+  return g;
+}
+
+// The job's start-up among its training windows x (in time order): the leading windows that
+// even model g, fit on them all, finds beyond its own 0.5% tail (reading files, building the
+// model, the first steps' allocations), at most a quarter of them. A job's start is a regime
+// of its own, not the steady state later windows are judged against: two start-up windows in a
+// minute's training would set the threshold where a noisy neighbour's windows passed.
+Eigen::Index startup_windows(const GroupModel& g, const Eigen::MatrixXd& x, double drawn_quantile) {
+  GmmScores s = score_gmm(g.model, x);
+  Eigen::Index n = 0;
+  while (n < x.rows() / 4 && s.component_log_density(n) < drawn_quantile) ++n;
+  return n;
+}
+
 DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf& until_of,
                           const DetectOptions& options, std::vector<std::string>* skipped) {
   DetectorModel out;
   for (const auto& t : tables) {
-    if (t.group == "window" && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
+    bool window = t.group == "window";
+    if (window && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
     Eigen::MatrixXd x = rows_where(t, true, until_of(t.group));
-    if (t.group == "window") out.starved_training_windows = drop_starved_windows(t, x);
+    if (window) out.starved_training_windows = drop_starved_windows(t, x);
     if (t.values.cols() == 0 || size_t(x.rows()) < options.min_samples) {
       if (skipped)
         skipped->push_back(fmt::format("{}: {} training samples, {} features (needs {} samples)",
                                        t.group, x.rows(), t.values.cols(), options.min_samples));
       continue;
     }
-    GmmOptions gmm;
-    gmm.seed = options.seed;
-    gmm.n_init = 2;
-    gmm.reg_covar = options.reg_covar;
-    // Windows are few (one a second) and have many features: a full covariance would fit the
-    // noise of the training windows and flag the next ones. Calls are many, with 1-2 features.
-    bool few = t.group == "window";
-    if (few) gmm.covariance = CovarianceType::diag;
-    int max_k = few ? std::min(2, options.max_components) : options.max_components;
-    GmmFit fit;
-    if (options.components > 0) {
-      gmm.n_components = std::min<int>(options.components, int(x.rows()));
-      fit = fit_gmm(x, gmm);
-    } else {
-      auto fits = fit_gmm_range(x, gmm, 1, std::min<int>(max_k, int(x.rows())));
-      fit = std::move(fits[choose_by_bic(fits)]);
-      // A component for a handful of training outliers would later welcome every outlier as
-      // "likely under its component": fewer components, so that outliers stay in the tails.
-      double min_weight = few ? kMinWindowWeight : kMinWeight;
-      while (fit.model.n_components() > 1 && fit.model.weights().minCoeff() < min_weight) {
-        gmm.n_components = fit.model.n_components() - 1;
-        fit = fit_gmm(x, gmm);
+    double drawn = 0;
+    GroupModel g = fit_and_calibrate(t, x, options, &drawn);
+    if (window) {
+      Eigen::Index n = startup_windows(g, x, drawn);
+      if (n > 0 && size_t(x.rows() - n) >= options.min_samples) {
+        out.startup_training_windows = size_t(n);
+        g = fit_and_calibrate(t, x.bottomRows(x.rows() - n), options, &drawn);
       }
     }
-    GroupModel g{t.group, t.layer, t.name, t.feature_names, std::move(fit.model), 0, size_t(x.rows())};
-    g.wait_tail_us = wait_tail_us(t.feature_names, x, options.quantile);
-    // The lower of the training samples' quantile (they may have heavier tails than the model)
-    // and the model's own (they may be too few to show their tail).
-    GmmScores s = score_gmm(g.model, x);
-    GmmScores drawn = score_gmm(g.model, draw_from(g.model, 20000, options.seed + 1));
-    g.threshold = options.threshold
-                      ? *options.threshold
-                      : std::min(training_quantile(s.component_log_density, options.quantile),
-                                 quantile_of(drawn.component_log_density, options.quantile));
     out.groups.push_back(std::move(g));
   }
   return out;

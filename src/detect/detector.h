@@ -62,6 +62,9 @@ struct DetectorModel {
   // against the training windows' medians): a noisy neighbour while learning is no normal to
   // learn. Not saved with the model; it describes this training only.
   size_t starved_training_windows = 0;
+  // Training windows left out as the job's start-up (its leading windows, unusual even to a
+  // model fit on them all). Not saved with the model either.
+  size_t startup_training_windows = 0;
 };
 
 // The job got under half its usual CPU while it waited for a CPU three times as long (or more)

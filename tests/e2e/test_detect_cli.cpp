@@ -100,6 +100,12 @@ TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
   auto again = run({kEacgm, "detect", second, "--model", dir_ + "/model.json", "--json"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   expect_found_strongest(nlohmann::json::parse(again.out), slow_launches(second));
+  // --threshold holds for a saved model's groups too: at a log-density nothing falls below,
+  // nothing is flagged (it was ignored beside --model)
+  auto lenient = run({kEacgm, "detect", second, "--model", dir_ + "/model.json", "--threshold",
+                      "-1e9", "--json"});
+  ASSERT_EQ(lenient.exit_code, 0) << lenient.err;
+  EXPECT_EQ(nlohmann::json::parse(lenient.out).at("anomalies").size(), 0u) << lenient.out;
 }
 
 // Plain `eacgm detect` and `eacgm report` read what plain `eacgm record` wrote here
