@@ -56,9 +56,8 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     g.features = rows.feature_names;
     g.window.clear();
     g.model.reset();
-    unreported_ += g.pending.size();
-    g.pending.clear();
-    g.recent.clear();
+    for (auto& [kind, b] : g.bursts) unreported_ += b.pending.size();
+    g.bursts.clear();
   }
   size_t next = 0;
   for (size_t i = 0; i < rows.ts_ns.size(); ++i) {
@@ -97,14 +96,10 @@ void mark_reported(Group& g, const Anomaly& a) {
 }
 }  // namespace
 
-// Each candidate joins its group's recent ones; with as many in the burst window as the
-// background rate makes unlikely (Poisson tail; the window's calls times the rate expected),
-// they all go out; a call far slower than any of the history goes out alone.
+// Each candidate joins its group's recent ones of its kind (report_burst).
 void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
                                    std::vector<Anomaly>& out) {
-  const uint64_t span = options_.burst_window_ns;
   const GroupModel& m = *g.model;
-  double rate = std::max(m.background_rate, 1.0 / double(m.train_samples + 1));
   for (Anomaly& a : candidates) {
     // flagged for its size, a size the history had again and again: no anomaly
     if (!a.top_features.empty() && a.top_features.front().first == "log2_bytes" &&
@@ -120,39 +115,50 @@ void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
         }
       }
     }
-    uint64_t from = a.ts_ns > span ? a.ts_ns - span : 0;
-    while (!g.recent.empty() && g.recent.front() <= from) g.recent.pop_front();
-    while (!g.pending.empty() && g.pending.front().ts_ns <= from) {
-      g.pending.pop_front();
-      ++unreported_;
+    report_burst(g, g.bursts[a.top_features.empty() ? "" : a.top_features.front().first], a, out);
+  }
+}
+
+// With as many of a kind in the burst window as the background rate makes unlikely (Poisson
+// tail; the window's calls times the rate expected), they all go out; a call far slower than
+// any of the history goes out alone.
+void OnlineDetector::report_burst(Group& g, Group::Burst& b, Anomaly& a,
+                                  std::vector<Anomaly>& out) {
+  const uint64_t span = options_.burst_window_ns;
+  const GroupModel& m = *g.model;
+  double rate = std::max(m.background_rate, 1.0 / double(m.train_samples + 1));
+  uint64_t from = a.ts_ns > span ? a.ts_ns - span : 0;
+  while (!b.recent.empty() && b.recent.front() <= from) b.recent.pop_front();
+  while (!b.pending.empty() && b.pending.front().ts_ns <= from) {
+    b.pending.pop_front();
+    ++unreported_;
+  }
+  if (b.recent.empty() || a.ts_ns >= b.recent.back() + options_.burst_merge_ns)
+    b.recent.push_back(a.ts_ns);
+  // the window's calls in (from, a.ts] (in time order, but for a few from other processes)
+  auto after = [&](uint64_t t) {
+    return std::partition_point(g.window.begin(), g.window.end(),
+                                [t](const Sample& s) { return s.ts_ns <= t; });
+  };
+  size_t calls = size_t(after(a.ts_ns) - after(from));
+  double expected = double(std::max(calls, b.recent.size())) * rate;
+  if (b.recent.size() > m.usual_burst &&
+      poisson_tail(b.recent.size(), expected) <= options_.burst_alpha) {
+    for (Anomaly& p : b.pending) {
+      p.burst = b.recent.size(), p.burst_expected = expected, p.burst_window_ns = span;
+      mark_reported(g, p);
+      out.push_back(std::move(p));
     }
-    if (g.recent.empty() || a.ts_ns >= g.recent.back() + options_.burst_merge_ns)
-      g.recent.push_back(a.ts_ns);
-    // the window's calls in (from, a.ts] (in time order, but for a few from other processes)
-    auto after = [&](uint64_t t) {
-      return std::partition_point(g.window.begin(), g.window.end(),
-                                  [t](const Sample& s) { return s.ts_ns <= t; });
-    };
-    size_t calls = size_t(after(a.ts_ns) - after(from));
-    double expected = double(std::max(calls, g.recent.size())) * rate;
-    if (g.recent.size() > m.usual_burst &&
-        poisson_tail(g.recent.size(), expected) <= options_.burst_alpha) {
-      for (Anomaly& p : g.pending) {
-        p.burst = g.recent.size(), p.burst_expected = expected, p.burst_window_ns = span;
-        mark_reported(g, p);
-        out.push_back(std::move(p));
-      }
-      g.pending.clear();
-      a.burst = g.recent.size(), a.burst_expected = expected, a.burst_window_ns = span;
-      mark_reported(g, a);
-      out.push_back(std::move(a));
-    } else if (m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
-               double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
-      mark_reported(g, a);
-      out.push_back(std::move(a));
-    } else {
-      g.pending.push_back(std::move(a));
-    }
+    b.pending.clear();
+    a.burst = b.recent.size(), a.burst_expected = expected, a.burst_window_ns = span;
+    mark_reported(g, a);
+    out.push_back(std::move(a));
+  } else if (m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
+             double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
+    mark_reported(g, a);
+    out.push_back(std::move(a));
+  } else {
+    b.pending.push_back(std::move(a));
   }
 }
 

@@ -10,9 +10,9 @@
 // anomalies are candidates, and reported only when (a) more of them came in the burst window
 // than the group's background rate explains (Poisson tail below `burst_alpha`) and more than
 // its history's largest burst of unreported ones (then the pending candidates of the window go
-// out too), or (b) one call took `extreme_slowdown` times the
-// slowest call of the model's history and at least `extreme_min_ns`. Windows are judged as
-// before.
+// out too; a burst counts the anomalies of one kind, by the feature that flagged them), or (b) one
+// call took `extreme_slowdown` times the slowest call of the model's history and at least
+// `extreme_min_ns`. Windows are judged as before.
 //
 // Refits run inline (observe() fits when one is due) or, with `refit_inline` off, are handed
 // out by take_due_refits() to be fitted elsewhere (the agent's worker thread: a fit takes tens
@@ -38,9 +38,9 @@ struct OnlineOptions {
   // Anomalies are kept out of the next fit (a model that learns them stops seeing them) unless
   // they are more than this share of the window: then they are the new normal.
   double new_normal_share = 0.2;
-  size_t max_samples = 100'000;  // per group: the oldest go first beyond this
+  size_t max_samples = 100'000;      // per group: the oldest go first beyond this
   size_t max_fit_samples = 100'000;  // a fit takes every n-th of the window to stay below this
-  DetectOptions detect;          // components, quantile, threshold
+  DetectOptions detect;              // components, quantile, threshold
   double min_slowdown = 3;
   double min_excess_us = 0;  // as find_anomalies
   bool refit_inline = true;
@@ -114,7 +114,7 @@ class OnlineDetector {
   struct Sample {
     uint64_t ts_ns, dur_ns;
     Eigen::VectorXd x;
-    bool flagged;  // was an anomaly when it came
+    bool flagged;           // was an anomaly when it came
     bool reported = false;  // and was reported (a burst, or far slower than usual)
   };
   struct Group {
@@ -122,17 +122,24 @@ class OnlineDetector {
     std::vector<std::string> features;
     std::deque<Sample> window;
     std::optional<GroupModel> model;
-    std::deque<Anomaly> pending;  // candidates of the burst window not reported (yet)
+    // A burst is of one kind of anomaly (the feature that flagged it most: the duration, the
+    // size, the wait for a late rank): a run of late-rank waits says nothing of the group's
+    // few usually slow calls in the same seconds, which are no more frequent than usual.
+    struct Burst {
+      std::deque<Anomaly> pending;  // candidates of the burst window not reported (yet)
+      std::deque<uint64_t> recent;  // times of the judged anomaly events of the burst window
+    };
+    std::map<std::string, Burst> bursts;  // by kind
     uint64_t fitted_at = 0;
     uint64_t first_ts = UINT64_MAX, last_ts = 0;
     bool refitting = false;  // a refit job is out
     size_t fitted_size = 0;  // the window's size when the last refit job was taken
-    std::deque<uint64_t> recent;  // times of the judged anomaly events of the burst window
   };
   bool due(const Group& g) const;
   size_t min_samples(const Group& g) const;
   RefitJob job_for(const Group& g) const;
   void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
+  void report_burst(Group& g, Group::Burst& b, Anomaly& a, std::vector<Anomaly>& out);
   RefitJob take_job(Group& g);
 
   OnlineOptions options_;

@@ -777,6 +777,49 @@ TEST(OnlineDetector, ReportsBurstsAndFarSlowerCallsNotTheHealthyJobsOwnSlowCalls
   EXPECT_TRUE(warm.empty());
 }
 
+// A collective whose healthy history has a slow call every 2 s (its duration, net of waits,
+// 10x the usual), then a rank late in every 50th instance for 5 s: the burst of late-rank waits
+// is reported, and the slow calls in the same seconds, no more frequent than usual, are not
+// taken along with it (the agent's precision on a straggler: issue 31).
+TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
+  OnlineOptions o;
+  o.window_ns = 60'000'000'000;
+  o.refit_every_ns = 10'000'000'000;
+  o.min_samples = 300;
+  o.min_span_ns = 5'000'000'000;
+  o.min_excess_us = 100;
+  o.burst_window_ns = 10'000'000'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  uint64_t t = 0;
+  int calls = 0;
+  auto batch = [&](int n, bool straggling) {
+    FeatureTable b;
+    b.group = "comm/gloo:all_reduce", b.layer = "comm", b.name = "gloo:all_reduce";
+    b.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
+    b.values.resize(n, 2);
+    for (int i = 0; i < n; ++i, t += 5'000'000, ++calls) {
+      double us = (calls % 400 == 200 ? 1000.0 : 100.0) * std::exp(noise(rng));
+      double wait_us = (straggling && calls % 50 == 25 ? 30'000.0 : 5.0) * std::exp(noise(rng));
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t((us + wait_us) * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+      b.values(i, 1) = std::log1p(wait_us / kStragglerWaitUnitUs);
+    }
+    return d.observe(b);
+  };
+  for (int s = 0; s < 66; ++s) ASSERT_TRUE(batch(200, false).empty()) << "healthy, second " << s;
+  size_t late = 0, slow = 0;
+  for (int s = 0; s < 5; ++s)
+    for (const auto& a : batch(200, true)) {
+      ASSERT_FALSE(a.top_features.empty());
+      (a.top_features.front().first == "log_straggler_wait_10us" ? late : slow) += 1;
+    }
+  EXPECT_GE(late, 15u) << "of the 20 late instances";
+  EXPECT_EQ(slow, 0u) << "the healthy slow calls of the burst's seconds (2 or 3) taken along";
+}
+
 // A size the job uses again and again, however rare (a flag of 8 bytes all-reduced every 200
 // calls of 256 bytes: too few for a component of the model), is no unusual size to the agent;
 // a burst of a size never seen is.
