@@ -35,6 +35,8 @@ std::optional<GroupModel> fit_group(const RefitJob& job) {
     g.slowest_ns = job.slowest_ns;
     g.usual_burst = job.usual_burst;
     g.usual_sizes = job.usual_sizes;
+    g.slow_tail = job.slow_tail;
+    g.history_calls = job.history_calls;
   }
   return g;
 }
@@ -135,6 +137,8 @@ void OnlineDetector::report_burst(Group& g, Group::Burst& b, Anomaly& a,
   }
   if (b.recent.empty() || a.ts_ns >= b.recent.back() + options_.burst_merge_ns)
     b.recent.push_back(a.ts_ns);
+  while (!b.seen.empty() && b.seen.front().first <= from) b.seen.pop_front();
+  b.seen.emplace_back(a.ts_ns, a.dur_ns);
   // the window's calls in (from, a.ts] (in time order, but for a few from other processes)
   auto after = [&](uint64_t t) {
     return std::partition_point(g.window.begin(), g.window.end(),
@@ -157,9 +161,61 @@ void OnlineDetector::report_burst(Group& g, Group::Burst& b, Anomaly& a,
              double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
     mark_reported(g, a);
     out.push_back(std::move(a));
-  } else {
+  } else if (!report_severe(g, b, a, calls, out)) {
     b.pending.push_back(std::move(a));
   }
+}
+
+// The burst window's calls of a kind flagged for their duration, judged by how slow they were:
+// for each of their durations d (slowest first), the window's candidates at least d long,
+// reported or not (`seen`; events, as `recent` counts them) against the history's share of calls that long (GroupModel::slow_tail,
+// one more than it had: none is not never) and more than its most in one burst window. Beyond
+// the history's kept tail its share is unknown, and the group's background rate judges (above).
+// With the Poisson tail of some d below burst_alpha over the durations tried, the calls at least
+// d long go out (A among them, or A stays pending). False: nothing went out.
+bool OnlineDetector::report_severe(Group& g, Group::Burst& b, Anomaly& a, size_t calls,
+                                   std::vector<Anomaly>& out) {
+  const GroupModel& m = *g.model;
+  if (m.slow_tail.empty() || m.history_calls == 0 || a.top_features.empty() ||
+      a.top_features.front().first != "log_duration_us")
+    return false;
+  std::vector<uint64_t> durs;
+  for (const auto& [ts, dur] : b.seen) durs.push_back(dur);
+  std::sort(durs.begin(), durs.end(), std::greater<>());
+  durs.erase(std::unique(durs.begin(), durs.end()), durs.end());
+  const bool full = m.slow_tail.size() >= kSlowTail;
+  for (uint64_t d : durs) {
+    if (full && d < m.slow_tail.back().dur_ns) break;
+    size_t slower = 0, usual = 0;
+    for (const auto& c : m.slow_tail)
+      if (c.dur_ns >= d) ++slower, usual = std::max(usual, c.burst);
+    // the events of calls at least d long (in time order, A the last)
+    size_t events = 0;
+    uint64_t last = 0;
+    for (const auto& [ts, dur] : b.seen)
+      if (dur >= d && (events == 0 || ts >= last + options_.burst_merge_ns)) ++events, last = ts;
+    double expected = double(calls) * double(slower + 1) / double(m.history_calls + 1);
+    if (events < 2 || events <= usual ||
+        poisson_tail(events, expected) * double(durs.size()) > options_.burst_alpha)
+      continue;
+    for (auto it = b.pending.begin(); it != b.pending.end();) {
+      if (it->dur_ns < d) {
+        ++it;
+        continue;
+      }
+      it->burst = events, it->burst_expected = expected;
+      it->burst_window_ns = options_.burst_window_ns;
+      mark_reported(g, *it);
+      out.push_back(std::move(*it));
+      it = b.pending.erase(it);
+    }
+    if (a.dur_ns < d) return false;
+    a.burst = events, a.burst_expected = expected, a.burst_window_ns = options_.burst_window_ns;
+    mark_reported(g, a);
+    out.push_back(std::move(a));
+    return true;
+  }
+  return false;
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const std::string& layer, const std::string& name,
@@ -232,6 +288,39 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   job.min_excess_us = options_.min_excess_us;
   job.live_rate = double(flagged) / double(g.window.size());
   for (const auto& s : g.window) job.slowest_ns = std::max(job.slowest_ns, s.dur_ns);
+  job.history_calls = g.window.size();
+  // An anomaly of the last burst window may yet be reported (its burst still growing): none
+  // of the history's usual slow calls or bursts, or a fault would become its own usual.
+  const uint64_t decided_before =
+      g.last_ts > options_.burst_window_ns ? g.last_ts - options_.burst_window_ns : 0;
+  auto undecided = [&](const Sample& s) {
+    return s.flagged && !s.reported && s.ts_ns > decided_before;
+  };
+  // the slowest calls that were no reported anomaly, each with the most calls at least as slow
+  // in one burst window (events: within burst_merge_ns of the last one counted are one)
+  std::vector<std::pair<uint64_t, uint64_t>> slow;  // (duration, time)
+  for (const auto& s : g.window)
+    if (!s.reported && !undecided(s)) slow.emplace_back(s.dur_ns, s.ts_ns);
+  size_t keep = std::min(slow.size(), kSlowTail);
+  std::partial_sort(slow.begin(), slow.begin() + std::ptrdiff_t(keep), slow.end(),
+                    std::greater<>());
+  slow.resize(keep);
+  for (size_t i = 0; i < slow.size(); ++i) {
+    std::vector<uint64_t> at;
+    for (size_t j = 0; j < slow.size(); ++j)
+      if (slow[j].first >= slow[i].first) at.push_back(slow[j].second);
+    std::sort(at.begin(), at.end());
+    std::deque<uint64_t> in_span;
+    size_t most = 0;
+    for (uint64_t at_ns : at) {
+      while (!in_span.empty() && in_span.front() + options_.burst_window_ns <= at_ns)
+        in_span.pop_front();
+      if (in_span.empty() || at_ns >= in_span.back() + options_.burst_merge_ns)
+        in_span.push_back(at_ns);
+      most = std::max(most, in_span.size());
+    }
+    job.slow_tail.push_back({slow[i].first, most});
+  }
   // the sizes seen at least 3 times (at most 1000 of them)
   auto bytes = std::find(g.features.begin(), g.features.end(), "log2_bytes");
   if (bytes != g.features.end()) {
@@ -246,7 +335,7 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   if (options_.burst_window_ns > 0) {
     std::deque<uint64_t> in_span;
     for (const auto& s : g.window) {
-      if (!s.flagged || s.reported) continue;
+      if (!s.flagged || s.reported || undecided(s)) continue;
       while (!in_span.empty() && in_span.front() + options_.burst_window_ns <= s.ts_ns)
         in_span.pop_front();
       if (in_span.empty() || s.ts_ns >= in_span.back() + options_.burst_merge_ns)

@@ -30,6 +30,9 @@
 
 namespace eacgm::detect {
 
+// How many of a history's slowest calls a model keeps (GroupModel::slow_tail).
+constexpr size_t kSlowTail = 32;
+
 struct OnlineOptions {
   uint64_t window_ns = 3600ull * 1'000'000'000;  // fit on the samples of the past hour
   uint64_t refit_every_ns = 60ull * 1'000'000'000;
@@ -70,6 +73,8 @@ struct RefitJob {
   uint64_t slowest_ns = 0;
   size_t usual_burst = 0;
   std::vector<double> usual_sizes;
+  std::vector<GroupModel::SlowCall> slow_tail;  // see GroupModel
+  size_t history_calls = 0;
 };
 
 // Fits one group's model from its training table (what a RefitJob asks); nullopt when the
@@ -128,6 +133,8 @@ class OnlineDetector {
     struct Burst {
       std::deque<Anomaly> pending;  // candidates of the burst window not reported (yet)
       std::deque<uint64_t> recent;  // times of the judged anomaly events of the burst window
+      // (time, duration) of every candidate of the burst window, reported or not
+      std::deque<std::pair<uint64_t, uint64_t>> seen;
     };
     std::map<std::string, Burst> bursts;  // by kind
     uint64_t fitted_at = 0;
@@ -140,6 +147,7 @@ class OnlineDetector {
   RefitJob job_for(const Group& g) const;
   void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
   void report_burst(Group& g, Group::Burst& b, Anomaly& a, std::vector<Anomaly>& out);
+  bool report_severe(Group& g, Group::Burst& b, Anomaly& a, size_t calls, std::vector<Anomaly>& out);
   RefitJob take_job(Group& g);
 
   OnlineOptions options_;

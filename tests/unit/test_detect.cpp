@@ -820,6 +820,62 @@ TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
   EXPECT_EQ(slow, 0u) << "the healthy slow calls of the burst's seconds (2 or 3) taken along";
 }
 
+// A call group whose healthy calls are often 3-5x slower than usual (a busy 2-core machine:
+// its background rate is high, and a few slow calls in 10 s are no burst by it), and once a
+// minute a hiccup of 2 calls 100x slower. Then 10 calls 100x slower in 2.5 s (the cuda_latency
+// scenario: 10 ms in 0.2% of the calls): by how rare calls that slow were in the history they
+// are a burst, and go out; the history's hiccups of 2 do not.
+TEST(OnlineDetector, AFewCallsFarSlowerThanTheHistorysTailAreABurst) {
+  OnlineOptions o;
+  o.window_ns = 120'000'000'000;
+  o.refit_every_ns = 10'000'000'000;
+  o.min_samples = 300;
+  o.min_span_ns = 5'000'000'000;
+  o.min_excess_us = 100;
+  o.burst_window_ns = 10'000'000'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  uint64_t t = 0;
+  int calls = 0;
+  auto batch = [&](auto us_of) {
+    FeatureTable b;
+    b.group = "cuda/cudaMemcpy", b.layer = "cuda", b.name = "cudaMemcpy";
+    b.feature_names = {"log_duration_us"};
+    b.values.resize(200, 1);
+    for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
+      double us = us_of(calls) * std::exp(noise(rng));
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+    }
+    return d.observe(b);
+  };
+  // 1 in 150 calls 4x slower (too few for a component of their own: each one an anomaly);
+  // every 12,000th call (60 s) and the next one 100x slower
+  auto healthy = [](int i) {
+    return i % 12000 == 3000 || i % 12000 == 3001 ? 10'000.0 : i % 150 == 7 ? 400.0 : 100.0;
+  };
+  size_t healthy_reported = 0;
+  for (int s = 0; s < 150; ++s) healthy_reported += batch(healthy).size();
+  EXPECT_EQ(healthy_reported, 0u) << "the history's own slow calls and hiccups";
+  const GroupModel* m = d.model("cuda", "cudaMemcpy");
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->slow_tail.size(), kSlowTail);
+  EXPECT_GT(m->background_rate, 0.004) << "the 4x-slower calls are anomalies one by one";
+  EXPECT_GE(m->slow_tail.front().burst, 1u);
+  // 10 calls 100x slower, one every 50 calls (0.25 s), amid the healthy ones
+  int from = calls + 50;
+  size_t severe = 0, other = 0;
+  for (int s = 0; s < 3; ++s)
+    for (const auto& a : batch([&](int i) {
+           return i >= from && (i - from) % 50 == 0 && i < from + 500 ? 10'000.0 : healthy(i);
+         }))
+      (a.dur_ns > 5'000'000 ? severe : other) += 1;
+  EXPECT_GE(severe, 9u) << "of the 10 calls 100x slower";
+  EXPECT_EQ(other, 0u) << "the healthy 4x-slower calls taken along";
+}
+
 // A size the job uses again and again, however rare (a flag of 8 bytes all-reduced every 200
 // calls of 256 bytes: too few for a component of the model), is no unusual size to the agent;
 // a burst of a size never seen is.
@@ -877,15 +933,26 @@ TEST(DetectorJson, TheOnlineModelsRatesRoundTrip) {
   g.model = fit_gmm(x, go).model;
   g.threshold = -3, g.train_samples = 40;
   g.background_rate = 0.004, g.slowest_ns = 34'000'000, g.usual_burst = 8;
+  g.slow_tail = {{34'000'000, 1}, {9'000'000, 2}}, g.history_calls = 90'000;
   m.groups.push_back(g);
   DetectorModel back = detector_from_json(detector_to_json(m));
   ASSERT_EQ(back.groups.size(), 1u);
   EXPECT_DOUBLE_EQ(back.groups[0].background_rate, 0.004);
   EXPECT_EQ(back.groups[0].slowest_ns, 34'000'000u);
   EXPECT_EQ(back.groups[0].usual_burst, 8u);
+  ASSERT_EQ(back.groups[0].slow_tail.size(), 2u);
+  EXPECT_EQ(back.groups[0].slow_tail[1].dur_ns, 9'000'000u);
+  EXPECT_EQ(back.groups[0].slow_tail[1].burst, 2u);
+  EXPECT_EQ(back.groups[0].history_calls, 90'000u);
   auto j = detector_to_json(m);
   j["groups"][0]["background_rate"] = 2;
   EXPECT_THROW(detector_from_json(j), std::exception) << "a share above 1";
+  j = detector_to_json(m);
+  j["groups"][0]["slow_tail"][0] = {1, -2};
+  EXPECT_THROW(detector_from_json(j), std::exception) << "a negative burst";
+  j = detector_to_json(m);
+  j["groups"][0].erase("history_calls");
+  EXPECT_THROW(detector_from_json(j), std::exception) << "a tail without its history's size";
 }
 
 // A collective's wait for a late rank, where healthy waits spread wide (the demo's on this
