@@ -544,10 +544,13 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
     if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
     if (g.wait_tail_us > 0) o["wait_tail_us"] = g.wait_tail_us;
     if (!g.usual_sizes.empty()) o["usual_sizes"] = g.usual_sizes;
-    if (!g.slow_tail.empty()) {
+    if (!g.tails.empty()) {
       o["history_calls"] = g.history_calls;
-      o["slow_tail"] = nlohmann::json::array();
-      for (const auto& c : g.slow_tail) o["slow_tail"].push_back({c.dur_ns, c.burst});
+      o["tails"] = nlohmann::json::object();
+      for (const auto& [kind, tail] : g.tails) {
+        auto& t = o["tails"][kind] = nlohmann::json::array();
+        for (const auto& e : tail) t.push_back({e.value, e.burst});
+      }
     }
     j["groups"].push_back(std::move(o));
   }
@@ -605,20 +608,26 @@ DetectorModel detector_from_json(const nlohmann::json& j) {
         if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);
         gm.usual_burst = r->get<size_t>();
       }
-      if (auto r = g.find("slow_tail"); r != g.end()) {
-        if (!r->is_array() || r->size() > 1000)
-          fail("group {}: 'slow_tail' must be a list of at most 1000 [duration_ns, burst] pairs",
-               gm.group);
-        for (const auto& v : *r) {
-          if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
-              !v[1].is_number_unsigned())
-            fail("group {}: 'slow_tail' must hold [duration_ns, burst] pairs of whole numbers",
-                 gm.group);
-          gm.slow_tail.push_back({v[0].get<uint64_t>(), v[1].get<size_t>()});
+      if (auto r = g.find("tails"); r != g.end()) {
+        if (!r->is_object())
+          fail("group {}: 'tails' must map features to lists of [value, burst] pairs", gm.group);
+        for (const auto& [kind, tail] : r->items()) {
+          if (!tail.is_array() || tail.size() > 1000)
+            fail("group {}: tail '{}' must be a list of at most 1000 [value, burst] pairs",
+                 gm.group, kind);
+          for (const auto& v : tail) {
+            if (!v.is_array() || v.size() != 2 || !v[0].is_number() ||
+                !std::isfinite(v[0].get<double>()) || v[0].get<double>() < 0 ||
+                !v[1].is_number_unsigned())
+              fail("group {}: tail '{}' must hold [value, burst] pairs: a finite value of 0 or "
+                   "more, a whole number",
+                   gm.group, kind);
+            gm.tails[kind].push_back({v[0].get<double>(), v[1].get<size_t>()});
+          }
         }
         auto h = g.find("history_calls");
         if (h == g.end() || !h->is_number_unsigned())
-          fail("group {}: 'slow_tail' needs 'history_calls', a whole number", gm.group);
+          fail("group {}: 'tails' needs 'history_calls', a whole number", gm.group);
         gm.history_calls = h->get<size_t>();
       }
       gm.model = model_from_json(g.at("model"), &gm.features);

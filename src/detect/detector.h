@@ -47,17 +47,19 @@ struct GroupModel {
   // and the sizes (log2_bytes) its calls had at least 3 times in that history: a size the job
   // uses again and again (a flag all-reduced every 100 steps) is no unusual size, however rare
   std::vector<double> usual_sizes;
-  // and its slowest calls (at most kSlowTail, slowest first, reported anomalies left out): each
-  // one's duration, and the most calls at least that slow within one burst window of the
-  // history; with history_calls, the history's size. How often calls at least as slow as a
-  // burst's came: a few calls 2,000x slower than usual in seconds are a burst even where the
-  // job's many 3x-slower calls make the group's background rate high (a 10 ms delay in 0.2%
-  // of cudaMemcpy calls for 2 s).
-  struct SlowCall {
-    uint64_t dur_ns = 0;
+  // and, by feature (log_duration_us: the call's duration net of waits; log_straggler_wait_10us:
+  // a collective's straggling wait; both in us), its history's highest values (at most
+  // kSlowTail, highest first, reported anomalies left out), each with the most calls at least
+  // that high within one burst window of the history; with history_calls, the history's size.
+  // How often calls as slow, or as late, as a burst's came: a few calls 2,000x slower than
+  // usual in seconds are a burst even where the job's many 3x-slower calls make the group's
+  // background rate high (a 10 ms delay in 0.2% of cudaMemcpy calls for 2 s), and a rank 30 ms
+  // late is, where its 1-2 ms late joins are not.
+  struct TailEntry {
+    double value = 0;
     size_t burst = 0;
   };
-  std::vector<SlowCall> slow_tail;
+  std::map<std::string, std::vector<TailEntry>> tails;
   size_t history_calls = 0;
   // A collective's straggling wait (log_straggler_wait_10us, in us) that all but the threshold's
   // quantile of the training calls stayed under (0: no such feature). A call that waited twice

@@ -35,7 +35,7 @@ std::optional<GroupModel> fit_group(const RefitJob& job) {
     g.slowest_ns = job.slowest_ns;
     g.usual_burst = job.usual_burst;
     g.usual_sizes = job.usual_sizes;
-    g.slow_tail = job.slow_tail;
+    g.tails = job.tails;
     g.history_calls = job.history_calls;
   }
   return g;
@@ -117,99 +117,146 @@ void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
         }
       }
     }
-    report_burst(g, g.bursts[a.top_features.empty() ? "" : a.top_features.front().first], a, out);
+    std::string kind = a.top_features.empty() ? "" : a.top_features.front().first;
+    report_burst(g, kind, g.bursts[kind], a, out);
   }
 }
 
-// With as many of a kind in the burst window as the background rate makes unlikely (Poisson
-// tail; the window's calls times the rate expected), they all go out; a call far slower than
-// any of the history goes out alone.
-void OnlineDetector::report_burst(Group& g, Group::Burst& b, Anomaly& a,
+namespace {
+// The kinds whose candidates are also judged by how far out they were (GroupModel::tails).
+constexpr const char* kTailKinds[] = {"log_duration_us", "log_straggler_wait_10us"};
+bool has_tail(const std::string& kind) {
+  return std::any_of(std::begin(kTailKinds), std::end(kTailKinds),
+                     [&](const char* k) { return kind == k; });
+}
+// A feature's value in us (durations are logs of us; waits log(1 + units of 10 us)).
+double in_us(const std::string& kind, double x) {
+  return kind == "log_duration_us" ? std::exp(x) : std::expm1(x) * kStragglerWaitUnitUs;
+}
+// An anomaly's value of the kind's feature, in us (NaN: not among its measured features).
+double value_of(const Anomaly& a, const std::string& kind) {
+  for (const auto& m : a.measured)
+    if (m.feature == kind) return m.value;
+  return std::nan("");
+}
+}  // namespace
+
+// A candidate goes out for its severity (report_severe), or with as many of its kind in the
+// burst window (but those that went out for their severity) as the background rate makes
+// unlikely (Poisson tail; the window's calls times the rate expected), with every pending one,
+// or alone when it was far slower than any call of the history.
+void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                                   std::vector<Anomaly>& out) {
   const uint64_t span = options_.burst_window_ns;
   const GroupModel& m = *g.model;
   double rate = std::max(m.background_rate, 1.0 / double(m.train_samples + 1));
   uint64_t from = a.ts_ns > span ? a.ts_ns - span : 0;
-  while (!b.recent.empty() && b.recent.front() <= from) b.recent.pop_front();
   while (!b.pending.empty() && b.pending.front().ts_ns <= from) {
     b.pending.pop_front();
     ++unreported_;
   }
-  if (b.recent.empty() || a.ts_ns >= b.recent.back() + options_.burst_merge_ns)
-    b.recent.push_back(a.ts_ns);
-  while (!b.seen.empty() && b.seen.front().first <= from) b.seen.pop_front();
-  b.seen.emplace_back(a.ts_ns, a.dur_ns);
+  while (!b.seen.empty() && b.seen.front().ts_ns <= from) b.seen.pop_front();
+  b.seen.push_back({a.ts_ns, has_tail(kind) ? value_of(a, kind) : std::nan(""), std::nan("")});
   // the window's calls in (from, a.ts] (in time order, but for a few from other processes)
   auto after = [&](uint64_t t) {
     return std::partition_point(g.window.begin(), g.window.end(),
                                 [t](const Sample& s) { return s.ts_ns <= t; });
   };
   size_t calls = size_t(after(a.ts_ns) - after(from));
-  double expected = double(std::max(calls, b.recent.size())) * rate;
-  if (b.recent.size() > m.usual_burst &&
-      poisson_tail(b.recent.size(), expected) <= options_.burst_alpha) {
+  if (report_severe(g, kind, b, a, calls, out)) return;
+  // the events of the window (within burst_merge_ns of the last one counted are one)
+  size_t events = 0;
+  uint64_t last = 0;
+  for (const auto& c : b.seen)
+    if (std::isnan(c.level) && (events == 0 || c.ts_ns >= last + options_.burst_merge_ns))
+      ++events, last = c.ts_ns;
+  double expected = double(std::max(calls, events)) * rate;
+  if (events > m.usual_burst && poisson_tail(events, expected) <= options_.burst_alpha) {
     for (Anomaly& p : b.pending) {
-      p.burst = b.recent.size(), p.burst_expected = expected, p.burst_window_ns = span;
+      p.burst = events, p.burst_expected = expected, p.burst_window_ns = span;
       mark_reported(g, p);
       out.push_back(std::move(p));
     }
     b.pending.clear();
-    a.burst = b.recent.size(), a.burst_expected = expected, a.burst_window_ns = span;
+    a.burst = events, a.burst_expected = expected, a.burst_window_ns = span;
     mark_reported(g, a);
     out.push_back(std::move(a));
   } else if (m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
              double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
     mark_reported(g, a);
     out.push_back(std::move(a));
-  } else if (!report_severe(g, b, a, calls, out)) {
+  } else {
     b.pending.push_back(std::move(a));
   }
 }
 
-// The burst window's calls of a kind flagged for their duration, judged by how slow they were:
-// for each of their durations d (slowest first), the window's candidates at least d long,
-// reported or not (`seen`; events, as `recent` counts them) against the history's share of calls that long (GroupModel::slow_tail,
-// one more than it had: none is not never) and more than its most in one burst window. Beyond
-// the history's kept tail its share is unknown, and the group's background rate judges (above).
-// With the Poisson tail of some d below burst_alpha over the durations tried, the calls at least
-// d long go out (A among them, or A stays pending). False: nothing went out.
-bool OnlineDetector::report_severe(Group& g, Group::Burst& b, Anomaly& a, size_t calls,
-                                   std::vector<Anomaly>& out) {
+// The burst window's candidates of a kind with a tail (a slow call, a late rank), judged by how
+// far out they were: for each of their values v (highest first), the window's candidates at
+// least v (events; but those that went out at a higher level: they are explained) against the
+// history's share of calls at least v (GroupModel::tails, one more than it had: none is not
+// never) and more than its most in one burst window. At or below the lowest value the tail kept
+// the history's share is unknown, and the background rate judges (report_burst). Where the
+// Poisson tail of a level is below burst_alpha over the levels tried, the pending candidates at
+// least v go out, and A if it is one of them. False: A did not go out.
+bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
+                                   size_t calls, std::vector<Anomaly>& out) {
   const GroupModel& m = *g.model;
-  if (m.slow_tail.empty() || m.history_calls == 0 || a.top_features.empty() ||
-      a.top_features.front().first != "log_duration_us")
+  auto it = m.tails.find(kind);
+  if (it == m.tails.end() || it->second.empty() || m.history_calls == 0 ||
+      !std::isfinite(b.seen.back().value))
     return false;
-  std::vector<uint64_t> durs;
-  for (const auto& [ts, dur] : b.seen) durs.push_back(dur);
-  std::sort(durs.begin(), durs.end(), std::greater<>());
-  durs.erase(std::unique(durs.begin(), durs.end()), durs.end());
-  const bool full = m.slow_tail.size() >= kSlowTail;
-  for (uint64_t d : durs) {
-    if (full && d < m.slow_tail.back().dur_ns) break;
-    size_t slower = 0, usual = 0;
-    for (const auto& c : m.slow_tail)
-      if (c.dur_ns >= d) ++slower, usual = std::max(usual, c.burst);
-    // the events of calls at least d long (in time order, A the last)
+  const std::vector<GroupModel::TailEntry>& tail = it->second;
+  std::vector<double> levels;
+  for (const auto& c : b.seen)
+    if (std::isfinite(c.value)) levels.push_back(c.value);
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  const bool full = tail.size() >= kSlowTail;
+  // the history's calls at least v (of its kept tail) and the most of them in one burst window
+  auto higher = [&](double v, size_t* usual) {
+    size_t n = 0;
+    for (const auto& e : tail)
+      if (e.value >= v) ++n, *usual = std::max(*usual, e.burst);
+    return n;
+  };
+  const double per_call = 1.0 / double(m.history_calls + 1);
+  for (double v : levels) {
+    if (full && v <= tail.back().value) break;
+    size_t usual = 0, ignored = 0;
+    size_t n = higher(v, &usual);
+    // A candidate that went out at a higher level L counts at v too where v is one of that
+    // burst's own values (L at most twice v) and the history had fewer than one call in [v, L)
+    // to expect in the window (its healthy calls there too rare to tell apart from the burst's):
+    // a 9.5 ms delay after 9.8 ms ones is one of them; a 1.7 ms late join beside 30 ms
+    // stragglers is the job's own, judged at its level without them.
     size_t events = 0;
     uint64_t last = 0;
-    for (const auto& [ts, dur] : b.seen)
-      if (dur >= d && (events == 0 || ts >= last + options_.burst_merge_ns)) ++events, last = ts;
-    double expected = double(calls) * double(slower + 1) / double(m.history_calls + 1);
+    for (const auto& c : b.seen) {
+      if (!(c.value >= v)) continue;
+      if (c.level > v && (c.level > 2 * v ||
+                          double(calls) * double(n - higher(c.level, &ignored)) * per_call >= 1))
+        continue;
+      if (events == 0 || c.ts_ns >= last + options_.burst_merge_ns) ++events, last = c.ts_ns;
+    }
+    double expected = double(calls) * double(n + 1) * per_call;
     if (events < 2 || events <= usual ||
-        poisson_tail(events, expected) * double(durs.size()) > options_.burst_alpha)
+        poisson_tail(events, expected) * double(levels.size()) > options_.burst_alpha)
       continue;
-    for (auto it = b.pending.begin(); it != b.pending.end();) {
-      if (it->dur_ns < d) {
-        ++it;
+    for (auto p = b.pending.begin(); p != b.pending.end();) {
+      if (!(value_of(*p, kind) >= v)) {
+        ++p;
         continue;
       }
-      it->burst = events, it->burst_expected = expected;
-      it->burst_window_ns = options_.burst_window_ns;
-      mark_reported(g, *it);
-      out.push_back(std::move(*it));
-      it = b.pending.erase(it);
+      for (auto& c : b.seen)
+        if (c.ts_ns == p->ts_ns && std::isnan(c.level)) c.level = v;
+      p->burst = events, p->burst_expected = expected;
+      p->burst_window_ns = options_.burst_window_ns;
+      mark_reported(g, *p);
+      out.push_back(std::move(*p));
+      p = b.pending.erase(p);
     }
-    if (a.dur_ns < d) return false;
+    if (!(b.seen.back().value >= v)) continue;  // A's own level may yet be a burst
+    b.seen.back().level = v;
     a.burst = events, a.burst_expected = expected, a.burst_window_ns = options_.burst_window_ns;
     mark_reported(g, a);
     out.push_back(std::move(a));
@@ -296,30 +343,36 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   auto undecided = [&](const Sample& s) {
     return s.flagged && !s.reported && s.ts_ns > decided_before;
   };
-  // the slowest calls that were no reported anomaly, each with the most calls at least as slow
-  // in one burst window (events: within burst_merge_ns of the last one counted are one)
-  std::vector<std::pair<uint64_t, uint64_t>> slow;  // (duration, time)
-  for (const auto& s : g.window)
-    if (!s.reported && !undecided(s)) slow.emplace_back(s.dur_ns, s.ts_ns);
-  size_t keep = std::min(slow.size(), kSlowTail);
-  std::partial_sort(slow.begin(), slow.begin() + std::ptrdiff_t(keep), slow.end(),
-                    std::greater<>());
-  slow.resize(keep);
-  for (size_t i = 0; i < slow.size(); ++i) {
-    std::vector<uint64_t> at;
-    for (size_t j = 0; j < slow.size(); ++j)
-      if (slow[j].first >= slow[i].first) at.push_back(slow[j].second);
-    std::sort(at.begin(), at.end());
-    std::deque<uint64_t> in_span;
-    size_t most = 0;
-    for (uint64_t at_ns : at) {
-      while (!in_span.empty() && in_span.front() + options_.burst_window_ns <= at_ns)
-        in_span.pop_front();
-      if (in_span.empty() || at_ns >= in_span.back() + options_.burst_merge_ns)
-        in_span.push_back(at_ns);
-      most = std::max(most, in_span.size());
+  // by kind, the highest values that were no reported anomaly, each with the most calls at
+  // least that high in one burst window (events: within burst_merge_ns of the last one counted)
+  for (const char* kind : kTailKinds) {
+    auto f = std::find(g.features.begin(), g.features.end(), kind);
+    if (f == g.features.end()) continue;
+    auto col = Eigen::Index(f - g.features.begin());
+    std::vector<std::pair<double, uint64_t>> high;  // (value, time)
+    for (const auto& s : g.window)
+      if (!s.reported && !undecided(s)) high.emplace_back(in_us(kind, s.x(col)), s.ts_ns);
+    size_t keep = std::min(high.size(), kSlowTail);
+    std::partial_sort(high.begin(), high.begin() + std::ptrdiff_t(keep), high.end(),
+                      std::greater<>());
+    high.resize(keep);
+    auto& tail = job.tails[kind];
+    for (size_t i = 0; i < high.size(); ++i) {
+      std::vector<uint64_t> at;
+      for (size_t j = 0; j < high.size(); ++j)
+        if (high[j].first >= high[i].first) at.push_back(high[j].second);
+      std::sort(at.begin(), at.end());
+      std::deque<uint64_t> in_span;
+      size_t most = 0;
+      for (uint64_t at_ns : at) {
+        while (!in_span.empty() && in_span.front() + options_.burst_window_ns <= at_ns)
+          in_span.pop_front();
+        if (in_span.empty() || at_ns >= in_span.back() + options_.burst_merge_ns)
+          in_span.push_back(at_ns);
+        most = std::max(most, in_span.size());
+      }
+      tail.push_back({high[i].first, most});
     }
-    job.slow_tail.push_back({slow[i].first, most});
   }
   // the sizes seen at least 3 times (at most 1000 of them)
   auto bytes = std::find(g.features.begin(), g.features.end(), "log2_bytes");

@@ -30,7 +30,7 @@
 
 namespace eacgm::detect {
 
-// How many of a history's slowest calls a model keeps (GroupModel::slow_tail).
+// How many of a history's highest values a model keeps (GroupModel::tails).
 constexpr size_t kSlowTail = 32;
 
 struct OnlineOptions {
@@ -73,7 +73,7 @@ struct RefitJob {
   uint64_t slowest_ns = 0;
   size_t usual_burst = 0;
   std::vector<double> usual_sizes;
-  std::vector<GroupModel::SlowCall> slow_tail;  // see GroupModel
+  std::map<std::string, std::vector<GroupModel::TailEntry>> tails;  // see GroupModel
   size_t history_calls = 0;
 };
 
@@ -132,9 +132,15 @@ class OnlineDetector {
     // few usually slow calls in the same seconds, which are no more frequent than usual.
     struct Burst {
       std::deque<Anomaly> pending;  // candidates of the burst window not reported (yet)
-      std::deque<uint64_t> recent;  // times of the judged anomaly events of the burst window
-      // (time, duration) of every candidate of the burst window, reported or not
-      std::deque<std::pair<uint64_t, uint64_t>> seen;
+      // every candidate of the burst window, reported or not: its time, its value of the kind's
+      // feature (NaN: none kept), and the level at which it went out for its severity
+      // (report_severe; NaN: it did not)
+      struct Seen {
+        uint64_t ts_ns;
+        double value;
+        double level;
+      };
+      std::deque<Seen> seen;
     };
     std::map<std::string, Burst> bursts;  // by kind
     uint64_t fitted_at = 0;
@@ -146,8 +152,10 @@ class OnlineDetector {
   size_t min_samples(const Group& g) const;
   RefitJob job_for(const Group& g) const;
   void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
-  void report_burst(Group& g, Group::Burst& b, Anomaly& a, std::vector<Anomaly>& out);
-  bool report_severe(Group& g, Group::Burst& b, Anomaly& a, size_t calls, std::vector<Anomaly>& out);
+  void report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
+                    std::vector<Anomaly>& out);
+  bool report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a, size_t calls,
+                     std::vector<Anomaly>& out);
   RefitJob take_job(Group& g);
 
   OnlineOptions options_;
