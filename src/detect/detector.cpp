@@ -456,10 +456,14 @@ std::string probable_cause(const std::string& layer, const std::string& name,
       starved_of_cpu(cpu->second.first, cpu->second.second, wait->second.first,
                      wait->second.second))
     return "CPU interference";
-  // Reclaim explains the page-cache refills and disk reads that come with it.
+  // Reclaim explains the page-cache refills and disk reads that come with it: among the top
+  // features, or at all where page-ins are (the job re-reading what reclaim evicted: its disk
+  // reads, at hundreds of MB/s against none usual, weigh far more than the reclaim time).
+  bool paging_in = weight_of("pagein_mb_per_s") >= 0.1 * (top.empty() ? 0 : top.front().second) &&
+                   !lowered.count("pagein_mb_per_s");
   for (const auto& [feature, weight] : top)
-    if (weight >= 0.1 * top.front().second && feature.find("reclaim") != std::string::npos &&
-        !lowered.count(feature))
+    if ((weight >= 0.1 * top.front().second || (paging_in && weight > 0)) &&
+        feature.find("reclaim") != std::string::npos && !lowered.count(feature))
       return "memory pressure";
   for (const auto& [feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;

@@ -546,6 +546,15 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "unusual window: gpu_sm_clock_mhz");
   EXPECT_EQ(probable_cause("window", "window", F{{"reclaim_ms_per_s", 9}, {"block_mb_per_s", 8}}),
             "memory pressure");
+  // disk reads that are page-ins, with reclaim up however little beside them: what reclaim
+  // evicted, read back (the memory_pressure scenario); without reclaim, storage I/O
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"block_mb_per_s", 2.4e8}, {"pagein_mb_per_s", 2.3e8},
+                             {"reclaim_ms_per_s", 1.3e6}}),
+            "memory pressure");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"block_mb_per_s", 2.4e8}, {"pagein_mb_per_s", 2.3e8}}),
+            "storage I/O");
   EXPECT_EQ(probable_cause("window", "window", F{{"tcp_retransmits_per_s", 9}}),
             "network packet loss");
   // the job's CPU fell while its run-queue wait rose (little, beside the CPU): a neighbour
