@@ -786,19 +786,25 @@ TEST(OnlineDetector, ReportsBurstsAndFarSlowerCallsNotTheHealthyJobsOwnSlowCalls
   EXPECT_TRUE(warm.empty());
 }
 
-// A collective whose healthy history has a slow call every 2 s (its duration, net of waits,
-// 10x the usual), then a rank late in every 50th instance for 5 s: the burst of late-rank waits
-// is reported, and the slow calls in the same seconds, no more frequent than usual, are not
-// taken along with it (the agent's precision on a straggler: issue 31).
-TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
+// The agent's burst gate over a history of WINDOW_NS: refits every 10 s, a first model after
+// 300 calls spanning 5 s, anomalies 100 us slower or more, bursts of 10 s.
+OnlineOptions burst_options(uint64_t window_ns) {
   OnlineOptions o;
-  o.window_ns = 60'000'000'000;
+  o.window_ns = window_ns;
   o.refit_every_ns = 10'000'000'000;
   o.min_samples = 300;
   o.min_span_ns = 5'000'000'000;
   o.min_excess_us = 100;
   o.burst_window_ns = 10'000'000'000;
-  OnlineDetector d(o);
+  return o;
+}
+
+// A collective whose healthy history has a slow call every 2 s (its duration, net of waits,
+// 10x the usual), then a rank late in every 50th instance for 5 s: the burst of late-rank waits
+// is reported, and the slow calls in the same seconds, no more frequent than usual, are not
+// taken along with it (the agent's precision on a straggler: issue 31).
+TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
+  OnlineDetector d(burst_options(60'000'000'000));
   std::mt19937_64 rng(6);
   std::normal_distribution<double> noise(0.0, 0.08);
   uint64_t t = 0;
@@ -834,14 +840,7 @@ TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
 // the late joins of 30 ms go out, and the healthy 1.5 ms ones of the same seconds, no more
 // frequent than usual, do not (the straggler scenario online: its false 1-3 ms stragglers).
 TEST(OnlineDetector, ABurstOfLateJoinsTakesAlongOnlyThoseAsLate) {
-  OnlineOptions o;
-  o.window_ns = 60'000'000'000;
-  o.refit_every_ns = 10'000'000'000;
-  o.min_samples = 300;
-  o.min_span_ns = 5'000'000'000;
-  o.min_excess_us = 100;
-  o.burst_window_ns = 10'000'000'000;
-  OnlineDetector d(o);
+  OnlineDetector d(burst_options(60'000'000'000));
   std::mt19937_64 rng(9);
   std::normal_distribution<double> noise(0.0, 0.08);
   uint64_t t = 0;
@@ -882,14 +881,7 @@ TEST(OnlineDetector, ABurstOfLateJoinsTakesAlongOnlyThoseAsLate) {
 // scenario: 10 ms in 0.2% of the calls): by how rare calls that slow were in the history they
 // are a burst, and go out; the history's hiccups of 2 do not.
 TEST(OnlineDetector, AFewCallsFarSlowerThanTheHistorysTailAreABurst) {
-  OnlineOptions o;
-  o.window_ns = 120'000'000'000;
-  o.refit_every_ns = 10'000'000'000;
-  o.min_samples = 300;
-  o.min_span_ns = 5'000'000'000;
-  o.min_excess_us = 100;
-  o.burst_window_ns = 10'000'000'000;
-  OnlineDetector d(o);
+  OnlineDetector d(burst_options(120'000'000'000));
   std::mt19937_64 rng(8);
   std::normal_distribution<double> noise(0.0, 0.08);
   uint64_t t = 0;
