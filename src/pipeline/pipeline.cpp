@@ -78,6 +78,9 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     if (auto maps = read_proc_maps(static_cast<int>(pid))) symbols_->update_maps(pid, *maps);
     dirty_.insert(pid);
   };
+  // the process maps an ML library: its Python gets stacks now (python_with_ml_only), and
+  // its kernels names, without waiting for the --all rescan that a short job may not live to
+  decoder_->on_first_call = decoder_->on_code_mapped;
   decoder_->on_process_named = [this](uint32_t pid, const std::string& name) {
     if (host_) host_->name_process(pid, name);
   };

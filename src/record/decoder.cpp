@@ -334,6 +334,10 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   size_t layer = e.op >= kTorchOpBase ? 2 : e.op >= kCommOpBase ? 1 : 0;
   if (first_calls_[layer].op == ~0ull && (layer > 0 || e.op < cuda_ops().size()))
     first_calls_[layer] = {e.pid, e.op};
+  if (ProcessState& st = state_of(e.pid); !st.called) {
+    st.called = true;
+    if (on_first_call) on_first_call(e.pid);
+  }
   if (e.op >= kTorchOpBase) return decode_torch(e);
   if (e.op >= kC10dOpBase) return decode_c10d(e);
   if (e.op >= kCommOpBase) return decode_comm(e);

@@ -45,6 +45,10 @@ class EventDecoder {
 
   // Called when a traced process maps new code (re-plan probes) and when one exits.
   std::function<void(uint32_t pid)> on_code_mapped;
+  // A process made its first CUDA, NCCL or PyTorch call: it maps one of those libraries now,
+  // even where no mmap event said so (the agent's --all has none; it would otherwise learn of
+  // a dlopen only at its next rescan, after a short job may be gone).
+  std::function<void(uint32_t pid)> on_first_call;
   std::function<void(uint32_t pid, int status)> on_process_exit;
   // A process got its name (fork: the parent's; exec: the new program's).
   std::function<void(uint32_t pid, const std::string& name)> on_process_named;
@@ -109,6 +113,7 @@ class EventDecoder {
     // the driver launch it made, so a stub with no symbol is named by the kernel inside it
     std::unordered_map<uint32_t, std::pair<uint64_t, std::string_view>> last_driver_launch;
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
+    bool called = false;                           // on_first_call was said
   };
   std::unordered_map<uint32_t, ProcessState> state_;
   ProcessState& state_of(uint32_t pid);

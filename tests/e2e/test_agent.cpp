@@ -79,6 +79,14 @@ TEST_F(Agent, PythonStacksOnlyInProcessesThatMapAnMlLibrary) {
   line = layers_line("/usr/bin/python3 " + w + "/launch_ranks.py 2 " + w + "/gloo_train.py 3", {});
   EXPECT_NE(line.find("python-stacks (CPython"), std::string::npos) << line;
   EXPECT_NE(line.find("torch ("), std::string::npos) << line;
+  // a job shorter than the agent's 2 s rescan: its first torch call says it maps libtorch, so
+  // its Python is given stacks at once (once, only a rescan that happened to fall in the
+  // 0.2 s after its import did it)
+  line = layers_line("/usr/bin/python3 -c 'import time, torch; t = torch.ones(3, 3); "
+                     "[t.matmul(t) for _ in range(100)]; time.sleep(0.2)'",
+                     {});
+  EXPECT_NE(line.find("python-stacks (CPython"), std::string::npos) << line;
+  EXPECT_NE(line.find("torch ("), std::string::npos) << line;
 }
 
 TEST_F(Agent, BadListenAddressIsAUsageError) {

@@ -225,6 +225,29 @@ TEST_F(Decode, AnExitedProcessLeavesNothingBehind) {
                                               "name=cudaFree ret=0 addr=40960 "}));
 }
 
+TEST_F(Decode, AProcesssFirstCallSaysOnceThatItMapsATracedLibrary) {
+  // the agent (--all) has no mmap events: a process's first call is how it learns at once that
+  // the process maps CUDA, NCCL or PyTorch (its Python is given stacks then, not at a rescan)
+  std::vector<uint32_t> said;
+  decoder_->on_first_call = [&](uint32_t pid) { said.push_back(pid); };
+  feed(call("cudaStreamSynchronize", {0x55}));
+  feed(call("cudaStreamSynchronize", {0x55}));
+  auto other = call("cudaStreamSynchronize", {0x55});
+  other.pid = 1;
+  feed(other);
+  feed(call("cudaStreamSynchronize", {0x55}));
+  EXPECT_EQ(said, (std::vector<uint32_t>{uint32_t(getpid()), 1u}));
+  // a process that exits and comes back (a pid used again) is another process: said again
+  eacgm_proc_event exit{};
+  exit.kind = EACGM_REC_PROC;
+  exit.type = EACGM_PROC_EXIT;
+  exit.ts_ns = 2000;
+  exit.pid = 1;
+  feed(exit);
+  feed(other);
+  EXPECT_EQ(said, (std::vector<uint32_t>{uint32_t(getpid()), 1u, 1u}));
+}
+
 TEST_F(Decode, RuntimeLaunchesReadDim3RegistersAndStackAndNameTheStub) {
   uint64_t stub = reinterpret_cast<uint64_t>(&unit_fake::scale_stub);
   // cudaLaunchKernel(func, dim3 grid, dim3 block, void** args, size_t shmem, stream):
