@@ -57,6 +57,8 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     // a group's features changed (e.g. a first call with bytes): start its window again
     g.features = rows.feature_names;
     g.window.clear();
+    g.archive.clear();
+    g.limbo.clear();
     g.model.reset();
     for (auto& [kind, b] : g.bursts) unreported_ += b.pending.size();
     g.bursts.clear();
@@ -73,8 +75,22 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
   g.last_ts = rows.ts_ns.back();
   uint64_t oldest = g.last_ts > options_.window_ns ? g.last_ts - options_.window_ns : 0;
   while (!g.window.empty() &&
-         (g.window.front().ts_ns < oldest || g.window.size() > options_.max_samples))
+         (g.window.front().ts_ns < oldest || g.window.size() > options_.max_samples)) {
+    Sample& s = g.window.front();
+    if (s.ts_ns >= oldest) {
+      if (s.flagged && !s.reported && s.ts_ns + options_.burst_window_ns > g.last_ts)
+        g.limbo.push_back(std::move(s));
+      else
+        archive(g, s);
+    }
     g.window.pop_front();
+  }
+  while (!g.limbo.empty() && g.limbo.front().ts_ns + options_.burst_window_ns <= g.last_ts) {
+    if (g.limbo.front().ts_ns >= oldest) archive(g, g.limbo.front());
+    g.limbo.pop_front();
+  }
+  const uint64_t span = std::max<uint64_t>(options_.window_ns / kArchiveSpans, 1);
+  while (!g.archive.empty() && g.archive.front().from_ns + span <= oldest) g.archive.pop_front();
   if (!judged.empty())
     std::erase_if(found, [&](const Anomaly& a) { return a.row < judged.size() && !judged[a.row]; });
   if (options_.burst_window_ns > 0 && g.layer != "window" && !found.empty() && g.model) {
@@ -87,14 +103,20 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
 }
 
 namespace {
-// Marks the window's sample of a reported anomaly (searched from the newest: it is recent).
-template <class Group>
-void mark_reported(Group& g, const Anomaly& a) {
-  for (auto it = g.window.rbegin(); it != g.window.rend() && it->ts_ns >= a.ts_ns; ++it)
+// Marks the history's sample of a reported anomaly (searched from the newest: it is recent;
+// in the limbo where it left the window).
+template <class Samples>
+bool mark_reported_in(Samples& samples, const Anomaly& a) {
+  for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns >= a.ts_ns; ++it)
     if (it->ts_ns == a.ts_ns && it->dur_ns == a.dur_ns && it->flagged) {
       it->reported = true;
-      return;
+      return true;
     }
+  return false;
+}
+template <class Group>
+void mark_reported(Group& g, const Anomaly& a) {
+  if (!mark_reported_in(g.window, a)) mark_reported_in(g.limbo, a);
 }
 }  // namespace
 
@@ -124,10 +146,15 @@ void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
 
 namespace {
 // The kinds whose candidates are also judged by how far out they were (GroupModel::tails).
-constexpr const char* kTailKinds[] = {"log_duration_us", "log_straggler_wait_10us"};
+constexpr const char* kTailKindNames[kTailKinds] = {"log_duration_us", "log_straggler_wait_10us"};
 bool has_tail(const std::string& kind) {
-  return std::any_of(std::begin(kTailKinds), std::end(kTailKinds),
+  return std::any_of(std::begin(kTailKindNames), std::end(kTailKindNames),
                      [&](const char* k) { return kind == k; });
+}
+// The column of a tail kind among a group's features (-1: none).
+Eigen::Index tail_column(const std::vector<std::string>& features, size_t kind) {
+  auto f = std::find(features.begin(), features.end(), kTailKindNames[kind]);
+  return f == features.end() ? -1 : Eigen::Index(f - features.begin());
 }
 // A feature's value in us (durations are logs of us; waits log(1 + units of 10 us)).
 double in_us(const std::string& kind, double x) {
@@ -163,6 +190,9 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
                                 [t](const Sample& s) { return s.ts_ns <= t; });
   };
   size_t calls = size_t(after(a.ts_ns) - after(from));
+  // a window shorter than the burst window (max_samples of a busy call): at its rate
+  if (uint64_t first = g.window.empty() ? 0 : g.window.front().ts_ns; first > from && a.ts_ns > first)
+    calls = size_t(double(calls) * double(a.ts_ns - from) / double(a.ts_ns - first));
   if (report_severe(g, kind, b, a, calls, out)) return;
   // the events of the window (within burst_merge_ns of the last one counted are one)
   size_t events = 0;
@@ -198,6 +228,9 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
 // the history's share is unknown, and the background rate judges (report_burst). Where the
 // Poisson tail of a level is below burst_alpha over the levels tried, the pending candidates at
 // least v go out, and A if it is one of them. False: A did not go out.
+// The shortest span report_severe judges a level's calls over.
+constexpr double kMinScanNs = 1e9;
+
 bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                                    size_t calls, std::vector<Anomaly>& out) {
   const GroupModel& m = *g.model;
@@ -230,17 +263,30 @@ bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Bur
     // a 9.5 ms delay after 9.8 ms ones is one of them; a 1.7 ms late join beside 30 ms
     // stragglers is the job's own, judged at its level without them.
     size_t events = 0;
-    uint64_t last = 0;
+    uint64_t last = 0, first = 0;
     for (const auto& c : b.seen) {
       if (!(c.value >= v)) continue;
       if (c.level > v && (c.level > 2 * v ||
                           double(calls) * double(n - higher(c.level, &ignored)) * per_call >= 1))
         continue;
+      if (events == 0) first = c.ts_ns;
       if (events == 0 || c.ts_ns >= last + options_.burst_merge_ns) ++events, last = c.ts_ns;
     }
-    double expected = double(calls) * double(n + 1) * per_call;
+    // At least twice the history's highest value (slower than anything it had, by far): over
+    // the span they came in (from the first, at least kMinScanNs), not the whole burst window;
+    // 7 launches 10 ms slow in 1.3 s are as rare in 1.3 s of calls as they are, and the window
+    // holds burst_window / span such spans (a scan statistic's count of places to look). Not
+    // nearer the history's own: a healthy job's moderately slow calls come in clusters (a busy
+    // second of the machine: five 2 ms late joins), which a Poisson count over a second takes
+    // for a burst.
+    const double window = double(options_.burst_window_ns);
+    double span = window;
+    if (v >= 2 * tail.front().value)
+      span = std::min(window, std::max(kMinScanNs, double(a.ts_ns - std::min(first, a.ts_ns))));
+    double expected = double(calls) * span / window * double(n + 1) * per_call;
     if (events < 2 || events <= usual ||
-        poisson_tail(events, expected) * double(levels.size()) > options_.burst_alpha)
+        poisson_tail(events, expected) * window / span * double(levels.size()) >
+            options_.burst_alpha)
       continue;
     for (auto p = b.pending.begin(); p != b.pending.end();) {
       if (!(value_of(*p, kind) >= v)) {
@@ -250,19 +296,45 @@ bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Bur
       for (auto& c : b.seen)
         if (c.ts_ns == p->ts_ns && std::isnan(c.level)) c.level = v;
       p->burst = events, p->burst_expected = expected;
-      p->burst_window_ns = options_.burst_window_ns;
+      p->burst_window_ns = uint64_t(span);
       mark_reported(g, *p);
       out.push_back(std::move(*p));
       p = b.pending.erase(p);
     }
     if (!(b.seen.back().value >= v)) continue;  // A's own level may yet be a burst
     b.seen.back().level = v;
-    a.burst = events, a.burst_expected = expected, a.burst_window_ns = options_.burst_window_ns;
+    a.burst = events, a.burst_expected = expected, a.burst_window_ns = uint64_t(span);
     mark_reported(g, a);
     out.push_back(std::move(a));
     return true;
   }
   return false;
+}
+
+// A call that left the window for max_samples, decided (no anomaly, or one whose burst window
+// is over): it stays in the history's count, slowest and (not reported) tails.
+void OnlineDetector::archive(Group& g, const Sample& s) const {
+  const uint64_t span = std::max<uint64_t>(options_.window_ns / kArchiveSpans, 1);
+  uint64_t from = s.ts_ns / span * span;
+  if (g.archive.empty() || g.archive.back().from_ns < from) g.archive.push_back({from});
+  Group::Archived& a = g.archive.back();  // (a call a little out of order: the span after)
+  ++a.calls;
+  a.slowest_ns = std::max(a.slowest_ns, s.dur_ns);
+  if (s.reported) return;  // no usual value of the history
+  auto lower = [](const auto& x, const auto& y) { return x.first > y.first; };  // a min-heap
+  for (size_t k = 0; k < kTailKinds; ++k) {
+    Eigen::Index col = tail_column(g.features, k);
+    if (col < 0) continue;
+    double v = in_us(kTailKindNames[k], s.x(col));
+    auto& high = a.high[k];
+    if (high.size() == kSlowTail) {
+      if (!(v > high.front().first)) continue;
+      std::pop_heap(high.begin(), high.end(), lower);
+      high.pop_back();
+    }
+    high.emplace_back(v, s.ts_ns);
+    std::push_heap(high.begin(), high.end(), lower);
+  }
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const std::string& layer, const std::string& name,
@@ -336,6 +408,12 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   job.live_rate = double(flagged) / double(g.window.size());
   for (const auto& s : g.window) job.slowest_ns = std::max(job.slowest_ns, s.dur_ns);
   job.history_calls = g.window.size();
+  for (const auto& a : g.archive) {
+    job.history_calls += a.calls;
+    job.slowest_ns = std::max(job.slowest_ns, a.slowest_ns);
+  }
+  job.history_calls += g.limbo.size();  // (anomalies undecided or reported: in no tail)
+  for (const auto& s : g.limbo) job.slowest_ns = std::max(job.slowest_ns, s.dur_ns);
   // An anomaly of the last burst window may yet be reported (its burst still growing): none
   // of the history's usual slow calls or bursts, or a fault would become its own usual.
   const uint64_t decided_before =
@@ -345,13 +423,14 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   };
   // by kind, the highest values that were no reported anomaly, each with the most calls at
   // least that high in one burst window (events: within burst_merge_ns of the last one counted)
-  for (const char* kind : kTailKinds) {
-    auto f = std::find(g.features.begin(), g.features.end(), kind);
-    if (f == g.features.end()) continue;
-    auto col = Eigen::Index(f - g.features.begin());
+  for (size_t k = 0; k < kTailKinds; ++k) {
+    const char* kind = kTailKindNames[k];
+    Eigen::Index col = tail_column(g.features, k);
+    if (col < 0) continue;
     std::vector<std::pair<double, uint64_t>> high;  // (value, time)
     for (const auto& s : g.window)
       if (!s.reported && !undecided(s)) high.emplace_back(in_us(kind, s.x(col)), s.ts_ns);
+    for (const auto& a : g.archive) high.insert(high.end(), a.high[k].begin(), a.high[k].end());
     size_t keep = std::min(high.size(), kSlowTail);
     std::partial_sort(high.begin(), high.begin() + std::ptrdiff_t(keep), high.end(),
                       std::greater<>());

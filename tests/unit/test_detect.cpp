@@ -924,6 +924,107 @@ TEST(OnlineDetector, AFewCallsFarSlowerThanTheHistorysTailAreABurst) {
   EXPECT_EQ(other, 0u) << "the healthy 4x-slower calls taken along";
 }
 
+// The agent keeps a group's last 20,000 calls (max_samples), 13 s of 1,500 launches a second,
+// but judges how rare a slow call is against its whole history (an hour): a group with 1,000
+// kept calls (5 s) and 150 s of history, whose one hiccup a minute (a call 100x slower) is
+// long out of the kept calls, still knows of them and counts 30,000 calls; then 8 calls 100x
+// slower in 2 s are a burst (against 1,000 calls, two of them would be expected in the 10 s
+// burst window: no burst).
+TEST(OnlineDetector, TheTailsAreOfTheWholeHistoryNotOnlyItsKeptCalls) {
+  OnlineOptions o = burst_options(600'000'000'000);
+  o.max_samples = 1000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  uint64_t t = 0;
+  int calls = 0;
+  auto batch = [&](auto us_of) {
+    FeatureTable b;
+    b.group = "cuda/cudaLaunchKernel", b.layer = "cuda", b.name = "cudaLaunchKernel";
+    b.feature_names = {"log_duration_us"};
+    b.values.resize(200, 1);
+    for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
+      double us = us_of(calls) * std::exp(noise(rng));
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+    }
+    return d.observe(b);
+  };
+  // a hiccup at 15 s, 75 s and 135 s (calls 3,000 + 12,000 k); 1 in 150 calls 4x slower
+  auto healthy = [](int i) { return i % 12000 == 3000 ? 10'000.0 : i % 150 == 7 ? 400.0 : 100.0; };
+  size_t healthy_reported = 0;
+  for (int s = 0; s < 150; ++s) healthy_reported += batch(healthy).size();
+  EXPECT_EQ(healthy_reported, 0u);
+  // the kept calls are those of the last 5 s, without a hiccup; a refit after them (10 s on)
+  for (int s = 0; s < 10; ++s) healthy_reported += batch([](int i) {
+                                 return i % 150 == 7 ? 400.0 : 100.0;
+                               }).size();
+  EXPECT_EQ(healthy_reported, 0u);
+  const GroupModel* m = d.model("cuda", "cudaLaunchKernel");
+  ASSERT_NE(m, nullptr);
+  EXPECT_GE(m->history_calls, 30'000u) << "the whole history counted, not the 1,000 kept";
+  ASSERT_FALSE(m->tails.at("log_duration_us").empty());
+  EXPECT_GT(m->tails.at("log_duration_us").front().value, 5000)
+      << "the hiccups, long out of the kept calls, are in the tail";
+  EXPECT_GT(m->slowest_ns, 5'000'000u);
+  int from = calls + 20;
+  size_t severe = 0, other = 0;
+  for (int s = 0; s < 2; ++s)
+    for (const auto& a : batch([&](int i) {
+           return i >= from && (i - from) % 50 == 0 && i < from + 400 ? 10'000.0
+                                                                      : (i % 150 == 7 ? 400.0 : 100.0);
+         }))
+      (a.dur_ns > 5'000'000 ? severe : other) += 1;
+  EXPECT_GE(severe, 7u) << "of the 8 calls 100x slower";
+  EXPECT_EQ(other, 0u);
+}
+
+// The cuda_latency scenario under the agent: 2,100 launches a second, 10 ms added to 7 of them
+// in 1.3 s, 80 s into the job (a model fitted at 30 s, refitted each minute, on the agent's
+// 20,000 calls). Against the 21,000 calls of a whole 10 s burst window 6 such events are no
+// burst (0.33 expected); against the 1.3 s they came in, with the window's 8 such spans to look
+// in, they are. The job's own hiccup, a launch of 5 ms every 20 s, is not.
+TEST(OnlineDetector, AFewSlowCallsInASecondAreABurstThoughTheBurstWindowHoldsThousands) {
+  OnlineOptions o;
+  o.window_ns = 3600'000'000'000;
+  o.refit_every_ns = 60'000'000'000;
+  o.max_samples = 20'000;
+  o.max_fit_samples = 5'000;
+  o.min_excess_us = 1000;
+  o.min_span_ns = 30'000'000'000;
+  o.burst_window_ns = 10'000'000'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(1);
+  std::lognormal_distribution<double> usual(std::log(8.0), 0.35);
+  const uint64_t step = 1'000'000'000 / 2100, fault_at = 80'000'000'000;
+  const double fault_ms[] = {0, 60.4, 346, 540.5, 1123.4, 1139.8, 1229.2};
+  size_t next_fault = 0, healthy_reported = 0, fault_reported = 0;
+  uint64_t t = 0, last_hiccup = 0;
+  while (t < 100'000'000'000) {
+    FeatureTable b;
+    b.group = "cuda/cudaLaunchKernel", b.layer = "cuda", b.name = "cudaLaunchKernel";
+    b.feature_names = {"log_duration_us"};
+    b.values.resize(210, 1);
+    for (int i = 0; i < 210; ++i, t += step) {
+      double us = usual(rng);
+      if (next_fault < 7 && t >= fault_at + uint64_t(fault_ms[next_fault] * 1e6))
+        us = 10'100, ++next_fault;
+      else if (t >= last_hiccup + 20'000'000'000)
+        us = 5'000, last_hiccup = t;
+      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+      b.values(i, 0) = std::log(us);
+    }
+    for (const auto& a : d.observe(b)) {
+      (a.dur_ns > 8'000'000 ? fault_reported : healthy_reported) += 1;
+      EXPECT_LT(a.burst_window_ns, 2'000'000'000u) << "the span they came in, not 10 s";
+    }
+  }
+  EXPECT_EQ(healthy_reported, 0u) << "the job's 5 ms hiccups";
+  EXPECT_GE(fault_reported, 6u) << "of the 7 launches 10 ms slow";
+}
+
 // A size the job uses again and again, however rare (a flag of 8 bytes all-reduced every 200
 // calls of 256 bytes: too few for a component of the model), is no unusual size to the agent;
 // a burst of a size never seen is.
