@@ -92,31 +92,37 @@ void OnlineWindows::add_call(const char* layer, uint32_t pid, uint64_t ts_ns, ui
   add_value(w, kLayerCalls + 2 * l + 1, std::log(double(std::max<int64_t>(net, 1)) / 1e3));
 }
 
+// A sample counts over its interval: each window gets the share it overlaps (as detect's).
 void OnlineWindows::add(const HostSampleRow& r) {
   double per_s = 1e9 / double(window_ns_);
+  auto shares = detect::window_shares(int64_t(r.ts_ns - std::min(r.interval_ns, r.ts_ns)),
+                                      int64_t(r.ts_ns), 0, int64_t(window_ns_));
   if (r.scope == HostScope::NetDevice) {
     // Loopback is local IPC (and the agent's own /metrics scrapes), not the network: a scrape
     // once a second more or less is no network contention.
     if (r.name == "lo") return;
-    add_value(at(r.ts_ns - r.interval_ns / 2), kNicMb,
-              double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s);
+    for (auto [index, share] : shares)
+      add_value(at(uint64_t(index) * window_ns_), kNicMb,
+                double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s * share);
     return;
   }
-  uint64_t mid = r.ts_ns - r.interval_ns / 2;  // by the middle of the sampled interval
+  uint64_t mid = r.ts_ns - r.interval_ns / 2;  // (a process counts by the middle of it)
   if (r.scope != HostScope::Process || !traced_.count(uint32_t(r.id)) ||
       !established(uint32_t(r.id), mid))
     return;
-  Window& w = at(mid);
-  add_value(w, kRunqMs, double(r.runq_wait_ns) / 1e6 * per_s);
-  add_value(w, kRunqWaits, double(r.runq_waits) * per_s);
-  add_value(w, kInvoluntary, double(r.involuntary_switches) * per_s);
-  add_value(w, kCpuCores, double(r.oncpu_ns) / double(window_ns_));
-  add_value(w, kSocketMb, double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s);
-  add_value(w, kBlockMb, double(r.io_bytes) / 1e6 * per_s);
-  add_value(w, kRetransmits, double(r.tcp_retransmits) * per_s);
-  add_value(w, kPageFaults, double(r.page_faults) * per_s);
-  add_value(w, kReclaimMs, double(r.reclaim_ns) / 1e6 * per_s);
-  add_value(w, kPageinMb, double(r.pagein_bytes) / 1e6 * per_s);
+  for (auto [index, share] : shares) {
+    Window& w = at(uint64_t(index) * window_ns_);
+    add_value(w, kRunqMs, double(r.runq_wait_ns) / 1e6 * per_s * share);
+    add_value(w, kRunqWaits, double(r.runq_waits) * per_s * share);
+    add_value(w, kInvoluntary, double(r.involuntary_switches) * per_s * share);
+    add_value(w, kCpuCores, double(r.oncpu_ns) / double(window_ns_) * share);
+    add_value(w, kSocketMb, double(r.tx_bytes + r.rx_bytes) / 1e6 * per_s * share);
+    add_value(w, kBlockMb, double(r.io_bytes) / 1e6 * per_s * share);
+    add_value(w, kRetransmits, double(r.tcp_retransmits) * per_s * share);
+    add_value(w, kPageFaults, double(r.page_faults) * per_s * share);
+    add_value(w, kReclaimMs, double(r.reclaim_ns) / 1e6 * per_s * share);
+    add_value(w, kPageinMb, double(r.pagein_bytes) / 1e6 * per_s * share);
+  }
 }
 
 void OnlineWindows::add(const GpuSample& r) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -50,6 +51,12 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec,
 // memory, power, temperature, clocks; call counts and mean log durations per layer. Features
 // that never vary are dropped; a window without samples of a metric gets 0 for counts and the
 // last value for levels (GPU state persists between readings).
+// Host samples count over their interval, and each window gets the share it overlaps.
 FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns);
+
+// The windows (index from start_ns, of window_ns) that [from_ns, to_ns) overlaps, each with
+// the share of the interval in it (summing to 1; an empty interval: its window, share 1).
+std::vector<std::pair<int64_t, double>> window_shares(int64_t from_ns, int64_t to_ns,
+                                                     int64_t start_ns, int64_t window_ns);
 
 }  // namespace eacgm::detect

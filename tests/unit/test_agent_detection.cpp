@@ -81,6 +81,38 @@ TEST(OnlineWindows, FeaturesOfTheTracedProcessesOnceTheirSetIsSteady) {
   EXPECT_EQ(w.traced_processes(), 0u);
 }
 
+// A sample counts what happened over its interval: one the loaded machine took late (300 ms
+// where 100 ms is usual) across two windows gives each its share, so a process on a CPU half
+// the time reads 0.5 cores in both (by the sample's middle, the first read 0.55, the second
+// 0.45; on this 2-core VM such a window once read 2.7 cores).
+TEST(OnlineWindows, ASampleAcrossTwoWindowsCountsInEachByItsShare) {
+  OnlineWindows w(kSecond, kSecond / 4);
+  uint64_t t0 = 1000 * kSecond;
+  for (uint64_t ms = 0; ms < 10'000; ms += 10) w.add_call("cuda", 7, t0 + ms * 1'000'000, 20'000);
+  for (uint64_t ms = 100; ms <= 10'000; ms += 100) {
+    if (ms == 6900 || ms == 7000) continue;  // late: the next sample covers 6.8-7.1 s
+    HostSampleRow r = process_sample(7, t0 + ms * 1'000'000, 0, 50'000'000);
+    if (ms == 7100) r.interval_ns = 3 * kSecond / 10, r.oncpu_ns = 150'000'000;
+    w.add(r);
+  }
+  detect::FeatureTable t = w.take_complete(t0 + 20 * kSecond);
+  ASSERT_GE(t.ts_ns.size(), 2u);
+  ASSERT_EQ(t.ts_ns[0], t0 + 6 * kSecond);
+  for (Eigen::Index r : {0, 1})
+    EXPECT_NEAR(t.values(r, Eigen::Index(feature("cpu_cores"))), std::log1p(0.5), 1e-9)
+        << "window " << r;
+  auto shares = detect::window_shares(-50, 250, 0, 100);
+  ASSERT_EQ(shares.size(), 4u);
+  EXPECT_EQ(shares[0].first, -1);
+  EXPECT_NEAR(shares[0].second, 1.0 / 6, 1e-12);
+  EXPECT_NEAR(shares[1].second, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(shares[3].second, 1.0 / 6, 1e-12);
+  EXPECT_EQ(shares[3].first, 2);
+  shares = detect::window_shares(100, 100, 0, 100);  // no interval: its window, all of it
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_EQ(shares[0], (std::pair<int64_t, double>{1, 1.0}));
+}
+
 // The agent's own flight recording takes CPUs from the jobs on a small node: the windows it
 // overlaps count as changes (the window and the two after are neither judged nor learnt), and
 // a busy time in windows already handed out, or ending before it starts, changes nothing.
