@@ -135,9 +135,10 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
           // that the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and
           // a sample the loaded machine took late spans 0.14 s: by its middle alone, a window
           // read 2.7 cores of CPU on a 2-core machine).
-          for (auto [w, share] :
+          for (const auto& ws :
                window_shares(s.ns_at(0) - s.ns_at(1), s.ns_at(0), start, int64_t(window_ns))) {
-            auto add = [&](const char* name, double v) { m[name].add(w, v * share); };
+            // (not a structured binding: clang before 16 cannot capture one in a lambda)
+            auto add = [&](const char* name, double v) { m[name].add(ws.first, v * ws.second); };
             if (scope == "process") {
               add("runq_wait_ms_per_s", double(s.int_at(3)) / 1e6 * per_s);
               add("runq_waits_per_s", double(s.int_at(4)) * per_s);
