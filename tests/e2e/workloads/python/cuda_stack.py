@@ -1,8 +1,8 @@
 # Calls the CUDA runtime (through ctypes) from known Python functions, for the python layer's
 # stack attribution test. argv[1]: libcudart.so.13. Without a GPU the calls fail; they still run.
 import ctypes
-import sys
-
+import sys, time
+time.sleep(0.3)  # stacks begin once the recorder has read this libpython (docs/layers.md)
 lib = ctypes.CDLL(sys.argv[1])
 
 
