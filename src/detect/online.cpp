@@ -220,6 +220,9 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
   }
 }
 
+// The shortest span report_severe judges a level's calls over.
+constexpr double kMinScanNs = 1e9;
+
 // The burst window's candidates of a kind with a tail (a slow call, a late rank), judged by how
 // far out they were: for each of their values v (highest first), the window's candidates at
 // least v (events; but those that went out at a higher level: they are explained) against the
@@ -228,9 +231,6 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
 // the history's share is unknown, and the background rate judges (report_burst). Where the
 // Poisson tail of a level is below burst_alpha over the levels tried, the pending candidates at
 // least v go out, and A if it is one of them. False: A did not go out.
-// The shortest span report_severe judges a level's calls over.
-constexpr double kMinScanNs = 1e9;
-
 bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                                    size_t calls, std::vector<Anomaly>& out) {
   const GroupModel& m = *g.model;
