@@ -799,6 +799,24 @@ OnlineOptions burst_options(uint64_t window_ns) {
   return o;
 }
 
+// 200 calls of cuda/OP 5 ms apart from `t` (which moves on, as `calls` counts them): call i
+// takes us_of(i) times the noise.
+template <class UsOf>
+FeatureTable cuda_batch(const std::string& op, uint64_t& t, int& calls, UsOf us_of,
+                        std::mt19937_64& rng, std::normal_distribution<double>& noise) {
+  FeatureTable b;
+  b.group = "cuda/" + op, b.layer = "cuda", b.name = op;
+  b.feature_names = {"log_duration_us"};
+  b.values.resize(200, 1);
+  for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
+    double us = us_of(calls) * std::exp(noise(rng));
+    b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
+    b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
+    b.values(i, 0) = std::log(us);
+  }
+  return b;
+}
+
 // A collective whose healthy history has a slow call every 2 s (its duration, net of waits,
 // 10x the usual), then a rank late in every 50th instance for 5 s: the burst of late-rank waits
 // is reported, and the slow calls in the same seconds, no more frequent than usual, are not
@@ -887,17 +905,7 @@ TEST(OnlineDetector, AFewCallsFarSlowerThanTheHistorysTailAreABurst) {
   uint64_t t = 0;
   int calls = 0;
   auto batch = [&](auto us_of) {
-    FeatureTable b;
-    b.group = "cuda/cudaMemcpy", b.layer = "cuda", b.name = "cudaMemcpy";
-    b.feature_names = {"log_duration_us"};
-    b.values.resize(200, 1);
-    for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
-      double us = us_of(calls) * std::exp(noise(rng));
-      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
-      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
-      b.values(i, 0) = std::log(us);
-    }
-    return d.observe(b);
+    return d.observe(cuda_batch("cudaMemcpy", t, calls, us_of, rng, noise));
   };
   // 1 in 150 calls 4x slower (too few for a component of their own: each one an anomaly);
   // every 12,000th call (60 s) and the next one 100x slower
@@ -939,17 +947,7 @@ TEST(OnlineDetector, TheTailsAreOfTheWholeHistoryNotOnlyItsKeptCalls) {
   uint64_t t = 0;
   int calls = 0;
   auto batch = [&](auto us_of) {
-    FeatureTable b;
-    b.group = "cuda/cudaLaunchKernel", b.layer = "cuda", b.name = "cudaLaunchKernel";
-    b.feature_names = {"log_duration_us"};
-    b.values.resize(200, 1);
-    for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
-      double us = us_of(calls) * std::exp(noise(rng));
-      b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t(us * 1e3));
-      b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
-      b.values(i, 0) = std::log(us);
-    }
-    return d.observe(b);
+    return d.observe(cuda_batch("cudaLaunchKernel", t, calls, us_of, rng, noise));
   };
   // a hiccup at 15 s, 75 s and 135 s (calls 3,000 + 12,000 k); 1 in 150 calls 4x slower
   auto healthy = [](int i) { return i % 12000 == 3000 ? 10'000.0 : i % 150 == 7 ? 400.0 : 100.0; };
