@@ -277,9 +277,10 @@ std::string DetectionSink::load_models() {
     std::string note;
     if (saved.window_ns != options_.window_ns) {
       // windows of another length have other rates: that model cannot judge these
-      std::erase_if(saved.groups, [](const detect::GroupModel& g) { return g.layer == "window"; });
-      note = fmt::format(" (not the window model: it was trained on {} s windows)",
-                         double(saved.window_ns) / 1e9);
+      auto window = [](const detect::GroupModel& g) { return g.layer == "window"; };
+      if (std::erase_if(saved.groups, window))
+        note = fmt::format(" (not the window model: it was trained on {} s windows)",
+                           double(saved.window_ns) / 1e9);
     }
     detector_.load(saved);
     return fmt::format("resumed {} models from {}{}", saved.groups.size(), path, note);

@@ -60,6 +60,7 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     g.archive.clear();
     g.limbo.clear();
     g.model.reset();
+    g.fitted_at = 0, g.fitted_size = 0;  // (a first fit again, as soon as the window is enough)
     for (auto& [kind, b] : g.bursts) unreported_ += b.pending.size();
     g.bursts.clear();
   }
@@ -369,6 +370,12 @@ bool OnlineDetector::due(const Group& g) const {
     return g.layer == "window" || g.last_ts - std::min(g.first_ts, g.last_ts) >= options_.min_span_ns;
   if (g.model && g.window.size() >= 2 * g.fitted_size && g.last_ts > g.fitted_at)
     return true;
+  // A fit that gave no model (too few samples left once the starved windows were left out, a
+  // degenerate sample) tries again once a quarter more have come, not a whole refit period later:
+  // a node whose first minute had a noisy neighbour must not go unjudged for another one. (The
+  // growth is geometric, so a group that never fits costs a few dozen tries, not one a flush.)
+  size_t more = std::max<size_t>(1, std::max(min_samples(g), g.fitted_size) / 4);
+  if (!g.model && g.window.size() >= g.fitted_size + more) return true;
   return g.last_ts - g.fitted_at >= options_.refit_every_ns;
 }
 

@@ -125,11 +125,12 @@ class Process {
     }
     return false;
   }
-  const std::string& out() const { return out_; }
-  const std::string& err() const { return err_; }
+  // (what has come so far: a failed assertion's message shows the log up to the failure)
+  const std::string& out() const { return pump(), out_; }
+  const std::string& err() const { return pump(), err_; }
 
  private:
-  void pump() {
+  void pump() const {
     char buf[4096];
     ssize_t n;
     while ((n = read(out_fd_, buf, sizeof buf)) > 0) out_.append(buf, size_t(n));
@@ -138,7 +139,7 @@ class Process {
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1;
   std::optional<int> status_;
-  std::string out_, err_;
+  mutable std::string out_, err_;
 };
 
 struct RunResult {
