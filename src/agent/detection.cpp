@@ -148,8 +148,18 @@ void DetectionSink::add(const ProcessExitRow& r) {
   exited_.push_back(r.pid);
 }
 
+std::pair<uint64_t, uint64_t> DetectionSink::quiet_span(uint64_t now) const {
+  if (!flight_) return {0, 0};
+  // (at most a minute of it: a write that never ends must not turn judging off for good)
+  constexpr uint64_t kMaxQuietNs = 60'000'000'000ull;
+  auto [start, end] = flight_->busy();
+  if (!start) return {0, 0};
+  return {start, std::min(end ? end : now, start + kMaxQuietNs)};
+}
+
 void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
   uint64_t now = monotonic_now_ns();
+  auto [quiet_start, quiet_end] = quiet_span(now);
   for (CallGroup& g : groups_) {
     if (g.ts.empty()) continue;
     // A collective's calls are scored once their instance was matched, or, for calls it never
@@ -200,10 +210,15 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     t.runq_ns = take(g.runq);
     take(g.log_bytes);
     std::vector<bool> judged(t.ts_ns.size(), true);
-    for (size_t i = 0; i < t.ts_ns.size(); ++i)
+    for (size_t i = 0; i < t.ts_ns.size(); ++i) {
       // a process's first call as this flush's batches show it (within a flush of the truth)
       judged[i] = t.ts_ns[i] >= first_call_.try_emplace(t.pid[i], t.ts_ns[i]).first->second +
                                     options_.warm_up_ns;
+      // a call that ran while the agent wrote a flight recording shared the CPU with that write:
+      // learned from, not judged (as the windows then), or one dump's slow calls ask for the next
+      if (quiet_end && t.ts_ns[i] <= quiet_end && t.ts_ns[i] + t.dur_ns[i] >= quiet_start)
+        judged[i] = false;
+    }
     for (auto& a : detector_.observe(t, judged)) {
       auto name = names_.find(a.pid);
       out.push_back({std::move(a), name != names_.end() ? name->second : std::string()});
@@ -222,12 +237,7 @@ void DetectionSink::flush() {
   for (uint32_t pid : exited_) names_.erase(pid), first_call_.erase(pid);
   exited_.clear();
   uint64_t now = monotonic_now_ns();
-  if (flight_) {
-    // (at most a minute of it: a write that never ends must not turn the windows off for good)
-    constexpr uint64_t kMaxQuietNs = 60'000'000'000ull;
-    auto [start, end] = flight_->busy();
-    if (start) windows_.quiet(start, std::min(end ? end : now, start + kMaxQuietNs));
-  }
+  if (auto [start, end] = quiet_span(now); end) windows_.quiet(start, end);
   detect::FeatureTable w = windows_.take_complete(now);
   if (!w.ts_ns.empty()) {
     for (auto& a : detector_.observe(w)) found.push_back({std::move(a), {}});

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "agent/flight.h"
@@ -98,6 +99,9 @@ class DetectionSink final : public Sink {
   CallGroup* add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
                       uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes);
   void score_calls(std::vector<AgentAnomaly>& out);
+  // When the flight recorder last wrote (on CLOCK_MONOTONIC; to `now` while it writes), whose
+  // calls and windows are not judged; (0, 0) for none.
+  std::pair<uint64_t, uint64_t> quiet_span(uint64_t now) const;
   // names the late rank in the collective anomalies whose instance was matched (detect's rule)
   void explain_waits(std::vector<AgentAnomaly>& found);
   void worker();

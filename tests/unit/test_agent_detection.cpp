@@ -545,6 +545,59 @@ TEST(NodeCollectives, TwoJobsOfTheSameShapeAreMatchedApart) {
 // step, so whole durations spread 0.5-20.5 ms; then in every 10th step the collective itself
 // takes 8 ms after both joined, inside that spread but 16 times its own usual 0.5 ms: each such
 // step is found as a slow collective (not a straggler), and the healthy steps between are not.
+// A call that ran while the agent wrote a flight recording is not judged: that write shared the
+// CPU with the job, and one dump's slow calls would otherwise ask for the next. The same call
+// after the write is reported.
+TEST_F(StateDir, CallsDuringTheAgentsOwnFlightRecordingAreNotJudged) {
+  FlightOptions fo;
+  fo.dir = dir_;
+  FlightRecorder flight(fo);
+  flight.set_meta("eacgm_version", "test");
+  flight.set_meta("monotonic_to_realtime_ns", "0");
+  flight.request("signal", 0);
+  flight.finish();
+  auto [busy_start, busy_end] = flight.busy();
+  ASSERT_GT(busy_start, 0u);
+  DetectionOptions o;
+  o.warm_up_ns = 0;
+  o.train_span_ns = 5 * kSecond;
+  std::vector<detect::Anomaly> found;
+  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
+    for (auto& x : a) found.push_back(x.anomaly);
+  });
+  sink.use_flight(flight);
+  static const char kOp[] = "cudaMalloc";
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
+  auto call = [&](uint64_t ts, uint64_t d) {
+    CudaCallRow c;
+    c.ts_ns = ts, c.dur_ns = d, c.pid = c.tid = 42, c.name = kOp;
+    sink.add(c);
+  };
+  const uint64_t start = busy_start - 100 * kSecond;
+  for (int i = 0; i < 2000; ++i) {
+    call(start + uint64_t(i) * 20'000'000, dur(rng));  // 40 s of 0.1 ms calls
+    if (i % 100 == 99) sink.flush();
+  }
+  // (a wait for the refit thread, not a bound: a fit of 2,000 calls takes milliseconds)
+  for (int i = 0; i < 3000 && sink.models() == 0; ++i) {
+    sink.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sink.models(), 1u);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  // 0.5 s calls (5,000 times the usual, far beyond the history's slowest): alone a report
+  call(busy_start + (busy_end - busy_start) / 2, 500'000'000);  // began during the write
+  call(busy_start - 200'000'000, 500'000'000);                  // ended during it
+  sink.flush();
+  EXPECT_TRUE(found.empty()) << found.front().cause;
+  call(busy_end + 100'000'000, 500'000'000);
+  sink.flush();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].ts_ns, busy_end + 100'000'000);
+  EXPECT_EQ(detect::cause_kind(found[0].cause), "slow cuda call");
+}
+
 TEST(DetectionSink, CollectivesJudgedNetOfTheirWaitForTheLastRank) {
   DetectionOptions o;
   o.warm_up_ns = 0;
