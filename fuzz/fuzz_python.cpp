@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "events.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "python/code_filter.h"
 #include "python/line_table.h"
 #include "python/python_decoder.h"

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent/agent_sinks.h"
 #include "agent/anomaly_reporter.h"
 #include "agent/anomaly_store.h"
 #include "agent/http_server.h"
@@ -27,7 +28,6 @@
 #include "detect/detector.h"  // cause_kinds
 #include "export/metrics.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
-#include "pipeline/sink_sets.h"
 #include "util/error.h"
 #include "util/privileges.h"
 
@@ -160,25 +160,6 @@ void take_instance_locks(const AgentOptions& o, const std::string& state, Instan
 }
 
 }  // namespace
-
-AgentSinks::AgentSinks(std::string hostname, DetectionOptions detection,
-                       std::function<void(std::vector<AgentAnomaly>&)> report, FlightOptions flight,
-                       const std::vector<std::string>& match)
-    : metrics_(std::move(hostname)),
-      detection_(std::move(detection), std::move(report)),
-      flight_(std::move(flight)),
-      collectives_([this](uint32_t pid) { return metrics_.job_of(pid); }) {
-  collectives_.on_instance([this](std::string_view op, const CollectiveMatcher::Instance& inst) {
-    metrics_.add_instance(op, inst);
-  });
-  detection_.use_collectives(collectives_);
-  detection_.use_flight(flight_);
-  fanout_.attach(collectives_);
-  fanout_.attach(metrics_);
-  fanout_.attach(detection_);
-  fanout_.attach(flight_);  // last: a dump asked for by this flush's anomalies holds them
-  if (!match.empty()) match_ = std::make_unique<MatchFilter>(match, fanout_, read_command_line);
-}
 
 bool is_loopback_address(const std::string& addr) {
   return addr == "::1" || addr.rfind("127.", 0) == 0 || addr.rfind("::ffff:127.", 0) == 0;

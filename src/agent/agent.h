@@ -1,5 +1,5 @@
 // `eacgm agent`: the always-on node service. Drives the tracing pipeline over every process on
-// the node that loads a traced library, into the agent's sinks (pipeline/sink_sets.h), and
+// the node that loads a traced library, into the agent's sinks (agent/agent_sinks.h), and
 // serves /metrics.
 #pragma once
 #include <string>

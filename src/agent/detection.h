@@ -19,7 +19,7 @@
 #include "agent/windows.h"
 #include "detect/online.h"
 #include "export/metrics.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 
 namespace eacgm {
 

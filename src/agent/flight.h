@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 
 namespace eacgm {
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 
 namespace eacgm {
 

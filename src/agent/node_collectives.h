@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "report/collectives.h"
 
 namespace eacgm {

@@ -20,7 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "probe/job_identity.h"
 #include "report/collectives.h"
 

@@ -21,9 +21,9 @@
 #include "probe/target.h"
 #include "python/python_decoder.h"
 #include "python/python_layer.h"
-#include "record/decoder.h"
-#include "record/gpu_layer.h"
-#include "record/sampling.h"
+#include "pipeline/decoder.h"
+#include "pipeline/gpu_layer.h"
+#include "pipeline/sampling.h"
 #include "util/error.h"
 #include "version.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "pipeline/layers.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "probe/call_tracer.h"
 #include "python/code_filter.h"
 

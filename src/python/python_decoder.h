@@ -10,7 +10,7 @@
 
 #include "events.h"
 #include "python/code_filter.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "util/interner.h"
 
 namespace eacgm {

@@ -18,7 +18,7 @@
 #include <set>
 
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
-#include "pipeline/sink_sets.h"
+#include "record/record_sinks.h"
 #include "probe/target.h"
 #include "report/report.h"
 #include "util/error.h"

@@ -114,13 +114,6 @@ std::vector<CollectiveMatcher::Instance> CollectiveMatcher::add(const CommCallRo
   return done;
 }
 
-bool is_collective(const std::string& name) {
-  for (const char* not_one : {"send", "Send", "recv", "Recv", "Group", "Init", "Split", "Abort",
-                              "Destroy", "Finalize"})
-    if (name.find(not_one) != std::string::npos) return false;
-  return true;
-}
-
 std::string Collectives::on_host(uint32_t pid) const {
   auto it = hosts_.find(pid);
   return it == hosts_.end() ? std::string() : " on host " + it->second;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "store/rows.h"  // is_collective
+
 namespace eacgm {
 
 class RecordingReader;
@@ -94,10 +96,7 @@ struct RankWaits {
   std::vector<uint64_t> waits_ns;  // its wait in each matched instance, in order (as instances())
 };
 
-// Is `name` (as in comm_calls) an operation that every rank of the communicator joins?
-// Point-to-point calls, groups and communicator set-up are not.
-bool is_collective(const std::string& name);
-
+// (is_collective: store/rows.h, beside the comm_calls row)
 class Collectives {
  public:
   // Reads comm_calls. A collective is matched where exactly one stream of calls per rank

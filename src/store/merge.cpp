@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "report/collectives.h"
+#include "store/rows.h"  // is_collective
 #include "store/reader.h"
 #include "store/recording.h"
 #include "store/sqlite_util.h"

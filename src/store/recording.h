@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 
 struct sqlite3;
 

@@ -58,6 +58,15 @@ struct CommCallRow {
   int64_t py_stack = 0;  // python_stacks id of the calling Python code; 0: none
 };
 
+// Is `name` (a comm_calls name: an NCCL symbol or a c10d collective) an operation that every
+// rank of the communicator joins? Point-to-point calls, groups and communicator set-up are not.
+inline bool is_collective(std::string_view name) {
+  for (const char* not_one : {"send", "Send", "recv", "Recv", "Group", "Init", "Split", "Abort",
+                              "Destroy", "Finalize"})
+    if (name.find(not_one) != std::string_view::npos) return false;
+  return true;
+}
+
 // One traced PyTorch operator call through the dispatcher (at::_ops::<op>::call). Calls nest:
 // an operator that calls others (aten::linear calling aten::addmm) encloses them in time.
 struct TorchCallRow {

@@ -14,7 +14,7 @@
 #include "events.h"
 #include "probe/cuda_ops.h"
 #include "probe/symbolizer.h"
-#include "record/decoder.h"
+#include "pipeline/decoder.h"
 #include "store/reader.h"
 #include "store/recording.h"
 #include "store/sqlite_util.h"

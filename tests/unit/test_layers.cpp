@@ -3,7 +3,7 @@
 
 #include "agent/agent.h"
 #include "pipeline/layers.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "util/error.h"
 
 namespace eacgm {

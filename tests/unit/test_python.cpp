@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "probe/elf_symbols.h"
 #include "python/code_filter.h"
 #include "python/cpython_build.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "events.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 #include "probe/c10d_ops.h"
 #include "probe/symbolizer.h"
 #include "probe/torch_ops.h"

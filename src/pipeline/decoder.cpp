@@ -1,6 +1,6 @@
 // Decoding of call and process records; the hot path after the BPF side, so no allocation per
 // call beyond amortised vector growth in the writer's batch.
-#include "record/decoder.h"
+#include "pipeline/decoder.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>

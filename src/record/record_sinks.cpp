@@ -1,5 +1,5 @@
-// The sinks each command uses, put together.
-#include "pipeline/sink_sets.h"
+// The sinks of `eacgm record`, put together (record/record_sinks.h).
+#include "record/record_sinks.h"
 
 #include <cstdio>
 
@@ -28,7 +28,5 @@ void RecordSinks::write_perfetto(bool force) const {
             output_.c_str());
   }
 }
-
-// AgentSinks is built in agent/agent.cpp (the agent library, which has the detector).
 
 }  // namespace eacgm

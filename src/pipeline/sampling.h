@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "probe/host_tracer.h"
-#include "record/gpu_layer.h"
+#include "pipeline/gpu_layer.h"
 #include "util/stop_flag.h"
 
 namespace eacgm {

@@ -1,5 +1,5 @@
 // GPU layer glue: NVML choice and loading policy, the sampler's queue, and its warnings.
-#include "record/gpu_layer.h"
+#include "pipeline/gpu_layer.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // What a sink of the tracing pipeline implements: the one interface between the decoder and
 // sampler (which produce rows) and every output (recording, Perfetto, metrics, detector, ...).
-// Which sinks each command uses is in pipeline/sink_sets.h.
+// Which sinks each command uses: record/record_sinks.h and agent/agent_sinks.h.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
 // Decoding PyTorch c10d calls: each call is paired with its Work object's completion, so its
 // duration lasts until the collective finished, not until it was queued.
-#include "record/decoder.h"
+#include "pipeline/decoder.h"
 
 #include "python/python_decoder.h"
 

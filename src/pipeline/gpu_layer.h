@@ -9,7 +9,7 @@
 
 #include "gpu/gpu_sampler.h"
 #include "gpu/nvml.h"
-#include "pipeline/sink.h"
+#include "store/sink.h"
 
 namespace eacgm {
 

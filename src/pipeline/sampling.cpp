@@ -1,5 +1,5 @@
 // Fixed-deadline sampling: late passes are skipped, not bunched up.
-#include "record/sampling.h"
+#include "pipeline/sampling.h"
 
 #include <pthread.h>
 #include <time.h>
