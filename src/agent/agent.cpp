@@ -184,20 +184,22 @@ ListenAddress parse_listen(const std::string& text) {
   return a;
 }
 
-int run_agent(const AgentOptions& given) {
-  AgentOptions o = given;
-  o.all = true;  // the agent traces the node
+namespace {
+
+// Bad options are usage errors before anything is created.
+ListenAddress check_options(const AgentOptions& o) {
   ListenAddress where = parse_listen(o.listen);
   LayerChoice::parse(o.layers);
   if (!o.python_calls.empty()) PythonFilter check(o.python_calls);
-  if (!o.match.empty()) {  // a bad pattern is a usage error before anything is created
+  if (!o.match.empty()) {
     SinkFanout none;
     MatchFilter check(o.match, none, read_command_line);
   }
-  require_tracing_privileges("the agent (deploy/systemd has a unit with what it needs)");
-  if (std::string gaps = other_users_gaps(current_privileges()); !gaps.empty())
-    fprintf(stderr, "eacgm agent: %s\n", gaps.c_str());
-  // Before anything loads (BPF takes seconds): a stop signal then ends the agent cleanly.
+  return where;
+}
+
+// Before anything loads (BPF takes seconds): a stop signal then ends the agent cleanly.
+void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_agent_stop;
   sigemptyset(&sa.sa_mask);
@@ -205,10 +207,9 @@ int run_agent(const AgentOptions& given) {
   sa.sa_handler = on_dump_signal;
   sigaction(SIGUSR1, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
 
-  std::string state = make_state_dir(o.state_dir);
-  InstanceLock state_lock, node_lock;
-  take_instance_locks(o, state, state_lock, node_lock);
+DetectionOptions detection_options(const AgentOptions& o, const std::string& state) {
   DetectionOptions d;
   d.window_ns = uint64_t(o.window_s * 1e9);
   d.history_ns = uint64_t(o.history_s * 1e9);
@@ -219,26 +220,21 @@ int run_agent(const AgentOptions& given) {
   d.warm_up_ns = uint64_t(o.warm_up_s * 1e9);
   d.sample_interval_ns = uint64_t(o.interval_ms * 1e6);
   if (!state.empty()) d.models_path = state + "/models.json";
-  std::unique_ptr<AnomalyStore> store;
-  if (!state.empty()) store = std::make_unique<AnomalyStore>(state + "/anomalies.db");
+  return d;
+}
+
+FlightOptions flight_options(const AgentOptions& o, const std::string& state) {
   FlightOptions f;
   f.dir = state;
   f.seconds_ns = uint64_t(o.flight_seconds * 1e9);
   f.max_bytes = o.flight_mb << 20;
   f.keep_bytes = o.flight_keep_mb << 20;
   if (o.flight_seconds == 0) f.dir.clear();
-  std::unique_ptr<AnomalyReporter> reporter;
-  AgentSinks sinks(
-      node_name(), d, [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f, o.match);
-  reporter = std::make_unique<AnomalyReporter>(
-      sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
-      int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
-  sinks.metrics().identify = read_job_identity;
-  sinks.metrics().zero_anomalies(detect::cause_kinds());
-  if (std::string line = sinks.detection().load_models(); !line.empty())
-    fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
-  // The endpoint binds before BPF loads (seconds): a port in use fails at once.
-  HttpServer http;
+  return f;
+}
+
+// GET /metrics, GET /, and POST /dump (answered by the loop, which owns the flight recorder).
+void add_routes(HttpServer& http, AgentSinks& sinks, DumpRequests& dumps) {
   http.route("GET", "/metrics", [&](const HttpRequest&) -> std::optional<HttpResponse> {
     return HttpResponse{
         200, "text/plain; version=0.0.4; charset=utf-8", sinks.metrics().text(), {}};
@@ -250,7 +246,6 @@ int run_agent(const AgentOptions& given) {
                         "a flight recording\n",
                         {}};
   });
-  DumpRequests dumps(o.dump_interval_s);
   http.route("POST", "/dump", [&](const HttpRequest& req) -> std::optional<HttpResponse> {
     if (!is_loopback_address(req.peer))
       return HttpResponse{
@@ -263,8 +258,105 @@ int run_agent(const AgentOptions& given) {
                            : "a flight recording is asked for by root (or the agent's user) only\n",
           {}};
     dumps.ask(req.id);
-    return std::nullopt;  // the loop, which owns the flight recorder, answers
+    return std::nullopt;
   });
+}
+
+// What the loop does between two polls of the pipeline: statistics twice a second, flight
+// recordings asked for, and their errors (each said once).
+struct LoopChores {
+  Pipeline& pipeline;
+  AgentSinks& sinks;
+  HttpServer& http;
+  DumpRequests& dumps;
+  uint64_t last_stats = 0;
+  std::string flight_error;
+
+  void operator()(uint64_t now) {
+    if (now - last_stats >= 500'000'000ull) {
+      sinks.metrics().set_agent_stats({pipeline.calls(), pipeline.counters().ring_drops,
+                                       pipeline.probes(), sinks.metrics().traced_processes(),
+                                       cpu_seconds(), resident_bytes()});
+      sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
+      sinks.metrics().expire_series(now);
+      sinks.flight().note_dropped(pipeline.counters().ring_drops);
+      last_stats = now;
+    }
+    if (g_dump_signal.exchange(0)) {
+      auto [path, why] = dumps.write(sinks.flight(), "signal", now);
+      fprintf(stderr, "eacgm: agent: SIGUSR1: %s\n",
+              path.empty() ? why.c_str() : ("writing flight recording " + path).c_str());
+    }
+    dumps.answer(http, sinks.flight(), now);
+    say_flight_error();
+  }
+  void say_flight_error() {
+    if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error) {
+      fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
+      flight_error = e;
+    }
+  }
+};
+
+// Until a stop signal or --duration. Returns the exit status.
+int agent_loop(const AgentOptions& o, Pipeline& pipeline, LoopChores& chores) {
+  uint64_t start = pipeline.start_monotonic_ns();
+  int failing = 0;
+  std::string last_failure;
+  while (!g_agent_stop.load()) {
+    try {
+      pipeline.step(100);
+      uint64_t now = monotonic_now_ns();
+      chores(now);
+      if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
+      failing = 0;
+    } catch (const std::exception& e) {
+      // One event or process the agent could not handle does not end the node's monitoring:
+      // said once per distinct reason, and the loop goes on. Should every pass fail, it stops
+      // in order (models saved, recordings asked for written) with the reason, never aborts.
+      if (e.what() != last_failure) fprintf(stderr, "eacgm: agent: %s\n", e.what());
+      last_failure = e.what();
+      if (++failing >= 50) {
+        fprintf(stderr, "eacgm: agent: stopping: %s, 50 times in a row\n", e.what());
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_agent(const AgentOptions& given) {
+  AgentOptions o = given;
+  o.all = true;  // the agent traces the node
+  ListenAddress where = check_options(o);
+  require_tracing_privileges("the agent (deploy/systemd has a unit with what it needs)");
+  if (std::string gaps = other_users_gaps(current_privileges()); !gaps.empty())
+    fprintf(stderr, "eacgm agent: %s\n", gaps.c_str());
+  install_signal_handlers();
+
+  std::string state = make_state_dir(o.state_dir);
+  InstanceLock state_lock, node_lock;
+  take_instance_locks(o, state, state_lock, node_lock);
+  std::unique_ptr<AnomalyStore> store;
+  if (!state.empty()) store = std::make_unique<AnomalyStore>(state + "/anomalies.db");
+  FlightOptions f = flight_options(o, state);
+  std::unique_ptr<AnomalyReporter> reporter;
+  AgentSinks sinks(
+      node_name(), detection_options(o, state),
+      [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f, o.match);
+  reporter = std::make_unique<AnomalyReporter>(
+      sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
+      int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
+  sinks.metrics().identify = read_job_identity;
+  sinks.metrics().zero_anomalies(detect::cause_kinds());
+  if (std::string line = sinks.detection().load_models(); !line.empty())
+    fprintf(stderr, "eacgm: agent: %s\n", line.c_str());
+  // The endpoint binds before BPF loads (seconds): a port in use fails at once.
+  HttpServer http;
+  DumpRequests dumps(o.dump_interval_s);
+  add_routes(http, sinks, dumps);
   if (!http.bind(where.host, where.port))
     fail("cannot listen on {}: {} (is another agent running? choose another --listen)", o.listen,
          errno_text(errno));
@@ -279,56 +371,15 @@ int run_agent(const AgentOptions& given) {
   if (!o.quiet)
     fprintf(stderr, "eacgm: agent tracing this node; metrics at http://%s/metrics\n",
             o.listen.c_str());
-  uint64_t start = pipeline.start_monotonic_ns(), last_stats = 0;
-  std::string flight_error;
-  int status = 0, failing = 0;
-  std::string last_failure;
-  while (!g_agent_stop.load()) {
-    try {
-      pipeline.step(100);
-      uint64_t now = monotonic_now_ns();
-      if (now - last_stats >= 500'000'000ull) {
-        sinks.metrics().set_agent_stats({pipeline.calls(), pipeline.counters().ring_drops,
-                                         pipeline.probes(), sinks.metrics().traced_processes(),
-                                         cpu_seconds(), resident_bytes()});
-        sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
-        sinks.metrics().expire_series(now);
-        sinks.flight().note_dropped(pipeline.counters().ring_drops);
-        last_stats = now;
-      }
-      if (g_dump_signal.exchange(0)) {
-        auto [path, why] = dumps.write(sinks.flight(), "signal", now);
-        fprintf(stderr, "eacgm: agent: SIGUSR1: %s\n",
-                path.empty() ? why.c_str() : ("writing flight recording " + path).c_str());
-      }
-      dumps.answer(http, sinks.flight(), now);
-      if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error) {
-        fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
-        flight_error = e;
-      }
-      if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
-      failing = 0;
-    } catch (const std::exception& e) {
-      // One event or process the agent could not handle does not end the node's monitoring:
-      // said once per distinct reason, and the loop goes on. Should every pass fail, it stops
-      // in order (models saved, recordings asked for written) with the reason, never aborts.
-      if (e.what() != last_failure) fprintf(stderr, "eacgm: agent: %s\n", e.what());
-      last_failure = e.what();
-      if (++failing >= 50) {
-        fprintf(stderr, "eacgm: agent: stopping: %s, 50 times in a row\n", e.what());
-        status = 1;
-        break;
-      }
-    }
-  }
+  LoopChores chores{pipeline, sinks, http, dumps};
+  int status = agent_loop(o, pipeline, chores);
   pipeline.stop();
   pipeline.finish();  // gives traced processes back what the python layer changed in them
   if (std::string e = sinks.detection().save_models(); !e.empty())
     fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
   http.stop();
   sinks.flight().finish();  // the recordings asked for are written before the agent ends
-  if (std::string e = sinks.flight().last_error(); !e.empty() && e != flight_error)
-    fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
+  chores.say_flight_error();
   if (!o.quiet) fprintf(stderr, "eacgm: agent stopped\n");
   return status;
 }

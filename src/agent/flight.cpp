@@ -163,16 +163,26 @@ void FlightRecorder::write(const Pending& p) {
     if (!busy_start_ || now - busy_end_ > 5'000'000'000ull) busy_start_ = now;
     busy_end_ = 0;
   }
-  struct Copy {
-    std::vector<Held> rows;
-    std::vector<ProcessRow> processes;
-    std::vector<ProcessExitRow> exits;
-    std::vector<ThreadRow> threads;
-    std::vector<GpuDevice> devices;
-    std::vector<PythonStackFrameRow> frames;
-    std::vector<std::pair<std::string, std::string>> meta;
-  };
-  auto c = std::make_shared<Copy>();
+  std::shared_ptr<Snapshot> c = snapshot(p);
+  std::string path = p.path;
+  writer_ = std::thread([this, c, path] {
+    // The lowest priority (Linux: per thread, and the writer's own thread inherits it): a
+    // recording can wait, the jobs it was written for should not (on a 2-CPU node a normal
+    // priority writer took a CPU from them for seconds). Failing that, it goes on as it is.
+    setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
+    std::string err = write_snapshot(path, *c);
+    retain();
+    {
+      std::lock_guard lock(mu_);
+      error_ = err.empty() ? "" : fmt::format("flight recording {}: {}", path, err);
+      busy_end_ = monotonic_now_ns();
+    }
+  });
+}
+
+// The held rows, processes, threads, devices and stacks, with the recording's own meta.
+std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending& p) const {
+  auto c = std::make_shared<Snapshot>();
   c->rows.assign(rows_.begin(), rows_.end());
   for (const auto& [pid, r] : processes_) c->processes.push_back(r);
   for (const auto& [pid, r] : exits_) c->exits.push_back(r);
@@ -198,42 +208,33 @@ void FlightRecorder::write(const Pending& p) {
                       ? dropped_.back().second - dropped_.front().second
                       : dropped_.back().second;
   c->meta.emplace_back("dropped_events", std::to_string(lost));
-  std::string path = p.path;
-  writer_ = std::thread([this, c, path] {
-    // The lowest priority (Linux: per thread, and the writer's own thread inherits it): a
-    // recording can wait, the jobs it was written for should not (on a 2-CPU node a normal
-    // priority writer took a CPU from them for seconds). Failing that, it goes on as it is.
-    setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
-    std::string err;
-    try {
-      RecordingWriter w(path, false);
-      chmod(path.c_str(), 0600);  // what the node's jobs ran: for root's eyes
-      uint64_t calls = 0;
-      for (const auto& [k, v] : c->meta) w.set_meta(k, v);
-      for (const auto& r : c->devices) w.add(r);
-      for (const auto& r : c->processes) w.add(r);
-      for (const auto& r : c->threads) w.add(r);
-      for (const auto& r : c->frames) w.add(r);
-      for (const auto& h : c->rows)
-        std::visit(
-            [&](const auto& r) {
-              w.add(r);
-              if constexpr (requires { r.dur_ns; }) ++calls;
-            },
-            h.row);
-      for (const auto& r : c->exits) w.add(r);
-      w.set_meta("events", std::to_string(calls));
-      err = w.close();
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-    retain();
-    {
-      std::lock_guard lock(mu_);
-      error_ = err.empty() ? "" : fmt::format("flight recording {}: {}", path, err);
-      busy_end_ = monotonic_now_ns();
-    }
-  });
+  return c;
+}
+
+// Writes a snapshot as a recording; returns the error, or "".
+std::string FlightRecorder::write_snapshot(const std::string& path, const Snapshot& c) {
+  try {
+    RecordingWriter w(path, false);
+    chmod(path.c_str(), 0600);  // what the node's jobs ran: for root's eyes
+    uint64_t calls = 0;
+    for (const auto& [k, v] : c.meta) w.set_meta(k, v);
+    for (const auto& r : c.devices) w.add(r);
+    for (const auto& r : c.processes) w.add(r);
+    for (const auto& r : c.threads) w.add(r);
+    for (const auto& r : c.frames) w.add(r);
+    for (const auto& h : c.rows)
+      std::visit(
+          [&](const auto& r) {
+            w.add(r);
+            if constexpr (requires { r.dur_ns; }) ++calls;
+          },
+          h.row);
+    for (const auto& r : c.exits) w.add(r);
+    w.set_meta("events", std::to_string(calls));
+    return w.close();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
 }
 
 // Flight recordings beyond keep_bytes go, oldest first (their names sort by time); only

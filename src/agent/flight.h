@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -79,7 +80,19 @@ class FlightRecorder final : public Sink {
   template <typename T>
   void keep(const T& row, uint64_t ts_ns);
   void evict(uint64_t now_ns);
+  // What one recording holds, copied for the writer thread.
+  struct Snapshot {
+    std::vector<Held> rows;
+    std::vector<ProcessRow> processes;
+    std::vector<ProcessExitRow> exits;
+    std::vector<ThreadRow> threads;
+    std::vector<GpuDevice> devices;
+    std::vector<PythonStackFrameRow> frames;
+    std::vector<std::pair<std::string, std::string>> meta;
+  };
   void write(const Pending& p);
+  std::shared_ptr<Snapshot> snapshot(const Pending& p) const;
+  static std::string write_snapshot(const std::string& path, const Snapshot& c);
   void retain();
 
   FlightOptions o_;

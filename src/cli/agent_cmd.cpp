@@ -8,6 +8,67 @@
 
 namespace eacgm::cli {
 
+namespace {
+
+// The online detector's: windows, history, how much each model learns before it judges.
+void add_detection_options(CLI::App* cmd, AgentOptions& o) {
+  cmd->add_option("--window", o.window_s,
+                  "seconds per window of the window model (the traced processes' run-queue "
+                  "wait, CPU, network, memory, GPU and call rates)")
+      ->capture_default_str()
+      ->check(number_in(0.05, 3600.0, "a number of seconds"));
+  cmd->add_option("--history", o.history_s,
+                  "seconds of the past the models are fitted on (refitted every minute, or "
+                  "every quarter of this if shorter)")
+      ->capture_default_str()
+      ->check(number_in(10.0, 7 * 86400.0, "a number of seconds"));
+  cmd->add_option("--train-windows", o.train_windows,
+                  "windows the window model needs before it judges (with --window 1: a minute)")
+      ->capture_default_str()
+      ->check(number_in(10, 1000000, "a count", true));
+  cmd->add_option("--train-calls", o.train_calls,
+                  "calls an operation's model needs before it judges")
+      ->capture_default_str()
+      ->check(number_in(10, 1000000, "a count", true));
+  cmd->add_option("--train-seconds", o.train_seconds,
+                  "seconds of an operation's calls its first model needs too (a job's start "
+                  "is not its normal)")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
+  cmd->add_option("--warm-up", o.warm_up_s,
+                  "seconds after a process is first seen in which its calls are learned from "
+                  "but not judged (first-call allocations, compiles, warm-up steps)")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
+}
+
+// The flight recorder's: what is held, when it is written, how much is kept.
+void add_flight_options(CLI::App* cmd, AgentOptions& o) {
+  cmd->add_option("--flight-seconds", o.flight_seconds,
+                  "seconds of full-detail events held in memory; on an anomaly (at most one "
+                  "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "
+                  "this host (root only) they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
+                  "report, detect and export read; 0: off")
+      ->capture_default_str()
+      ->check(number_in(0.0, 3600.0, "a number of seconds"));
+  cmd->add_option("--dump-interval", o.dump_interval_s,
+                  "at most one flight recording on request (POST /dump, SIGUSR1) per this many "
+                  "seconds; a request sooner gets 429 and when to ask again (the anomalies' own "
+                  "recordings are limited apart); 0: no limit")
+      ->capture_default_str()
+      ->check(number_in(0.0, 86400.0, "a number of seconds"));
+  cmd->add_option("--flight-mb", o.flight_mb,
+                  "memory the flight recorder may hold, in MiB (the oldest events go first)")
+      ->capture_default_str()
+      ->check(number_in(1, 65536, "a number of MiB", true));
+  cmd->add_option("--flight-keep-mb", o.flight_keep_mb,
+                  "flight recordings kept in the state dir, in MiB (the oldest go first)")
+      ->capture_default_str()
+      ->check(number_in(1, 1 << 24, "a number of MiB", true));
+}
+
+}  // namespace
+
 std::function<int()> add_agent(CLI::App& app) {
   auto opts = std::make_shared<AgentOptions>();
   auto layers = std::make_shared<std::string>("auto");
@@ -51,55 +112,8 @@ std::function<int()> add_agent(CLI::App& app) {
                   "where models and anomalies are kept across restarts (created 0700 if "
                   "missing); '' keeps nothing")
       ->capture_default_str();
-  cmd->add_option("--window", opts->window_s,
-                  "seconds per window of the window model (the traced processes' run-queue "
-                  "wait, CPU, network, memory, GPU and call rates)")
-      ->capture_default_str()
-      ->check(number_in(0.05, 3600.0, "a number of seconds"));
-  cmd->add_option("--history", opts->history_s,
-                  "seconds of the past the models are fitted on (refitted every minute, or "
-                  "every quarter of this if shorter)")
-      ->capture_default_str()
-      ->check(number_in(10.0, 7 * 86400.0, "a number of seconds"));
-  cmd->add_option("--train-windows", opts->train_windows,
-                  "windows the window model needs before it judges (with --window 1: a minute)")
-      ->capture_default_str()
-      ->check(number_in(10, 1000000, "a count", true));
-  cmd->add_option("--train-calls", opts->train_calls,
-                  "calls an operation's model needs before it judges")
-      ->capture_default_str()
-      ->check(number_in(10, 1000000, "a count", true));
-  cmd->add_option("--train-seconds", opts->train_seconds,
-                  "seconds of an operation's calls its first model needs too (a job's start "
-                  "is not its normal)")
-      ->capture_default_str()
-      ->check(number_in(0.0, 86400.0, "a number of seconds"));
-  cmd->add_option("--warm-up", opts->warm_up_s,
-                  "seconds after a process is first seen in which its calls are learned from "
-                  "but not judged (first-call allocations, compiles, warm-up steps)")
-      ->capture_default_str()
-      ->check(number_in(0.0, 86400.0, "a number of seconds"));
-  cmd->add_option("--flight-seconds", opts->flight_seconds,
-                  "seconds of full-detail events held in memory; on an anomaly (at most one "
-                  "every 5 minutes, written a sixth of this later), SIGUSR1 or POST /dump from "
-                  "this host (root only) they are written as STATE_DIR/flight-TIME-REASON.eacgm.db, which "
-                  "report, detect and export read; 0: off")
-      ->capture_default_str()
-      ->check(number_in(0.0, 3600.0, "a number of seconds"));
-  cmd->add_option("--dump-interval", opts->dump_interval_s,
-                  "at most one flight recording on request (POST /dump, SIGUSR1) per this many "
-                  "seconds; a request sooner gets 429 and when to ask again (the anomalies' own "
-                  "recordings are limited apart); 0: no limit")
-      ->capture_default_str()
-      ->check(number_in(0.0, 86400.0, "a number of seconds"));
-  cmd->add_option("--flight-mb", opts->flight_mb,
-                  "memory the flight recorder may hold, in MiB (the oldest events go first)")
-      ->capture_default_str()
-      ->check(number_in(1, 65536, "a number of MiB", true));
-  cmd->add_option("--flight-keep-mb", opts->flight_keep_mb,
-                  "flight recordings kept in the state dir, in MiB (the oldest go first)")
-      ->capture_default_str()
-      ->check(number_in(1, 1 << 24, "a number of MiB", true));
+  add_detection_options(cmd, *opts);
+  add_flight_options(cmd, *opts);
   cmd->add_option("--match", opts->match,
                   "only processes whose command line matches this regular expression (searched "
                   "anywhere in it; repeat for more), e.g. --match 'torchrun|train\\.py'. Others "

@@ -154,15 +154,7 @@ std::string human_duration(uint64_t ns) {
   return fmt::format("{:.1f} us", double(ns) / 1e3);
 }
 
-int run_detect(const DetectArgs& a) {
-  RecordingReader rec(a.recording);
-  double window_s = a.window_s;
-  if (!a.window_given && a.model.empty())
-    window_s = a.train.empty() ? default_window_s(rec, a.train_fraction)
-                               : default_window_s(RecordingReader(a.train), 1.0);
-  uint64_t window_ns = uint64_t(window_s * 1e9);
-  int64_t start = rec.meta_ns("start_monotonic_ns");
-  int64_t end = rec.meta_ns("end_monotonic_ns");
+detect::DetectOptions detect_options(const DetectArgs& a) {
   detect::DetectOptions opts;
   opts.quantile = a.quantile;
   if (a.has_threshold) opts.threshold = a.threshold;
@@ -175,139 +167,116 @@ int run_detect(const DetectArgs& a) {
     if (opts.components < 1)
       throw UsageError(fmt::format("--components {}: give a count (e.g. 2) or auto", a.components));
   }
+  return opts;
+}
 
+// What the recording is judged against, and from where on.
+struct Trained {
   detect::DetectorModel model;
-  std::vector<std::string> skipped;
-  uint64_t score_from = 0;
   std::string trained_on;
+  std::vector<std::string> skipped;        // groups not modelled, and why
+  std::map<std::string, uint64_t> split;   // per group: its first row scored (own training)
+  uint64_t score_from = 0;                 // windows that start here or later are scored
+  uint64_t window_ns = 0;
+};
+
+// --model (a saved model, whose window length wins) or --train (another recording).
+void load_or_train_elsewhere(const DetectArgs& a, const detect::DetectOptions& opts, Trained& t) {
   if (!a.model.empty()) {
     std::ifstream in(a.model);
     if (!in) fail("cannot read model {}: {} (save one with eacgm detect --save-model)", a.model,
                   errno_text(errno));
     try {
-      model = detect::detector_from_json(json::parse(in));
+      t.model = detect::detector_from_json(json::parse(in));
     } catch (const json::exception& e) {
       fail("model {} is not valid JSON: {}", a.model, e.what());
     } catch (const Error& e) {
       fail("model {}: {}", a.model, e.what());
     }
-    window_ns = model.window_ns ? model.window_ns : window_ns;
+    t.window_ns = t.model.window_ns ? t.model.window_ns : t.window_ns;
     // --threshold is for every model, a saved one's too (--quantile was fixed when it was saved)
     if (opts.threshold)
-      for (auto& g : model.groups) g.threshold = *opts.threshold;
-    trained_on = "model " + a.model;
+      for (auto& g : t.model.groups) g.threshold = *opts.threshold;
+    t.trained_on = "model " + a.model;
   } else if (!a.train.empty()) {
     RecordingReader train(a.train);
     Collectives train_collectives(train);
-    model = detect::train_detector(tables_of(train, window_ns, a.layers, train_collectives),
-                                   UINT64_MAX, opts, &skipped);
-    model.window_ns = window_ns;
-    trained_on = a.trains.size() > 1 ? fmt::format("recordings {}", fmt::join(a.trains, ", "))
-                                      : "recording " + a.train;
+    t.model = detect::train_detector(tables_of(train, t.window_ns, a.layers, train_collectives),
+                                     UINT64_MAX, opts, &t.skipped);
+    t.model.window_ns = t.window_ns;
+    t.trained_on = a.trains.size() > 1 ? fmt::format("recordings {}", fmt::join(a.trains, ", "))
+                                        : "recording " + a.train;
   }
-  Collectives collectives(rec);
-  auto tables = tables_of(rec, window_ns, a.layers, collectives);
-  std::map<std::string, uint64_t> split;  // per group: its first row scored
-  if (a.model.empty() && a.train.empty()) {
-    // each operation learns from its own first calls: a split of the time would move when a
-    // fault makes calls take longer (a straggler's 20 ms waits) or when the job spends its
-    // first seconds importing torch. Windows, which cover the job's working time (from its
-    // first traced call to its last), learn from their first part (eval/score.py scores the
-    // windows from scored_from_ns).
-    split = detect::split_by_count(tables, a.train_fraction);
-    if (auto w = split.find("window"); w != split.end())
-      score_from = w->second;
-    else
-      score_from = end > start ? uint64_t(start + int64_t(double(end - start) * a.train_fraction))
-                               : UINT64_MAX;
-    model = detect::train_detector(tables, split, opts, &skipped);
-    model.window_ns = window_ns;
-    trained_on = fmt::format("the first {:.0f}% of each operation's calls and of the job's windows",
+}
+
+// Neither: each operation learns from its own first calls. A split of the time would move when
+// a fault makes calls take longer (a straggler's 20 ms waits) or when the job spends its first
+// seconds importing torch. Windows, which cover the job's working time (from its first traced
+// call to its last), learn from their first part (eval/score.py scores the windows from
+// scored_from_ns).
+void train_on_own_start(const DetectArgs& a, int64_t start, int64_t end,
+                        const std::vector<detect::FeatureTable>& tables,
+                        const detect::DetectOptions& opts, Trained& t) {
+  t.split = detect::split_by_count(tables, a.train_fraction);
+  if (auto w = t.split.find("window"); w != t.split.end())
+    t.score_from = w->second;
+  else
+    t.score_from = end > start
+                       ? uint64_t(start + int64_t(double(end - start) * a.train_fraction))
+                       : UINT64_MAX;
+  t.model = detect::train_detector(tables, t.split, opts, &t.skipped);
+  t.model.window_ns = t.window_ns;
+  t.trained_on = fmt::format("the first {:.0f}% of each operation's calls and of the job's windows",
                              100 * a.train_fraction);
-  }
-  if (!a.save_model.empty()) {
-    std::ofstream out(a.save_model);
-    out << detect::detector_to_json(model).dump(1) << "\n";
-    if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
-  }
-  if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
-  for (const auto& t : tables)
-    for (const auto& g : model.groups)
-      if (g.group == t.group && g.features != t.feature_names)
-        skipped.push_back(fmt::format("{}: its features ({}) differ from the model's "
-                                      "({}); train on a recording of the same kind",
-                                      t.group, fmt::join(t.feature_names, ", "),
-                                      fmt::join(g.features, ", ")));
-  detect::WindowsNotFlagged not_flagged;
-  auto anomalies = detect::find_anomalies(model, tables, split, a.min_slowdown,
-                                          a.min_excess_us, &not_flagged, score_from);
-  detect::explain_waits(collectives, anomalies);
-  detect::CallContext(rec).explain(anomalies);
-  detect::attribute_nested(anomalies);
+}
 
-  std::vector<AnomalyRow> rows;
-  for (const auto& an : anomalies) {
-    rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,
-                    detect::features_column(an)});
-  }
-  std::string written_to;
-  for (const auto& [path, shift] : a.write_to) {
-    std::vector<AnomalyRow> own = rows;
-    for (auto& r : own) r.ts_ns = uint64_t(int64_t(r.ts_ns) - shift);
-    write_anomalies(path, own,
-                    {{"detect_trained_on", trained_on},
-                     {"detect_groups", std::to_string(model.groups.size())},
-                     {"detect_anomalies", std::to_string(rows.size())}});
-    written_to += (written_to.empty() ? "" : ", ") + path;
-  }
+void print_json(const DetectArgs& a, const Trained& t, const Collectives& collectives,
+                const detect::WindowsNotFlagged& not_flagged, const std::vector<AnomalyRow>& rows) {
+  json j;
+  if (a.write_to.size() == 1)
+    j["recording"] = a.write_to[0].first;
+  else
+    for (const auto& [path, shift] : a.write_to) j["recordings"].push_back(path);
+  j["trained_on"] = t.trained_on;
+  j["scored_from_ns"] = t.score_from;  // calls and windows that start here or later
+  j["groups"] = t.model.groups.size();
+  j["skipped_groups"] = t.skipped;
+  j["collectives_not_lined_up"] = collectives.notes();
+  j["window_s"] = double(t.window_ns) / 1e9;
+  // unusual only in running faster, or a little slower: not flagged
+  j["windows_busier_than_training"] = not_flagged.faster;
+  j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
+  j["training_windows_starved_of_cpu"] = t.model.starved_training_windows;  // left out of training
+  j["training_windows_at_start"] = t.model.startup_training_windows;        // left out of training
+  j["anomalies"] = json::array();
+  for (const auto& r : rows)
+    j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
+                              {"name", r.name}, {"score", r.score}, {"threshold", r.threshold},
+                              {"cause", r.cause}, {"features", json::parse(r.features)}});
+  fmt::print("{}\n", j.dump(2));
+}
 
-  if (a.json_out) {
-    json j;
-    if (a.write_to.size() == 1)
-      j["recording"] = a.write_to[0].first;
-    else
-      for (const auto& [path, shift] : a.write_to) j["recordings"].push_back(path);
-    j["trained_on"] = trained_on;
-    j["scored_from_ns"] = score_from;  // calls and windows that start here or later
-    j["groups"] = model.groups.size();
-    j["skipped_groups"] = skipped;
-    j["collectives_not_lined_up"] = collectives.notes();
-    j["window_s"] = double(window_ns) / 1e9;
-    // unusual only in running faster, or a little slower: not flagged
-    j["windows_busier_than_training"] = not_flagged.faster;
-    j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
-    j["training_windows_starved_of_cpu"] = model.starved_training_windows;  // left out of training
-    j["training_windows_at_start"] = model.startup_training_windows;        // left out of training
-    j["anomalies"] = json::array();
-    for (const auto& r : rows)
-      j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
-                                {"name", r.name}, {"score", r.score}, {"threshold", r.threshold},
-                                {"cause", r.cause}, {"features", json::parse(r.features)}});
-    fmt::print("{}\n", j.dump(2));
-    return 0;
-  }
-  fmt::print(
-      "eacgm detect: {} models trained on {} (windows of {:g} s); {} anomalies written to {} "
-      "(table anomalies)\n",
-      model.groups.size(), trained_on, double(window_ns) / 1e9, rows.size(), written_to);
+// What was left out of the models and of the verdicts, and why.
+void print_notes(const Trained& t, const Collectives& collectives,
+                 const detect::WindowsNotFlagged& not_flagged) {
   // a few, then how many more: a Python trace has dozens of functions called once or twice
-  for (size_t i = 0; i < skipped.size() && i < 5; ++i)
-    fmt::print("  not modelled: {}\n", skipped[i]);
-  if (skipped.size() > 5)
+  for (size_t i = 0; i < t.skipped.size() && i < 5; ++i)
+    fmt::print("  not modelled: {}\n", t.skipped[i]);
+  if (t.skipped.size() > 5)
     fmt::print("  not modelled: {} more groups (all in --json's skipped_groups)\n",
-               skipped.size() - 5);
+               t.skipped.size() - 5);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
-  if (model.starved_training_windows)
+  if (t.model.starved_training_windows)
     fmt::print("  {} training windows left out: the job got under half its usual CPU in them while "
                "waiting 3x longer for a CPU (CPU interference while learning)\n",
-               model.starved_training_windows);
-  if (model.startup_training_windows)
+               t.model.starved_training_windows);
+  if (t.model.startup_training_windows)
     fmt::print(
         "  {} left out as the job's start-up: its first windows, unusual even to a model "
         "learnt from them all (loading, warm-up)\n",
-        model.startup_training_windows == 1
+        t.model.startup_training_windows == 1
             ? std::string("1 training window")
-            : fmt::format("{} training windows", model.startup_training_windows));
+            : fmt::format("{} training windows", t.model.startup_training_windows));
   if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
                "training (more calls or traffic per second, nothing slower)\n",
@@ -316,12 +285,11 @@ int run_detect(const DetectArgs& a) {
     fmt::print("  {} windows not flagged: unusual only in that the job's calls ran under {:g}x "
                "slower or fewer than in training, no resource under more pressure\n",
                not_flagged.a_little_slower, detect::kMinWindowSlowdown);
-  // one line per cause, its measurements as ranges: "joined 26.4-30.3 ms late"
-  std::map<std::string, size_t> counts;
-  for (const auto& r : rows) ++counts[r.cause];
-  for (const auto& g : group_causes({counts.begin(), counts.end()}))
-    fmt::print("  {:>6}  {}\n", g.count, g.cause);
-  // the strongest first: how far below its threshold each one fell
+}
+
+// The strongest anomalies first: how far below its threshold each one fell.
+void print_strongest(const DetectArgs& a, const std::vector<detect::Anomaly>& anomalies,
+                     int64_t start) {
   std::vector<const detect::Anomaly*> strongest;
   for (const auto& an : anomalies) strongest.push_back(&an);
   std::sort(strongest.begin(), strongest.end(), [](const auto* x, const auto* y) {
@@ -345,7 +313,100 @@ int run_detect(const DetectArgs& a) {
                anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), judged, an.cause,
                detect::describe_measured(an));
   }
+}
+
+// The anomalies table of each recording examined, on its own clock. Returns their paths.
+std::string write_rows(const DetectArgs& a, const Trained& t, const std::vector<AnomalyRow>& rows) {
+  std::string written_to;
+  for (const auto& [path, shift] : a.write_to) {
+    std::vector<AnomalyRow> own = rows;
+    for (auto& r : own) r.ts_ns = uint64_t(int64_t(r.ts_ns) - shift);
+    write_anomalies(path, own,
+                    {{"detect_trained_on", t.trained_on},
+                     {"detect_groups", std::to_string(t.model.groups.size())},
+                     {"detect_anomalies", std::to_string(rows.size())}});
+    written_to += (written_to.empty() ? "" : ", ") + path;
+  }
+  return written_to;
+}
+
+int run_detect(const DetectArgs& a) {
+  RecordingReader rec(a.recording);
+  int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
+  double window_s = a.window_s;
+  if (!a.window_given && a.model.empty())
+    window_s = a.train.empty() ? default_window_s(rec, a.train_fraction)
+                               : default_window_s(RecordingReader(a.train), 1.0);
+  detect::DetectOptions opts = detect_options(a);
+  Trained t;
+  t.window_ns = uint64_t(window_s * 1e9);
+  load_or_train_elsewhere(a, opts, t);
+  Collectives collectives(rec);
+  auto tables = tables_of(rec, t.window_ns, a.layers, collectives);
+  if (a.model.empty() && a.train.empty()) train_on_own_start(a, start, end, tables, opts, t);
+  if (!a.save_model.empty()) {
+    std::ofstream out(a.save_model);
+    out << detect::detector_to_json(t.model).dump(1) << "\n";
+    if (!out) fail("cannot write model {}: {}", a.save_model, errno_text(errno));
+  }
+  if (!a.features_out.empty()) write_feature_tables(tables, a.features_out);
+  for (const auto& table : tables)
+    for (const auto& g : t.model.groups)
+      if (g.group == table.group && g.features != table.feature_names)
+        t.skipped.push_back(fmt::format("{}: its features ({}) differ from the model's "
+                                        "({}); train on a recording of the same kind",
+                                        table.group, fmt::join(table.feature_names, ", "),
+                                        fmt::join(g.features, ", ")));
+  detect::WindowsNotFlagged not_flagged;
+  auto anomalies = detect::find_anomalies(t.model, tables, t.split, a.min_slowdown,
+                                          a.min_excess_us, &not_flagged, t.score_from);
+  detect::explain_waits(collectives, anomalies);
+  detect::CallContext(rec).explain(anomalies);
+  detect::attribute_nested(anomalies);
+  std::vector<AnomalyRow> rows;
+  for (const auto& an : anomalies)
+    rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,
+                    detect::features_column(an)});
+  std::string written_to = write_rows(a, t, rows);
+  if (a.json_out) {
+    print_json(a, t, collectives, not_flagged, rows);
+    return 0;
+  }
+  fmt::print(
+      "eacgm detect: {} models trained on {} (windows of {:g} s); {} anomalies written to {} "
+      "(table anomalies)\n",
+      t.model.groups.size(), t.trained_on, double(t.window_ns) / 1e9, rows.size(), written_to);
+  print_notes(t, collectives, not_flagged);
+  // one line per cause, its measurements as ranges: "joined 26.4-30.3 ms late"
+  std::map<std::string, size_t> counts;
+  for (const auto& r : rows) ++counts[r.cause];
+  for (const auto& g : group_causes({counts.begin(), counts.end()}))
+    fmt::print("  {:>6}  {}\n", g.count, g.cause);
+  print_strongest(a, anomalies, start);
   return 0;
+}
+
+// How a sample is judged: components, threshold, how much slower a flagged call must be.
+void add_judging_options(CLI::App* cmd, const std::shared_ptr<DetectArgs>& a) {
+  cmd->add_option("--components", a->components, "mixture components per model, or auto (BIC)")
+      ->capture_default_str();
+  cmd->add_option("--quantile", a->quantile,
+                  "threshold: this quantile of the training samples' scores")
+      ->capture_default_str()
+      ->check(number_in(0.0, 0.5, "a quantile"));
+  cmd->add_option("--min-slowdown", a->min_slowdown,
+                  "a call flagged for its duration must be at least this many times slower than "
+                  "its usual duration")
+      ->capture_default_str()
+      ->check(number_in(1.0, 1000.0, "a factor"));
+  cmd->add_option("--min-excess-us", a->min_excess_us,
+                  "... and at least this many microseconds slower (0: no minimum); shorter "
+                  "delays are what interrupts and preemption do to any call")
+      ->capture_default_str()
+      ->check(number_in(0.0, 1e9, "a number of microseconds"));
+  cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
+      ->check(finite_number())
+      ->each([a](const std::string&) { a->has_threshold = true; });
 }
 
 }  // namespace
@@ -387,25 +448,7 @@ std::function<int()> add_detect(CLI::App& app) {
                   "what to model: cuda, comm, torch, python (calls, one model per operation), "
                   "window (time windows across layers)")
       ->capture_default_str();
-  cmd->add_option("--components", a->components, "mixture components per model, or auto (BIC)")
-      ->capture_default_str();
-  cmd->add_option("--quantile", a->quantile,
-                  "threshold: this quantile of the training samples' scores")
-      ->capture_default_str()
-      ->check(number_in(0.0, 0.5, "a quantile"));
-  cmd->add_option("--min-slowdown", a->min_slowdown,
-                  "a call flagged for its duration must be at least this many times slower than "
-                  "its usual duration")
-      ->capture_default_str()
-      ->check(number_in(1.0, 1000.0, "a factor"));
-  cmd->add_option("--min-excess-us", a->min_excess_us,
-                  "... and at least this many microseconds slower (0: no minimum); shorter "
-                  "delays are what interrupts and preemption do to any call")
-      ->capture_default_str()
-      ->check(number_in(0.0, 1e9, "a number of microseconds"));
-  cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
-      ->check(finite_number())
-      ->each([a](const std::string&) { a->has_threshold = true; });
+  add_judging_options(cmd, a);
   cmd->add_flag("--json", a->json_out, "print the result as JSON");
   cmd->add_option("--features-out", a->features_out,
                   "also write each group's features as CSV into this folder (for other tools)");

@@ -561,6 +561,69 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
   return j;
 }
 
+namespace {
+
+// The agent's figures beside a model (optional: since session 23).
+void usual_from_json(const nlohmann::json& g, GroupModel& gm) {
+  // optional (the agent's models since session 23)
+  if (auto r = g.find("background_rate"); r != g.end()) {
+    if (!r->is_number() || !(r->get<double>() >= 0 && r->get<double>() <= 1))
+      fail("group {}: 'background_rate' must be a share between 0 and 1", gm.group);
+    gm.background_rate = r->get<double>();
+  }
+  if (auto r = g.find("slowest_ns"); r != g.end()) {
+    if (!r->is_number_unsigned()) fail("group {}: 'slowest_ns' must be a whole number", gm.group);
+    gm.slowest_ns = r->get<uint64_t>();
+  }
+  if (auto r = g.find("wait_tail_us"); r != g.end()) {
+    if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 0)
+      fail("group {}: 'wait_tail_us' must be a finite number of microseconds, 0 or more",
+           gm.group);
+    gm.wait_tail_us = r->get<double>();
+  }
+  if (auto r = g.find("usual_sizes"); r != g.end()) {
+    if (!r->is_array() || r->size() > 1000)
+      fail("group {}: 'usual_sizes' must be a list of at most 1000 numbers", gm.group);
+    for (const auto& v : *r) {
+      if (!v.is_number() || !std::isfinite(v.get<double>()))
+        fail("group {}: 'usual_sizes' must hold finite numbers", gm.group);
+      gm.usual_sizes.push_back(v.get<double>());
+    }
+  }
+  if (auto r = g.find("usual_burst"); r != g.end()) {
+    if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);
+    gm.usual_burst = r->get<size_t>();
+  }
+}
+
+// The agent's tails: per feature, its highest values with their bursts.
+void tails_from_json(const nlohmann::json& g, GroupModel& gm) {
+  auto r = g.find("tails");
+  if (r == g.end()) return;
+  if (!r->is_object())
+    fail("group {}: 'tails' must map features to lists of [value, burst] pairs", gm.group);
+  for (const auto& [kind, tail] : r->items()) {
+    if (!tail.is_array() || tail.size() > 1000)
+      fail("group {}: tail '{}' must be a list of at most 1000 [value, burst] pairs",
+           gm.group, kind);
+    for (const auto& v : tail) {
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number() ||
+          !std::isfinite(v[0].get<double>()) || v[0].get<double>() < 0 ||
+          !v[1].is_number_unsigned())
+        fail("group {}: tail '{}' must hold [value, burst] pairs: a finite value of 0 or "
+             "more, a whole number",
+             gm.group, kind);
+      gm.tails[kind].push_back({v[0].get<double>(), v[1].get<size_t>()});
+    }
+  }
+  auto h = g.find("history_calls");
+  if (h == g.end() || !h->is_number_unsigned())
+    fail("group {}: 'tails' needs 'history_calls', a whole number", gm.group);
+  gm.history_calls = h->get<size_t>();
+}
+
+}  // namespace
+
 DetectorModel detector_from_json(const nlohmann::json& j) {
   auto format = j.is_object() ? j.find("format") : j.end();
   if (format == j.end() || !format->is_string() || *format != "eacgm-detector")
@@ -583,57 +646,8 @@ DetectorModel detector_from_json(const nlohmann::json& j) {
       if (!g.at("train_samples").is_number_unsigned())
         fail("group {}: 'train_samples' must be a whole number", gm.group);
       gm.train_samples = g.at("train_samples").get<size_t>();
-      // optional (the agent's models since session 23)
-      if (auto r = g.find("background_rate"); r != g.end()) {
-        if (!r->is_number() || !(r->get<double>() >= 0 && r->get<double>() <= 1))
-          fail("group {}: 'background_rate' must be a share between 0 and 1", gm.group);
-        gm.background_rate = r->get<double>();
-      }
-      if (auto r = g.find("slowest_ns"); r != g.end()) {
-        if (!r->is_number_unsigned()) fail("group {}: 'slowest_ns' must be a whole number", gm.group);
-        gm.slowest_ns = r->get<uint64_t>();
-      }
-      if (auto r = g.find("wait_tail_us"); r != g.end()) {
-        if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 0)
-          fail("group {}: 'wait_tail_us' must be a finite number of microseconds, 0 or more",
-               gm.group);
-        gm.wait_tail_us = r->get<double>();
-      }
-      if (auto r = g.find("usual_sizes"); r != g.end()) {
-        if (!r->is_array() || r->size() > 1000)
-          fail("group {}: 'usual_sizes' must be a list of at most 1000 numbers", gm.group);
-        for (const auto& v : *r) {
-          if (!v.is_number() || !std::isfinite(v.get<double>()))
-            fail("group {}: 'usual_sizes' must hold finite numbers", gm.group);
-          gm.usual_sizes.push_back(v.get<double>());
-        }
-      }
-      if (auto r = g.find("usual_burst"); r != g.end()) {
-        if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);
-        gm.usual_burst = r->get<size_t>();
-      }
-      if (auto r = g.find("tails"); r != g.end()) {
-        if (!r->is_object())
-          fail("group {}: 'tails' must map features to lists of [value, burst] pairs", gm.group);
-        for (const auto& [kind, tail] : r->items()) {
-          if (!tail.is_array() || tail.size() > 1000)
-            fail("group {}: tail '{}' must be a list of at most 1000 [value, burst] pairs",
-                 gm.group, kind);
-          for (const auto& v : tail) {
-            if (!v.is_array() || v.size() != 2 || !v[0].is_number() ||
-                !std::isfinite(v[0].get<double>()) || v[0].get<double>() < 0 ||
-                !v[1].is_number_unsigned())
-              fail("group {}: tail '{}' must hold [value, burst] pairs: a finite value of 0 or "
-                   "more, a whole number",
-                   gm.group, kind);
-            gm.tails[kind].push_back({v[0].get<double>(), v[1].get<size_t>()});
-          }
-        }
-        auto h = g.find("history_calls");
-        if (h == g.end() || !h->is_number_unsigned())
-          fail("group {}: 'tails' needs 'history_calls', a whole number", gm.group);
-        gm.history_calls = h->get<size_t>();
-      }
+      usual_from_json(g, gm);
+      tails_from_json(g, gm);
       gm.model = model_from_json(g.at("model"), &gm.features);
       m.groups.push_back(std::move(gm));
     }

@@ -114,67 +114,79 @@ std::vector<std::pair<int64_t, double>> window_shares(int64_t from_ns, int64_t t
   return out;
 }
 
-FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
-  FeatureTable t;
-  t.group = t.layer = t.name = "window";
-  int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
-  auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
-  std::map<std::string, WindowMetric> m;
+namespace {
+
+using WindowMetrics = std::map<std::string, WindowMetric>;
+
+// The host layer's samples of the traced processes and of the NIC.
+void add_host_samples(const RecordingReader& rec, int64_t start, uint64_t window_ns,
+                      WindowMetrics& m) {
+  if (!rec.has_table("host_samples")) return;
   double per_s = 1e9 / double(window_ns);
-  if (rec.has_table("host_samples")) {
-    rec.query(
-        "SELECT ts_ns, interval_ns, scope, runq_wait_ns, runq_waits, "
-        "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, " +
-            rec.columns_or("host_samples",
-                           {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
-            " FROM host_samples",
-        [&](Statement& s) {
-          std::string scope(s.text_at(2));
-          if (scope != "process" && scope != "net") return;
-          // A sample counts what happened in its interval: each window gets the share of it
-          // that the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and
-          // a sample the loaded machine took late spans 0.14 s: by its middle alone, a window
-          // read 2.7 cores of CPU on a 2-core machine).
-          for (const auto& ws :
-               window_shares(s.ns_at(0) - s.ns_at(1), s.ns_at(0), start, int64_t(window_ns))) {
-            // (not a structured binding: clang before 16 cannot capture one in a lambda)
-            auto add = [&](const char* name, double v) { m[name].add(ws.first, v * ws.second); };
-            if (scope == "process") {
-              add("runq_wait_ms_per_s", double(s.int_at(3)) / 1e6 * per_s);
-              add("runq_waits_per_s", double(s.int_at(4)) * per_s);
-              add("involuntary_switches_per_s", double(s.int_at(5)) * per_s);
-              add("cpu_cores", double(s.int_at(6)) / double(window_ns));
-              add("socket_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
-              add("block_mb_per_s", double(s.int_at(9)) / 1e6 * per_s);
-              add("tcp_retransmits_per_s", double(s.int_at(10)) * per_s);
-              add("page_faults_per_s", double(s.int_at(11)) * per_s);
-              add("reclaim_ms_per_s", double(s.int_at(12)) / 1e6 * per_s);
-              add("pagein_mb_per_s", double(s.int_at(13)) / 1e6 * per_s);
-            } else {
-              add("nic_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
-            }
+  rec.query(
+      "SELECT ts_ns, interval_ns, scope, runq_wait_ns, runq_waits, "
+      "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, " +
+          rec.columns_or("host_samples",
+                         {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
+          " FROM host_samples",
+      [&](Statement& s) {
+        std::string scope(s.text_at(2));
+        if (scope != "process" && scope != "net") return;
+        // A sample counts what happened in its interval: each window gets the share of it
+        // that the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and
+        // a sample the loaded machine took late spans 0.14 s: by its middle alone, a window
+        // read 2.7 cores of CPU on a 2-core machine).
+        for (const auto& ws :
+             window_shares(s.ns_at(0) - s.ns_at(1), s.ns_at(0), start, int64_t(window_ns))) {
+          // (not a structured binding: clang before 16 cannot capture one in a lambda)
+          auto add = [&](const char* name, double v) { m[name].add(ws.first, v * ws.second); };
+          if (scope == "process") {
+            add("runq_wait_ms_per_s", double(s.int_at(3)) / 1e6 * per_s);
+            add("runq_waits_per_s", double(s.int_at(4)) * per_s);
+            add("involuntary_switches_per_s", double(s.int_at(5)) * per_s);
+            add("cpu_cores", double(s.int_at(6)) / double(window_ns));
+            add("socket_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
+            add("block_mb_per_s", double(s.int_at(9)) / 1e6 * per_s);
+            add("tcp_retransmits_per_s", double(s.int_at(10)) * per_s);
+            add("page_faults_per_s", double(s.int_at(11)) * per_s);
+            add("reclaim_ms_per_s", double(s.int_at(12)) / 1e6 * per_s);
+            add("pagein_mb_per_s", double(s.int_at(13)) / 1e6 * per_s);
+          } else {
+            add("nic_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
           }
-        });
-  }
-  if (rec.has_table("gpu_samples")) {
-    rec.query(
-        "SELECT ts_ns, sm_util_pct, mem_used_bytes, power_w, temperature_c, sm_clock_mhz, "
-        "pcie_tx_bytes_per_s + pcie_rx_bytes_per_s, throttle_reasons FROM gpu_samples",
-        [&](Statement& s) {
-          int64_t w = window_of(s.ns_at(0));
-          const char* names[] = {"gpu_util_pct", "gpu_mem_gib", "gpu_power_w", "gpu_temp_c",
-                                 "gpu_sm_clock_mhz", "gpu_pcie_mb_per_s", "gpu_throttled"};
-          const double scale[] = {1, 1.0 / (1ull << 30), 1, 1, 1, 1e-6, 1};
-          for (int c = 1; c <= 7; ++c) {
-            if (s.null_at(c)) continue;
-            WindowMetric& wm = m[names[c - 1]];
-            wm.level = true;
-            double v = s.double_at(c) * scale[c - 1];
-            if (c == 7) v = (s.int_at(c) & ~int64_t(1)) != 0;  // any reason but gpu_idle
-            wm.add(w, v);
-          }
-        });
-  }
+        }
+      });
+}
+
+// The GPU layer's samples: levels, averaged in a window and carried over empty ones.
+void add_gpu_samples(const RecordingReader& rec, int64_t start, uint64_t window_ns,
+                     WindowMetrics& m) {
+  if (!rec.has_table("gpu_samples")) return;
+  auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
+  rec.query(
+      "SELECT ts_ns, sm_util_pct, mem_used_bytes, power_w, temperature_c, sm_clock_mhz, "
+      "pcie_tx_bytes_per_s + pcie_rx_bytes_per_s, throttle_reasons FROM gpu_samples",
+      [&](Statement& s) {
+        int64_t w = window_of(s.ns_at(0));
+        const char* names[] = {"gpu_util_pct", "gpu_mem_gib", "gpu_power_w", "gpu_temp_c",
+                               "gpu_sm_clock_mhz", "gpu_pcie_mb_per_s", "gpu_throttled"};
+        const double scale[] = {1, 1.0 / (1ull << 30), 1, 1, 1, 1e-6, 1};
+        for (int c = 1; c <= 7; ++c) {
+          if (s.null_at(c)) continue;
+          WindowMetric& wm = m[names[c - 1]];
+          wm.level = true;
+          double v = s.double_at(c) * scale[c - 1];
+          if (c == 7) v = (s.int_at(c) & ~int64_t(1)) != 0;  // any reason but gpu_idle
+          wm.add(w, v);
+        }
+      });
+}
+
+// Each layer's call rate and mean log duration. Returns (first call, last call's end).
+std::pair<int64_t, int64_t> add_calls(const RecordingReader& rec, int64_t start,
+                                      uint64_t window_ns, WindowMetrics& m) {
+  auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
+  double per_s = 1e9 / double(window_ns);
   int64_t last_call_end = 0, first_call = INT64_MAX;
   rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
     last_call_end = std::max(last_call_end, s.ns_at(1) + s.ns_at(2));
@@ -184,6 +196,13 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
     m[layer + "_calls_per_s"].add(w, per_s);
     m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.ns_at(2), 1)) / 1e3));
   });
+  return {first_call, last_call_end};
+}
+
+// The metrics that vary, one column per metric from `first_window` to `windows`; a constant
+// one carries no information and no variance.
+std::vector<std::pair<std::string, std::vector<double>>> varying_columns(
+    WindowMetrics& m, int64_t first_window, int64_t windows) {
   // Rare-event counts are 0 in most training windows, so any small amount would be far in the
   // tail; only what exceeds a noise floor counts (a few spurious retransmits or tail-loss
   // probes, a library paged in at exit, a reclaim pass of microseconds are normal).
@@ -191,22 +210,6 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
                                                      {"pagein_mb_per_s", 4},
                                                      {"reclaim_ms_per_s", 1},
                                                      {"page_faults_per_s", 1000}};
-  // Whole windows only, up to the last traced call: what follows is the job's exit (rates
-  // falling to nothing, exit paths paging in code never run before), not its behaviour;
-  if (last_call_end > start) end = std::min(end, last_call_end);
-  int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
-  // A day at 0.1 s is 864,000 windows; more than this is a damaged recording or a tiny --window.
-  constexpr int64_t kMaxWindows = 10'000'000;
-  if (windows > kMaxWindows)
-    fail("{}: {:.0f} s from its start to its last traced call make {} windows of {:g} s, more "
-         "than {} (is the recording damaged? else pass a larger --window)",
-         rec.path(), double(end - start) / 1e9, windows, double(window_ns) / 1e9, kMaxWindows);
-  // and from the window of the first traced call: what precedes it is the job starting
-  // (imports, loading: page faults and CPU without calls), not its behaviour, and a model that
-  // learnt it would be too wide to see a noisy neighbour later.
-  int64_t first_window =
-      first_call != INT64_MAX && first_call > start ? std::min(windows, window_of(first_call)) : 0;
-  // Keep the metrics that vary: a constant one carries no information and no variance.
   std::vector<std::pair<std::string, std::vector<double>>> columns;
   for (auto& [name, wm] : m) {
     std::vector<double> col(size_t(windows), 0.0);
@@ -228,6 +231,36 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
     for (double v : col) varies |= v != col.front();
     if (varies) columns.emplace_back(name, std::move(col));
   }
+  return columns;
+}
+
+}  // namespace
+
+FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
+  FeatureTable t;
+  t.group = t.layer = t.name = "window";
+  int64_t start = rec.meta_ns("start_monotonic_ns"), end = rec.meta_ns("end_monotonic_ns");
+  auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
+  WindowMetrics m;
+  add_host_samples(rec, start, window_ns, m);
+  add_gpu_samples(rec, start, window_ns, m);
+  auto [first_call, last_call_end] = add_calls(rec, start, window_ns, m);
+  // Whole windows only, up to the last traced call: what follows is the job's exit (rates
+  // falling to nothing, exit paths paging in code never run before), not its behaviour;
+  if (last_call_end > start) end = std::min(end, last_call_end);
+  int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
+  // A day at 0.1 s is 864,000 windows; more than this is a damaged recording or a tiny --window.
+  constexpr int64_t kMaxWindows = 10'000'000;
+  if (windows > kMaxWindows)
+    fail("{}: {:.0f} s from its start to its last traced call make {} windows of {:g} s, more "
+         "than {} (is the recording damaged? else pass a larger --window)",
+         rec.path(), double(end - start) / 1e9, windows, double(window_ns) / 1e9, kMaxWindows);
+  // and from the window of the first traced call: what precedes it is the job starting
+  // (imports, loading: page faults and CPU without calls), not its behaviour, and a model that
+  // learnt it would be too wide to see a noisy neighbour later.
+  int64_t first_window =
+      first_call != INT64_MAX && first_call > start ? std::min(windows, window_of(first_call)) : 0;
+  auto columns = varying_columns(m, first_window, windows);
   t.values.resize(windows - first_window, Eigen::Index(columns.size()));
   for (size_t c = 0; c < columns.size(); ++c) {
     t.feature_names.push_back(columns[c].first);

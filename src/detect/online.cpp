@@ -395,18 +395,8 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   t.name = g.name;
   t.group = g.key;
   t.feature_names = g.features;
-  size_t kept = g.window.size() - (shifted ? 0 : flagged);
-  size_t step = std::max<size_t>(1, (kept + options_.max_fit_samples - 1) / options_.max_fit_samples);
-  t.values.resize(Eigen::Index((kept + step - 1) / step), Eigen::Index(g.features.size()));
-  Eigen::Index r = 0;
-  size_t seen = 0;
-  for (const auto& s : g.window) {
-    if (s.flagged && !shifted) continue;
-    if (seen++ % step != 0) continue;
-    t.ts_ns.push_back(s.ts_ns);
-    t.dur_ns.push_back(s.dur_ns);
-    t.values.row(r++) = s.x.transpose();
-  }
+  // (a new normal, most of the window flagged, is learnt whole)
+  add_training_rows(g, shifted ? 0 : flagged, !shifted, t);
   job.options = options_.detect;
   job.options.min_samples = min_samples(g);
   job.at_ns = g.last_ts;
@@ -425,11 +415,36 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   // of the history's usual slow calls or bursts, or a fault would become its own usual.
   const uint64_t decided_before =
       g.last_ts > options_.burst_window_ns ? g.last_ts - options_.burst_window_ns : 0;
+  add_tails(g, decided_before, job);
+  add_usual_sizes(g, job);
+  job.usual_burst = largest_burst(g, decided_before);
+  return job;
+}
+
+// Every step-th sample of the window (at most max_fit_samples), its flagged ones left out
+// when `skip_flagged` (`left_out` of them).
+void OnlineDetector::add_training_rows(const Group& g, size_t left_out, bool skip_flagged,
+                                       FeatureTable& t) const {
+  size_t kept = g.window.size() - left_out;
+  size_t step = std::max<size_t>(1, (kept + options_.max_fit_samples - 1) / options_.max_fit_samples);
+  t.values.resize(Eigen::Index((kept + step - 1) / step), Eigen::Index(g.features.size()));
+  Eigen::Index r = 0;
+  size_t seen = 0;
+  for (const auto& s : g.window) {
+    if (s.flagged && skip_flagged) continue;
+    if (seen++ % step != 0) continue;
+    t.ts_ns.push_back(s.ts_ns);
+    t.dur_ns.push_back(s.dur_ns);
+    t.values.row(r++) = s.x.transpose();
+  }
+}
+
+// By kind, the highest values that were no reported anomaly, each with the most calls at
+// least that high in one burst window (events: within burst_merge_ns of the last one counted).
+void OnlineDetector::add_tails(const Group& g, uint64_t decided_before, RefitJob& job) const {
   auto undecided = [&](const Sample& s) {
     return s.flagged && !s.reported && s.ts_ns > decided_before;
   };
-  // by kind, the highest values that were no reported anomaly, each with the most calls at
-  // least that high in one burst window (events: within burst_merge_ns of the last one counted)
   for (size_t k = 0; k < kTailKinds; ++k) {
     const char* kind = kTailKindNames[k];
     Eigen::Index col = tail_column(g.features, k);
@@ -460,7 +475,10 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
       tail.push_back({high[i].first, most});
     }
   }
-  // the sizes seen at least 3 times (at most 1000 of them)
+}
+
+// The sizes seen at least 3 times (at most 1000 of them).
+void OnlineDetector::add_usual_sizes(const Group& g, RefitJob& job) const {
   auto bytes = std::find(g.features.begin(), g.features.end(), "log2_bytes");
   if (bytes != g.features.end()) {
     auto col = Eigen::Index(bytes - g.features.begin());
@@ -470,7 +488,14 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
     for (const auto& [size, n] : sizes)
       if (n >= 3 && job.usual_sizes.size() < 1000) job.usual_sizes.push_back(size);
   }
-  // the largest burst of unreported anomalies in any burst window of the history
+}
+
+// The largest burst of unreported anomalies in any burst window of the history.
+size_t OnlineDetector::largest_burst(const Group& g, uint64_t decided_before) const {
+  auto undecided = [&](const Sample& s) {
+    return s.flagged && !s.reported && s.ts_ns > decided_before;
+  };
+  size_t largest = 0;
   if (options_.burst_window_ns > 0) {
     std::deque<uint64_t> in_span;
     for (const auto& s : g.window) {
@@ -479,10 +504,10 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
         in_span.pop_front();
       if (in_span.empty() || s.ts_ns >= in_span.back() + options_.burst_merge_ns)
         in_span.push_back(s.ts_ns);
-      job.usual_burst = std::max(job.usual_burst, in_span.size());
+      largest = std::max(largest, in_span.size());
     }
   }
-  return job;
+  return largest;
 }
 
 std::vector<RefitJob> OnlineDetector::take_due_refits() {

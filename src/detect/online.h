@@ -171,6 +171,11 @@ class OnlineDetector {
   bool due(const Group& g) const;
   size_t min_samples(const Group& g) const;
   RefitJob job_for(const Group& g) const;
+  void add_training_rows(const Group& g, size_t left_out, bool skip_flagged,
+                         FeatureTable& t) const;
+  void add_tails(const Group& g, uint64_t decided_before, RefitJob& job) const;
+  void add_usual_sizes(const Group& g, RefitJob& job) const;
+  size_t largest_burst(const Group& g, uint64_t decided_before) const;
   void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
   void report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                     std::vector<Anomaly>& out);

@@ -194,26 +194,7 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
     s.sm_util_pct = u.gpu;
     s.mem_util_pct = u.memory;
   }
-  // _v2 where the driver has it (used as nvidia-smi counts it), else v1 (used with reserved)
-  bool memory_asked = false;
-  if (a.device_get_memory_info_v2) {
-    nvml::MemoryV2 m2{};
-    m2.version = nvml::kMemoryV2Version;
-    nvml::Return rc = a.device_get_memory_info_v2(h, &m2);
-    // a driver that has the function but not this struct version: v1 answers
-    memory_asked = rc != nvml::kErrorArgumentVersionMismatch && rc != nvml::kErrorNotSupported &&
-                   rc != nvml::kErrorFunctionNotFound;
-    if (memory_asked && ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo_v2", rc)) {
-      s.mem_used_bytes = m2.used;
-      s.mem_total_bytes = m2.total;
-    }
-  }
-  if (nvml::Memory m{}; !memory_asked && a.device_get_memory_info &&
-                        ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo",
-                           a.device_get_memory_info(h, &m))) {
-    s.mem_used_bytes = m.used;
-    s.mem_total_bytes = m.total;
-  }
+  sample_memory(h, gpu, s);
   unsigned v = 0;
   if (slow && a.device_get_temperature &&
       ok(kTemperature, gpu, "nvmlDeviceGetTemperature",
@@ -235,6 +216,40 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
       s.mem_clock_mhz = v;
     }
   }
+  sample_power_and_pcie(d, gpu, slow, s);
+  sample_throttling_and_ecc(h, gpu, slow, s);
+  std::lock_guard lock(sink_mutex_);
+  sink_.on_gpu_sample(s);
+}
+
+void GpuSampler::sample_memory(nvml::Device h, uint32_t gpu, GpuSample& s) {
+  const NvmlApi& a = nvml_.api();
+  // _v2 where the driver has it (used as nvidia-smi counts it), else v1 (used with reserved)
+  bool memory_asked = false;
+  if (a.device_get_memory_info_v2) {
+    nvml::MemoryV2 m2{};
+    m2.version = nvml::kMemoryV2Version;
+    nvml::Return rc = a.device_get_memory_info_v2(h, &m2);
+    // a driver that has the function but not this struct version: v1 answers
+    memory_asked = rc != nvml::kErrorArgumentVersionMismatch && rc != nvml::kErrorNotSupported &&
+                   rc != nvml::kErrorFunctionNotFound;
+    if (memory_asked && ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo_v2", rc)) {
+      s.mem_used_bytes = m2.used;
+      s.mem_total_bytes = m2.total;
+    }
+  }
+  if (nvml::Memory m{}; !memory_asked && a.device_get_memory_info &&
+                        ok(kMemory, gpu, "nvmlDeviceGetMemoryInfo",
+                           a.device_get_memory_info(h, &m))) {
+    s.mem_used_bytes = m.used;
+    s.mem_total_bytes = m.total;
+  }
+}
+
+void GpuSampler::sample_power_and_pcie(DeviceState& d, uint32_t gpu, bool slow, GpuSample& s) {
+  const NvmlApi& a = nvml_.api();
+  nvml::Device h = d.handle;
+  unsigned v = 0;
   // Power and PCIe from the field values where the driver has them (decided at the first pass),
   // else from their functions: nvmlDeviceGetPcieThroughput sleeps 20 ms per direction, so it
   // is read only with the slow metrics.
@@ -258,6 +273,11 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
       s.pcie_rx_bytes_per_s = kib_to_bytes(v);
     }
   }
+}
+
+void GpuSampler::sample_throttling_and_ecc(nvml::Device h, uint32_t gpu, bool slow,
+                                           GpuSample& s) {
+  const NvmlApi& a = nvml_.api();
   unsigned long long big = 0;
   if (a.device_get_clocks_event_reasons &&
       ok(kThrottleReasons, gpu, "nvmlDeviceGetCurrentClocksEventReasons",
@@ -276,8 +296,6 @@ void GpuSampler::sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, boo
       s.ecc_uncorrected = big;
     }
   }
-  std::lock_guard lock(sink_mutex_);
-  sink_.on_gpu_sample(s);
 }
 
 namespace {

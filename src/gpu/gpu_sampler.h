@@ -132,6 +132,9 @@ class GpuSampler {
   void run_pass();
   void sample_device(DeviceState& d, uint32_t gpu, uint64_t ts_ns, bool slow);
   void sample_fields(DeviceState& d, uint32_t gpu, GpuSample& s);
+  void sample_memory(nvml::Device h, uint32_t gpu, GpuSample& s);
+  void sample_power_and_pcie(DeviceState& d, uint32_t gpu, bool slow, GpuSample& s);
+  void sample_throttling_and_ecc(nvml::Device h, uint32_t gpu, bool slow, GpuSample& s);
   struct Growth {
     uint64_t tx, rx;
     double tx_seconds, rx_seconds;

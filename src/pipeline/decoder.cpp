@@ -341,6 +341,10 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   if (e.op >= kTorchOpBase) return decode_torch(e);
   if (e.op >= kC10dOpBase) return decode_c10d(e);
   if (e.op >= kCommOpBase) return decode_comm(e);
+  decode_cuda(e);
+}
+
+void EventDecoder::decode_cuda(const eacgm_call_event& e) {
   auto ops = cuda_ops();
   if (e.op >= ops.size()) {
     ++stats_.malformed;
@@ -368,7 +372,18 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
   if (op.kind_arg != kNoArg) row.memcpy_kind = memcpy_kind_name(int64_t(call_arg(e, op.kind_arg)));
   if (op.fixed_memcpy_kind != kNoArg) row.memcpy_kind = memcpy_kind_name(op.fixed_memcpy_kind);
 
-  switch (op.kind) {
+  if (is_launch(op.kind))
+    fill_launch(op.kind, e, row);
+  else
+    fill_memory_or_lookup(op.kind, e, row);
+  out_.add(row);
+}
+
+// Allocations and frees (their sizes, remembered by address), and the driver's kernel
+// lookups (the names of kernel handles).
+void EventDecoder::fill_memory_or_lookup(CallKind kind, const eacgm_call_event& e,
+                                         CudaCallRow& row) {
+  switch (kind) {
     case CallKind::Alloc:
       row.address = e.deref[0];
       if (row.ret == 0 && row.address) state_of(e.pid).allocations[row.address] = row.bytes;
@@ -383,6 +398,32 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       }
       break;
     }
+    case CallKind::KernelLookup:
+      // the NAME record written just before this one has taught us the handle's name
+      row.address = e.deref[0];
+      if (row.ret == 0) row.kernel = driver_kernel_name(e.pid, row.address);
+      break;
+    case CallKind::KernelToFunction:
+      // the CUfunction of a CUkernel launches the same kernel: it inherits the name
+      row.address = e.deref[0];
+      if (row.ret == 0) {
+        row.kernel = driver_kernel_name(e.pid, e.args[1]);
+        state_of(e.pid).driver_names[row.address] = row.kernel;
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+bool EventDecoder::is_launch(CallKind kind) {
+  return kind == CallKind::Launch || kind == CallKind::LaunchConfig ||
+         kind == CallKind::DriverLaunch || kind == CallKind::DriverLaunchEx;
+}
+
+// A kernel launch: its grid, block, shared memory, stream and kernel name.
+void EventDecoder::fill_launch(CallKind kind, const eacgm_call_event& e, CudaCallRow& row) {
+  switch (kind) {
     case CallKind::Launch:
       // dim3 travels in two registers each: x | y << 32, then z
       row.is_launch = true;
@@ -435,23 +476,9 @@ void EventDecoder::decode_call(const eacgm_call_event& e) {
       state_of(e.pid).last_driver_launch[e.tid] = {e.ts_ns, row.kernel};
       break;
     }
-    case CallKind::KernelLookup:
-      // the NAME record written just before this one has taught us the handle's name
-      row.address = e.deref[0];
-      if (row.ret == 0) row.kernel = driver_kernel_name(e.pid, row.address);
-      break;
-    case CallKind::KernelToFunction:
-      // the CUfunction of a CUkernel launches the same kernel: it inherits the name
-      row.address = e.deref[0];
-      if (row.ret == 0) {
-        row.kernel = driver_kernel_name(e.pid, e.args[1]);
-        state_of(e.pid).driver_names[row.address] = row.kernel;
-      }
-      break;
     default:
       break;
   }
-  out_.add(row);
 }
 
 void EventDecoder::set_python(PythonDecoder* python) {

@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "events.h"
-#include "store/sink.h"
 #include "probe/c10d_ops.h"
+#include "probe/cuda_ops.h"  // CallKind
 #include "probe/symbolizer.h"
 #include "probe/torch_ops.h"
+#include "store/sink.h"
 #include "util/interner.h"
 
 namespace eacgm {
@@ -75,6 +76,10 @@ class EventDecoder {
 
  private:
   void decode_call(const eacgm_call_event& e);
+  void decode_cuda(const eacgm_call_event& e);
+  static bool is_launch(CallKind kind);
+  void fill_launch(CallKind kind, const eacgm_call_event& e, CudaCallRow& row);
+  void fill_memory_or_lookup(CallKind kind, const eacgm_call_event& e, CudaCallRow& row);
   void decode_comm(const eacgm_call_event& e);
   void decode_torch(const eacgm_call_event& e);
   void decode_c10d(const eacgm_call_event& e);

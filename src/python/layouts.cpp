@@ -9,6 +9,91 @@
 
 namespace eacgm {
 
+namespace {
+
+void set_310_fields(eacgm_py_layout& l) {
+  l.version = 310;
+  l.runtime_interp_main = 40;
+  l.interp_threads_head = 8;     // tstate_head
+  l.interp_eval_frame = 1368;
+  l.tstate_thread_id = 176;      // thread_id: pthread_self()
+  l.tstate_frame = 24;           // frame (PyFrameObject *)
+  l.frame_back = 24;             // f_back
+  l.frame_code = 32;             // f_code
+  l.frame_instr = 96;            // f_lasti
+  l.code_name = 112;             // co_name (3.10 frames have no qualified name)
+  l.code_filename = 104;
+  l.code_firstlineno = 40;
+  l.code_linetable = 120;
+  l.unicode_ascii_data = 48;
+  l.unicode_compact_data = 72;
+}
+
+void set_311_fields(eacgm_py_layout& l) {
+  l.version = 311;
+  l.runtime_interp_main = 48;
+  l.interp_threads_head = 16;
+  l.interp_eval_frame = 1424;
+  l.tstate_thread_id = 160;      // native_thread_id
+  l.tstate_frame = 56;           // cframe
+  l.cframe_current_frame = 8;
+  l.frame_back = 48;             // previous
+  l.frame_code = 32;
+  l.frame_instr = 56;            // prev_instr
+  l.code_name = 128;             // co_qualname
+  l.code_filename = 112;
+  l.code_firstlineno = 72;
+  l.code_linetable = 136;
+  l.code_instructions = 184;     // co_code_adaptive
+  l.unicode_ascii_data = 48;
+  l.unicode_compact_data = 72;
+}
+
+void set_312_fields(eacgm_py_layout& l) {
+  l.version = 312;
+  l.runtime_interp_main = 48;
+  l.interp_threads_head = 72;
+  l.interp_eval_frame = 1744;
+  l.tstate_thread_id = 144;
+  l.tstate_frame = 56;
+  l.cframe_current_frame = 0;
+  l.frame_back = 8;
+  l.frame_code = 0;
+  l.frame_instr = 56;
+  l.frame_owner = 70;            // FRAME_OWNED_BY_CSTACK (3) marks the C-stack shim frames
+  l.code_name = 128;
+  l.code_filename = 112;
+  l.code_firstlineno = 68;
+  l.code_linetable = 136;
+  l.code_instructions = 192;
+  l.unicode_ascii_data = 40;     // 3.12 dropped the wstr pointer
+  l.unicode_compact_data = 56;
+}
+
+void set_313_fields(eacgm_py_layout& l) {
+  // 3.13 publishes most of these in _PyRuntime.debug_offsets (python/debug_offsets.h),
+  // which overrides them; the interpreter's main and eval_frame fields it does not publish.
+  l.version = 313;
+  l.runtime_interp_main = 640;
+  l.interp_threads_head = 7344;
+  l.interp_eval_frame = 8472;
+  l.tstate_thread_id = 160;
+  l.tstate_frame = 72;           // current_frame: the cframe indirection is gone
+  l.frame_back = 8;
+  l.frame_code = 0;              // f_executable: a code object, or None in shim frames
+  l.frame_instr = 56;            // instr_ptr
+  l.frame_owner = 70;
+  l.code_name = 128;
+  l.code_filename = 112;
+  l.code_firstlineno = 68;
+  l.code_linetable = 136;
+  l.code_instructions = 200;
+  l.unicode_ascii_data = 40;
+  l.unicode_compact_data = 56;
+}
+
+}  // namespace
+
 std::optional<eacgm_py_layout> cpython_layout(int minor) {
   eacgm_py_layout l{};
   // Stable across 3.10-3.13: PyObject_VAR_HEAD, PyBytesObject, the PyASCIIObject header.
@@ -21,81 +106,16 @@ std::optional<eacgm_py_layout> cpython_layout(int minor) {
   l.tstate_interp = 16;
   switch (minor) {
     case 10:
-      l.version = 310;
-      l.runtime_interp_main = 40;
-      l.interp_threads_head = 8;     // tstate_head
-      l.interp_eval_frame = 1368;
-      l.tstate_thread_id = 176;      // thread_id: pthread_self()
-      l.tstate_frame = 24;           // frame (PyFrameObject *)
-      l.frame_back = 24;             // f_back
-      l.frame_code = 32;             // f_code
-      l.frame_instr = 96;            // f_lasti
-      l.code_name = 112;             // co_name (3.10 frames have no qualified name)
-      l.code_filename = 104;
-      l.code_firstlineno = 40;
-      l.code_linetable = 120;
-      l.unicode_ascii_data = 48;
-      l.unicode_compact_data = 72;
+      set_310_fields(l);
       return l;
     case 11:
-      l.version = 311;
-      l.runtime_interp_main = 48;
-      l.interp_threads_head = 16;
-      l.interp_eval_frame = 1424;
-      l.tstate_thread_id = 160;      // native_thread_id
-      l.tstate_frame = 56;           // cframe
-      l.cframe_current_frame = 8;
-      l.frame_back = 48;             // previous
-      l.frame_code = 32;
-      l.frame_instr = 56;            // prev_instr
-      l.code_name = 128;             // co_qualname
-      l.code_filename = 112;
-      l.code_firstlineno = 72;
-      l.code_linetable = 136;
-      l.code_instructions = 184;     // co_code_adaptive
-      l.unicode_ascii_data = 48;
-      l.unicode_compact_data = 72;
+      set_311_fields(l);
       return l;
     case 12:
-      l.version = 312;
-      l.runtime_interp_main = 48;
-      l.interp_threads_head = 72;
-      l.interp_eval_frame = 1744;
-      l.tstate_thread_id = 144;
-      l.tstate_frame = 56;
-      l.cframe_current_frame = 0;
-      l.frame_back = 8;
-      l.frame_code = 0;
-      l.frame_instr = 56;
-      l.frame_owner = 70;            // FRAME_OWNED_BY_CSTACK (3) marks the C-stack shim frames
-      l.code_name = 128;
-      l.code_filename = 112;
-      l.code_firstlineno = 68;
-      l.code_linetable = 136;
-      l.code_instructions = 192;
-      l.unicode_ascii_data = 40;     // 3.12 dropped the wstr pointer
-      l.unicode_compact_data = 56;
+      set_312_fields(l);
       return l;
     case 13:
-      // 3.13 publishes most of these in _PyRuntime.debug_offsets (python/debug_offsets.h),
-      // which overrides them; the interpreter's main and eval_frame fields it does not publish.
-      l.version = 313;
-      l.runtime_interp_main = 640;
-      l.interp_threads_head = 7344;
-      l.interp_eval_frame = 8472;
-      l.tstate_thread_id = 160;
-      l.tstate_frame = 72;           // current_frame: the cframe indirection is gone
-      l.frame_back = 8;
-      l.frame_code = 0;              // f_executable: a code object, or None in shim frames
-      l.frame_instr = 56;            // instr_ptr
-      l.frame_owner = 70;
-      l.code_name = 128;
-      l.code_filename = 112;
-      l.code_firstlineno = 68;
-      l.code_linetable = 136;
-      l.code_instructions = 200;
-      l.unicode_ascii_data = 40;
-      l.unicode_compact_data = 56;
+      set_313_fields(l);
       return l;
     default:
       return std::nullopt;

@@ -87,6 +87,9 @@ class RecordSession {
   bool targets_done();
   void progress(uint64_t now_ns);
   void finish(std::optional<int> exit_status);
+  void record_until_done();
+  bool stop_step(uint64_t now, uint64_t start);
+  int result(std::optional<int> status, bool write_failed) const;
 
   const RecordOptions& opts_;
   RecordSinks sinks_;
@@ -95,6 +98,10 @@ class RecordSession {
   std::set<uint32_t> live_;  // -p targets still running
   uint64_t last_progress_ = 0;
   bool stopped_by_duration_ = false;  // --duration ended a launched command
+  // stopping a launched command (record_until_done)
+  int signals_handled_ = 0;
+  uint64_t stopping_since_ = 0;
+  bool said_waiting_ = false, killed_ = false;
 };
 
 // Says what is traced; returns it for the recording's meta.
@@ -148,68 +155,82 @@ int RecordSession::run() {
     fprintf(stderr, "eacgm: recording %s to %s (Ctrl-C to stop)\n", target.c_str(),
             opts_.output.c_str());
 
+  record_until_done();
+  pipeline_.stop();
+  std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
+  if (command_ && !status && killed_) status = command_->wait_exit(2'000);
+  bool write_failed = !sinks_.sink().error().empty();
+  finish(status);
+  if (command_ && !status)
+    fprintf(stderr, "eacgm: recording stopped; %s (pid %d) keeps running untraced\n",
+            command_->program().c_str(), int(command_->pid()));
+  return result(status, write_failed);
+}
+
+// Stopping a launched command is part of its recording: a stop signal is passed on to it
+// (SIGINT from the terminal reached its process group already), --duration sends it SIGTERM
+// (as nsys does), and eacgm records until it exits. A second signal stops recording at once
+// and leaves the command running, said in one line; so does a command that outlives
+// --duration's SIGTERM by kStopGrace (then SIGKILL: --duration is a limit, unattended).
+constexpr uint64_t kStopGrace = 10'000'000'000ull;
+
+void RecordSession::record_until_done() {
   uint64_t start = pipeline_.start_monotonic_ns();
-  // Stopping a launched command is part of its recording: a stop signal is passed on to it
-  // (SIGINT from the terminal reached its process group already), --duration sends it SIGTERM
-  // (as nsys does), and eacgm records until it exits. A second signal stops recording at once
-  // and leaves the command running, said in one line; so does a command that outlives
-  // --duration's SIGTERM by kStopGrace (then SIGKILL: --duration is a limit, unattended).
-  constexpr uint64_t kStopGrace = 10'000'000'000ull;
-  int signals_handled = 0;
-  uint64_t stopping_since = 0;
-  bool said_waiting = false, killed = false;
   for (;;) {
     // Events that need an answer (process lifecycle, new mappings, Python code objects) wake
     // this loop at once, calls when the ring fills; the timeout only paces the periodic work.
     // Every wakeup costs (about 45 us of CPU in a VM): 10 a second, and one at --duration's end.
     int timeout_ms = 100;
-    if (opts_.duration_s > 0 && !stopping_since) {
+    if (opts_.duration_s > 0 && !stopping_since_) {
       double elapsed_ms = double(monotonic_now_ns() - start) / 1e6;
       timeout_ms = std::clamp(int(opts_.duration_s * 1e3 - elapsed_ms) + 1, 1, timeout_ms);
     }
     pipeline_.step(timeout_ms);
     uint64_t now = monotonic_now_ns();
     progress(now);
-    if (!sinks_.sink().error().empty()) break;  // e.g. disk full: stop, keep what was written
-    if (targets_done()) break;
-    bool duration_over = opts_.duration_s > 0 && double(now - start) / 1e9 >= opts_.duration_s;
-    if (int n = g_stop_signals.load(); n > signals_handled) {
-      signals_handled = n;
-      if (!command_ || stopping_since) break;  // the second signal: stop now
-      int sig = g_stop_signal.load();
-      if (sig != SIGINT || g_sent_by_process.load()) command_->send_signal(sig);
-      stopping_since = now;
-    } else if (duration_over && !stopping_since) {
-      if (!command_) break;
-      stopped_by_duration_ = true;
-      command_->send_signal(SIGTERM);
-      stopping_since = now;
-      if (!opts_.quiet)
-        fprintf(stderr, "eacgm: --duration %g s reached: sent SIGTERM to %s (pid %d)\n",
-                opts_.duration_s, command_->program().c_str(), int(command_->pid()));
-    }
-    if (stopping_since && !said_waiting && now - stopping_since > kStopGrace / 2) {
-      said_waiting = true;
-      fprintf(stderr,
-              "eacgm: waiting for %s (pid %d) to exit; Ctrl-C again stops recording now and "
-              "leaves it running\n",
-              command_->program().c_str(), int(command_->pid()));
-    }
-    if (stopped_by_duration_ && !killed && now - stopping_since > kStopGrace) {
-      killed = true;
-      command_->send_signal(SIGKILL);
-      fprintf(stderr, "eacgm: %s (pid %d) did not exit %g s after SIGTERM: sent SIGKILL\n",
-              command_->program().c_str(), int(command_->pid()), double(kStopGrace) / 1e9);
-    }
+    if (!sinks_.sink().error().empty()) return;  // e.g. disk full: stop, keep what was written
+    if (targets_done()) return;
+    if (stop_step(now, start)) return;
   }
-  pipeline_.stop();
-  std::optional<int> status = command_ ? command_->poll_exit() : std::nullopt;
-  if (command_ && !status && killed) status = command_->wait_exit(2'000);
-  bool write_failed = !sinks_.sink().error().empty();
-  finish(status);
-  if (command_ && !status)
-    fprintf(stderr, "eacgm: recording stopped; %s (pid %d) keeps running untraced\n",
+}
+
+// Signals and --duration: passes them on to a launched command, says when it is slow to exit,
+// kills it when --duration's grace is over. True: stop recording now.
+bool RecordSession::stop_step(uint64_t now, uint64_t start) {
+  bool duration_over = opts_.duration_s > 0 && double(now - start) / 1e9 >= opts_.duration_s;
+  if (int n = g_stop_signals.load(); n > signals_handled_) {
+    signals_handled_ = n;
+    if (!command_ || stopping_since_) return true;  // the second signal: stop now
+    int sig = g_stop_signal.load();
+    if (sig != SIGINT || g_sent_by_process.load()) command_->send_signal(sig);
+    stopping_since_ = now;
+  } else if (duration_over && !stopping_since_) {
+    if (!command_) return true;
+    stopped_by_duration_ = true;
+    command_->send_signal(SIGTERM);
+    stopping_since_ = now;
+    if (!opts_.quiet)
+      fprintf(stderr, "eacgm: --duration %g s reached: sent SIGTERM to %s (pid %d)\n",
+              opts_.duration_s, command_->program().c_str(), int(command_->pid()));
+  }
+  if (stopping_since_ && !said_waiting_ && now - stopping_since_ > kStopGrace / 2) {
+    said_waiting_ = true;
+    fprintf(stderr,
+            "eacgm: waiting for %s (pid %d) to exit; Ctrl-C again stops recording now and "
+            "leaves it running\n",
             command_->program().c_str(), int(command_->pid()));
+  }
+  if (stopped_by_duration_ && !killed_ && now - stopping_since_ > kStopGrace) {
+    killed_ = true;
+    command_->send_signal(SIGKILL);
+    fprintf(stderr, "eacgm: %s (pid %d) did not exit %g s after SIGTERM: sent SIGKILL\n",
+            command_->program().c_str(), int(command_->pid()), double(kStopGrace) / 1e9);
+  }
+  return false;
+}
+
+// eacgm's exit status: the launched command's, or 1 when writing failed.
+int RecordSession::result(std::optional<int> status, bool write_failed) const {
   if (write_failed) return 1;  // tracing failed, the job did not: it was not stopped
   if (command_) {
     if (status && stopped_by_duration_) {

@@ -2,6 +2,7 @@
 #include "report/collectives.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -119,19 +120,18 @@ std::string Collectives::on_host(uint32_t pid) const {
   return it == hosts_.end() ? std::string() : " on host " + it->second;
 }
 
-Collectives::Collectives(const RecordingReader& rec) {
-  if (!rec.has_table("comm_calls")) return;
-  if (rec.column_or("processes", "host", "") == "host")
-    rec.query("SELECT pid, host FROM processes WHERE host IS NOT NULL", [&](Statement& s) {
-      hosts_[uint32_t(s.int_at(0))] = std::string(s.text_at(1));
-    });
-  // (name, nranks, communicator identity: 0 unknown) -> (pid, communicator) -> stream
-  using Groups = std::map<std::tuple<std::string, int64_t, int64_t>,
-                          std::map<std::pair<uint32_t, uint64_t>, Stream>>;
+namespace {
+
+// (name, nranks, communicator identity: 0 unknown) -> (pid, communicator) -> stream
+using StreamId = std::pair<uint32_t, uint64_t>;
+using Groups = std::map<std::tuple<std::string, int64_t, int64_t>, std::map<StreamId, Stream>>;
+// c10d process groups with sequence numbers: (pid, communicator) -> (size, first, last)
+using Sequenced = std::map<StreamId, std::tuple<int64_t, int64_t, int64_t>>;
+
+// Each process's calls of each collective on each communicator, in time order.
+Groups read_streams(const RecordingReader& rec, Sequenced& sequenced) {
   Groups groups;
-  std::map<std::pair<uint32_t, uint64_t>, Call> previous;  // (pid, communicator) -> last call
-  // c10d process groups with sequence numbers: (pid, communicator) -> (size, first, last)
-  std::map<std::pair<uint32_t, uint64_t>, std::tuple<int64_t, int64_t, int64_t>> sequenced;
+  std::map<StreamId, Call> previous;  // (pid, communicator) -> last call
   rec.query(
       "SELECT name, pid, comm, rank, nranks, ts_ns, dur_ns, tid, " +
           rec.column_or("comm_calls", "entry_run_delay_ns", "NULL") + ", " +
@@ -141,7 +141,7 @@ Collectives::Collectives(const RecordingReader& rec) {
       [&](Statement& s) {
         std::string name(s.text_at(0));
         if (!is_collective(name)) return;
-        std::pair<uint32_t, uint64_t> id{uint32_t(s.int_at(1)), uint64_t(s.int_at(2))};
+        StreamId id{uint32_t(s.int_at(1)), uint64_t(s.int_at(2))};
         Stream& st = groups[{name, s.int_at(4), s.null_at(9) ? 0 : s.int_at(9)}][id];
         st.rank = s.int_at(3);
         st.pid = id.first;
@@ -158,33 +158,176 @@ Collectives::Collectives(const RecordingReader& rec) {
           std::get<2>(it->second) = std::max(std::get<2>(it->second), c.seq);
         }
       });
-  // c10d process groups: the same group on every rank counts its collectives from the same
-  // number, and different groups from numbers drawn at random, so the processes' groups whose
-  // numbers overlap (and size agrees) are one group; it is known by its lowest number.
-  if (!sequenced.empty()) {
-    std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::tuple<int64_t, int64_t, int64_t>>>
-        by_start(sequenced.begin(), sequenced.end());
-    std::sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) {
-      return std::make_pair(std::get<0>(a.second), std::get<1>(a.second)) <
-             std::make_pair(std::get<0>(b.second), std::get<1>(b.second));
-    });
-    std::map<std::pair<uint32_t, uint64_t>, int64_t> group_of;
-    int64_t size = -1, first = 0, last = -1;
-    for (const auto& [id, range] : by_start) {
-      const auto& [n, lo, hi] = range;
-      if (n != size || lo > last) size = n, first = lo, last = hi;  // a new group
-      last = std::max(last, hi);
-      group_of[id] = first;
-    }
-    Groups regrouped;
-    for (auto& [key, by_stream] : groups)
-      for (auto& [id, st] : by_stream) {
-        auto g = group_of.find(id);
-        int64_t identity = std::get<2>(key) || g == group_of.end() ? std::get<2>(key) : g->second;
-        regrouped[{std::get<0>(key), std::get<1>(key), identity}][id] = std::move(st);
-      }
-    groups = std::move(regrouped);
+  return groups;
+}
+
+// c10d process groups: the same group on every rank counts its collectives from the same
+// number, and different groups from numbers drawn at random, so the processes' groups whose
+// numbers overlap (and size agrees) are one group; it is known by its lowest number.
+Groups regroup_by_sequence(Groups groups, const Sequenced& sequenced) {
+  if (sequenced.empty()) return groups;
+  std::vector<std::pair<StreamId, std::tuple<int64_t, int64_t, int64_t>>> by_start(
+      sequenced.begin(), sequenced.end());
+  std::sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(std::get<0>(a.second), std::get<1>(a.second)) <
+           std::make_pair(std::get<0>(b.second), std::get<1>(b.second));
+  });
+  std::map<StreamId, int64_t> group_of;
+  int64_t size = -1, first = 0, last = -1;
+  for (const auto& [id, range] : by_start) {
+    const auto& [n, lo, hi] = range;
+    if (n != size || lo > last) size = n, first = lo, last = hi;  // a new group
+    last = std::max(last, hi);
+    group_of[id] = first;
   }
+  Groups regrouped;
+  for (auto& [key, by_stream] : groups)
+    for (auto& [id, st] : by_stream) {
+      auto g = group_of.find(id);
+      int64_t identity = std::get<2>(key) || g == group_of.end() ? std::get<2>(key) : g->second;
+      regrouped[{std::get<0>(key), std::get<1>(key), identity}][id] = std::move(st);
+    }
+  return regrouped;
+}
+
+// One stream per rank 0..nranks-1, by rank; empty (and a note) when the streams are not that.
+std::vector<const Stream*> one_stream_per_rank(const std::string& name, int64_t nranks,
+                                               const std::map<StreamId, Stream>& by_stream,
+                                               std::vector<std::string>& notes) {
+  // as many streams as ranks before anything is sized by nranks (a damaged recording's may
+  // be anything)
+  bool one_per_rank = by_stream.size() == size_t(nranks);
+  std::vector<const Stream*> ranks(one_per_rank ? size_t(nranks) : 0, nullptr);
+  for (const auto& [id, st] : by_stream) {
+    if (!one_per_rank || st.rank >= nranks || ranks[size_t(st.rank)]) one_per_rank = false;
+    else ranks[size_t(st.rank)] = &st;
+  }
+  if (one_per_rank) return ranks;
+  notes.push_back(
+      by_stream.size() < size_t(nranks)
+          ? fmt::format("{}: {} of its {} ranks traced", name, by_stream.size(), nranks)
+          : fmt::format("{}: {} streams of calls for {} ranks (several communicators of "
+                        "that size cannot be told apart)",
+                        name, by_stream.size(), nranks));
+  return {};
+}
+
+// With sequence numbers (c10d), an instance is the calls that carry one number on every rank:
+// a call lost on one rank leaves its instance out, not the whole collective. `ranks` then
+// point into `aligned`.
+void align_by_sequence(const std::string& name, int64_t nranks, std::vector<const Stream*>& ranks,
+                       std::vector<Stream>& aligned, std::vector<std::string>& notes) {
+  if (!std::all_of(ranks.begin(), ranks.end(), [](const Stream* r) {
+        return std::all_of(r->calls.begin(), r->calls.end(),
+                           [](const Call& c) { return c.seq >= 0; });
+      }))
+    return;
+  std::unordered_map<int64_t, int64_t> ranks_with;
+  for (const Stream* r : ranks)
+    for (const Call& c : r->calls) ++ranks_with[c.seq];
+  size_t dropped = 0;
+  aligned.reserve(ranks.size());
+  for (auto& r : ranks) {
+    aligned.push_back({r->rank, r->pid, {}});
+    for (const Call& c : r->calls)
+      if (ranks_with[c.seq] == nranks)
+        aligned.back().calls.push_back(c);
+      else
+        ++dropped;
+    r = &aligned.back();
+  }
+  if (dropped)
+    notes.push_back(fmt::format("{}: {} calls whose instance is not on every rank (lost, or "
+                                "a rank stopped early) left out",
+                                name, dropped));
+}
+
+// Which instances can be lined up: every rank made as many calls, and (c10d, whose durations
+// run until the collective completes) no rank completed an instance before the last joined
+// it. Empty (and a note) when the collective cannot be lined up at all.
+std::optional<std::vector<char>> instances_to_line_up(const std::string& name,
+                                                      const std::vector<const Stream*>& ranks,
+                                                      std::vector<std::string>& notes) {
+  size_t n = ranks[0]->calls.size();
+  if (std::any_of(ranks.begin(), ranks.end(), [&](const Stream* r) { return r->calls.size() != n; })) {
+    std::string counts;
+    for (const Stream* r : ranks) counts += fmt::format("{}{}", counts.empty() ? "" : ", ", r->calls.size());
+    notes.push_back(fmt::format("{}: the ranks made different numbers of calls ({}; calls lost "
+                                "or a rank stopped early), instances cannot be lined up",
+                                name, counts));
+    return std::nullopt;
+  }
+  bool completes = name.find(':') != std::string::npos;
+  size_t broken = 0;
+  std::vector<char> ok(n, 1);
+  for (size_t k = 0; k < n && completes; ++k) {
+    uint64_t last_start = 0, first_end = UINT64_MAX;
+    for (const Stream* r : ranks) {
+      last_start = std::max(last_start, r->calls[k].ts);
+      first_end = std::min(first_end, r->calls[k].end);
+    }
+    if (first_end + kEdgeSlackNs < last_start) ok[k] = 0, ++broken;
+  }
+  if (broken * 100 > n) {
+    notes.push_back(fmt::format("{}: {} of {} instances end on one rank before another "
+                                "joined them (calls lost?), instances cannot be lined up",
+                                name, broken, n));
+    return std::nullopt;
+  }
+  return ok;
+}
+
+using Key = std::pair<std::string, int64_t>;  // (collective name, number of ranks)
+
+// Each instance lined up: every rank's wait for the last, and who was last.
+void add_instances(const Key& key, const std::vector<const Stream*>& ranks,
+                   const std::vector<char>& ok, std::map<StreamId, PeerWait>& waits_by_call,
+                   std::map<Key, std::vector<RankWaits>>& rank_waits,
+                   std::map<Key, std::vector<CollectiveInstance>>& instances) {
+  std::vector<RankWaits>& sides = rank_waits[key];
+  sides.resize(ranks.size());
+  for (const Stream* r : ranks) sides[size_t(r->rank)].rank = r->rank, sides[size_t(r->rank)].pid = r->pid;
+  for (size_t k = 0; k < ok.size(); ++k) {
+    if (!ok[k]) continue;
+    std::vector<const Call*> calls;
+    const Stream* last = ranks[0];
+    for (const Stream* r : ranks) {
+      calls.push_back(&r->calls[k]);
+      if (r->calls[k].ts > last->calls[k].ts) last = r;
+    }
+    std::vector<PeerWait> waits = instance_waits(calls);
+    CollectiveInstance inst{UINT64_MAX, 0, 0, last->rank, last->pid};
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const Stream* r = ranks[i];
+      const Call& c = r->calls[k];
+      const PeerWait& w = waits[i];
+      waits_by_call[{r->pid, c.ts}] = w;
+      inst.ts_ns = std::min(inst.ts_ns, c.ts);
+      inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
+      inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());
+      RankWaits& side = sides[size_t(r->rank)];
+      ++side.calls;
+      side.waited_ns += w.wait_ns;
+      side.waits_ns.push_back(w.wait_ns);
+    }
+    RankWaits& late_side = sides[size_t(last->rank)];
+    ++late_side.joined_last;
+    late_side.straggled_ns += inst.straggling_ns;
+    instances[key].push_back(inst);
+  }
+}
+
+}  // namespace
+
+Collectives::Collectives(const RecordingReader& rec) {
+  if (!rec.has_table("comm_calls")) return;
+  if (rec.column_or("processes", "host", "") == "host")
+    rec.query("SELECT pid, host FROM processes WHERE host IS NOT NULL", [&](Statement& s) {
+      hosts_[uint32_t(s.int_at(0))] = std::string(s.text_at(1));
+    });
+  Sequenced sequenced;
+  Groups groups = read_streams(rec, sequenced);
+  groups = regroup_by_sequence(std::move(groups), sequenced);
   // communicators told apart by their identity: named by it where one collective of one size
   // ran on several
   std::map<std::pair<std::string, int64_t>, int> sharing;
@@ -195,109 +338,13 @@ Collectives::Collectives(const RecordingReader& rec) {
     std::string name = sharing[{op_name, nranks}] > 1 && comm_id
                            ? fmt::format("{} [comm {:06x}]", op_name, uint64_t(comm_id) & 0xffffff)
                            : op_name;
-    std::pair<std::string, int64_t> key{name, nranks};
-    // as many streams as ranks before anything is sized by nranks (a damaged recording's may
-    // be anything)
-    bool one_per_rank = by_stream.size() == size_t(nranks);
-    std::vector<const Stream*> ranks(one_per_rank ? size_t(nranks) : 0, nullptr);
-    for (const auto& [id, st] : by_stream) {
-      if (!one_per_rank || st.rank >= nranks || ranks[size_t(st.rank)]) one_per_rank = false;
-      else ranks[size_t(st.rank)] = &st;
-    }
-    if (!one_per_rank) {
-      notes_.push_back(
-          by_stream.size() < size_t(nranks)
-              ? fmt::format("{}: {} of its {} ranks traced", name, by_stream.size(), nranks)
-              : fmt::format("{}: {} streams of calls for {} ranks (several communicators of "
-                            "that size cannot be told apart)",
-                            name, by_stream.size(), nranks));
-      continue;
-    }
-    // with sequence numbers (c10d), an instance is the calls that carry one number on every
-    // rank: a call lost on one rank leaves its instance out, not the whole collective
+    std::vector<const Stream*> ranks = one_stream_per_rank(name, nranks, by_stream, notes_);
+    if (ranks.empty()) continue;
     std::vector<Stream> aligned;
-    if (std::all_of(ranks.begin(), ranks.end(), [](const Stream* r) {
-          return std::all_of(r->calls.begin(), r->calls.end(),
-                             [](const Call& c) { return c.seq >= 0; });
-        })) {
-      std::unordered_map<int64_t, int64_t> ranks_with;
-      for (const Stream* r : ranks)
-        for (const Call& c : r->calls) ++ranks_with[c.seq];
-      size_t dropped = 0;
-      aligned.reserve(ranks.size());
-      for (auto& r : ranks) {
-        aligned.push_back({r->rank, r->pid, {}});
-        for (const Call& c : r->calls)
-          if (ranks_with[c.seq] == nranks)
-            aligned.back().calls.push_back(c);
-          else
-            ++dropped;
-        r = &aligned.back();
-      }
-      if (dropped)
-        notes_.push_back(fmt::format("{}: {} calls whose instance is not on every rank (lost, or "
-                                     "a rank stopped early) left out",
-                                     name, dropped));
-    }
-    size_t n = ranks[0]->calls.size();
-    if (std::any_of(ranks.begin(), ranks.end(), [&](const Stream* r) { return r->calls.size() != n; })) {
-      std::string counts;
-      for (const Stream* r : ranks) counts += fmt::format("{}{}", counts.empty() ? "" : ", ", r->calls.size());
-      notes_.push_back(fmt::format("{}: the ranks made different numbers of calls ({}; calls lost "
-                                   "or a rank stopped early), instances cannot be lined up",
-                                   name, counts));
-      continue;
-    }
-    // c10d durations run until the collective completes, and no rank completes an instance
-    // before the last has joined it: instances that break this are not lined up.
-    bool completes = name.find(':') != std::string::npos;
-    size_t broken = 0;
-    std::vector<char> ok(n, 1);
-    for (size_t k = 0; k < n && completes; ++k) {
-      uint64_t last_start = 0, first_end = UINT64_MAX;
-      for (const Stream* r : ranks) {
-        last_start = std::max(last_start, r->calls[k].ts);
-        first_end = std::min(first_end, r->calls[k].end);
-      }
-      if (first_end + kEdgeSlackNs < last_start) ok[k] = 0, ++broken;
-    }
-    if (broken * 100 > n) {
-      notes_.push_back(fmt::format("{}: {} of {} instances end on one rank before another "
-                                   "joined them (calls lost?), instances cannot be lined up",
-                                   name, broken, n));
-      continue;
-    }
-    std::vector<RankWaits>& sides = rank_waits_[key];
-    sides.resize(size_t(nranks));
-    for (const Stream* r : ranks) sides[size_t(r->rank)].rank = r->rank, sides[size_t(r->rank)].pid = r->pid;
-    for (size_t k = 0; k < n; ++k) {
-      if (!ok[k]) continue;
-      std::vector<const Call*> calls;
-      const Stream* last = ranks[0];
-      for (const Stream* r : ranks) {
-        calls.push_back(&r->calls[k]);
-        if (r->calls[k].ts > last->calls[k].ts) last = r;
-      }
-      std::vector<PeerWait> waits = instance_waits(calls);
-      CollectiveInstance inst{UINT64_MAX, 0, 0, last->rank, last->pid};
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        const Stream* r = ranks[i];
-        const Call& c = r->calls[k];
-        const PeerWait& w = waits[i];
-        waits_[{r->pid, c.ts}] = w;
-        inst.ts_ns = std::min(inst.ts_ns, c.ts);
-        inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
-        inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());
-        RankWaits& side = sides[size_t(r->rank)];
-        ++side.calls;
-        side.waited_ns += w.wait_ns;
-        side.waits_ns.push_back(w.wait_ns);
-      }
-      RankWaits& late_side = sides[size_t(last->rank)];
-      ++late_side.joined_last;
-      late_side.straggled_ns += inst.straggling_ns;
-      instances_[key].push_back(inst);
-    }
+    align_by_sequence(name, nranks, ranks, aligned, notes_);
+    std::optional<std::vector<char>> ok = instances_to_line_up(name, ranks, notes_);
+    if (!ok) continue;
+    add_instances({name, nranks}, ranks, *ok, waits_, rank_waits_, instances_);
   }
 }
 

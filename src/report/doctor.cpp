@@ -140,7 +140,10 @@ void check_kernel_features(Doctor& d) {
   btf__free(vmlinux);
 }
 
-void check_libraries(Doctor& d) {
+namespace {
+
+// CUDA's runtime and driver, and NCCL.
+void check_cuda_and_nccl(Doctor& d) {
   const char* ldp = getenv("LD_LIBRARY_PATH");
   auto cuda = candidate_cuda_libraries(ldp ? ldp : "");
   if (cuda.empty())
@@ -165,8 +168,11 @@ void check_libraries(Doctor& d) {
                           " (targets that bundle their own are still found from their maps)");
   else
     d.ok("NCCL", nccl.front() + " (comm layer)");
-  // glibc's detached debug file: where profiles' threads block (its internal futex wait) and
-  // much of their native time is in functions only it names
+}
+
+// glibc's detached debug file: where profiles' threads block (its internal futex wait) and
+// much of their native time is in functions only it names.
+void check_debug_symbols(Doctor& d) {
   Dl_info libc{};
   if (dladdr(reinterpret_cast<void*>(&::getpid), &libc) && libc.dli_fname) {
     std::string path = libc.dli_fname;
@@ -186,6 +192,9 @@ void check_libraries(Doctor& d) {
                     ": profiles show glibc's internal functions as fn@0x... (install its debug "
                     "symbols: libc6-dbg on Debian and Ubuntu, glibc-debuginfo on Fedora)");
   }
+}
+
+void check_pythons(Doctor& d) {
   auto pythons = find_files({"/usr/bin"}, "python3.");
   std::erase_if(pythons, [](const std::string& p) {  // python3.11, not python3.11-config
     return p.find_first_not_of("0123456789", p.rfind("python3.") + 8) != std::string::npos;
@@ -201,6 +210,9 @@ void check_libraries(Doctor& d) {
       d.missing("Python", fmt::format("{}: the python layer reads CPython 3.10-3.13, not 3.{} "
                                       "(the other layers trace it all the same)", p, minor));
   }
+}
+
+void check_torch(Doctor& d) {
   auto torch = find_files({"/usr/lib/python3/dist-packages/torch/lib"}, "libtorch_cpu");
   if (torch.empty()) {
     d.missing("PyTorch", "no libtorch_cpu.so in Debian's python3-torch location (pip wheels "
@@ -220,6 +232,9 @@ void check_libraries(Doctor& d) {
       d.missing("PyTorch", e.what());
     }
   }
+}
+
+void check_nvml(Doctor& d) {
   NvmlLoadResult nvml = NvmlLibrary::load(choose_nvml_library("", getenv("EACGM_NVML_LIBRARY")));
   if (nvml) {
     std::string missing;
@@ -229,6 +244,16 @@ void check_libraries(Doctor& d) {
   } else {
     d.missing("NVML", nvml.failure.warning() + " (gpu layer unavailable)");
   }
+}
+
+}  // namespace
+
+void check_libraries(Doctor& d) {
+  check_cuda_and_nccl(d);
+  check_debug_symbols(d);
+  check_pythons(d);
+  check_torch(d);
+  check_nvml(d);
 }
 
 }  // namespace

@@ -171,6 +171,81 @@ bool is_idle_thread(double cpu_seconds, uint64_t blocked_ns) {
   return cpu_seconds < 0.05 * double(blocked_ns) / 1e9;
 }
 
+namespace {
+
+// The idle threads in one line: how long they blocked, and where most of them did.
+void print_idle_threads(const std::vector<const CpuProfile::Thread*>& idle, double n, FILE* out) {
+  if (idle.empty()) return;
+  uint64_t blocked = 0;
+  std::map<std::string, uint64_t> by_where;
+  for (const auto* t : idle) blocked += t->weight, by_where[t->native] += t->weight;
+  std::vector<std::pair<uint64_t, std::string>> mostly;
+  for (auto& [w, weight] : by_where)
+    if (!w.empty()) mostly.emplace_back(weight, w);
+  std::sort(mostly.rbegin(), mostly.rend());
+  std::string names;
+  for (size_t i = 0; i < mostly.size() && i < 3; ++i)
+    names += (i ? ", " : "") + mostly[i].second;
+  fmt::print(out,
+             "{:>6.1f}% {:>10}  {} idle thread{} (on the CPU under 5% of the time blocked){}\n",
+             100.0 * double(blocked) / n, fmt::format("{:.3f} s", double(blocked) / 1e9),
+             idle.size(), idle.size() == 1 ? "" : "s", names.empty() ? "" : ": in " + names);
+}
+
+// The threads by weight (off-CPU, with the CPU profile at hand: those that also ran first,
+// the idle ones in one line).
+void print_threads(const CpuProfile& profile, const std::vector<CpuProfile::Thread>& threads,
+                   const CpuProfile* on_cpu, FILE* out) {
+  const bool off = profile.kind() == ProfileKind::OffCpu;
+  const double n = double(profile.total_weight());
+  // Off-CPU, with the CPU profile at hand: the threads that also ran first. Helpers waiting
+  // for work (a pool's idle workers, a launcher in wait4) block for the whole run and would
+  // otherwise hide the threads that waited inside the job's steps.
+  const bool split = off && on_cpu && on_cpu->hz();
+  std::map<std::pair<uint32_t, uint32_t>, double> ran_s;
+  if (split)
+    for (const auto& t : on_cpu->threads())
+      ran_s[{t.pid, t.tid}] = double(t.weight) / on_cpu->hz();
+  auto ran = [&](const CpuProfile::Thread& t) {
+    auto it = ran_s.find({t.pid, t.tid});
+    return it == ran_s.end() ? 0.0 : it->second;
+  };
+  std::vector<const CpuProfile::Thread*> shown_first, idle;
+  for (const auto& t : threads)
+    (split && is_idle_thread(ran(t), t.weight) ? idle : shown_first).push_back(&t);
+  auto where = [](const CpuProfile::Thread& t) {
+    return t.python.empty()   ? t.native
+           : t.native.empty() ? t.python
+                              : t.python + " > " + t.native;
+  };
+  fmt::print(out, "  By thread ({}{} where its {} stack was):\n",
+             off            ? "seconds blocked"
+             : profile.hz() ? "seconds of CPU"
+                            : "samples",
+             split ? "; the threads that ran first, with their CPU seconds;" : ",",
+             off ? "longest-waiting" : "most sampled");
+  const size_t shown = std::min<size_t>(shown_first.size(), 8);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& t = *shown_first[i];
+    std::string amount = off             ? fmt::format("{:.3f} s", double(t.weight) / 1e9)
+                         : profile.hz() ? fmt::format("{:.2f} s", double(t.weight) / profile.hz())
+                                        : fmt::format("{}", t.weight);
+    if (split)
+      amount = fmt::format("{:>10}  {:>11}", amount, fmt::format("ran {:.2f} s", ran(t)));
+    fmt::print(out, "{:>6.1f}% {:>10}  pid {} tid {}{}  {}\n", 100.0 * double(t.weight) / n,
+               amount, t.pid, t.tid, t.name.empty() ? "" : " (" + t.name + ")", where(t));
+  }
+  if (shown_first.size() > shown) {
+    uint64_t rest = 0;
+    for (size_t i = shown; i < shown_first.size(); ++i) rest += shown_first[i]->weight;
+    fmt::print(out, "{:>6.1f}% {:>10}  {} more threads\n", 100.0 * double(rest) / n, "",
+               shown_first.size() - shown);
+  }
+  print_idle_threads(idle, n, out);
+}
+
+}  // namespace
+
 void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top, const CpuProfile* on_cpu) {
   if (profile.empty()) return;
   const auto threads = profile.threads();
@@ -210,67 +285,7 @@ void print_cpu_profile(const CpuProfile& profile, FILE* out, size_t top, const C
     fmt::print(out, "  Python functions by total:\n");
     for (size_t i = 0; i < python.size() && i < 8; ++i) line(*python[i]);
   }
-  if (threads.size() > 1) {
-    // Off-CPU, with the CPU profile at hand: the threads that also ran first. Helpers waiting
-    // for work (a pool's idle workers, a launcher in wait4) block for the whole run and would
-    // otherwise hide the threads that waited inside the job's steps.
-    const bool split = off && on_cpu && on_cpu->hz();
-    std::map<std::pair<uint32_t, uint32_t>, double> ran_s;
-    if (split)
-      for (const auto& t : on_cpu->threads())
-        ran_s[{t.pid, t.tid}] = double(t.weight) / on_cpu->hz();
-    auto ran = [&](const CpuProfile::Thread& t) {
-      auto it = ran_s.find({t.pid, t.tid});
-      return it == ran_s.end() ? 0.0 : it->second;
-    };
-    std::vector<const CpuProfile::Thread*> shown_first, idle;
-    for (const auto& t : threads)
-      (split && is_idle_thread(ran(t), t.weight) ? idle : shown_first).push_back(&t);
-    auto where = [](const CpuProfile::Thread& t) {
-      return t.python.empty()   ? t.native
-             : t.native.empty() ? t.python
-                                : t.python + " > " + t.native;
-    };
-    fmt::print(out, "  By thread ({}{} where its {} stack was):\n",
-               off            ? "seconds blocked"
-               : profile.hz() ? "seconds of CPU"
-                              : "samples",
-               split ? "; the threads that ran first, with their CPU seconds;" : ",",
-               off ? "longest-waiting" : "most sampled");
-    const size_t shown = std::min<size_t>(shown_first.size(), 8);
-    for (size_t i = 0; i < shown; ++i) {
-      const auto& t = *shown_first[i];
-      std::string amount = off             ? fmt::format("{:.3f} s", double(t.weight) / 1e9)
-                           : profile.hz() ? fmt::format("{:.2f} s", double(t.weight) / profile.hz())
-                                          : fmt::format("{}", t.weight);
-      if (split)
-        amount = fmt::format("{:>10}  {:>11}", amount, fmt::format("ran {:.2f} s", ran(t)));
-      fmt::print(out, "{:>6.1f}% {:>10}  pid {} tid {}{}  {}\n", 100.0 * double(t.weight) / n,
-                 amount, t.pid, t.tid, t.name.empty() ? "" : " (" + t.name + ")", where(t));
-    }
-    if (shown_first.size() > shown) {
-      uint64_t rest = 0;
-      for (size_t i = shown; i < shown_first.size(); ++i) rest += shown_first[i]->weight;
-      fmt::print(out, "{:>6.1f}% {:>10}  {} more threads\n", 100.0 * double(rest) / n, "",
-                 shown_first.size() - shown);
-    }
-    if (!idle.empty()) {
-      uint64_t blocked = 0;
-      std::map<std::string, uint64_t> by_where;
-      for (const auto* t : idle) blocked += t->weight, by_where[t->native] += t->weight;
-      std::vector<std::pair<uint64_t, std::string>> mostly;
-      for (auto& [w, weight] : by_where)
-        if (!w.empty()) mostly.emplace_back(weight, w);
-      std::sort(mostly.rbegin(), mostly.rend());
-      std::string names;
-      for (size_t i = 0; i < mostly.size() && i < 3; ++i)
-        names += (i ? ", " : "") + mostly[i].second;
-      fmt::print(out,
-                 "{:>6.1f}% {:>10}  {} idle thread{} (on the CPU under 5% of the time blocked){}\n",
-                 100.0 * double(blocked) / n, fmt::format("{:.3f} s", double(blocked) / 1e9),
-                 idle.size(), idle.size() == 1 ? "" : "s", names.empty() ? "" : ": in " + names);
-    }
-  }
+  if (threads.size() > 1) print_threads(profile, threads, on_cpu, out);
   fmt::print(out,
              "  (eacgm export --pprof for every frame: go tool pprof{}, speedscope, "
              "Pyroscope)\n",

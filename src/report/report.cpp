@@ -147,106 +147,123 @@ std::vector<KernelStats> top_kernels(const RecordingReader& rec, size_t limit) {
   return out;
 }
 
-void print_report(const std::string& path, bool json, FILE* out) {
-  RecordingReader rec(path);
-  auto ops = operation_stats(rec);
-  auto kernels = top_kernels(rec, 20);
-  if (json) {
-    nlohmann::json j;
-    j["recording"] = path;
-    j["meta"] = rec.meta();
-    j["operations"] = nlohmann::json::array();
-    for (const auto& o : ops)
-      j["operations"].push_back({{"layer", o.layer}, {"name", o.name}, {"count", o.count},
-                                 {"total_ns", o.total_ns}, {"mean_ns", o.mean_ns},
-                                 {"p50_ns", o.p50_ns}, {"p99_ns", o.p99_ns},
-                                 {"max_ns", o.max_ns}, {"bytes", o.bytes},
-                                 {"errors", o.errors}});
-    j["top_kernels"] = nlohmann::json::array();
-    for (const auto& k : kernels)
-      j["top_kernels"].push_back(
-          {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
-    j["host"] = metric_stats_json(host_metric_stats(rec));
-    j["gpu"] = metric_stats_json(gpu_metric_stats(rec));
-    j["anomalies"] = nlohmann::json::array();
-    if (rec.has_table("anomalies"))
-      rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
-                "anomalies ORDER BY ts_ns",
-                [&](Statement& s) {
-                  j["anomalies"].push_back(
-                      {{"ts_ns", s.int_at(0)}, {"dur_ns", s.int_at(1)},
-                       {"layer", std::string(s.text_at(2))}, {"name", std::string(s.text_at(3))},
-                       {"score", s.double_at(4)}, {"threshold", s.double_at(5)},
-                       {"cause", std::string(s.text_at(6))},
-                       // the detector writes JSON here; anything else (an edit, damage)
-                       // is passed on as the text it is
-                       {"features", features_json(s.text_at(7))}});
-                });
-    CpuProfile cpu(rec);
-    std::map<std::pair<uint32_t, uint32_t>, uint64_t> cpu_samples;  // per thread
-    for (const auto& t : cpu.threads()) cpu_samples[{t.pid, t.tid}] = t.weight;
-    for (ProfileKind kind : {ProfileKind::Cpu, ProfileKind::OffCpu}) {
-      CpuProfile profile = kind == ProfileKind::Cpu ? std::move(cpu) : CpuProfile(rec, kind);
-      if (profile.empty()) continue;
-      const bool off = kind == ProfileKind::OffCpu;
-      nlohmann::json functions = nlohmann::json::array();
-      for (const auto& f : profile.top_functions(100)) {
-        nlohmann::json fj{{"name", f.name}, {"where", f.where}, {"python", f.python}};
-        fj[off ? "self_ns" : "self_samples"] = f.self;
-        fj[off ? "total_ns" : "total_samples"] = f.total;
-        functions.push_back(std::move(fj));
-      }
-      // by weight: the 32 heaviest; off-CPU, every thread that also ran and the 32 heaviest
-      // idle ones (a node's idle helpers would otherwise crowd out the ranks' threads)
-      nlohmann::json threads = nlohmann::json::array();
-      size_t listed = 0;
-      for (const auto& t : profile.threads()) {
-        nlohmann::json tj{{"pid", t.pid}, {"tid", t.tid}, {"name", t.name},
-                          {"python", t.python}, {"native", t.native}};
-        tj[off ? "blocked_ns" : "samples"] = t.weight;
-        bool idle = false;
-        if (off) {
-          // with the CPU profile: whether it also ran, or only waited for work
-          auto ran = cpu_samples.find({t.pid, t.tid});
-          uint64_t samples = ran == cpu_samples.end() ? 0 : ran->second;
-          tj["cpu_samples"] = samples;
-          if (uint32_t hz = profile.hz())
-            tj["idle"] = idle = is_idle_thread(double(samples) / hz, t.weight);
-        }
-        if ((!off || idle || !profile.hz()) && listed++ >= 32) continue;
-        threads.push_back(std::move(tj));
-      }
-      nlohmann::json pj{{"samples", profile.samples().size()},
-                        {"functions", functions},
-                        {"threads", threads}};
-      if (off)
-        pj["blocked_ns"] = profile.total_weight();
-      else
-        pj["sample_hz"] = profile.hz();
-      j[off ? "offcpu_profile" : "cpu_profile"] = std::move(pj);
+namespace {
+
+nlohmann::json anomalies_json(const RecordingReader& rec) {
+  nlohmann::json j = nlohmann::json::array();
+  if (rec.has_table("anomalies"))
+    rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
+              "anomalies ORDER BY ts_ns",
+              [&](Statement& s) {
+                j.push_back(
+                    {{"ts_ns", s.int_at(0)}, {"dur_ns", s.int_at(1)},
+                     {"layer", std::string(s.text_at(2))}, {"name", std::string(s.text_at(3))},
+                     {"score", s.double_at(4)}, {"threshold", s.double_at(5)},
+                     {"cause", std::string(s.text_at(6))},
+                     // the detector writes JSON here; anything else (an edit, damage)
+                     // is passed on as the text it is
+                     {"features", features_json(s.text_at(7))}});
+              });
+  return j;
+}
+
+// The CPU and off-CPU profiles: their top functions and threads.
+void add_profiles_json(const RecordingReader& rec, nlohmann::json& j) {
+  CpuProfile cpu(rec);
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> cpu_samples;  // per thread
+  for (const auto& t : cpu.threads()) cpu_samples[{t.pid, t.tid}] = t.weight;
+  for (ProfileKind kind : {ProfileKind::Cpu, ProfileKind::OffCpu}) {
+    CpuProfile profile = kind == ProfileKind::Cpu ? std::move(cpu) : CpuProfile(rec, kind);
+    if (profile.empty()) continue;
+    const bool off = kind == ProfileKind::OffCpu;
+    nlohmann::json functions = nlohmann::json::array();
+    for (const auto& f : profile.top_functions(100)) {
+      nlohmann::json fj{{"name", f.name}, {"where", f.where}, {"python", f.python}};
+      fj[off ? "self_ns" : "self_samples"] = f.self;
+      fj[off ? "total_ns" : "total_samples"] = f.total;
+      functions.push_back(std::move(fj));
     }
-    Collectives collectives(rec);
-    j["collectives"] = nlohmann::json::array();
-    for (const auto& [key, v] : collectives.instances()) {
-      CollectiveSummary s = summarize(v);
-      nlohmann::json straggled = nlohmann::json::array();
-      for (const auto* i : s.straggled)
-        straggled.push_back({{"ts_ns", i->ts_ns}, {"rank", i->last_rank}, {"pid", i->last_pid},
-                             {"straggling_ns", i->straggling_ns}, {"wait_ns", i->wait_ns}});
-      nlohmann::json c{{"name", key.first},           {"nranks", key.second},
-                       {"instances", v.size()},       {"wait_p50_ns", s.wait_p50_ns},
-                       {"wait_p99_ns", s.wait_p99_ns}, {"wait_max_ns", s.wait_max_ns},
-                       {"straggled", straggled}};  // instances straggled 1 ms or more
-      j["collectives"].push_back(c);
+    // by weight: the 32 heaviest; off-CPU, every thread that also ran and the 32 heaviest
+    // idle ones (a node's idle helpers would otherwise crowd out the ranks' threads)
+    nlohmann::json threads = nlohmann::json::array();
+    size_t listed = 0;
+    for (const auto& t : profile.threads()) {
+      nlohmann::json tj{{"pid", t.pid}, {"tid", t.tid}, {"name", t.name},
+                        {"python", t.python}, {"native", t.native}};
+      tj[off ? "blocked_ns" : "samples"] = t.weight;
+      bool idle = false;
+      if (off) {
+        // with the CPU profile: whether it also ran, or only waited for work
+        auto ran = cpu_samples.find({t.pid, t.tid});
+        uint64_t samples = ran == cpu_samples.end() ? 0 : ran->second;
+        tj["cpu_samples"] = samples;
+        if (uint32_t hz = profile.hz())
+          tj["idle"] = idle = is_idle_thread(double(samples) / hz, t.weight);
+      }
+      if ((!off || idle || !profile.hz()) && listed++ >= 32) continue;
+      threads.push_back(std::move(tj));
     }
-    j["collectives_not_lined_up"] = collectives.notes();
-    j["gpu_xids"] = nlohmann::json::array();
-    for (const auto& x : gpu_xids(rec))
-      j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
-    // text from the traced programs may not be UTF-8 (a damaged recording): replaced, not refused
-    fmt::print(out, "{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
-    return;
+    nlohmann::json pj{{"samples", profile.samples().size()},
+                      {"functions", functions},
+                      {"threads", threads}};
+    if (off)
+      pj["blocked_ns"] = profile.total_weight();
+    else
+      pj["sample_hz"] = profile.hz();
+    j[off ? "offcpu_profile" : "cpu_profile"] = std::move(pj);
   }
+}
+
+nlohmann::json collectives_json(const Collectives& collectives) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [key, v] : collectives.instances()) {
+    CollectiveSummary s = summarize(v);
+    nlohmann::json straggled = nlohmann::json::array();
+    for (const auto* i : s.straggled)
+      straggled.push_back({{"ts_ns", i->ts_ns}, {"rank", i->last_rank}, {"pid", i->last_pid},
+                           {"straggling_ns", i->straggling_ns}, {"wait_ns", i->wait_ns}});
+    nlohmann::json c{{"name", key.first},           {"nranks", key.second},
+                     {"instances", v.size()},       {"wait_p50_ns", s.wait_p50_ns},
+                     {"wait_p99_ns", s.wait_p99_ns}, {"wait_max_ns", s.wait_max_ns},
+                     {"straggled", straggled}};  // instances straggled 1 ms or more
+    j.push_back(c);
+  }
+  return j;
+}
+
+void print_report_json(const RecordingReader& rec, const std::string& path,
+                       const std::vector<OperationStats>& ops,
+                       const std::vector<KernelStats>& kernels, FILE* out) {
+  nlohmann::json j;
+  j["recording"] = path;
+  j["meta"] = rec.meta();
+  j["operations"] = nlohmann::json::array();
+  for (const auto& o : ops)
+    j["operations"].push_back({{"layer", o.layer}, {"name", o.name}, {"count", o.count},
+                               {"total_ns", o.total_ns}, {"mean_ns", o.mean_ns},
+                               {"p50_ns", o.p50_ns}, {"p99_ns", o.p99_ns},
+                               {"max_ns", o.max_ns}, {"bytes", o.bytes},
+                               {"errors", o.errors}});
+  j["top_kernels"] = nlohmann::json::array();
+  for (const auto& k : kernels)
+    j["top_kernels"].push_back(
+        {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
+  j["host"] = metric_stats_json(host_metric_stats(rec));
+  j["gpu"] = metric_stats_json(gpu_metric_stats(rec));
+  j["anomalies"] = anomalies_json(rec);
+  add_profiles_json(rec, j);
+  Collectives collectives(rec);
+  j["collectives"] = collectives_json(collectives);
+  j["collectives_not_lined_up"] = collectives.notes();
+  j["gpu_xids"] = nlohmann::json::array();
+  for (const auto& x : gpu_xids(rec))
+    j["gpu_xids"].push_back({{"ts_ns", x.ts_ns}, {"gpu", x.gpu}, {"xid", x.xid}});
+  // text from the traced programs may not be UTF-8 (a damaged recording): replaced, not refused
+  fmt::print(out, "{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+// Where the recording came from, and whether it was closed.
+void print_header(const RecordingReader& rec, const std::string& path, FILE* out) {
   fmt::print(out, "recording {}: {} on {}, layers {}\n", path, rec.meta_or("command", "?"),
              rec.meta_or("hostname", "?"), rec.meta_or("layers", "?"));
   fmt::print(out, "events {}, dropped {}\n", rec.meta_or("events", "?"),
@@ -263,6 +280,19 @@ void print_report(const std::string& path, bool json, FILE* out) {
   }
   fmt::print(out, "durations are host-side API times (enqueue time for async calls), not GPU "
                   "execution times\n\n");
+}
+
+}  // namespace
+
+void print_report(const std::string& path, bool json, FILE* out) {
+  RecordingReader rec(path);
+  auto ops = operation_stats(rec);
+  auto kernels = top_kernels(rec, 20);
+  if (json) {
+    print_report_json(rec, path, ops, kernels, out);
+    return;
+  }
+  print_header(rec, path, out);
   fmt::print(out, "{:<6} {:<28} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7}\n",
              "layer", "name", "count", "total", "mean", "p50", "p99", "max", "bytes", "errors");
   for (const auto& o : ops)

@@ -150,9 +150,12 @@ std::string quote(const std::string& text) {
 
 }  // namespace
 
-std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams, size_t inputs) {
-  std::vector<ClockFix> fixes(inputs);
-  if (inputs == 0) return fixes;
+namespace {
+
+// The collectives every rank of which is one stream with as many instances as the others:
+// per group, its ranks' streams by rank.
+std::vector<std::vector<const CollectiveStream*>> matched_groups(
+    const std::vector<CollectiveStream>& streams, size_t inputs) {
   // instances: per matched group, the streams of its ranks 0..nranks-1
   std::map<std::pair<std::string, int64_t>, std::map<int64_t, std::vector<size_t>>> groups;
   for (size_t i = 0; i < streams.size(); ++i)
@@ -173,72 +176,91 @@ std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams
     if (!ok || group[0]->ends_ns.empty()) continue;
     matched.push_back(std::move(group));
   }
+  return matched;
+}
+
+// What the unplaced inputs saw of the placed ones, instance by instance: distances of their
+// ends from the placed ranks' median end, and bounds from the starts where every rank has one.
+struct Seen {
+  std::vector<int64_t> distances, lows, highs;
+  bool starts = true;  // every instance had its starts
+};
+
+void see_group(const std::vector<const CollectiveStream*>& group, const std::vector<bool>& placed,
+               const std::vector<ClockFix>& fixes, std::vector<Seen>& seen) {
+  std::map<size_t, std::pair<int64_t, int64_t>> own;  // input -> (max start, min end)
+  bool have_starts = true;
+  for (const auto* r : group) have_starts &= r->starts_ns.size() == r->ends_ns.size();
+  for (size_t k = 0; k < group[0]->ends_ns.size(); ++k) {
+    std::vector<int64_t> reference;
+    int64_t first_end = INT64_MAX, last_start = INT64_MIN;
+    for (const auto* r : group)
+      if (placed[r->input]) {
+        int64_t shift = fixes[r->input].offset_ns;
+        reference.push_back(r->ends_ns[k] + shift);
+        first_end = std::min(first_end, r->ends_ns[k] + shift);
+        if (have_starts) last_start = std::max(last_start, r->starts_ns[k] + shift);
+      }
+    if (reference.empty()) continue;
+    int64_t at = median(reference);
+    own.clear();
+    for (const auto* r : group) {
+      if (placed[r->input]) continue;
+      seen[r->input].distances.push_back(at - r->ends_ns[k]);
+      auto [it, fresh] = own.try_emplace(r->input, INT64_MIN, INT64_MAX);
+      if (have_starts) it->second.first = std::max(it->second.first, r->starts_ns[k]);
+      it->second.second = std::min(it->second.second, r->ends_ns[k]);
+    }
+    for (const auto& [input, mine] : own) {
+      if (!have_starts) {
+        seen[input].starts = false;
+        continue;
+      }
+      seen[input].lows.push_back(last_start - mine.second);
+      seen[input].highs.push_back(first_end - mine.first);
+    }
+  }
+}
+
+// An input's offset from what it saw: the median distance, narrowed to the bounds where the
+// starts give them.
+void fix_from(Seen& s, ClockFix& f) {
+  f.offset_ns = median(s.distances);
+  f.instances = s.distances.size();
+  if (s.starts && !s.lows.empty()) {
+    // the 0.5% tightest bounds on each side are set aside (a stray timestamp)
+    size_t skip = s.lows.size() / 200;
+    std::nth_element(s.lows.begin(), s.lows.begin() + std::ptrdiff_t(skip), s.lows.end(),
+                     std::greater<>());
+    std::nth_element(s.highs.begin(), s.highs.begin() + std::ptrdiff_t(skip), s.highs.end());
+    int64_t low = s.lows[skip], high = s.highs[skip];
+    if (low <= high) {
+      f.offset_ns = low + (high - low) / 2;
+      f.bound_ns = (high - low) / 2;
+    }
+  }
+  std::vector<int64_t> off;
+  for (int64_t d : s.distances) off.push_back(std::abs(d - f.offset_ns));
+  f.residual_ns = median(off);
+}
+
+}  // namespace
+
+std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams, size_t inputs) {
+  std::vector<ClockFix> fixes(inputs);
+  if (inputs == 0) return fixes;
+  std::vector<std::vector<const CollectiveStream*>> matched = matched_groups(streams, inputs);
   // place inputs one round at a time: each unplaced input that shares instances with placed
   // ones is placed against them
   std::vector<bool> placed(inputs, false);
   placed[0] = true;
-  struct Seen {
-    std::vector<int64_t> distances, lows, highs;
-    bool starts = true;  // every instance had its starts
-  };
   for (bool progress = true; progress;) {
     progress = false;
     std::vector<Seen> seen(inputs);
-    std::map<size_t, std::pair<int64_t, int64_t>> own;  // input -> (max start, min end)
-    for (const auto& group : matched) {
-      bool have_starts = true;
-      for (const auto* r : group) have_starts &= r->starts_ns.size() == r->ends_ns.size();
-      for (size_t k = 0; k < group[0]->ends_ns.size(); ++k) {
-        std::vector<int64_t> reference;
-        int64_t first_end = INT64_MAX, last_start = INT64_MIN;
-        for (const auto* r : group)
-          if (placed[r->input]) {
-            int64_t shift = fixes[r->input].offset_ns;
-            reference.push_back(r->ends_ns[k] + shift);
-            first_end = std::min(first_end, r->ends_ns[k] + shift);
-            if (have_starts) last_start = std::max(last_start, r->starts_ns[k] + shift);
-          }
-        if (reference.empty()) continue;
-        int64_t at = median(reference);
-        own.clear();
-        for (const auto* r : group) {
-          if (placed[r->input]) continue;
-          seen[r->input].distances.push_back(at - r->ends_ns[k]);
-          auto [it, fresh] = own.try_emplace(r->input, INT64_MIN, INT64_MAX);
-          if (have_starts) it->second.first = std::max(it->second.first, r->starts_ns[k]);
-          it->second.second = std::min(it->second.second, r->ends_ns[k]);
-        }
-        for (const auto& [input, mine] : own) {
-          if (!have_starts) {
-            seen[input].starts = false;
-            continue;
-          }
-          seen[input].lows.push_back(last_start - mine.second);
-          seen[input].highs.push_back(first_end - mine.first);
-        }
-      }
-    }
+    for (const auto& group : matched) see_group(group, placed, fixes, seen);
     for (size_t i = 0; i < inputs; ++i) {
-      Seen& s = seen[i];
-      if (placed[i] || s.distances.empty()) continue;
-      ClockFix& f = fixes[i];
-      f.offset_ns = median(s.distances);
-      f.instances = s.distances.size();
-      if (s.starts && !s.lows.empty()) {
-        // the 0.5% tightest bounds on each side are set aside (a stray timestamp)
-        size_t skip = s.lows.size() / 200;
-        std::nth_element(s.lows.begin(), s.lows.begin() + std::ptrdiff_t(skip), s.lows.end(),
-                         std::greater<>());
-        std::nth_element(s.highs.begin(), s.highs.begin() + std::ptrdiff_t(skip), s.highs.end());
-        int64_t low = s.lows[skip], high = s.highs[skip];
-        if (low <= high) {
-          f.offset_ns = low + (high - low) / 2;
-          f.bound_ns = (high - low) / 2;
-        }
-      }
-      std::vector<int64_t> off;
-      for (int64_t d : s.distances) off.push_back(std::abs(d - f.offset_ns));
-      f.residual_ns = median(off);
+      if (placed[i] || seen[i].distances.empty()) continue;
+      fix_from(seen[i], fixes[i]);
       placed[i] = true;
       progress = true;
     }

@@ -279,27 +279,23 @@ void RecordingWriter::writer_loop() {
   }
 }
 
-void RecordingWriter::write_batch(const Batch& b) {
-  auto failed = [this](const char* what) {
-    std::string msg = fmt::format("writing {} to {} failed: {}", what, path_, sqlite3_errmsg(db_));
-    if (sqlite3_errcode(db_) == SQLITE_FULL) msg += " (disk full: free space and record again)";
-    exec_sql(db_, "ROLLBACK");
-    std::lock_guard lock(mu_);
-    if (error_.empty()) error_ = msg;
-  };
-  if (!exec_sql(db_, "BEGIN").empty()) return failed("a batch");
+namespace {
 
-  Statements& st = *statements_;
+bool write_meta(Statements& st, const std::vector<std::pair<std::string, std::string>>& values) {
   Statement& meta = st("INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)");
-  for (const auto& [k, v] : b.meta) {
+  for (const auto& [k, v] : values) {
     meta.bind(1, k);
     meta.bind(2, v);
-    if (meta.run() != SQLITE_DONE) return failed("metadata");
+    if (meta.run() != SQLITE_DONE) return false;
   }
+  return true;
+}
+
+bool write_processes(Statements& st, const std::vector<ProcessRow>& processes) {
   Statement& proc =
       st("INSERT INTO processes(pid, ppid, name, command, start_ns, job_id, rank, local_rank, "
          "world_size) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
-  for (const auto& p : b.processes) {
+  for (const auto& p : processes) {
     proc.bind(1, p.pid);
     proc.bind(2, p.ppid);
     proc.bind(3, p.name);
@@ -316,18 +312,26 @@ void RecordingWriter::write_batch(const Batch& b) {
       else
         proc.bind(index++, v);
     }
-    if (proc.run() != SQLITE_DONE) return failed("processes");
+    if (proc.run() != SQLITE_DONE) return false;
   }
+  return true;
+}
+
+bool write_threads(Statements& st, const std::vector<ThreadRow>& threads) {
   Statement& thread = st("INSERT INTO threads(pid, tid, name) VALUES(?,?,?)");
-  for (const auto& t : b.threads) {
+  for (const auto& t : threads) {
     thread.bind(1, t.pid);
     thread.bind(2, t.tid);
     thread.bind(3, t.name);
-    if (thread.run() != SQLITE_DONE) return failed("threads");
+    if (thread.run() != SQLITE_DONE) return false;
   }
+  return true;
+}
+
+bool write_cuda_calls(Statements& st, const std::vector<CudaCallRow>& calls) {
   Statement& call = st("INSERT INTO cuda_calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
                        "?13,?14,?15,?16,?17,?18,?19,?20)");
-  for (const auto& c : b.cuda_calls) {
+  for (const auto& c : calls) {
     call.bind(1, static_cast<int64_t>(c.ts_ns));
     call.bind(2, static_cast<int64_t>(c.dur_ns));
     call.bind(3, c.pid);
@@ -348,56 +352,93 @@ void RecordingWriter::write_batch(const Batch& b) {
     if (c.address) call.bind(18, static_cast<int64_t>(c.address));
     if (c.py_stack) call.bind(19, c.py_stack);
     if (c.runq_ns >= 0) call.bind(20, c.runq_ns);
-    if (call.run() != SQLITE_DONE) return failed("CUDA calls");
+    if (call.run() != SQLITE_DONE) return false;
   }
-  if (!write_comm_calls(st, b.comm_calls)) return failed("communication calls");
-  if (!write_torch_calls(st, b.torch_calls)) return failed("torch calls");
-  if (!write_python_rows(st, b.python_calls, b.python_frames)) return failed("Python calls");
-  if (!b.native_frames.empty()) {
-    Statement& frame = st("INSERT INTO native_stacks VALUES(?1,?2,?3,?4)");
-    for (const auto& f : b.native_frames) {
-      frame.bind(1, f.id);
-      frame.bind(2, int64_t(f.depth));
-      frame.bind(3, f.name);
-      if (!f.module.empty()) frame.bind(4, f.module);
-      if (frame.run() != SQLITE_DONE) return failed("native stacks");
-    }
+  return true;
+}
+
+bool write_native_frames(Statements& st, const std::vector<NativeFrameRow>& frames) {
+  if (frames.empty()) return true;
+  Statement& frame = st("INSERT INTO native_stacks VALUES(?1,?2,?3,?4)");
+  for (const auto& f : frames) {
+    frame.bind(1, f.id);
+    frame.bind(2, int64_t(f.depth));
+    frame.bind(3, f.name);
+    if (!f.module.empty()) frame.bind(4, f.module);
+    if (frame.run() != SQLITE_DONE) return false;
   }
-  if (!b.stack_samples.empty()) {
-    Statement& sample = st("INSERT INTO stack_samples VALUES(?1,?2,?3,?4,?5)");
-    for (const auto& x : b.stack_samples) {
-      sample.bind(1, int64_t(x.ts_ns));
-      sample.bind(2, int64_t(x.pid));
-      sample.bind(3, int64_t(x.tid));
-      if (x.native_stack) sample.bind(4, x.native_stack);
-      if (x.py_stack) sample.bind(5, x.py_stack);
-      if (sample.run() != SQLITE_DONE) return failed("CPU samples");
-    }
+  return true;
+}
+
+bool write_stack_samples(Statements& st, const std::vector<StackSampleRow>& samples) {
+  if (samples.empty()) return true;
+  Statement& sample = st("INSERT INTO stack_samples VALUES(?1,?2,?3,?4,?5)");
+  for (const auto& x : samples) {
+    sample.bind(1, int64_t(x.ts_ns));
+    sample.bind(2, int64_t(x.pid));
+    sample.bind(3, int64_t(x.tid));
+    if (x.native_stack) sample.bind(4, x.native_stack);
+    if (x.py_stack) sample.bind(5, x.py_stack);
+    if (sample.run() != SQLITE_DONE) return false;
   }
-  if (!b.offcpu_samples.empty()) {
-    Statement& sample = st("INSERT INTO offcpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7)");
-    for (const auto& x : b.offcpu_samples) {
-      sample.bind(1, int64_t(x.ts_ns));
-      sample.bind(2, int64_t(x.dur_ns));
-      sample.bind(3, int64_t(x.weight_ns));
-      sample.bind(4, int64_t(x.pid));
-      sample.bind(5, int64_t(x.tid));
-      if (x.native_stack) sample.bind(6, x.native_stack);
-      if (x.py_stack) sample.bind(7, x.py_stack);
-      if (sample.run() != SQLITE_DONE) return failed("off-CPU samples");
-    }
+  return true;
+}
+
+bool write_offcpu_samples(Statements& st, const std::vector<OffCpuSampleRow>& samples) {
+  if (samples.empty()) return true;
+  Statement& sample = st("INSERT INTO offcpu_samples VALUES(?1,?2,?3,?4,?5,?6,?7)");
+  for (const auto& x : samples) {
+    sample.bind(1, int64_t(x.ts_ns));
+    sample.bind(2, int64_t(x.dur_ns));
+    sample.bind(3, int64_t(x.weight_ns));
+    sample.bind(4, int64_t(x.pid));
+    sample.bind(5, int64_t(x.tid));
+    if (x.native_stack) sample.bind(6, x.native_stack);
+    if (x.py_stack) sample.bind(7, x.py_stack);
+    if (sample.run() != SQLITE_DONE) return false;
   }
-  if (!write_host_samples(st, b.host_samples)) return failed("host samples");
-  if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
-    return failed("GPU samples");
+  return true;
+}
+
+bool write_exits(Statements& st, const std::vector<ProcessExitRow>& exits) {
   Statement& exit_row = st("UPDATE processes SET end_ns = ?2, exit_code = ?3 WHERE rowid = "
                            "(SELECT max(rowid) FROM processes WHERE pid = ?1)");
-  for (const auto& e : b.exits) {
+  for (const auto& e : exits) {
     exit_row.bind(1, e.pid);
     exit_row.bind(2, static_cast<int64_t>(e.end_ns));
     exit_row.bind(3, e.exit_code);
-    if (exit_row.run() != SQLITE_DONE) return failed("process exits");
+    if (exit_row.run() != SQLITE_DONE) return false;
   }
+  return true;
+}
+
+}  // namespace
+
+void RecordingWriter::write_batch(const Batch& b) {
+  auto failed = [this](const char* what) {
+    std::string msg = fmt::format("writing {} to {} failed: {}", what, path_, sqlite3_errmsg(db_));
+    if (sqlite3_errcode(db_) == SQLITE_FULL) msg += " (disk full: free space and record again)";
+    exec_sql(db_, "ROLLBACK");
+    std::lock_guard lock(mu_);
+    if (error_.empty()) error_ = msg;
+  };
+  if (!exec_sql(db_, "BEGIN").empty()) return failed("a batch");
+
+  Statements& st = *statements_;
+  if (!write_meta(st, b.meta)) return failed("metadata");
+  if (!write_processes(st, b.processes)) return failed("processes");
+  if (!write_threads(st, b.threads)) return failed("threads");
+  if (!write_cuda_calls(st, b.cuda_calls)) return failed("CUDA calls");
+  if (!write_comm_calls(st, b.comm_calls)) return failed("communication calls");
+  if (!write_torch_calls(st, b.torch_calls)) return failed("torch calls");
+  if (!write_python_rows(st, b.python_calls, b.python_frames)) return failed("Python calls");
+  if (!write_native_frames(st, b.native_frames)) return failed("native stacks");
+  if (!write_stack_samples(st, b.stack_samples)) return failed("CPU samples");
+  if (!write_offcpu_samples(st, b.offcpu_samples)) return failed("off-CPU samples");
+  if (!write_host_samples(st, b.host_samples)) return failed("host samples");
+  if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
+    return failed("GPU samples");
+  if (!write_exits(st, b.exits)) return failed("process exits");
   if (!exec_sql(db_, "COMMIT").empty()) return failed("a batch");
   std::lock_guard lock(mu_);
   rows_written_ += b.size();
