@@ -198,16 +198,21 @@ struct JudgedWindows {
   WindowsNotFlagged not_flagged;
   size_t starved_training_windows = 0, startup_training_windows = 0;
 };
+// With log_rates, as the agent's windows: each rate modelled as log1p of it.
 JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
-                            const std::function<void(size_t, double*)>& row, size_t train = 400) {
+                            const std::function<void(size_t, double*)>& row, size_t train = 400,
+                            bool log_rates = false) {
   JudgedWindows w;
   w.t.group = w.t.layer = w.t.name = "window";
   w.t.feature_names = std::move(names);
+  w.t.log_rates = log_rates;
   w.t.values.resize(Eigen::Index(n), Eigen::Index(w.t.feature_names.size()));
   std::vector<double> v(w.t.feature_names.size());
   for (size_t r = 0; r < n; ++r) {
     row(r, v.data());
-    for (size_t c = 0; c < v.size(); ++c) w.t.values(Eigen::Index(r), Eigen::Index(c)) = v[c];
+    for (size_t c = 0; c < v.size(); ++c)
+      w.t.values(Eigen::Index(r), Eigen::Index(c)) =
+          log_rates && !w.t.feature_names[c].ends_with("log_duration_us") ? std::log1p(v[c]) : v[c];
     w.t.ts_ns.push_back(kStart + r * 100'000'000);
     w.t.dur_ns.push_back(100'000'000);
   }
@@ -242,6 +247,34 @@ TEST(DetectWindows, WhereTheJobRanFasterAreCountedNotFlagged) {
   EXPECT_EQ(w.found[0].cause, "slow collectives");
   EXPECT_EQ(w.found[1].ts_ns, w.t.ts_ns[402]);
   EXPECT_EQ(w.found[1].cause, "CPU interference");
+}
+
+// The same windows as the agent models them (log1p of each rate): the same verdicts. (Before
+// session 31 the agent's rules compared the logs as rates: a job at a third of its calls per
+// second was "a little slower", never flagged.)
+TEST(DetectWindows, TheAgentsLogRatesAreJudgedAsTheirRates) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(1.0, 0.05);
+  const double usual[] = {300, 600, 5}, slower[] = {100, 200, 5}, crowded[] = {300, 600, 50};
+  for (bool log_rates : {false, true}) {
+    auto w = judge_windows(
+        {"comm_calls_per_s", "runq_waits_per_s", "runq_wait_ms_per_s"}, 402,
+        [&](size_t r, double* out) {
+          const double* v = r == 400 ? slower : r == 401 ? crowded : usual;
+          for (int c = 0; c < 3; ++c) out[c] = v[c] * noise(rng);
+        },
+        400, log_rates);
+    SCOPED_TRACE(log_rates ? "log rates (the agent)" : "rates (detect)");
+    EXPECT_EQ(w.not_flagged.a_little_slower, 0u);
+    ASSERT_EQ(w.found.size(), 2u);
+    EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[400]);
+    EXPECT_EQ(w.found[0].cause, "slow collectives");
+    for (const auto& m : w.found[0].measured)  // in the rates' units, whichever model
+      EXPECT_NEAR(m.value, m.feature == "comm_calls_per_s" ? 100 : m.feature == "runq_waits_per_s" ? 200 : 5,
+                  m.feature == "comm_calls_per_s" ? 15 : m.feature == "runq_waits_per_s" ? 30 : 1)
+          << m.feature;
+    EXPECT_EQ(w.found[1].cause, "CPU interference");
+  }
 }
 
 // A window with far fewer run-queue waits and preemptions than usual, the rest as usual (the
@@ -584,6 +617,19 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window", slower, fell, crowded), "CPU interference");
   EXPECT_EQ(probable_cause("window", "window", slower, fell, waiting), "slow operators");
   EXPECT_EQ(probable_cause("window", "window", slower, fell), "slow operators");
+  // the demo's windows beside a busy loop (session 31, their weights): operators slower, fewer
+  // but longer run-queue waits (2.5 s/s against 2.2), the job's CPU 2% under usual: no
+  // neighbour took the CPUs. With the job's CPU a fifth under usual, or its wait half again as
+  // long, one did.
+  F demo{{"torch_call_log_duration_us", 18.1}, {"runq_waits_per_s", 15.2},
+         {"involuntary_switches_per_s", 15.1}, {"runq_wait_ms_per_s", 4.25}, {"cpu_cores", 2.0}};
+  std::set<std::string> demo_fell = {"runq_waits_per_s", "involuntary_switches_per_s", "cpu_cores"};
+  ValueAndUsual within_noise = {{"cpu_cores", {1.14, 1.16}}, {"runq_wait_ms_per_s", {2530, 2170}}},
+                a_fifth_less = {{"cpu_cores", {0.9, 1.16}}, {"runq_wait_ms_per_s", {2530, 2170}}},
+                waited_longer = {{"cpu_cores", {1.14, 1.16}}, {"runq_wait_ms_per_s", {3300, 2170}}};
+  EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, within_noise), "slow operators");
+  EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, a_fifth_less), "CPU interference");
+  EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, waited_longer), "CPU interference");
   // no resource: a layer's symptom among the top features, before "unusual"
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 4}},
                            {"cpu_cores", "comm_calls_per_s"}),
