@@ -11,6 +11,10 @@
 #   4. NCCL through torch.distributed (world size 1): communicator, rank, bytes
 #   5. eacgm agent for 30 s beside the training: /metrics' DCGM_FI_DEV_* and call counters
 #   6. cost: training steps/s untraced, under plain `eacgm record`, under torch.profiler
+#   7. GPU-side time (issue 36's questions): a CUPTI injection library (cupti_probe.cpp) loaded
+#      through CUDA_INJECTION64_PATH into the CUDA program under eacgm record: what ran on the
+#      GPU against what was launched, GPU durations against cudaEvents, each linked to its
+#      launch, on eacgm's clock; and its cost on the training
 # Where the kernel refuses BPF, it says so and goes on with what needs none.
 #
 # usage: scripts/gpu_check.sh [--dry-run] [--out DIR] [--budget SECONDS]
@@ -18,6 +22,7 @@
 #               what CI runs, so that a script error never costs GPU time
 #   --out DIR   where the report and recordings go (default: $OUT, else gpu-check-output)
 #   --budget S  stop starting steps after S seconds (default 450; the device call's limit is 600)
+#   --only N,M  run only these steps (2-7) after step 1 (to rerun one on a GPU for its fix)
 # Environment: EACGM (a binary to use instead of the tarball's), PYTHON (default: the first of
 # python3, /usr/bin/python3 that imports torch), NVCC (default: nvcc, /usr/local/cuda/bin/nvcc),
 # GPU_CHECK_AS_IF_NO_BPF=1 (take BPF as refused, to try that path here).
@@ -27,17 +32,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-dry=0 out="${OUT:-gpu-check-output}" budget=450
+dry=0 out="${OUT:-gpu-check-output}" budget=450 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --only) only="${2:?--only needs step numbers, e.g. 2,7}"; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$budget" in ''|*[!0-9]*) echo "gpu_check.sh: --budget wants whole seconds, not '$budget'" >&2; exit 2 ;; esac
+case "$only" in *[!0-9,]*) echo "gpu_check.sh: --only wants step numbers such as 2,7, not '$only'" >&2; exit 2 ;; esac
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 mkdir -p "$out" || exit 2
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d /tmp/eacgm-gpu-check.XXXXXX)" || exit 2
@@ -162,9 +170,11 @@ judge_recording() {
   fi
 }
 
-section "2. a CUDA C program with known kernels, copies and bytes, plain eacgm record"
-if bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/gpu_check/known_work.cu" \
-     >"$work/nvcc.txt" 2>&1; then
+# the CUDA program (steps 2 and 7), built once with nvcc
+build_known_work() {
+  [ -x "$work/known_work" ] && return 0
+  bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/gpu_check/known_work.cu" \
+    >"$work/nvcc.txt" 2>&1 || return 1
   if ldd "$work/known_work" | grep -q "libcudart.*not found"; then
     # a pip-installed toolkit: its libcudart lives in the nvidia wheels
     lib=$("$py" -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
@@ -172,6 +182,11 @@ if bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/g
     [ -n "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     say "libcudart: from $dir"
   fi
+}
+
+if want 2; then
+section "2. a CUDA C program with known kernels, copies and bytes, plain eacgm record"
+if build_known_work; then
   rec="$work/known_work.eacgm.db"
   traced "$rec"
   bounded 90 "${TRACE[@]}" "$work/known_work" "$work/known_work.json" \
@@ -187,7 +202,9 @@ if bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/g
 else
   say "  FAIL  nvcc could not build known_work.cu:"; tail -20 "$work/nvcc.txt" | tee -a "$report"; failed=1
 fi
+fi  # step 2
 
+if want 3; then
 section "3. a small GPT training ($device), plain eacgm record, under torch.profiler; NVML beside nvidia-smi"
 smi_pid=""
 if command -v nvidia-smi >/dev/null && [ "$device" = cuda ]; then
@@ -212,7 +229,9 @@ else
   say "  FAIL  the training wrote no profile:"; tail -20 "$work/record_train.txt" | tee -a "$report"; failed=1
 fi
 keep "$rec"
+fi  # step 3
 
+if want 4; then
 section "4. torch.distributed ($([ "$device" = cuda ] && echo nccl || echo gloo) backend, world size 1), plain eacgm record"
 backend=$([ "$device" = cuda ] && echo nccl || echo gloo)
 rec="$work/dist.eacgm.db"
@@ -226,7 +245,9 @@ else
   say "  FAIL  the training wrote no result:"; tail -20 "$work/record_dist.txt" | tee -a "$report"; failed=1
 fi
 keep "$rec"
+fi  # step 4
 
+if want 5; then
 section "5. eacgm agent for 30 s beside the training"
 if [ "$bpf" = 0 ]; then
   say "  n/a   agent: not run (this kernel refuses BPF; see doctor above)"
@@ -253,7 +274,9 @@ else
   say "  FAIL  no /metrics answer: $(cat "$work/metrics.err")"; failed=1
 fi
 fi
+fi  # step 5
 
+if want 6; then
 section "6. cost: training steps/s untraced, under plain eacgm record, under torch.profiler"
 secs=$([ "$dry" = 1 ] && echo 5 || echo 15)
 run_train() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
@@ -261,6 +284,46 @@ run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced
 [ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
 run_train "$py" "$root/scripts/gpu_check/train.py" --profile - --result "$work/cost_profiled.json"
 judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json"
+fi  # step 6
+
+if want 7; then
+section "7. GPU-side time: CUPTI activity through CUDA_INJECTION64_PATH (issue 36's questions)"
+cuda_home="$(cd "$(dirname "$(readlink -f "$(command -v "$nvcc" || echo "$nvcc")")")/.." 2>/dev/null && pwd)"
+probe="$work/cupti_probe.so"
+if ! build_known_work; then
+  say "  FAIL  nvcc could not build known_work.cu:"; tail -20 "$work/nvcc.txt" | tee -a "$report"; failed=1
+elif ! bounded 120 "$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" \
+       -I"$cuda_home/extras/CUPTI/include" -o "$probe" "$root/scripts/gpu_check/cupti_probe.cpp" -ldl \
+       >"$work/nvcc_probe.txt" 2>&1; then
+  say "  FAIL  nvcc could not build cupti_probe.cpp:"; tail -20 "$work/nvcc_probe.txt" | tee -a "$report"; failed=1
+else
+  rec="$work/gputime.eacgm.db"
+  traced "$rec"
+  bounded 90 "${TRACE[@]}" env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_kw" \
+    EACGM_CUPTI_API=1 "$work/known_work" "$work/known_work_probed.json" >"$work/record_gputime.txt" 2>&1
+  say "eacgm record: exit $?; $(grep -E 'eacgm:' "$work/record_gputime.txt" | tail -2 | tr '\n' ' ')"
+  grep -h cupti_probe "$work/record_gputime.txt" | head -5 | sed 's/^/  /' | tee -a "$report"
+  cp "$work"/probe_kw.*.tsv "$out/" 2>/dev/null
+  if [ -f "$work/known_work_probed.json" ]; then
+    judge gputime "$work/probe_kw" "$work/known_work_probed.json" \
+      "$([ "$bpf" = 1 ] && echo "$rec" || echo -)" "$([ "$dry" = 1 ] && echo dry || echo gpu)"
+  else
+    say "  FAIL  the program wrote no result:"; tail -20 "$work/record_gputime.txt" | tee -a "$report"; failed=1
+  fi
+  if [ "$device" = cuda ]; then
+    secs=10
+    run_probed() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
+    run_probed "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_untraced.json"
+    run_probed env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_train" \
+      "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_probed.json"
+    run_probed env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_train_api" EACGM_CUPTI_API=1 \
+      "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_probed_api.json"
+    judge gpucost "$work/gc_untraced.json" "$work/gc_probed.json" "$work/gc_probed_api.json" "$work/probe_train"
+  else
+    say "  n/a   GPU time's cost: no GPU"
+  fi
+fi
+fi  # step 7
 
 section "done"
 say "$(grep -c '^  ok' "$report") ok, $(grep -c '^  n/a' "$report") n/a, $(grep -c '^  FAIL' "$report") FAIL in $(( $(date +%s) - t0 )) s; report: $report"

@@ -8,6 +8,8 @@ usage: compare.py cuda RECORDING KNOWN_WORK.json
        compare.py comm RECORDING RESULT.json
        compare.py metrics METRICS.txt
        compare.py cost UNTRACED.json RECORDED.json PROFILED.json
+       compare.py gputime PROBE_PREFIX KNOWN_WORK.json RECORDING|- gpu|dry
+       compare.py gpucost UNTRACED.json PROBED.json PROBED_API.json PROBE_PREFIX
 Exit status: 1 when any check failed, else 0. Reads recordings with SQLite directly, so it
 needs nothing but the standard library (the GPU machine's python3 is not this machine's).
 """
@@ -220,9 +222,143 @@ def check_cost(untraced, recorded, profiled):
              f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
 
 
+def read_probe(prefix):
+    """scripts/gpu_check/cupti_probe.cpp's lines, from every process that wrote some"""
+    import glob
+    p = {"K": [], "M": [], "S": [], "A": [], "E": [], "files": sorted(glob.glob(prefix + ".*.tsv"))}
+    for f in p["files"]:
+        for ln in open(f, errors="replace"):
+            kind, _, rest = ln.rstrip("\n").partition(" ")
+            if kind in p:
+                p[kind].append(rest if kind == "E" else rest.split(" "))
+    return p
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def check_gputime(prefix, known, rec, mode):
+    p, k = read_probe(prefix), json.load(open(known))
+    print(f"GPU time: CUPTI activity through CUDA_INJECTION64_PATH ({prefix}.*.tsv)")
+    if not any(e.startswith("InitializeInjection") for e in p["E"]):
+        if mode == "dry":
+            line("n/a", "injection loaded", "CUDA did not load it (no GPU: the toolkit's stub libcuda)")
+        else:
+            line("FAIL", "injection loaded", "CUDA never called InitializeInjection")
+        return
+    line("ok", "injection loaded", f"{len(p['files'])} process(es)")
+    cupti = [e for e in p["E"] if e.startswith("loaded CUPTI") or e.startswith("no libcupti")]
+    line("ok" if cupti and cupti[0].startswith("loaded") else "FAIL", "CUPTI", "; ".join(cupti))
+    errors = [e for e in p["E"] if not e.startswith(("InitializeInjection", "loaded CUPTI", "done"))]
+    line("FAIL" if errors else "ok", "CUPTI errors", "; ".join(errors[:5]) or "none")
+    # what ran on the GPU, against what the program launched
+    ran = {}
+    for r in p["K"]:
+        ran.setdefault(" ".join(r[7:]) or "?", []).append(r)
+    for kernel, want in sorted(k["kernels"].items()):
+        got = sum(len(v) for n, v in ran.items() if kernel in n)
+        line("ok" if got == want else "FAIL", f"{kernel} ran", f"{got} executions, {want} launched")
+    copies = {1: "HostToDevice", 2: "DeviceToHost"}
+    per = k["bytes_per_copy"]
+    for kind, want in sorted(k["copies"].items()):
+        rows = [r for r in p["M"] if copies.get(int(r[6])) == kind]
+        got_bytes = sum(int(r[5]) for r in rows)
+        ok = len(rows) == want and got_bytes == want * per
+        line("ok" if ok else "FAIL", f"copies {kind} ran", f"{len(rows)} of {got_bytes} bytes; "
+             f"{want} made of {want * per} bytes")
+    line("ok" if len(p["S"]) == k["memsets"] else "FAIL", "memsets ran",
+         f"{len(p['S'])}, {k['memsets']} made")
+    # GPU duration against the program's own cudaEvents (events add a few us; the first axpy
+    # also loads the module)
+    for kernel in sorted(k["kernels"]):
+        durs = [(int(r[1]) - int(r[0])) / 1e6 for n, v in ran.items() if kernel in n for r in v]
+        ev = k.get("gpu_ms", {}).get(kernel)
+        if not durs or not ev:
+            line("n/a", f"{kernel} GPU time", "no executions or no cudaEvents")
+            continue
+        m, e = statistics.median(durs), statistics.median(ev)
+        line("ok" if 0.2 * e <= m <= 2 * e + 0.005 else "FAIL", f"{kernel} GPU time",
+             f"median {m:.4f} ms (CUPTI), {e:.4f} ms (cudaEvent)")
+    # each execution linked to the API call that launched it (one correlation id)
+    api = {}
+    for r in p["A"]:
+        api.setdefault(int(r[5]), []).append(r)
+    execs = [("K", r, int(r[4])) for r in p["K"]] + [("M", r, int(r[4])) for r in p["M"]] + \
+            [("S", r, int(r[4])) for r in p["S"]]
+    if not p["A"]:
+        line("n/a", "linked to launches", "no API records (EACGM_CUPTI_API unset)")
+        return
+    linked = [(what, r, api[c]) for what, r, c in execs if c in api]
+    by = {}
+    for _, _, a in linked:
+        for x in a:
+            by[x[0]] = by.get(x[0], 0) + 1
+    line("ok" if len(linked) == len(execs) else "FAIL", "linked to launches",
+         f"{len(linked)} of {len(execs)} executions by correlation id (API records matched: "
+         + ", ".join(f"{'runtime' if w == 'R' else 'driver'} {n}" for w, n in sorted(by.items())) + ")")
+    # on CLOCK_MONOTONIC: each ran after its launch began; queue delay from the launch's start
+    delays, before = [], 0
+    for what, r, a in linked:
+        start = min(int(x[2]) for x in a)
+        d = int(r[0]) - start
+        before += d < -5000
+        if what == "K":
+            delays.append(d / 1e3)
+    line("ok" if before == 0 else "FAIL", "GPU start after its launch", f"{before} of {len(linked)} "
+         "started before their API call began (clocks not aligned)" if before else
+         f"all {len(linked)}; kernel queue delay (launch call start to GPU start) median "
+         f"{statistics.median(delays) if delays else float('nan'):.1f} us, p95 {quantile(delays, 0.95):.1f} us, "
+         f"max {max(delays) if delays else float('nan'):.1f} us")
+    if rec == "-" or not os.path.exists(rec):
+        line("n/a", "same clock as eacgm's rows", "no recording")
+        return
+    # CUPTI's runtime records of cudaLaunchKernel against eacgm's uprobe rows, in order per thread
+    c = db(rec)
+    rows = {}
+    for r in c.execute("SELECT tid, ts_ns FROM cuda_calls WHERE name = 'cudaLaunchKernel' ORDER BY ts_ns"):
+        rows.setdefault(r["tid"], []).append(r["ts_ns"])
+    launch_corr = {int(r[4]) for r in p["K"]}
+    offsets = []
+    per_tid = {}
+    for r in sorted((x for x in p["A"] if x[0] == "R" and int(x[5]) in launch_corr), key=lambda x: int(x[2])):
+        per_tid.setdefault(int(r[4]), []).append(int(r[2]))
+    for tid, starts in per_tid.items():
+        for a, b in zip(starts, rows.get(tid, [])):
+            offsets.append((a - b) / 1e3)
+    if not offsets:
+        line("FAIL", "same clock as eacgm's rows", f"no runtime launch records on a thread eacgm "
+             f"recorded (CUPTI tids {sorted(per_tid)[:4]}, eacgm's {sorted(rows)[:4]})")
+        return
+    med = statistics.median(offsets)
+    line("ok" if abs(med) < 200 else "FAIL", "same clock as eacgm's rows",
+         f"{len(offsets)} cudaLaunchKernel: CUPTI's start minus eacgm's ts median {med:.1f} us "
+         f"(min {min(offsets):.1f}, max {max(offsets):.1f})")
+
+
+def check_gpucost(untraced, probed, probed_api, prefix):
+    print("GPU time's cost: training steps/s untraced, with the CUPTI probe (kernels, copies, "
+          "memsets), and with its API records too")
+    u = json.load(open(untraced))
+    line("ok", "untraced", f"{u['steps_per_s']:.1f} steps/s ({u['steps']} steps)")
+    for what, f in (("CUPTI activity", probed), ("CUPTI activity + API", probed_api)):
+        if not os.path.exists(f):
+            line("FAIL", what, "the training wrote no result")
+            continue
+        x = json.load(open(f))
+        line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
+             f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
+    p = read_probe(prefix)
+    done = [e for e in p["E"] if e.startswith(("done", "dropped"))]
+    line("ok" if p["K"] else "FAIL", "records", f"{len(p['K'])} kernels, {len(p['M'])} copies; "
+         + "; ".join(done))
+
+
 def main(argv):
     cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
-            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 3)}
+            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 3),
+            "gputime": (check_gputime, 4), "gpucost": (check_gpucost, 4)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
