@@ -125,11 +125,24 @@ def train(a):
     step, signalled, late_steps, stop = 0, False, 0, False
     # per step: when its forward and backward began and when it reached the all_reduce, and
     # its wait for a CPU in between (work that never blocks: any wait is CPU contention)
-    truth = {"compute_start_ns": [], "arrive_ns": [], "late": [], "run_delay_ns": []}
+    # and, at each step's start, the whole process's wait for a CPU so far (all its threads:
+    # what eacgm's windows count)
+    truth = {"compute_start_ns": [], "arrive_ns": [], "late": [], "run_delay_ns": [],
+             "process_run_delay_ns": []}
 
     def run_delay_ns():  # this thread's time waiting for a CPU, as the kernel counts it
         with open("/proc/thread-self/schedstat") as f:
             return int(f.read().split()[1])
+
+    def process_run_delay_ns():
+        total = 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return total
 
     while not stop:
         t = (time.monotonic() - t0) / a.seconds
@@ -141,6 +154,7 @@ def train(a):
             print(f"gpt_ddp: noisy neighbour signalled at {time.monotonic_ns()} "
                   "(CLOCK_MONOTONIC ns)", flush=True)
         idx, targets = next_batch(late)
+        process_delay_ns = process_run_delay_ns() if a.truth else 0
         start_ns, delay_ns = time.monotonic_ns(), run_delay_ns() if a.truth else 0
         loss = F.cross_entropy(model(idx).view(-1, V), targets.reshape(-1))
         opt.zero_grad()
@@ -151,7 +165,8 @@ def train(a):
         step += 1
         if a.truth:
             for k, v in (("compute_start_ns", start_ns), ("arrive_ns", arrive_ns),
-                         ("late", int(late)), ("run_delay_ns", compute_delay_ns)):
+                         ("late", int(late)), ("run_delay_ns", compute_delay_ns),
+                         ("process_run_delay_ns", process_delay_ns)):
                 truth[k].append(v)
     dist.destroy_process_group()
     if a.truth:

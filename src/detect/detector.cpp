@@ -439,6 +439,12 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if ((has("runq") || has("involuntary")) && v != values.end() &&
         v->second.first < 1.25 * v->second.second)
       return "";
+    // More preemptions or run-queue waits with less time waiting in all are shorter slices,
+    // not CPUs taken (the demo's windows, session 31: preemptions 1.8x usual, the wait 0.67x,
+    // the ranks' own threads waiting no more than in training).
+    if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
+        lowered.count("runq_wait_ms_per_s"))
+      return "";
     if (has("runq") || has("involuntary")) return "CPU interference";
     if (has("tcp_retransmits")) return "network packet loss";
     if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";

@@ -630,6 +630,15 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, within_noise), "slow operators");
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, a_fifth_less), "CPU interference");
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, waited_longer), "CPU interference");
+  // more preemptions (1.8x) with less time waiting in all (0.67x): shorter slices, no CPUs taken
+  F shorter{{"runq_wait_ms_per_s", 42.2}, {"torch_call_log_duration_us", 8.4},
+            {"involuntary_switches_per_s", 5.0}, {"runq_waits_per_s", 5.0}};
+  ValueAndUsual sliced = {{"runq_wait_ms_per_s", {1533, 2288}},
+                          {"involuntary_switches_per_s", {3.44e5, 1.886e5}},
+                          {"runq_waits_per_s", {3.443e5, 1.891e5}}};
+  EXPECT_NE(probable_cause("window", "window", shorter,
+                           {"runq_wait_ms_per_s", "torch_call_log_duration_us"}, sliced),
+            "CPU interference");
   // no resource: a layer's symptom among the top features, before "unusual"
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 4}},
                            {"cpu_cores", "comm_calls_per_s"}),
