@@ -309,6 +309,36 @@ double in_units(const std::string& f, double x, bool log_rates) {
 
 }  // namespace
 
+namespace {
+
+// The 1st and 99th percentiles of each feature of a window table's rows before `from_ns` (the
+// job's training part, as detect splits it), in the rates' units: what the job itself showed
+// while learning. Empty where fewer than 20 such rows are in the table (the agent judges new
+// windows alone).
+ValueAndUsual window_training_range(const FeatureTable& t, uint64_t from_ns) {
+  ValueAndUsual range;
+  if (t.layer != "window") return range;
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < t.ts_ns.size(); ++i)
+    if (t.ts_ns[i] < from_ns) rows.push_back(i);
+  if (rows.size() < 20) return range;
+  for (Eigen::Index j = 0; j < t.values.cols(); ++j) {
+    const std::string& f = t.feature_names[size_t(j)];
+    std::vector<double> v;
+    for (size_t i : rows) v.push_back(t.values(Eigen::Index(i), j));
+    std::sort(v.begin(), v.end());
+    auto at = [&](double q) {
+      double x = v[size_t(q * double(v.size() - 1))];
+      return t.log_rates && !f.starts_with("log") && !f.ends_with("log_duration_us")
+                 ? std::expm1(x) : x;
+    };
+    range[f] = {at(0.01), at(0.99)};
+  }
+  return range;
+}
+
+}  // namespace
+
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us,
                     WindowsNotFlagged* not_flagged) {
@@ -321,6 +351,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   for (size_t r = 0; r < idx.size(); ++r) x.row(Eigen::Index(r)) = t.values.row(Eigen::Index(idx[r]));
   GmmScores s = score_gmm(g.model, x);
   Eigen::Index wait_column = g.wait_tail_us > 0 ? straggler_column(g.features) : -1;
+  ValueAndUsual training_range = window_training_range(t, from_ns);
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
     double waited_us = wait_column >= 0 ? straggling_us(x, Eigen::Index(r), wait_column) : -1;
@@ -372,7 +403,8 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
         continue;
       }
     }
-    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered, value_and_usual);  // all
+    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered, value_and_usual,
+                             training_range);  // all
     if (a.top_features.size() > 3) a.top_features.resize(3);
     out.push_back(std::move(a));
   }
@@ -412,7 +444,8 @@ bool starved_of_cpu(double cores, double usual_cores, double runq_ms_per_s,
 
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top,
-                           const std::set<std::string>& lowered, const ValueAndUsual& values) {
+                           const std::set<std::string>& lowered, const ValueAndUsual& values,
+                           const ValueAndUsual& training_range) {
   std::string f = top.empty() ? "" : top.front().first;
   if (layer != "window") {
     if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
@@ -439,11 +472,27 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if ((has("runq") || has("involuntary")) && v != values.end() &&
         v->second.first < 1.25 * v->second.second)
       return "";
+    // nor where the job's own training windows waited as long (their 99th percentile): a
+    // component's mean is narrower than the job's normal (the demo, session 31: windows at
+    // training's 95th percentile of the ranks' own wait, 1.3x the mean of their component)
+    auto seen = training_range.find(feature);
+    if ((has("runq") || has("involuntary")) && v != values.end() &&
+        seen != training_range.end() && v->second.first <= seen->second.second)
+      return "";
     // More preemptions or run-queue waits with less time waiting in all are shorter slices,
     // not CPUs taken (the demo's windows, session 31: preemptions 1.8x usual, the wait 0.67x,
     // the ranks' own threads waiting no more than in training).
     if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
         lowered.count("runq_wait_ms_per_s"))
+      return "";
+    // and more of them while the time waiting stayed within the job's training windows is a
+    // job busier, or cut finer (the demo after its neighbour, session 31: 2.7x the preemptions,
+    // the wait under training's 99th percentile, the job's CPU 1.5x usual)
+    auto wait = values.find("runq_wait_ms_per_s");
+    auto wait_seen = training_range.find("runq_wait_ms_per_s");
+    if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
+        wait != values.end() && wait_seen != training_range.end() &&
+        wait->second.first <= wait_seen->second.second)
       return "";
     if (has("runq") || has("involuntary")) return "CPU interference";
     if (has("tcp_retransmits")) return "network packet loss";
@@ -470,7 +519,9 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   // against 1.16 named CPU interference for operators that were slower on their own).
   auto fell_by_a_fifth = [&](const char* feature) {
     auto v = values.find(feature);
-    return v == values.end() || v->second.first <= 0.8 * v->second.second;
+    auto seen = training_range.find(feature);  // and below the job's own training windows
+    return v == values.end() || (v->second.first <= 0.8 * v->second.second &&
+                                 (seen == training_range.end() || v->second.first < seen->second.first));
   };
   if (!top.empty() && lowered.count("cpu_cores") &&
       weight_of("cpu_cores") >= 0.1 * top.front().second && fell_by_a_fifth("cpu_cores") &&
@@ -495,6 +546,18 @@ std::string probable_cause(const std::string& layer, const std::string& name,
       return "memory pressure";
   for (const auto& [feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;
+    if (std::string cause = resource(feature); !cause.empty()) return cause;
+  }
+  // A resource far beyond anything the job's training windows showed (twice their 99th
+  // percentile) explains the window however its weight compares: one feature of a degenerate
+  // component can outweigh the rest a billion-fold (the CUDA demo, session 31: calls per second
+  // of a tight loop; the run-queue wait 30x its training's 99th percentile went unnamed).
+  for (const auto& [feature, weight] : top) {
+    auto v = values.find(feature);
+    auto seen = training_range.find(feature);
+    if (weight < 2.0 || v == values.end() || seen == training_range.end() ||
+        v->second.first <= 2 * std::max(seen->second.second, 0.0) || lowered.count(feature))
+      continue;
     if (std::string cause = resource(feature); !cause.empty()) return cause;
   }
   // No resource: the symptom of a layer among the top features (the job's own CPU falling

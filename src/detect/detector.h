@@ -183,11 +183,14 @@ void find_anomalies(const GroupModel& model, const FeatureTable& table, uint64_t
 // names the features that were below normal (the most likely component's mean): a resource
 // explains a window only in the direction that hurts (more run-queue wait, more retransmits,
 // more reclaim, a lower SM clock); less of it is a symptom of waiting elsewhere. `values`, where
-// given, holds each feature's value and usual value (the component's mean).
+// given, holds each feature's value and usual value (the component's mean); `training_range`,
+// where known (detect: the job's own training windows), each feature's 1st and 99th percentile
+// there: a wait for the CPUs within it, or a CPU above its low end, names no neighbour.
 using ValueAndUsual = std::map<std::string, std::pair<double, double>>;
 std::string probable_cause(const std::string& layer, const std::string& name,
                            const std::vector<std::pair<std::string, double>>& top,
                            const std::set<std::string>& lowered = {},
-                           const ValueAndUsual& values = {});
+                           const ValueAndUsual& values = {},
+                           const ValueAndUsual& training_range = {});
 
 }  // namespace eacgm::detect

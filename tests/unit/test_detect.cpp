@@ -630,6 +630,31 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, within_noise), "slow operators");
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, a_fifth_less), "CPU interference");
   EXPECT_EQ(probable_cause("window", "window", demo, demo_fell, waited_longer), "CPU interference");
+  // the job's own training windows (their 1st and 99th percentiles): a wait within them names no
+  // neighbour, however far from its component's mean; more preemptions while the wait stays
+  // within them neither (the demo after its neighbour); a wait 30x beyond them does, though one
+  // degenerate feature (a tight loop's calls per second) outweighs it a billion-fold
+  ValueAndUsual range = {{"runq_wait_ms_per_s", {1900, 2150}}, {"cpu_cores", {1.0, 1.5}},
+                         {"involuntary_switches_per_s", {1.5e5, 3.1e5}}};
+  EXPECT_NE(probable_cause("window", "window", demo, demo_fell, waited_longer, {{"runq_wait_ms_per_s", {1900, 3400}}}),
+            "CPU interference");
+  F busier{{"involuntary_switches_per_s", 59}, {"runq_waits_per_s", 58.7}, {"cpu_cores", 6.5}};
+  ValueAndUsual busier_values = {{"involuntary_switches_per_s", {6.76e5, 2.5e5}},
+                                 {"runq_waits_per_s", {6.76e5, 2.5e5}},
+                                 {"runq_wait_ms_per_s", {2096, 2000}},
+                                 {"cpu_cores", {1.96, 1.3}}};
+  EXPECT_EQ(probable_cause("window", "window", busier, {}, busier_values), "CPU interference");
+  EXPECT_NE(probable_cause("window", "window", busier, {}, busier_values, range), "CPU interference");
+  F tight{{"cuda_calls_per_s", 1.5e10}, {"runq_wait_ms_per_s", 5000}, {"runq_waits_per_s", 600}};
+  ValueAndUsual tight_values = {{"cuda_calls_per_s", {2000, 3760}},
+                                {"runq_wait_ms_per_s", {496, 7.2}},
+                                {"runq_waits_per_s", {250, 476}}};
+  EXPECT_EQ(probable_cause("window", "window", tight, {"cuda_calls_per_s", "runq_waits_per_s"},
+                           tight_values),
+            "slow CUDA calls");
+  EXPECT_EQ(probable_cause("window", "window", tight, {"cuda_calls_per_s", "runq_waits_per_s"},
+                           tight_values, {{"runq_wait_ms_per_s", {1.7, 16.4}}}),
+            "CPU interference");
   // more preemptions (1.8x) with less time waiting in all (0.67x): shorter slices, no CPUs taken
   F shorter{{"runq_wait_ms_per_s", 42.2}, {"torch_call_log_duration_us", 8.4},
             {"involuntary_switches_per_s", 5.0}, {"runq_waits_per_s", 5.0}};
