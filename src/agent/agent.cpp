@@ -22,7 +22,7 @@
 
 #include "agent/agent_sinks.h"
 #include "agent/anomaly_reporter.h"
-#include "agent/anomaly_store.h"
+#include "store/agent_anomalies.h"
 #include "agent/http_server.h"
 #include "agent/instance_lock.h"
 #include "detect/detector.h"  // cause_kinds

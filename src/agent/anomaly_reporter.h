@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/anomaly_store.h"
+#include "store/agent_anomalies.h"
 #include "agent/detection.h"
 #include "agent/flight.h"
 #include "export/metrics.h"

@@ -24,7 +24,6 @@
 #include "store/merge.h"
 #include "store/reader.h"
 #include "store/rows.h"
-#include "store/sqlite_util.h"
 #include "util/error.h"
 #include "util/output_file.h"
 

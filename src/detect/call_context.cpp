@@ -8,20 +8,16 @@
 
 #include "report/collectives.h"
 #include "store/reader.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 
 namespace eacgm::detect {
 
 CallContext::CallContext(const RecordingReader& rec) {
-  if (!rec.has_table("host_samples")) return;
-  rec.query("SELECT ts_ns, interval_ns, id, " +
-                rec.columns_or("host_samples", {"reclaim_ns", "tcp_retransmits"}) +
-                " FROM host_samples WHERE scope = 'process' AND interval_ns > 0 ORDER BY ts_ns",
-            [&](Statement& s) {
-              Sample x{uint64_t(s.int_at(0)), uint64_t(s.int_at(1)),
-                       {double(s.int_at(3)), double(s.int_at(4))}};
-              by_pid_[uint32_t(s.int_at(2))].push_back(x);
-            });
+  each_host_sample(rec, [&](const HostSampleRow& r) {
+    if (r.scope != HostScope::Process || r.interval_ns == 0) return;
+    by_pid_[uint32_t(r.id)].push_back(
+        Sample{r.ts_ns, r.interval_ns, {double(r.reclaim_ns), double(r.tcp_retransmits)}});
+  });
 }
 
 HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) const {

@@ -442,69 +442,66 @@ bool starved_of_cpu(double cores, double usual_cores, double runq_ms_per_s,
          runq_ms_per_s * usual_cores >= 3 * usual_runq_ms_per_s * std::max(cores, 1e-3);
 }
 
-std::string probable_cause(const std::string& layer, const std::string& name,
-                           const std::vector<std::pair<std::string, double>>& top,
-                           const std::set<std::string>& lowered, const ValueAndUsual& values,
-                           const ValueAndUsual& training_range) {
-  std::string f = top.empty() ? "" : top.front().first;
-  if (layer != "window") {
-    if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
-    if (f == "log_straggler_wait_10us") return fmt::format("straggling rank: {} waited for a peer", name);
-    if (layer == "comm") return fmt::format("slow collective: {}", name);
-    if (layer == "torch") return fmt::format("slow operator: {}", name);
-    if (layer == "python") return fmt::format("slow Python function: {}", name);
-    return fmt::format("slow {} call: {}", layer, name);
-  }
-  // A resource that explains the window (the host or the GPU doing something to the job)
-  // outranks the symptoms (fewer or slower calls), when it is among the top features with a
-  // tenth of the top one's weight or more.
-  auto resource = [&](const std::string& feature) -> std::string {
-    auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
-    // the direction that hurts: a lower clock, more of anything else (the job's own CPU is no
-    // resource: more is a job busier, less a symptom, CPU interference only as below)
-    if (lowered.count(feature) != has("clock")) return "";
-    // A wait for the CPUs names a neighbour when it grew by a quarter or more (as the job's CPU
-    // must fall by a fifth, below): threads that already queue (more runnable than cores) wait
-    // a sixth longer in windows whose work is slower for another reason (the demo's windows
-    // beside a busy loop, session 31: 2.5 s/s against 2.17 usual, within training's 95th
-    // percentile, were named CPU interference).
-    auto v = values.find(feature);
-    if ((has("runq") || has("involuntary")) && v != values.end() &&
-        v->second.first < 1.25 * v->second.second)
-      return "";
-    // nor where the job's own training windows waited as long (their 99th percentile): a
-    // component's mean is narrower than the job's normal (the demo, session 31: windows at
-    // training's 95th percentile of the ranks' own wait, 1.3x the mean of their component)
-    auto seen = training_range.find(feature);
-    if ((has("runq") || has("involuntary")) && v != values.end() &&
-        seen != training_range.end() && v->second.first <= seen->second.second)
-      return "";
-    // More preemptions or run-queue waits with less time waiting in all are shorter slices,
-    // not CPUs taken (the demo's windows, session 31: preemptions 1.8x usual, the wait 0.67x,
-    // the ranks' own threads waiting no more than in training).
-    if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
-        lowered.count("runq_wait_ms_per_s"))
-      return "";
-    // and more of them while the time waiting stayed within the job's training windows is a
-    // job busier, or cut finer (the demo after its neighbour, session 31: 2.7x the preemptions,
-    // the wait under training's 99th percentile, the job's CPU 1.5x usual)
-    auto wait = values.find("runq_wait_ms_per_s");
-    auto wait_seen = training_range.find("runq_wait_ms_per_s");
-    if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
-        wait != values.end() && wait_seen != training_range.end() &&
-        wait->second.first <= wait_seen->second.second)
-      return "";
-    if (has("runq") || has("involuntary")) return "CPU interference";
-    if (has("tcp_retransmits")) return "network packet loss";
-    if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
-    if (has("nic") || has("socket")) return "network contention";
-    if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
-      return "GPU thermal or power throttling";
-    if (has("gpu_mem")) return "GPU memory pressure";
-    if (has("pcie")) return "PCIe pressure";
-    if (has("block")) return "storage I/O";
+namespace {
+
+// A resource that explains a window (the host or the GPU doing something to the job) by one of
+// its features: its name, or "" where the feature names none, moved the harmless way, or stayed
+// within what the job's training windows showed.
+std::string resource_named_by(const std::string& feature, const std::set<std::string>& lowered,
+                              const ValueAndUsual& values, const ValueAndUsual& training_range) {
+  auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
+  // the direction that hurts: a lower clock, more of anything else (the job's own CPU is no
+  // resource: more is a job busier, less a symptom, CPU interference only as below)
+  if (lowered.count(feature) != has("clock")) return "";
+  // A wait for the CPUs names a neighbour when it grew by a quarter or more (as the job's CPU
+  // must fall by a fifth, below): threads that already queue (more runnable than cores) wait
+  // a sixth longer in windows whose work is slower for another reason (the demo's windows
+  // beside a busy loop, session 31: 2.5 s/s against 2.17 usual, within training's 95th
+  // percentile, were named CPU interference).
+  auto v = values.find(feature);
+  if ((has("runq") || has("involuntary")) && v != values.end() &&
+      v->second.first < 1.25 * v->second.second)
     return "";
-  };
+  // nor where the job's own training windows waited as long (their 99th percentile): a
+  // component's mean is narrower than the job's normal (the demo, session 31: windows at
+  // training's 95th percentile of the ranks' own wait, 1.3x the mean of their component)
+  auto seen = training_range.find(feature);
+  if ((has("runq") || has("involuntary")) && v != values.end() &&
+      seen != training_range.end() && v->second.first <= seen->second.second)
+    return "";
+  // More preemptions or run-queue waits with less time waiting in all are shorter slices,
+  // not CPUs taken (the demo's windows, session 31: preemptions 1.8x usual, the wait 0.67x,
+  // the ranks' own threads waiting no more than in training).
+  if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
+      lowered.count("runq_wait_ms_per_s"))
+    return "";
+  // and more of them while the time waiting stayed within the job's training windows is a
+  // job busier, or cut finer (the demo after its neighbour, session 31: 2.7x the preemptions,
+  // the wait under training's 99th percentile, the job's CPU 1.5x usual)
+  auto wait = values.find("runq_wait_ms_per_s");
+  auto wait_seen = training_range.find("runq_wait_ms_per_s");
+  if ((feature == "runq_waits_per_s" || feature == "involuntary_switches_per_s") &&
+      wait != values.end() && wait_seen != training_range.end() &&
+      wait->second.first <= wait_seen->second.second)
+    return "";
+  if (has("runq") || has("involuntary")) return "CPU interference";
+  if (has("tcp_retransmits")) return "network packet loss";
+  if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
+  if (has("nic") || has("socket")) return "network contention";
+  if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
+    return "GPU thermal or power throttling";
+  if (has("gpu_mem")) return "GPU memory pressure";
+  if (has("pcie")) return "PCIe pressure";
+  if (has("block")) return "storage I/O";
+  return "";
+}
+
+// The probable cause of a window from its features (weights in `top`, strongest first): a
+// resource among them, else the symptom of a layer.
+std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
+                         const std::set<std::string>& lowered, const ValueAndUsual& values,
+                         const ValueAndUsual& training_range) {
+  std::string f = top.empty() ? "" : top.front().first;
   // The job's CPU fell while its run-queue wait rose: something else took the CPUs (a noisy
   // neighbour), whatever else moved more. (CPU falling with the wait falling too is a job
   // waiting elsewhere, on a slow link.)
@@ -544,9 +541,14 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if ((weight >= 0.1 * top.front().second || (paging_in && weight > 0)) &&
         feature.find("reclaim") != std::string::npos && !lowered.count(feature))
       return "memory pressure";
+  // A resource that explains the window (the host or the GPU doing something to the job)
+  // outranks the symptoms (fewer or slower calls), when it is among the top features with a
+  // tenth of the top one's weight or more.
   for (const auto& [feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;
-    if (std::string cause = resource(feature); !cause.empty()) return cause;
+    if (std::string cause = resource_named_by(feature, lowered, values, training_range);
+        !cause.empty())
+      return cause;
   }
   // A resource far beyond anything the job's training windows showed (twice their 99th
   // percentile) explains the window however its weight compares: one feature of a degenerate
@@ -558,7 +560,9 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (weight < 2.0 || v == values.end() || seen == training_range.end() ||
         v->second.first <= 2 * std::max(seen->second.second, 0.0) || lowered.count(feature))
       continue;
-    if (std::string cause = resource(feature); !cause.empty()) return cause;
+    if (std::string cause = resource_named_by(feature, lowered, values, training_range);
+        !cause.empty())
+      return cause;
   }
   // No resource: the symptom of a layer among the top features (the job's own CPU falling
   // while it waits on a slow link is no cause; the collectives it waits in are).
@@ -573,6 +577,24 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (has("gpu_util")) return "GPU utilization change";
   }
   return "unusual window: " + f;
+}
+
+}  // namespace
+
+std::string probable_cause(const std::string& layer, const std::string& name,
+                           const std::vector<std::pair<std::string, double>>& top,
+                           const std::set<std::string>& lowered, const ValueAndUsual& values,
+                           const ValueAndUsual& training_range) {
+  std::string f = top.empty() ? "" : top.front().first;
+  if (layer != "window") {
+    if (f == "log2_bytes") return fmt::format("unusual size of {}", name);
+    if (f == "log_straggler_wait_10us") return fmt::format("straggling rank: {} waited for a peer", name);
+    if (layer == "comm") return fmt::format("slow collective: {}", name);
+    if (layer == "torch") return fmt::format("slow operator: {}", name);
+    if (layer == "python") return fmt::format("slow Python function: {}", name);
+    return fmt::format("slow {} call: {}", layer, name);
+  }
+  return window_cause(top, lowered, values, training_range);
 }
 
 std::string describe(const Measured& m) { return describe_feature(m.feature, m.value, m.usual); }

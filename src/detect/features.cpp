@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "report/collectives.h"
 #include "store/reader.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
+#include "util/error.h"
 
 namespace eacgm::detect {
 namespace {
@@ -24,33 +26,33 @@ struct CallGroup {
 
 std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collectives* collectives) {
   std::map<std::pair<std::string, std::string>, CallGroup> groups;
-  rec.query("SELECT layer, name, ts_ns, dur_ns, bytes, pid, " +
-                rec.column_or("trace", "runq_ns", "NULL") + ", tid FROM trace ORDER BY ts_ns",
-            [&](Statement& s) {
-              CallGroup& g = groups[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
-              g.ts.push_back(uint64_t(s.ns_at(2)));
-              g.pid.push_back(uint32_t(s.int_at(5)));
-              g.tid.push_back(uint32_t(s.int_at(7)));
-              g.runq.push_back(s.null_at(6) ? -1 : s.ns_at(6));
-              g.dur.push_back(uint64_t(s.ns_at(3)));
-              // Net of the time the thread waited for a CPU (where known): preemption is the
-              // host's doing, which the window model sees; the call itself was not slower.
-              int64_t dur = s.ns_at(3) - (s.null_at(6) ? 0 : s.ns_at(6));
-              // And net of a collective's wait for the last rank to join. The part of that wait
-              // the late rank's own progress explains (straggling: it took longer since the
-              // previous instance, not for want of a CPU) is a feature of its own.
-              const PeerWait* w = collectives && s.text_at(0) == std::string_view("comm")
-                                      ? collectives->find(g.pid.back(), g.ts.back())
-                                      : nullptr;
-              g.has_peer_wait |= w != nullptr;
-              g.log_peer_wait.push_back(
-                  w ? std::log1p(double(w->straggling_ns()) / 1e3 / kStragglerWaitUnitUs) : 0.0);
-              if (w) dur -= int64_t(w->wait_ns);
-              g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
-              bool bytes = !s.null_at(4) && s.int_at(4) >= 0;
-              g.has_bytes |= bytes;
-              g.log_bytes.push_back(bytes ? std::log2(1.0 + double(s.int_at(4))) : 0.0);
-            });
+  each_traced_call(
+      rec,
+      [&](const TracedCall& c) {
+        CallGroup& g = groups[{std::string(c.layer), std::string(c.name)}];
+        g.ts.push_back(c.ts_ns);
+        g.pid.push_back(c.pid);
+        g.tid.push_back(c.tid);
+        g.runq.push_back(c.runq_ns);
+        g.dur.push_back(c.dur_ns);
+        // Net of the time the thread waited for a CPU (where known): preemption is the host's
+        // doing, which the window model sees; the call itself was not slower.
+        int64_t dur = int64_t(c.dur_ns) - std::max<int64_t>(c.runq_ns, 0);
+        // And net of a collective's wait for the last rank to join. The part of that wait the
+        // late rank's own progress explains (straggling: it took longer since the previous
+        // instance, not for want of a CPU) is a feature of its own.
+        const PeerWait* w =
+            collectives && c.layer == "comm" ? collectives->find(c.pid, c.ts_ns) : nullptr;
+        g.has_peer_wait |= w != nullptr;
+        g.log_peer_wait.push_back(
+            w ? std::log1p(double(w->straggling_ns()) / 1e3 / kStragglerWaitUnitUs) : 0.0);
+        if (w) dur -= int64_t(w->wait_ns);
+        g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
+        bool bytes = c.bytes >= 0;
+        g.has_bytes |= bytes;
+        g.log_bytes.push_back(bytes ? std::log2(1.0 + double(c.bytes)) : 0.0);
+      },
+      true);
   std::vector<FeatureTable> out;
   for (auto& [key, g] : groups) {
     FeatureTable t;
@@ -121,65 +123,62 @@ using WindowMetrics = std::map<std::string, WindowMetric>;
 // The host layer's samples of the traced processes and of the NIC.
 void add_host_samples(const RecordingReader& rec, int64_t start, uint64_t window_ns,
                       WindowMetrics& m) {
-  if (!rec.has_table("host_samples")) return;
   double per_s = 1e9 / double(window_ns);
-  rec.query(
-      "SELECT ts_ns, interval_ns, scope, runq_wait_ns, runq_waits, "
-      "involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, " +
-          rec.columns_or("host_samples",
-                         {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
-          " FROM host_samples",
-      [&](Statement& s) {
-        std::string scope(s.text_at(2));
-        if (scope != "process" && scope != "net") return;
-        // A sample counts what happened in its interval: each window gets the share of it
-        // that the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and
-        // a sample the loaded machine took late spans 0.14 s: by its middle alone, a window
-        // read 2.7 cores of CPU on a 2-core machine).
-        for (const auto& ws :
-             window_shares(s.ns_at(0) - s.ns_at(1), s.ns_at(0), start, int64_t(window_ns))) {
-          // (not a structured binding: clang before 16 cannot capture one in a lambda)
-          auto add = [&](const char* name, double v) { m[name].add(ws.first, v * ws.second); };
-          if (scope == "process") {
-            add("runq_wait_ms_per_s", double(s.int_at(3)) / 1e6 * per_s);
-            add("runq_waits_per_s", double(s.int_at(4)) * per_s);
-            add("involuntary_switches_per_s", double(s.int_at(5)) * per_s);
-            add("cpu_cores", double(s.int_at(6)) / double(window_ns));
-            add("socket_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
-            add("block_mb_per_s", double(s.int_at(9)) / 1e6 * per_s);
-            add("tcp_retransmits_per_s", double(s.int_at(10)) * per_s);
-            add("page_faults_per_s", double(s.int_at(11)) * per_s);
-            add("reclaim_ms_per_s", double(s.int_at(12)) / 1e6 * per_s);
-            add("pagein_mb_per_s", double(s.int_at(13)) / 1e6 * per_s);
-          } else {
-            add("nic_mb_per_s", (double(s.int_at(7)) + double(s.int_at(8))) / 1e6 * per_s);
-          }
-        }
-      });
+  each_host_sample(rec, [&](const HostSampleRow& r) {
+    if (r.scope == HostScope::Disk) return;
+    // A sample counts what happened in its interval: each window gets the share of it that
+    // the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and a sample
+    // the loaded machine took late spans 0.14 s: by its middle alone, a window read 2.7 cores
+    // of CPU on a 2-core machine).
+    int64_t end = int64_t(r.ts_ns);
+    for (const auto& ws :
+         window_shares(end - int64_t(r.interval_ns), end, start, int64_t(window_ns))) {
+      // (not a structured binding: clang before 16 cannot capture one in a lambda)
+      auto add = [&](const char* name, double v) { m[name].add(ws.first, v * ws.second); };
+      double socket = (double(r.tx_bytes) + double(r.rx_bytes)) / 1e6 * per_s;
+      if (r.scope == HostScope::Process) {
+        add("runq_wait_ms_per_s", double(r.runq_wait_ns) / 1e6 * per_s);
+        add("runq_waits_per_s", double(r.runq_waits) * per_s);
+        add("involuntary_switches_per_s", double(r.involuntary_switches) * per_s);
+        add("cpu_cores", double(r.oncpu_ns) / double(window_ns));
+        add("socket_mb_per_s", socket);
+        add("block_mb_per_s", double(r.io_bytes) / 1e6 * per_s);
+        add("tcp_retransmits_per_s", double(r.tcp_retransmits) * per_s);
+        add("page_faults_per_s", double(r.page_faults) * per_s);
+        add("reclaim_ms_per_s", double(r.reclaim_ns) / 1e6 * per_s);
+        add("pagein_mb_per_s", double(r.pagein_bytes) / 1e6 * per_s);
+      } else {
+        add("nic_mb_per_s", socket);
+      }
+    }
+  });
 }
 
 // The GPU layer's samples: levels, averaged in a window and carried over empty ones.
 void add_gpu_samples(const RecordingReader& rec, int64_t start, uint64_t window_ns,
                      WindowMetrics& m) {
-  if (!rec.has_table("gpu_samples")) return;
   auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
-  rec.query(
-      "SELECT ts_ns, sm_util_pct, mem_used_bytes, power_w, temperature_c, sm_clock_mhz, "
-      "pcie_tx_bytes_per_s + pcie_rx_bytes_per_s, throttle_reasons FROM gpu_samples",
-      [&](Statement& s) {
-        int64_t w = window_of(s.ns_at(0));
-        const char* names[] = {"gpu_util_pct", "gpu_mem_gib", "gpu_power_w", "gpu_temp_c",
-                               "gpu_sm_clock_mhz", "gpu_pcie_mb_per_s", "gpu_throttled"};
-        const double scale[] = {1, 1.0 / (1ull << 30), 1, 1, 1, 1e-6, 1};
-        for (int c = 1; c <= 7; ++c) {
-          if (s.null_at(c)) continue;
-          WindowMetric& wm = m[names[c - 1]];
-          wm.level = true;
-          double v = s.double_at(c) * scale[c - 1];
-          if (c == 7) v = (s.int_at(c) & ~int64_t(1)) != 0;  // any reason but gpu_idle
-          wm.add(w, v);
-        }
-      });
+  each_gpu_sample(rec, [&](const GpuSample& g) {
+    int64_t w = window_of(int64_t(g.ts_ns));
+    auto put = [&](const char* name, std::optional<double> v) {
+      if (!v) return;
+      WindowMetric& wm = m[name];
+      wm.level = true;
+      wm.add(w, *v);
+    };
+    auto opt = [](const auto& x, double scale) {
+      return x ? std::optional<double>(double(*x) * scale) : std::nullopt;
+    };
+    put("gpu_util_pct", opt(g.sm_util_pct, 1));
+    put("gpu_mem_gib", opt(g.mem_used_bytes, 1.0 / (1ull << 30)));
+    put("gpu_power_w", opt(g.power_w, 1));
+    put("gpu_temp_c", opt(g.temperature_c, 1));
+    put("gpu_sm_clock_mhz", opt(g.sm_clock_mhz, 1));
+    if (g.pcie_tx_bytes_per_s && g.pcie_rx_bytes_per_s)
+      put("gpu_pcie_mb_per_s", double(*g.pcie_tx_bytes_per_s + *g.pcie_rx_bytes_per_s) * 1e-6);
+    if (g.throttle_reasons)  // any reason but gpu_idle
+      put("gpu_throttled", (*g.throttle_reasons & ~uint64_t(1)) != 0 ? 1.0 : 0.0);
+  });
 }
 
 // Each layer's call rate and mean log duration. Returns (first call, last call's end).
@@ -188,13 +187,14 @@ std::pair<int64_t, int64_t> add_calls(const RecordingReader& rec, int64_t start,
   auto window_of = [&](int64_t ts) { return (ts - start) / int64_t(window_ns); };
   double per_s = 1e9 / double(window_ns);
   int64_t last_call_end = 0, first_call = INT64_MAX;
-  rec.query("SELECT layer, ts_ns, dur_ns FROM trace", [&](Statement& s) {
-    last_call_end = std::max(last_call_end, s.ns_at(1) + s.ns_at(2));
-    first_call = std::min(first_call, s.ns_at(1));
-    int64_t w = window_of(s.ns_at(1));
-    std::string layer(s.text_at(0));
+  each_traced_call(rec, [&](const TracedCall& c) {
+    int64_t ts = int64_t(c.ts_ns), dur = int64_t(c.dur_ns);
+    last_call_end = std::max(last_call_end, ts + dur);
+    first_call = std::min(first_call, ts);
+    int64_t w = window_of(ts);
+    std::string layer(c.layer);
     m[layer + "_calls_per_s"].add(w, per_s);
-    m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(s.ns_at(2), 1)) / 1e3));
+    m[layer + "_call_log_duration_us"].add(w, std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
   });
   return {first_call, last_call_end};
 }

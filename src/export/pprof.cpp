@@ -43,6 +43,69 @@ void packed(proto::ProtoWriter& w, uint32_t field, const std::vector<uint64_t>& 
   w.add_bytes(field, bytes);
 }
 
+// Native modules as mappings (their code named by eacgm already: has_functions), the one in
+// most CPU samples first (pprof calls the first mapping the profile's "File"); one location per
+// frame, one function per (name, file).
+void write_locations(proto::ProtoWriter& w, StringTable& strings,
+                     const std::vector<const ProfileFrame*>& locations,
+                     std::map<std::string, uint64_t>& module_weight) {
+  std::vector<std::pair<uint64_t, std::string>> by_weight;
+  for (const ProfileFrame* f : locations)
+    if (!f->python && !f->file.empty()) by_weight.emplace_back(module_weight[f->file], f->file);
+  std::sort(by_weight.begin(), by_weight.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::map<std::string, uint64_t> mappings;
+  for (const auto& [w_, file] : by_weight) mappings.try_emplace(file, mappings.size() + 1);
+  std::vector<std::pair<uint64_t, std::string>> ordered;
+  for (const auto& [file, id] : mappings) ordered.emplace_back(id, file);
+  std::sort(ordered.begin(), ordered.end());
+  for (const auto& [id, file] : ordered) {
+    auto m = w.message(3);
+    w.add_varint(1, id);
+    w.add_int(5, strings.id(file));
+    w.add_bool(7, true);
+  }
+  // one location per frame, one function per (name, file)
+  std::map<std::pair<std::string, std::string>, uint64_t> functions;
+  for (size_t i = 0; i < locations.size(); ++i) {
+    const ProfileFrame& f = *locations[i];
+    uint64_t function = functions.try_emplace({f.name, f.file}, functions.size() + 1).first->second;
+    auto m = w.message(4);
+    w.add_varint(1, i + 1);
+    if (!f.python && !f.file.empty()) w.add_varint(2, mappings.at(f.file));
+    auto line = w.message(4);
+    w.add_varint(1, function);
+    if (f.line > 0) w.add_int(2, f.line);
+  }
+  for (const auto& [name_file, id] : functions) {
+    auto m = w.message(5);
+    w.add_varint(1, id);
+    w.add_int(2, strings.id(name_file.first));
+    w.add_int(3, strings.id(name_file.first));
+    w.add_int(4, strings.id(name_file.second));
+  }
+}
+
+// The string table and the fields after it: last, when every string is in the table.
+std::string profile_tail(StringTable& strings, int64_t start_realtime_ns, int64_t duration_ns,
+                         int64_t period, bool with_off) {
+  proto::ProtoWriter tail;
+  for (const auto& s : strings.strings()) tail.add_string(6, s);
+  if (start_realtime_ns > 0) tail.add_int(9, start_realtime_ns);
+  if (duration_ns > 0) tail.add_int(10, duration_ns);
+  {
+    auto m = tail.message(11);
+    // (the ids of "cpu" and "nanoseconds" are taken above)
+    tail.add_int(1, strings.id("cpu"));
+    tail.add_int(2, strings.id("nanoseconds"));
+  }
+  tail.add_int(12, period);
+  // pprof shows the last sample type unless told: the CPU time, not the waits
+  if (with_off) tail.add_int(14, strings.id("cpu"));
+  return std::string(tail.data());
+}
+
 }  // namespace
 
 std::string pprof_profile(const CpuProfile& cpu, const CpuProfile* off_cpu,
@@ -110,59 +173,9 @@ std::string pprof_profile(const CpuProfile& cpu, const CpuProfile* off_cpu,
     }
   }
 
-  // native modules as mappings (their code named by eacgm already: has_functions), the one in
-  // most CPU samples first (pprof calls the first mapping the profile's "File")
-  std::vector<std::pair<uint64_t, std::string>> by_weight;
-  for (const ProfileFrame* f : locations)
-    if (!f->python && !f->file.empty()) by_weight.emplace_back(module_weight[f->file], f->file);
-  std::sort(by_weight.begin(), by_weight.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-  std::map<std::string, uint64_t> mappings;
-  for (const auto& [w_, file] : by_weight) mappings.try_emplace(file, mappings.size() + 1);
-  std::vector<std::pair<uint64_t, std::string>> ordered;
-  for (const auto& [file, id] : mappings) ordered.emplace_back(id, file);
-  std::sort(ordered.begin(), ordered.end());
-  for (const auto& [id, file] : ordered) {
-    auto m = w.message(3);
-    w.add_varint(1, id);
-    w.add_int(5, strings.id(file));
-    w.add_bool(7, true);
-  }
-  // one location per frame, one function per (name, file)
-  std::map<std::pair<std::string, std::string>, uint64_t> functions;
-  for (size_t i = 0; i < locations.size(); ++i) {
-    const ProfileFrame& f = *locations[i];
-    uint64_t function = functions.try_emplace({f.name, f.file}, functions.size() + 1).first->second;
-    auto m = w.message(4);
-    w.add_varint(1, i + 1);
-    if (!f.python && !f.file.empty()) w.add_varint(2, mappings.at(f.file));
-    auto line = w.message(4);
-    w.add_varint(1, function);
-    if (f.line > 0) w.add_int(2, f.line);
-  }
-  for (const auto& [name_file, id] : functions) {
-    auto m = w.message(5);
-    w.add_varint(1, id);
-    w.add_int(2, strings.id(name_file.first));
-    w.add_int(3, strings.id(name_file.first));
-    w.add_int(4, strings.id(name_file.second));
-  }
-  // the string table last: every string is in it by now
-  proto::ProtoWriter tail;
-  for (const auto& s : strings.strings()) tail.add_string(6, s);
-  if (start_realtime_ns > 0) tail.add_int(9, start_realtime_ns);
-  if (duration_ns > 0) tail.add_int(10, duration_ns);
-  {
-    auto m = tail.message(11);
-    // (the ids of "cpu" and "nanoseconds" are taken above)
-    tail.add_int(1, strings.id("cpu"));
-    tail.add_int(2, strings.id("nanoseconds"));
-  }
-  tail.add_int(12, period);
-  // pprof shows the last sample type unless told: the CPU time, not the waits
-  if (with_off) tail.add_int(14, strings.id("cpu"));
-  return std::string(w.data()) + std::string(tail.data());
+  write_locations(w, strings, locations, module_weight);
+  return std::string(w.data()) +
+         profile_tail(strings, start_realtime_ns, duration_ns, period, with_off);
 }
 
 std::string gzip(const std::string& data) {

@@ -11,7 +11,7 @@
 #include "report/report.h"
 #include "store/reader.h"
 #include "store/rows.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 
 namespace eacgm {
 namespace {
@@ -132,32 +132,24 @@ using Sequenced = std::map<StreamId, std::tuple<int64_t, int64_t, int64_t>>;
 Groups read_streams(const RecordingReader& rec, Sequenced& sequenced) {
   Groups groups;
   std::map<StreamId, Call> previous;  // (pid, communicator) -> last call
-  rec.query(
-      "SELECT name, pid, comm, rank, nranks, ts_ns, dur_ns, tid, " +
-          rec.column_or("comm_calls", "entry_run_delay_ns", "NULL") + ", " +
-          rec.column_or("comm_calls", "comm_id", "NULL") + ", " +
-          rec.column_or("comm_calls", "comm_seq", "NULL") +
-          " FROM comm_calls WHERE rank >= 0 AND nranks > 1 ORDER BY ts_ns",
-      [&](Statement& s) {
-        std::string name(s.text_at(0));
-        if (!is_collective(name)) return;
-        StreamId id{uint32_t(s.int_at(1)), uint64_t(s.int_at(2))};
-        Stream& st = groups[{name, s.int_at(4), s.null_at(9) ? 0 : s.int_at(9)}][id];
-        st.rank = s.int_at(3);
-        st.pid = id.first;
-        Call c{st.rank,       st.pid, uint64_t(s.ns_at(5)), uint64_t(s.ns_at(5) + s.ns_at(6)),
-               s.int_at(7), s.null_at(8) ? -1 : s.ns_at(8), s.null_at(10) ? -1 : s.int_at(10)};
-        if (auto p = previous.find(id); p != previous.end())
-          c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
-          c.prev_run_delay = p->second.run_delay;
-        previous[id] = c;
-        st.calls.push_back(c);
-        if (c.seq >= 0) {
-          auto [it, fresh] = sequenced.try_emplace(id, s.int_at(4), c.seq, c.seq);
-          std::get<1>(it->second) = std::min(std::get<1>(it->second), c.seq);
-          std::get<2>(it->second) = std::max(std::get<2>(it->second), c.seq);
-        }
-      });
+  each_comm_call(rec, [&](const CommCallRow& r) {
+    if (r.rank < 0 || r.nranks <= 1 || !is_collective(r.name)) return;
+    StreamId id{r.pid, r.comm};
+    Stream& st = groups[{std::string(r.name), r.nranks, int64_t(r.comm_id)}][id];
+    st.rank = r.rank;
+    st.pid = id.first;
+    Call c{st.rank, st.pid, r.ts_ns, r.ts_ns + r.dur_ns, r.tid, r.entry_run_delay_ns, r.seq};
+    if (auto p = previous.find(id); p != previous.end())
+      c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
+      c.prev_run_delay = p->second.run_delay;
+    previous[id] = c;
+    st.calls.push_back(c);
+    if (c.seq >= 0) {
+      auto [it, fresh] = sequenced.try_emplace(id, r.nranks, c.seq, c.seq);
+      std::get<1>(it->second) = std::min(std::get<1>(it->second), c.seq);
+      std::get<2>(it->second) = std::max(std::get<2>(it->second), c.seq);
+    }
+  });
   return groups;
 }
 
@@ -321,10 +313,9 @@ void add_instances(const Key& key, const std::vector<const Stream*>& ranks,
 
 Collectives::Collectives(const RecordingReader& rec) {
   if (!rec.has_table("comm_calls")) return;
-  if (rec.column_or("processes", "host", "") == "host")
-    rec.query("SELECT pid, host FROM processes WHERE host IS NOT NULL", [&](Statement& s) {
-      hosts_[uint32_t(s.int_at(0))] = std::string(s.text_at(1));
-    });
+  each_process(rec, [&](const RecordedProcess& p) {
+    if (!p.host.empty()) hosts_[p.pid] = p.host;
+  });
   Sequenced sequenced;
   Groups groups = read_streams(rec, sequenced);
   groups = regroup_by_sequence(std::move(groups), sequenced);

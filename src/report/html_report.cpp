@@ -17,7 +17,7 @@
 #include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/rows.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 #include "util/error.h"
 #include "util/output_file.h"
 
@@ -125,18 +125,7 @@ struct TimeBase {
 };
 
 TimeBase time_base(const RecordingReader& rec) {
-  int64_t first = INT64_MAX, last = 0;
-  auto extent = [&](const std::string& table, const std::string& end) {
-    if (!rec.has_table(table)) return;
-    rec.query(fmt::format("SELECT min(ts_ns), max({}) FROM {}", end, table), [&](Statement& s) {
-      if (s.null_at(0)) return;
-      first = std::min(first, s.ns_at(0));
-      last = std::max(last, s.ns_at(1));
-    });
-  };
-  for (const char* t : {"cuda_calls", "comm_calls", "torch_calls", "python_calls"})
-    extent(t, "ts_ns + dur_ns");
-  for (const char* t : {"host_samples", "gpu_samples"}) extent(t, "ts_ns");
+  auto [first, last] = recorded_extent(rec);
   TimeBase b;
   b.t0 = rec.meta_ns("start_monotonic_ns");
   if (b.t0 == 0 || (first != INT64_MAX && first < b.t0)) b.t0 = first == INT64_MAX ? 0 : first;
@@ -162,21 +151,17 @@ json summary(const RecordingReader& rec, const TimeBase& tb) {
   s["duration_s"] = rounded(tb.span_s, 3);
   s["duration"] = human_duration(tb.span_s);
   json procs = json::array();
-  if (rec.has_table("processes"))
-    rec.query("SELECT pid, name, command, " +
-                  rec.columns_or("processes", {"rank", "exit_code", "host"}, "NULL") +
-                  // one line per process: its latest row (after an exec, what it became)
-                  " FROM processes WHERE rowid IN (SELECT max(rowid) FROM processes GROUP BY pid)"
-                  " ORDER BY pid LIMIT 200",
-              [&](Statement& q) {
-                std::string cmd(q.text_at(2));
-                if (cmd.size() > 300) cmd = cmd.substr(0, 300) + "...";
-                json p{{"pid", q.int_at(0)}, {"name", std::string(q.text_at(1))}, {"command", cmd}};
-                if (!q.null_at(3)) p["rank"] = q.int_at(3);
-                if (!q.null_at(4)) p["exit_code"] = q.int_at(4);
-                if (!q.null_at(5)) p["host"] = std::string(q.text_at(5));
-                procs.push_back(p);
-              });
+  // one line per process: its latest row (after an exec, what it became)
+  each_process(rec, [&](const RecordedProcess& p) {
+    if (procs.size() >= 200) return;
+    std::string cmd = p.command;
+    if (cmd.size() > 300) cmd = cmd.substr(0, 300) + "...";
+    json j{{"pid", p.pid}, {"name", p.name}, {"command", cmd}};
+    if (p.rank >= 0) j["rank"] = p.rank;
+    if (p.exit_code >= 0) j["exit_code"] = p.exit_code;
+    if (!p.host.empty()) j["host"] = p.host;
+    procs.push_back(j);
+  });
   s["processes"] = procs;
   return s;
 }
@@ -190,18 +175,10 @@ struct AnomalyPoint {
 std::vector<AnomalyPoint> read_anomalies(const RecordingReader& rec, size_t limit, size_t& total) {
   std::vector<AnomalyPoint> out;
   total = 0;
-  if (!rec.has_table("anomalies")) return out;
-  rec.query("SELECT count(*) FROM anomalies", [&](Statement& s) { total = size_t(s.int_at(0)); });
-  rec.query(
-      fmt::format("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features "
-                  "FROM anomalies ORDER BY score - threshold LIMIT {}",
-                  limit),
-      [&](Statement& s) {
-        out.push_back({s.ns_at(0), s.ns_at(1), std::string(s.text_at(2)), std::string(s.text_at(3)),
-                       std::string(s.text_at(6)), std::string(s.text_at(7)),
-                       s.null_at(4) ? std::nan("") : s.double_at(4),  // SQLite's NaN
-                       s.null_at(5) ? std::nan("") : s.double_at(5)});
-      });
+  total = anomaly_count(rec);
+  for (const AnomalyRow& a : strongest_anomalies(rec, limit))
+    out.push_back({int64_t(a.ts_ns), int64_t(a.dur_ns), a.layer, a.name, a.cause, a.features,
+                   a.score, a.threshold});
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ts_ns < b.ts_ns; });
   return out;
 }
@@ -210,8 +187,6 @@ std::vector<AnomalyPoint> read_anomalies(const RecordingReader& rec, size_t limi
 std::string top_features(const std::string& text, size_t n) { return features_text(text, n); }
 
 const char* const kCallLayers[] = {"cuda", "comm", "torch", "python"};
-
-std::string table_of(const std::string& layer) { return layer + "_calls"; }
 
 // Per layer: its top operations' latency over time and their distributions, and its anomalies.
 json layer_sections(const RecordingReader& rec, const TimeBase& tb,
@@ -230,12 +205,11 @@ json layer_sections(const RecordingReader& rec, const TimeBase& tb,
       index[o->name] = over_time.size();
       over_time.emplace_back(tb.span_s, opt.columns);
     }
-    rec.query("SELECT ts_ns, dur_ns, name FROM " + table_of(layer), [&](Statement& s) {
-      auto it = index.find(std::string(s.text_at(2)));
+    each_call_in_layer(rec, layer, [&](const TracedCall& c) {
+      auto it = index.find(std::string(c.name));
       if (it == index.end()) return;
-      uint64_t dur = uint64_t(s.ns_at(1));
-      over_time[it->second].add(tb.at(s.ns_at(0)), double(dur) / 1e3);
-      ++hist[it->second][size_t(latency_bin(dur))];
+      over_time[it->second].add(tb.at(int64_t(c.ts_ns)), double(c.dur_ns) / 1e3);
+      ++hist[it->second][size_t(latency_bin(c.dur_ns))];
     });
     json series = json::array(), dists = json::array();
     int lo_bin = kBins, hi_bin = -1;
@@ -304,65 +278,64 @@ class SeriesSet {
 
 json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt,
                  json& notes) {
-  if (!rec.has_table("gpu_samples")) return nullptr;
   std::map<int64_t, std::string> names;
-  if (rec.has_table("gpu_devices"))
-    rec.query("SELECT gpu, name FROM gpu_devices",
-              [&](Statement& s) { names[s.int_at(0)] = std::string(s.text_at(1)); });
+  each_gpu_device(rec, [&](const GpuDevice& d) { names[d.index] = d.name; });
   SeriesSet set(tb, opt.columns);
-  rec.query(
-      "SELECT ts_ns, gpu, sm_util_pct, mem_util_pct, mem_used_bytes, power_w, "
-      "temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, pcie_tx_bytes_per_s, "
-      "pcie_rx_bytes_per_s FROM gpu_samples ORDER BY ts_ns",
-      [&](Statement& s) {
-        int64_t ts = s.ns_at(0);
-        std::string g = fmt::format("GPU {}", s.int_at(1));
-        auto put = [&](const char* chart, const std::string& series, int col, double scale) {
-          if (!s.null_at(col)) set.add(chart, series, ts, s.double_at(col) * scale);
-        };
-        put("gpu_util", g + " SM", 2, 1);
-        put("gpu_util", g + " memory", 3, 1);
-        put("gpu_memory", g, 4, 1.0 / (1 << 30));
-        put("gpu_power", g, 5, 1);
-        put("gpu_temperature", g, 6, 1);
-        put("gpu_clocks", g + " SM", 7, 1);
-        put("gpu_clocks", g + " memory", 8, 1);
-        if (!s.null_at(9))
-          set.add("gpu_throttle", g, ts, double(std::popcount(uint64_t(s.int_at(9)))));
-        put("gpu_pcie", g + " tx", 10, 1e-6);
-        put("gpu_pcie", g + " rx", 11, 1e-6);
-      });
+  each_gpu_sample(rec, [&](const GpuSample& g) {
+    int64_t ts = int64_t(g.ts_ns);
+    std::string gpu = fmt::format("GPU {}", g.gpu);
+    auto put = [&](const char* chart, const std::string& series, const auto& value, double scale) {
+      if (value) set.add(chart, series, ts, double(*value) * scale);
+    };
+    put("gpu_util", gpu + " SM", g.sm_util_pct, 1);
+    put("gpu_util", gpu + " memory", g.mem_util_pct, 1);
+    put("gpu_memory", gpu, g.mem_used_bytes, 1.0 / (1 << 30));
+    put("gpu_power", gpu, g.power_w, 1);
+    put("gpu_temperature", gpu, g.temperature_c, 1);
+    put("gpu_clocks", gpu + " SM", g.sm_clock_mhz, 1);
+    put("gpu_clocks", gpu + " memory", g.mem_clock_mhz, 1);
+    if (g.throttle_reasons)
+      set.add("gpu_throttle", gpu, ts, double(std::popcount(*g.throttle_reasons)));
+    put("gpu_pcie", gpu + " tx", g.pcie_tx_bytes_per_s, 1e-6);
+    put("gpu_pcie", gpu + " rx", g.pcie_rx_bytes_per_s, 1e-6);
+  });
   // per process on each GPU (NVML's accounting): the processes with most memory and SM time
-  if (rec.has_table("gpu_process_samples")) {
-    std::map<int64_t, std::string> process_names;
-    rec.query("SELECT pid, name FROM processes WHERE name IS NOT NULL",
-              [&](Statement& s) { process_names[s.int_at(0)] = std::string(s.text_at(1)); });
-    std::vector<std::tuple<double, int64_t, int64_t>> busiest;  // (weight, gpu, pid)
-    rec.query("SELECT gpu, pid, avg(coalesce(used_memory_bytes, 0)) / 1e9 + "
-              "avg(coalesce(sm_util_pct, 0)) FROM gpu_process_samples GROUP BY gpu, pid",
-              [&](Statement& s) { busiest.emplace_back(s.double_at(2), s.int_at(0), s.int_at(1)); });
-    std::sort(busiest.rbegin(), busiest.rend());
-    std::set<std::pair<int64_t, int64_t>> shown;
-    for (size_t i = 0; i < busiest.size() && i < opt.max_subjects; ++i)
-      shown.insert({std::get<1>(busiest[i]), std::get<2>(busiest[i])});
-    if (busiest.size() > shown.size())
-      notes.push_back(fmt::format("GPU processes: {} of {} drawn (the most memory and SM "
-                                  "time); all are in the gpu_process_samples table",
-                                  shown.size(), busiest.size()));
-    rec.query("SELECT ts_ns, gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes FROM "
-              "gpu_process_samples ORDER BY ts_ns",
-              [&](Statement& s) {
-                if (!shown.count({s.int_at(1), s.int_at(2)})) return;
-                auto name = process_names.find(s.int_at(2));
-                std::string who = fmt::format(
-                    "{} ({}) on GPU {}", name == process_names.end() ? "pid" : name->second,
-                    s.int_at(2), s.int_at(1));
-                if (!s.null_at(3)) set.add("gpu_proc_sm", who, s.ns_at(0), s.double_at(3));
-                if (!s.null_at(4)) set.add("gpu_proc_mem_util", who, s.ns_at(0), s.double_at(4));
-                if (!s.null_at(5))
-                  set.add("gpu_proc_memory", who, s.ns_at(0), s.double_at(5) / (1 << 30));
-              });
-  }
+  std::map<int64_t, std::string> process_names;
+  each_process(rec, [&](const RecordedProcess& p) {
+    if (!p.name.empty()) process_names[p.pid] = p.name;
+  });
+  // (gpu, pid) -> mean memory in GB + mean SM util (%), over its samples
+  std::map<std::pair<int64_t, int64_t>, std::tuple<double, double, size_t>> use;
+  each_gpu_process_sample(rec, [&](const GpuProcessSample& p) {
+    auto& [memory, sm, n] = use[{p.gpu, p.pid}];
+    memory += double(p.used_memory_bytes.value_or(0));
+    sm += double(p.sm_util_pct.value_or(0));
+    ++n;
+  });
+  std::vector<std::tuple<double, int64_t, int64_t>> busiest;  // (weight, gpu, pid)
+  for (const auto& [key, u] : use)
+    busiest.emplace_back(std::get<0>(u) / double(std::get<2>(u)) / 1e9 +
+                             std::get<1>(u) / double(std::get<2>(u)),
+                         key.first, key.second);
+  std::sort(busiest.rbegin(), busiest.rend());
+  std::set<std::pair<int64_t, int64_t>> shown;
+  for (size_t i = 0; i < busiest.size() && i < opt.max_subjects; ++i)
+    shown.insert({std::get<1>(busiest[i]), std::get<2>(busiest[i])});
+  if (busiest.size() > shown.size())
+    notes.push_back(fmt::format("GPU processes: {} of {} drawn (the most memory and SM "
+                                "time); all are in the gpu_process_samples table",
+                                shown.size(), busiest.size()));
+  each_gpu_process_sample(rec, [&](const GpuProcessSample& p) {
+    if (!shown.count({p.gpu, p.pid})) return;
+    auto name = process_names.find(p.pid);
+    std::string who = fmt::format("{} ({}) on GPU {}",
+                                  name == process_names.end() ? "pid" : name->second, p.pid, p.gpu);
+    int64_t ts = int64_t(p.ts_ns);
+    if (p.sm_util_pct) set.add("gpu_proc_sm", who, ts, double(*p.sm_util_pct));
+    if (p.mem_util_pct) set.add("gpu_proc_mem_util", who, ts, double(*p.mem_util_pct));
+    if (p.used_memory_bytes)
+      set.add("gpu_proc_memory", who, ts, double(*p.used_memory_bytes) / (1 << 30));
+  });
   if (set.empty()) return nullptr;
   json devices = json::array();
   for (const auto& [gpu, name] : names) devices.push_back({{"gpu", gpu}, {"name", name}});
@@ -381,15 +354,15 @@ json gpu_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepor
 
 json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlReportOptions& opt,
                   json& notes) {
-  if (!rec.has_table("host_samples")) return nullptr;
   // the busiest processes by CPU time have series of their own
-  std::vector<std::pair<double, int64_t>> busiest;
-  rec.query("SELECT id, sum(oncpu_ns) FROM host_samples WHERE scope = 'process' GROUP BY id",
-            [&](Statement& s) {
-              busiest.push_back({s.double_at(1), s.int_at(0)});
-            });
+  std::map<uint64_t, double> cpu_ns;
+  each_host_sample(rec, [&](const HostSampleRow& r) {
+    if (r.scope == HostScope::Process) cpu_ns[r.id] += double(r.oncpu_ns);
+  });
+  std::vector<std::pair<double, uint64_t>> busiest;
+  for (const auto& [id, ns] : cpu_ns) busiest.push_back({ns, id});
   std::sort(busiest.rbegin(), busiest.rend());
-  std::set<int64_t> shown;
+  std::set<uint64_t> shown;
   for (size_t i = 0; i < busiest.size() && i < opt.max_subjects; ++i)
     shown.insert(busiest[i].second);
   if (busiest.size() > shown.size())
@@ -398,45 +371,42 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
                     "are in `eacgm report`",
                     shown.size(), busiest.size()));
   SeriesSet set(tb, opt.columns);
+  // recordings older than these columns have none of them (no chart of zeros)
+  bool reclaim = host_samples_have(rec, "reclaim_ns"), faults = host_samples_have(rec, "page_faults");
   // Intervals without activity have no row: a subject's silence is drawn as zero, not as a
   // line from its last busy interval to its next.
-  std::map<std::pair<std::string, int64_t>, int64_t> last_ts;
-  rec.query(
-      "SELECT ts_ns, interval_ns, scope, id, name, oncpu_ns, runq_wait_ns, tx_bytes, "
-      "rx_bytes, " +
-          rec.columns_or("host_samples", {"reclaim_ns", "page_faults"}, "NULL") +
-          " FROM host_samples WHERE interval_ns > 0 ORDER BY ts_ns",
-      [&](Statement& s) {
-        int64_t ts = s.ns_at(0);
-        double dt = double(s.int_at(1));
-        std::string scope(s.text_at(2)), name(s.text_at(4));
-        auto rate = [&](int col, double scale) { return s.double_at(col) / dt * 1e9 * scale; };
-        if (scope == "process" && !shown.count(s.int_at(3))) return;
-        if (scope != "process" && scope != "net") return;
-        std::string who = scope == "process" ? fmt::format("{} ({})", name, s.int_at(3)) : name;
-        auto put = [&](int64_t at, bool idle) {
-          auto v = [&](double x) { return idle ? 0.0 : x; };
-          if (scope == "process") {
-            set.add("host_cpu", who, at, v(100 * s.double_at(5) / dt));
-            set.add("host_runq", who, at, v(rate(6, 1e-6)));
-            set.add("host_socket", who + " tx", at, v(rate(7, 1e-6)));
-            set.add("host_socket", who + " rx", at, v(rate(8, 1e-6)));
-            if (!s.null_at(9)) set.add("host_reclaim", who, at, v(rate(9, 1e-6)));
-            if (!s.null_at(10)) set.add("host_faults", who, at, v(rate(10, 1)));
-          } else {
-            set.add("host_nic", who + " tx", at, v(rate(7, 1e-6)));
-            set.add("host_nic", who + " rx", at, v(rate(8, 1e-6)));
-          }
-        };
-        auto [last, first] = last_ts.try_emplace({scope, s.int_at(3)}, ts);
-        int64_t interval = int64_t(dt);
-        if (!first && ts - last->second > 2 * interval) {
-          put(last->second + interval, true);
-          put(ts - interval, true);
-        }
-        last->second = ts;
-        put(ts, false);
-      });
+  std::map<std::pair<HostScope, uint64_t>, int64_t> last_ts;
+  each_host_sample(rec, [&](const HostSampleRow& r) {
+    if (r.interval_ns == 0 || r.scope == HostScope::Disk) return;
+    bool process = r.scope == HostScope::Process;
+    if (process && !shown.count(r.id)) return;
+    int64_t ts = int64_t(r.ts_ns);
+    double dt = double(r.interval_ns);
+    auto rate = [&](uint64_t v, double scale) { return double(v) / dt * 1e9 * scale; };
+    std::string who = process ? fmt::format("{} ({})", r.name, r.id) : r.name;
+    auto put = [&](int64_t at, bool idle) {
+      auto v = [&](double x) { return idle ? 0.0 : x; };
+      if (process) {
+        set.add("host_cpu", who, at, v(100 * double(r.oncpu_ns) / dt));
+        set.add("host_runq", who, at, v(rate(r.runq_wait_ns, 1e-6)));
+        set.add("host_socket", who + " tx", at, v(rate(r.tx_bytes, 1e-6)));
+        set.add("host_socket", who + " rx", at, v(rate(r.rx_bytes, 1e-6)));
+        if (reclaim) set.add("host_reclaim", who, at, v(rate(r.reclaim_ns, 1e-6)));
+        if (faults) set.add("host_faults", who, at, v(rate(r.page_faults, 1)));
+      } else {
+        set.add("host_nic", who + " tx", at, v(rate(r.tx_bytes, 1e-6)));
+        set.add("host_nic", who + " rx", at, v(rate(r.rx_bytes, 1e-6)));
+      }
+    };
+    auto [last, first] = last_ts.try_emplace({r.scope, r.id}, ts);
+    int64_t interval = int64_t(dt);
+    if (!first && ts - last->second > 2 * interval) {
+      put(last->second + interval, true);
+      put(ts - interval, true);
+    }
+    last->second = ts;
+    put(ts, false);
+  });
   if (set.empty()) return nullptr;
   return {{"charts", set.charts({{"host_cpu", "CPU per process (%)"},
                                  {"host_runq", "run-queue wait per process (ms per s)"},
@@ -456,15 +426,14 @@ json collectives_section(const RecordingReader& rec, const TimeBase& tb,
   for (const auto& n : c.notes()) notes.push_back("collectives: " + n);
   std::map<std::string, ColumnDecimator> bandwidth;
   std::map<std::string, int64_t> bw_bytes;
-  rec.query("SELECT ts_ns, dur_ns, name, bytes FROM comm_calls ORDER BY ts_ns", [&](Statement& s) {
-    std::string name(s.text_at(2));
-    int64_t bytes = s.null_at(3) ? 0 : s.int_at(3), dur = s.ns_at(1);
-    if (bytes <= 0 || dur <= 0) return;
+  each_comm_call(rec, [&](const CommCallRow& r) {
+    if (r.bytes <= 0 || r.dur_ns == 0) return;
+    std::string name(r.name);
     auto it = bandwidth.find(name);
     if (it == bandwidth.end())
       it = bandwidth.emplace(name, ColumnDecimator(tb.span_s, opt.columns)).first;
-    it->second.add(tb.at(s.ns_at(0)), double(bytes) / double(dur));
-    bw_bytes[name] += bytes;
+    it->second.add(tb.at(int64_t(r.ts_ns)), double(r.bytes) / double(r.dur_ns));
+    bw_bytes[name] += r.bytes;
   });
   // one heat map per communicator's collective as the text report names it (communicators of
   // one size told apart by their identity), its rows the ranks (with their hosts when merged)
@@ -591,33 +560,18 @@ json profile_section(const RecordingReader& rec, json& notes, ProfileKind kind) 
   return out;
 }
 
-// The Python stack most calls of each operation of `table` were made from.
-std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& table,
-                                         const std::string& key = "name",
-                                         const std::string& filter = "1") {
+// The Python stack most calls of each operation of a layer were made from (its frames as
+// text, innermost first); launches_by_kernel: the cuda layer's kernels'.
+std::map<std::string, json> usual_stacks(const RecordingReader& rec, const std::string& layer,
+                                         bool launches_by_kernel = false) {
   std::map<std::string, json> out;
-  if (!rec.has_table(table) || !rec.has_table("python_stacks") ||
-      rec.column_or(table, "py_stack", "") != "py_stack")
-    return out;
-  std::map<std::string, std::pair<int64_t, int64_t>> best;  // name -> (calls, stack id)
-  rec.query("SELECT " + key + ", py_stack, count(*) FROM " + table + " WHERE py_stack IS NOT NULL AND " +
-                key + " IS NOT NULL AND (" + filter + ") GROUP BY " + key + ", py_stack",
-            [&](Statement& s) {
-              auto& b = best[std::string(s.text_at(0))];
-              if (s.int_at(2) > b.first) b = {s.int_at(2), s.int_at(1)};
-            });
   std::map<int64_t, json> frames;
-  for (const auto& [name, b] : best) {
-    auto found = frames.try_emplace(b.second, json::array());
+  for (const auto& [name, id] : usual_python_stacks(rec, layer, launches_by_kernel)) {
+    auto found = frames.try_emplace(id, json::array());
     json& stack = found.first->second;
     if (found.second)
-      rec.query(
-          fmt::format("SELECT name, file, line FROM python_stacks WHERE id = {} ORDER BY "
-                      "depth LIMIT 64",
-                      b.second),
-          [&](Statement& s) {
-            stack.push_back(fmt::format("{} ({}:{})", s.text_at(0), s.text_at(1), s.int_at(2)));
-          });
+      for (const auto& f : python_stack(rec, id, 64))
+        stack.push_back(fmt::format("{} ({}:{})", f.name, f.file, std::max<int64_t>(f.line, 0)));
     out[name] = stack;
   }
   return out;
@@ -627,7 +581,7 @@ json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& o
   json out;
   json kernels = json::array();
   if (rec.has_table("cuda_calls")) {
-    auto stacks = usual_stacks(rec, "cuda_calls", "kernel", "grid_x IS NOT NULL");  // launches
+    auto stacks = usual_stacks(rec, "cuda", true);  // launches
     for (const auto& k : top_kernels(rec, 20)) {
       json r{{"kernel", k.kernel},
              {"launches", k.launches},
@@ -638,16 +592,12 @@ json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& o
   }
   out["kernels"] = kernels;
   for (const char* layer : kCallLayers) {
-    auto stacks = usual_stacks(rec, table_of(layer));
+    auto stacks = usual_stacks(rec, layer);
     // Python functions: where they are defined (file and first line)
     std::map<std::string, std::string> where;
-    if (std::string_view(layer) == "python" && rec.has_table("python_calls"))
-      rec.query("SELECT name, file, min(line) FROM python_calls WHERE file IS NOT NULL GROUP BY "
-                "name, file",
-                [&](Statement& s) {
-                  where.try_emplace(std::string(s.text_at(0)),
-                                    fmt::format("{}:{}", s.text_at(1), s.int_at(2)));
-                });
+    if (std::string_view(layer) == "python")
+      for (const auto& [name, at] : python_definitions(rec))
+        where[name] = fmt::format("{}:{}", at.first, at.second);
     json rows = json::array();
     for (const auto& o : ops) {
       if (o.layer != layer) continue;
@@ -689,15 +639,8 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
     notes.push_back(fmt::format("anomalies: the {} strongest of {} are drawn", anomalies.size(),
                                 anomalies_total));
   json causes = json::array();
-  if (rec.has_table("anomalies"))
-  {
-    // causes that differ only in their measurements as one, with their ranges
-    std::vector<std::pair<std::string, size_t>> counts;
-    rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause", [&](Statement& s) {
-      counts.emplace_back(std::string(s.text_at(0)), size_t(s.int_at(1)));
-    });
-    for (const auto& g : group_causes(counts)) causes.push_back({g.cause, g.count});
-  }
+  // causes that differ only in their measurements as one, with their ranges
+  for (const auto& g : group_causes(anomaly_cause_counts(rec))) causes.push_back({g.cause, g.count});
   data["anomaly_causes"] = causes;
   data["detected"] = detected;
   data["layers"] = layer_sections(rec, tb, ops, anomalies, opt);

@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "store/reader.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 
 namespace eacgm {
 namespace {
@@ -46,18 +46,12 @@ CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kin
   // the stacks, as frame indices, innermost first (a damaged recording's depths may have gaps:
   // the frames are taken in depth order)
   std::unordered_map<int64_t, std::vector<uint32_t>> native, python;
-  if (rec.has_table("native_stacks"))
-    rec.query("SELECT id, name, module FROM native_stacks ORDER BY id, depth", [&](Statement& s) {
-      ProfileFrame f{std::string(s.text_at(1)), std::string(s.text_at(2)), -1, false};
-      native[s.int_at(0)].push_back(frame_id(std::move(f)));
-    });
-  if (rec.has_table("python_stacks"))
-    rec.query("SELECT id, name, file, line FROM python_stacks ORDER BY id, depth",
-              [&](Statement& s) {
-                ProfileFrame f{std::string(s.text_at(1)), std::string(s.text_at(2)),
-                               s.null_at(3) ? -1 : s.int_at(3), true};
-                python[s.int_at(0)].push_back(frame_id(std::move(f)));
-              });
+  each_native_frame(rec, UINT32_MAX, [&](const NativeFrameRow& r) {
+    native[r.id].push_back(frame_id({std::string(r.name), std::string(r.module), -1, false}));
+  });
+  each_python_frame(rec, [&](const PythonStackFrameRow& r) {
+    python[r.id].push_back(frame_id({std::string(r.name), std::string(r.file), r.line, true}));
+  });
 
   std::map<std::pair<int64_t, int64_t>, uint32_t> merged;  // (native, python) -> stack
   auto stack_of = [&](int64_t native_id, int64_t python_id) {
@@ -84,21 +78,23 @@ CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kin
   };
   // an off-CPU weight is at most the recording's length: a damaged row's is clamped to an hour
   // a row, so that sums cannot overflow
-  rec.query(fmt::format("SELECT ts_ns, pid, tid, coalesce(native_stack, 0), coalesce(py_stack, "
-                        "0), {} FROM {} ORDER BY ts_ns",
-                        kind == ProfileKind::Cpu ? "1" : "weight_ns", table),
-            [&](Statement& s) {
-              uint64_t w = uint64_t(std::clamp<int64_t>(s.int_at(5), 0, 3'600'000'000'000));
-              if (!w) return;
-              samples_.push_back({uint64_t(s.ns_at(0)), uint32_t(s.int_at(1)),
-                                  uint32_t(s.int_at(2)), stack_of(s.int_at(3), s.int_at(4)), w});
-              total_weight_ += w;
-            });
-  if (!samples_.empty() && rec.has_table("threads"))
-    // in row order: a thread's later row (its name after an exec) wins
-    rec.query("SELECT pid, tid, name FROM threads ORDER BY rowid", [&](Statement& s) {
-      thread_names_[{uint32_t(s.int_at(0)), uint32_t(s.int_at(1))}] = std::string(s.text_at(2));
+  auto add = [&](uint64_t ts_ns, uint32_t pid, uint32_t tid, int64_t native_stack,
+                 int64_t py_stack, uint64_t weight) {
+    uint64_t w = std::min<uint64_t>(weight, 3'600'000'000'000);
+    if (!w) return;
+    samples_.push_back({ts_ns, pid, tid, stack_of(native_stack, py_stack), w});
+    total_weight_ += w;
+  };
+  if (kind == ProfileKind::Cpu)
+    each_stack_sample(rec, [&](const StackSampleRow& r) {
+      add(r.ts_ns, r.pid, r.tid, r.native_stack, r.py_stack, 1);
     });
+  else
+    each_offcpu_sample(rec, [&](const OffCpuSampleRow& r) {
+      add(r.ts_ns, r.pid, r.tid, r.native_stack, r.py_stack, r.weight_ns);
+    });
+  if (!samples_.empty())
+    each_thread(rec, [&](const ThreadRow& t) { thread_names_[{t.pid, t.tid}] = t.name; });
 }
 
 std::vector<CpuProfile::Thread> CpuProfile::threads() const {

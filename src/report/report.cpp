@@ -12,7 +12,7 @@
 #include "store/anomalies.h"
 #include "store/reader.h"
 #include "store/rows.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -48,11 +48,7 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
   int64_t t0 = rec.meta_ns("start_monotonic_ns");
   fmt::print(out, "\nanomalies (eacgm detect, trained on {}):\n", trained);
   size_t n = 0;
-  std::vector<std::pair<std::string, size_t>> counts;
-  rec.query("SELECT cause, count(*) FROM anomalies GROUP BY cause", [&](Statement& s) {
-    counts.emplace_back(std::string(s.text_at(0)), size_t(s.int_at(1)));
-  });
-  for (const auto& g : group_causes(counts)) {
+  for (const auto& g : group_causes(anomaly_cause_counts(rec))) {
     fmt::print(out, "  {:>6}  {}\n", g.count, g.cause);
     n += g.count;
   }
@@ -61,21 +57,17 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
     return;
   }
   fmt::print(out, "  strongest (lowest score against its threshold):\n");
-  rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
-            "anomalies ORDER BY score - threshold LIMIT 10",
-            [&](Statement& s) {
-              // the top features as detect prints them: measured and usual, in their units
-              std::string top = features_text(s.text_at(7));
-              // (a collective flagged for a wait past its group's tail may score above it)
-              double score = s.double_at(4), threshold = s.double_at(5);
-              std::string judged =
-                  score < threshold ? fmt::format("score {:.1f} < {:.1f}", score, threshold)
-                                    : fmt::format("score {:.1f}, wait past its tail", score);
-              fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  {}  {}{}\n",
-                         (double(s.ns_at(0)) - double(t0)) / 1e9, s.text_at(2),
-                         anomaly_subject(s.text_at(2), s.text_at(3)), human_ns(double(s.int_at(1))),
-                         judged, s.text_at(6), top.empty() ? "" : " (" + top + ")");
-            });
+  for (const AnomalyRow& a : strongest_anomalies(rec, 10)) {
+    // the top features as detect prints them: measured and usual, in their units
+    std::string top = features_text(a.features);
+    // (a collective flagged for a wait past its group's tail may score above it)
+    std::string judged = a.score < a.threshold
+                             ? fmt::format("score {:.1f} < {:.1f}", a.score, a.threshold)
+                             : fmt::format("score {:.1f}, wait past its tail", a.score);
+    fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  {}  {}{}\n",
+               (double(a.ts_ns) - double(t0)) / 1e9, a.layer, anomaly_subject(a.layer, a.name),
+               human_ns(double(a.dur_ns)), judged, a.cause, top.empty() ? "" : " (" + top + ")");
+  }
 }
 
 }  // namespace
@@ -93,13 +85,12 @@ std::vector<OperationStats> operation_stats(const RecordingReader& rec) {
     uint64_t errors = 0;
   };
   std::map<std::pair<std::string, std::string>, Acc> acc;
-  rec.query("SELECT layer, name, dur_ns, bytes, ret FROM trace", [&](Statement& s) {
-    Acc& a = acc[{std::string(s.text_at(0)), std::string(s.text_at(1))}];
-    a.durs.push_back(uint64_t(s.int_at(2)));
+  each_traced_call(rec, [&](const TracedCall& c) {
+    Acc& a = acc[{std::string(c.layer), std::string(c.name)}];
+    a.durs.push_back(c.dur_ns);
     // a damaged recording's sizes may add up past int64: the total stops at its largest
-    if (!s.null_at(3) && __builtin_add_overflow(a.bytes, s.int_at(3), &a.bytes))
-      a.bytes = s.int_at(3) > 0 ? INT64_MAX : INT64_MIN;
-    if (s.int_at(4) != 0) ++a.errors;
+    if (c.bytes >= 0 && __builtin_add_overflow(a.bytes, c.bytes, &a.bytes)) a.bytes = INT64_MAX;
+    if (c.ret != 0) ++a.errors;
   });
   std::vector<OperationStats> out;
   for (auto& [key, a] : acc) {
@@ -129,15 +120,11 @@ std::vector<KernelStats> top_kernels(const RecordingReader& rec, size_t limit) {
   // without a GPU the runtime fails before the driver. Each kernel's launches are those of
   // the level that saw more of them (the runtime's on a tie: its time holds the driver's).
   std::map<std::string, KernelStats> by_kernel;
-  rec.query("SELECT kernel, name LIKE 'cuda%' AS runtime, count(*), sum(dur_ns) FROM cuda_calls "
-            "WHERE kernel IS NOT NULL AND grid_x IS NOT NULL GROUP BY kernel, runtime "
-            "ORDER BY runtime",
-            [&](Statement& s) {
-              KernelStats k{std::string(s.text_at(0)), uint64_t(s.int_at(2)),
-                            uint64_t(s.int_at(3))};
-              auto [it, fresh] = by_kernel.try_emplace(k.kernel, k);
-              if (!fresh && k.launches >= it->second.launches) it->second = std::move(k);
-            });
+  for (auto& level : kernel_launches(rec)) {  // the driver's first, then the runtime's
+    KernelStats k{std::move(level.kernel), level.launches, level.total_ns};
+    auto [it, fresh] = by_kernel.try_emplace(k.kernel, k);
+    if (!fresh && k.launches >= it->second.launches) it->second = std::move(k);
+  }
   std::vector<KernelStats> out;
   for (auto& [name, k] : by_kernel) out.push_back(std::move(k));
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
@@ -151,19 +138,13 @@ namespace {
 
 nlohmann::json anomalies_json(const RecordingReader& rec) {
   nlohmann::json j = nlohmann::json::array();
-  if (rec.has_table("anomalies"))
-    rec.query("SELECT ts_ns, dur_ns, layer, name, score, threshold, cause, features FROM "
-              "anomalies ORDER BY ts_ns",
-              [&](Statement& s) {
-                j.push_back(
-                    {{"ts_ns", s.int_at(0)}, {"dur_ns", s.int_at(1)},
-                     {"layer", std::string(s.text_at(2))}, {"name", std::string(s.text_at(3))},
-                     {"score", s.double_at(4)}, {"threshold", s.double_at(5)},
-                     {"cause", std::string(s.text_at(6))},
-                     // the detector writes JSON here; anything else (an edit, damage)
-                     // is passed on as the text it is
-                     {"features", features_json(s.text_at(7))}});
-              });
+  each_anomaly(rec, [&](const AnomalyRow& a) {
+    j.push_back({{"ts_ns", a.ts_ns}, {"dur_ns", a.dur_ns}, {"layer", a.layer}, {"name", a.name},
+                 {"score", a.score}, {"threshold", a.threshold}, {"cause", a.cause},
+                 // the detector writes JSON here; anything else (an edit, damage) is passed on
+                 // as the text it is
+                 {"features", features_json(a.features)}});
+  });
   return j;
 }
 

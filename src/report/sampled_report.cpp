@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "store/reader.h"
-#include "store/sqlite_util.h"
+#include "store/table_readers.h"
 
 namespace eacgm {
 namespace {
@@ -34,100 +34,98 @@ class MetricAccumulator {
 }  // namespace
 
 std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
-  if (!rec.has_table("host_samples")) return {};
   MetricAccumulator acc;
-  rec.query(
-      "SELECT interval_ns, scope, id, name, runq_wait_ns, runq_waits, runq_max_ns, "
-      "voluntary_switches, involuntary_switches, oncpu_ns, tx_bytes, rx_bytes, io_bytes, "
-      "read_bytes, write_bytes, io_ops, io_latency_ns, io_latency_max_ns, " +
-          rec.columns_or("host_samples",
-                         {"tcp_retransmits", "page_faults", "reclaim_ns", "pagein_bytes"}) +
-          " FROM host_samples WHERE interval_ns > 0 ORDER BY scope, id, ts_ns",
-      [&](Statement& s) {
-        double dt = double(s.int_at(0)), per_s = 1e9 / dt, mb_s = per_s / 1e6;
-        std::string scope(s.text_at(1)), name(s.text_at(3));
-        auto v = [&](int col) { return double(s.int_at(col)); };
-        if (scope == "process") {
-          std::string who = fmt::format("{} (pid {})", name, s.int_at(2));
-          acc.add(scope, who, "cpu", "%", 100 * v(9) / dt);
-          if (v(5) > 0) {
-            acc.add(scope, who, "run-queue wait, mean", "us", v(4) / v(5) / 1e3);
-            acc.add(scope, who, "run-queue wait, max", "us", v(6) / 1e3);
+  each_host_sample(
+      rec,
+      [&](const HostSampleRow& r) {
+        if (r.interval_ns == 0) return;
+        double dt = double(r.interval_ns), per_s = 1e9 / dt, mb_s = per_s / 1e6;
+        auto v = [](uint64_t x) { return double(x); };
+        switch (r.scope) {
+          case HostScope::Process: {
+            const std::string scope = "process", who = fmt::format("{} (pid {})", r.name, r.id);
+            acc.add(scope, who, "cpu", "%", 100 * v(r.oncpu_ns) / dt);
+            if (r.runq_waits > 0) {
+              acc.add(scope, who, "run-queue wait, mean", "us",
+                      v(r.runq_wait_ns) / v(r.runq_waits) / 1e3);
+              acc.add(scope, who, "run-queue wait, max", "us", v(r.runq_max_ns) / 1e3);
+            }
+            acc.add(scope, who, "voluntary switches", "/s", v(r.voluntary_switches) * per_s);
+            acc.add(scope, who, "involuntary switches", "/s", v(r.involuntary_switches) * per_s);
+            acc.add(scope, who, "socket tx", "MB/s", v(r.tx_bytes) * mb_s);
+            acc.add(scope, who, "socket rx", "MB/s", v(r.rx_bytes) * mb_s);
+            acc.add(scope, who, "block I/O", "MB/s", v(r.io_bytes) * mb_s);
+            acc.add(scope, who, "TCP retransmits", "/s", v(r.tcp_retransmits) * per_s);
+            acc.add(scope, who, "page faults", "/s", v(r.page_faults) * per_s);
+            acc.add(scope, who, "memory reclaim", "ms/s", v(r.reclaim_ns) / 1e6 * per_s);
+            acc.add(scope, who, "page-cache fills", "MB/s", v(r.pagein_bytes) * mb_s);
+            break;
           }
-          acc.add(scope, who, "voluntary switches", "/s", v(7) * per_s);
-          acc.add(scope, who, "involuntary switches", "/s", v(8) * per_s);
-          acc.add(scope, who, "socket tx", "MB/s", v(10) * mb_s);
-          acc.add(scope, who, "socket rx", "MB/s", v(11) * mb_s);
-          acc.add(scope, who, "block I/O", "MB/s", v(12) * mb_s);
-          acc.add(scope, who, "TCP retransmits", "/s", v(18) * per_s);
-          acc.add(scope, who, "page faults", "/s", v(19) * per_s);
-          acc.add(scope, who, "memory reclaim", "ms/s", v(20) / 1e6 * per_s);
-          acc.add(scope, who, "page-cache fills", "MB/s", v(21) * mb_s);
-        } else if (scope == "net") {
-          acc.add(scope, name, "tx", "MB/s", v(10) * mb_s);
-          acc.add(scope, name, "rx", "MB/s", v(11) * mb_s);
-        } else if (scope == "disk") {
-          acc.add(scope, name, "read", "MB/s", v(13) * mb_s);
-          acc.add(scope, name, "write", "MB/s", v(14) * mb_s);
-          if (v(15) > 0) {
-            acc.add(scope, name, "latency, mean", "ms", v(16) / v(15) / 1e6);
-            acc.add(scope, name, "latency, max", "ms", v(17) / 1e6);
-          }
+          case HostScope::NetDevice:
+            acc.add("net", r.name, "tx", "MB/s", v(r.tx_bytes) * mb_s);
+            acc.add("net", r.name, "rx", "MB/s", v(r.rx_bytes) * mb_s);
+            break;
+          case HostScope::Disk:
+            acc.add("disk", r.name, "read", "MB/s", v(r.read_bytes) * mb_s);
+            acc.add("disk", r.name, "write", "MB/s", v(r.write_bytes) * mb_s);
+            if (r.io_ops > 0) {
+              acc.add("disk", r.name, "latency, mean", "ms", v(r.io_latency_ns) / v(r.io_ops) / 1e6);
+              acc.add("disk", r.name, "latency, max", "ms", v(r.io_latency_max_ns) / 1e6);
+            }
+            break;
         }
-      });
+      },
+      SampleOrder::by_subject);
   return acc.take();
 }
 
 std::vector<MetricStats> gpu_metric_stats(const RecordingReader& rec) {
-  if (!rec.has_table("gpu_samples")) return {};
   MetricAccumulator acc;
-  std::map<int64_t, std::string> names;
-  rec.query("SELECT gpu, name FROM gpu_devices", [&](Statement& s) {
-    names[s.int_at(0)] = fmt::format("GPU {} ({})", s.int_at(0), s.text_at(1));
+  std::map<uint32_t, std::string> names;
+  each_gpu_device(rec, [&](const GpuDevice& d) {
+    names[d.index] = fmt::format("GPU {} ({})", d.index, d.name);
   });
-  auto gpu_name = [&](int64_t gpu) {
+  auto gpu_name = [&](uint32_t gpu) {
     auto it = names.find(gpu);
     return it != names.end() ? it->second : fmt::format("GPU {}", gpu);
   };
-  rec.query(
-      "SELECT gpu, sm_util_pct, mem_util_pct, mem_used_bytes, temperature_c, power_w, "
-      "sm_clock_mhz, mem_clock_mhz, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, "
-      "nvlink_tx_bytes_per_s, nvlink_rx_bytes_per_s FROM gpu_samples ORDER BY gpu, ts_ns",
-      [&](Statement& s) {
-        std::string who = gpu_name(s.int_at(0));
-        auto put = [&](int col, const char* metric, const char* unit, double scale) {
-          if (!s.null_at(col)) acc.add("gpu", who, metric, unit, s.double_at(col) * scale);
+  each_gpu_sample(
+      rec,
+      [&](const GpuSample& g) {
+        std::string who = gpu_name(g.gpu);
+        auto put = [&](const auto& value, const char* metric, const char* unit, double scale) {
+          if (value) acc.add("gpu", who, metric, unit, double(*value) * scale);
         };
-        put(1, "SM util", "%", 1);
-        put(2, "memory util", "%", 1);
-        put(3, "memory used", "GiB", 1.0 / (1ull << 30));
-        put(4, "temperature", "C", 1);
-        put(5, "power", "W", 1);
-        put(6, "SM clock", "MHz", 1);
-        put(7, "memory clock", "MHz", 1);
-        put(8, "PCIe tx", "MB/s", 1e-6);
-        put(9, "PCIe rx", "MB/s", 1e-6);
-        put(10, "NVLink tx", "MB/s", 1e-6);
-        put(11, "NVLink rx", "MB/s", 1e-6);
-      });
-  rec.query(
-      "SELECT gpu, pid, sm_util_pct, mem_util_pct, used_memory_bytes FROM gpu_process_samples "
-      "ORDER BY gpu, pid, ts_ns",
-      [&](Statement& s) {
-        std::string who = fmt::format("pid {} on GPU {}", s.int_at(1), s.int_at(0));
-        if (!s.null_at(2)) acc.add("gpu-proc", who, "SM util", "%", s.double_at(2));
-        if (!s.null_at(3)) acc.add("gpu-proc", who, "memory util", "%", s.double_at(3));
-        if (!s.null_at(4))
-          acc.add("gpu-proc", who, "memory used", "MiB", s.double_at(4) / (1 << 20));
-      });
+        put(g.sm_util_pct, "SM util", "%", 1);
+        put(g.mem_util_pct, "memory util", "%", 1);
+        put(g.mem_used_bytes, "memory used", "GiB", 1.0 / (1ull << 30));
+        put(g.temperature_c, "temperature", "C", 1);
+        put(g.power_w, "power", "W", 1);
+        put(g.sm_clock_mhz, "SM clock", "MHz", 1);
+        put(g.mem_clock_mhz, "memory clock", "MHz", 1);
+        put(g.pcie_tx_bytes_per_s, "PCIe tx", "MB/s", 1e-6);
+        put(g.pcie_rx_bytes_per_s, "PCIe rx", "MB/s", 1e-6);
+        put(g.nvlink_tx_bytes_per_s, "NVLink tx", "MB/s", 1e-6);
+        put(g.nvlink_rx_bytes_per_s, "NVLink rx", "MB/s", 1e-6);
+      },
+      SampleOrder::by_subject);
+  each_gpu_process_sample(
+      rec,
+      [&](const GpuProcessSample& p) {
+        std::string who = fmt::format("pid {} on GPU {}", p.pid, p.gpu);
+        if (p.sm_util_pct) acc.add("gpu-proc", who, "SM util", "%", double(*p.sm_util_pct));
+        if (p.mem_util_pct) acc.add("gpu-proc", who, "memory util", "%", double(*p.mem_util_pct));
+        if (p.used_memory_bytes)
+          acc.add("gpu-proc", who, "memory used", "MiB", double(*p.used_memory_bytes) / (1 << 20));
+      },
+      SampleOrder::by_subject);
   return acc.take();
 }
 
 std::vector<GpuXid> gpu_xids(const RecordingReader& rec) {
   std::vector<GpuXid> out;
-  if (!rec.has_table("gpu_events")) return out;
-  rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {
-    out.push_back({s.int_at(0), int(s.int_at(1)), s.int_at(2)});
+  each_gpu_xid(rec, [&](const GpuXidEvent& x) {
+    out.push_back({int64_t(x.ts_ns), int(x.gpu), int64_t(x.xid)});
   });
   return out;
 }

@@ -268,8 +268,12 @@ std::vector<ClockFix> refine_clocks(const std::vector<CollectiveStream>& streams
   return fixes;
 }
 
-MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::string& output,
-                             const MergeOptions& options) {
+namespace {
+
+// The arguments' checks, before any file is read: two or more distinct inputs, an output that
+// is none of them and is a regular file eacgm may replace (with force) or nothing.
+void check_merge_arguments(const std::vector<std::string>& inputs, const std::string& output,
+                           const MergeOptions& options) {
   if (inputs.size() < 2)
     throw UsageError(
         "merge needs two or more recordings, e.g. eacgm merge a.eacgm.db "
@@ -296,12 +300,10 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
   }
   if (seen.count(std::filesystem::weakly_canonical(output, ec).string()))
     throw UsageError(fmt::format("output {} is one of the inputs: choose another name", output));
+}
 
-  std::vector<Input> in;
-  for (const auto& p : inputs) in.push_back(read_input(p));
-
-  MergeResult result;
-  // one job: the job ids the launchers gave must agree
+// One job: the job ids the launchers gave must agree (unless any_job).
+void check_one_job(const std::vector<Input>& in, const MergeOptions& options, MergeResult& result) {
   std::set<std::string> jobs;
   for (const auto& i : in) jobs.insert(i.jobs.begin(), i.jobs.end());
   if (jobs.size() > 1 && !options.any_job) {
@@ -319,24 +321,16 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
         "no recording names a job (no TORCHELASTIC_RUN_ID, SLURM_JOB_ID or "
         "Open MPI job id in the ranks' environment): merged as one job "
         "without that check");
+}
 
-  // pids and GPU indices: kept unless two inputs share one
-  bool pids_clash = false, gpus_clash = false;
-  {
-    std::set<int64_t> pids, gpus;
-    for (const auto& i : in) {
-      for (int64_t p : i.pids) pids_clash |= !pids.insert(p).second;
-      for (int64_t g : i.gpus) gpus_clash |= !gpus.insert(g).second;
-    }
-  }
-  // host names: as each recording says, made distinct where two say the same
+// Each input's host (names made distinct), pid base and clock: the wall-clock offsets first,
+// then the collectives.
+void place_hosts(std::vector<Input>& in, bool pids_clash, MergeResult& result) {
   std::map<std::string, int> host_count;
   for (auto& i : in) {
     if (i.host.empty()) i.host = "host";
     if (int n = ++host_count[i.host]; n > 1) i.host += fmt::format("#{}", n);
   }
-
-  // clocks: the wall-clock offsets first, then the collectives
   std::vector<CollectiveStream> streams;
   for (size_t i = 0; i < in.size(); ++i) {
     MergedHost h;
@@ -359,103 +353,72 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
           "placed by the wall clocks alone (as good as their NTP sync)",
           in[i].path));
   }
+}
 
-  // the copy: into a new file beside the output, renamed into place when complete
-  std::string tmp = output + ".merging";
-  if (auto t = std::filesystem::symlink_status(tmp, ec); std::filesystem::exists(t)) {
-    if (!std::filesystem::is_regular_file(t))
-      fail("{} exists and is not a regular file: merge writes there first (move it away)", tmp);
-    std::filesystem::remove(tmp, ec);  // what an interrupted merge left
-  }
-  sqlite3* db = nullptr;
+// Where an input's rows go: its clock shift, and the bases added to its ids where they clash.
+struct Placement {
+  const MergedHost& host;
+  int64_t shift = 0, gpu_base = 0, stack_base = 0, native_base = 0;
+};
+
+// The expression that copies column `c` of table `t` from the attached input (`has`: its columns).
+std::string column_expression(const std::string& t, const std::string& c,
+                              const std::set<std::string>& has, const Placement& p) {
+  const MergedHost& h = p.host;
+  if (t == "processes" && c == "host") return quote(h.host);
+  if (t == "processes" && c == "host_pid") return h.pid_base ? "pid" : "NULL";
+  if (!has.count(c)) return "NULL";
+  if (c == "ts_ns" || c == "start_ns" || c == "end_ns") return fmt::format("{} + {}", c, p.shift);
+  if (c == "pid" || c == "ppid")
+    return fmt::format("CASE WHEN {0} > 0 THEN {0} + {1} ELSE {0} END", c, h.pid_base);
+  if (t == "host_samples" && c == "name")  // a host's NICs and disks: "node-b:lo"
+    return fmt::format("CASE WHEN scope = 'process' THEN name ELSE {} || ':' || name END",
+                       quote(h.host));
+  if (t == "host_samples" && c == "id")
+    return fmt::format("CASE WHEN scope = 'process' THEN id + {} ELSE id END", h.pid_base);
+  if (c == "py_stack")
+    return fmt::format("CASE WHEN py_stack > 0 THEN py_stack + {} ELSE py_stack END",
+                       p.stack_base);
+  if (t == "python_stacks" && c == "id") return fmt::format("id + {}", p.stack_base);
+  if (c == "native_stack")
+    return fmt::format("CASE WHEN native_stack > 0 THEN native_stack + {} ELSE native_stack END",
+                       p.native_base);
+  if (t == "native_stacks" && c == "id") return fmt::format("id + {}", p.native_base);
+  if (c == "gpu") return fmt::format("gpu + {}", p.gpu_base);
+  return c;
+}
+
+// Copies one input's rows of `tables` into the merged file, in one transaction. Returns rows.
+uint64_t copy_input(sqlite3* db, const std::vector<std::string>& tables, const Input& input,
+                    const Placement& p) {
   {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) fail("cannot create {}: {}", tmp, strerror(errno));
-    ::close(fd);
+    std::string uri = read_only_uri(input.path);  // bound without a copy: kept alive
+    Statement attach(db, "ATTACH DATABASE ?1 AS src");
+    attach.bind(1, uri);
+    if (attach.run() != SQLITE_DONE) fail("cannot read {}: {}", input.path, sqlite3_errmsg(db));
   }
-  struct Cleanup {
-    std::string path;
-    sqlite3*& db;
-    bool keep = false;
-    ~Cleanup() {
-      sqlite3_close(db);
-      if (!keep) std::filesystem::remove(path), std::filesystem::remove(path + "-journal");
+  uint64_t rows = 0;
+  exec(db, "BEGIN");  // one transaction per input: an attached file is detached outside one
+  for (const auto& t : tables) {
+    std::vector<std::string> have = columns(db, "src", t);
+    if (have.empty()) continue;  // an older recording without this table
+    std::set<std::string> has(have.begin(), have.end());
+    std::string cols, exprs;
+    for (const auto& c : columns(db, "main", t)) {
+      cols += (cols.empty() ? "" : ", ") + c;
+      exprs += (exprs.empty() ? "" : ", ") + column_expression(t, c, has, p);
     }
-  } cleanup{tmp, db};
-  if (sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, nullptr) !=
-      SQLITE_OK)
-    fail("cannot open {}: {}", tmp, db ? sqlite3_errmsg(db) : "out of memory");
-  exec(db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF");
-  exec(db, kRecordingSchema);
+    exec(db, fmt::format("INSERT INTO main.{0}({1}) SELECT {2} FROM src.{0}", t, cols, exprs));
+    rows += uint64_t(sqlite3_changes(db));
+  }
+  exec(db, "COMMIT");
+  exec(db, "DETACH DATABASE src");
+  return rows;
+}
 
-  std::vector<std::string> tables;
-  {
-    Statement s(db,
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
-                "('meta', 'anomalies')");
-    while (s.step()) tables.emplace_back(s.text_at(0));
-  }
-  int64_t stack_base = 0, native_base = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const MergedHost& h = result.hosts[i];
-    int64_t shift = h.wall_offset_ns + h.fix.offset_ns;
-    int64_t gpu_base = gpus_clash ? int64_t(i) * 100 : 0;
-    {
-      std::string uri = read_only_uri(in[i].path);  // bound without a copy: kept alive
-      Statement attach(db, "ATTACH DATABASE ?1 AS src");
-      attach.bind(1, uri);
-      if (attach.run() != SQLITE_DONE) fail("cannot read {}: {}", in[i].path, sqlite3_errmsg(db));
-    }
-    exec(db, "BEGIN");  // one transaction per input: an attached file is detached outside one
-    for (const auto& t : tables) {
-      std::vector<std::string> have = columns(db, "src", t);
-      if (have.empty()) continue;  // an older recording without this table
-      std::set<std::string> has(have.begin(), have.end());
-      std::string cols, exprs;
-      for (const auto& c : columns(db, "main", t)) {
-        std::string e;
-        if (t == "processes" && c == "host")
-          e = quote(h.host);
-        else if (t == "processes" && c == "host_pid")
-          e = h.pid_base ? "pid" : "NULL";
-        else if (!has.count(c))
-          e = "NULL";
-        else if (c == "ts_ns" || c == "start_ns" || c == "end_ns")
-          e = fmt::format("{} + {}", c, shift);
-        else if (c == "pid" || c == "ppid")
-          e = fmt::format("CASE WHEN {0} > 0 THEN {0} + {1} ELSE {0} END", c, h.pid_base);
-        else if (t == "host_samples" && c == "name")  // a host's NICs and disks: "node-b:lo"
-          e = fmt::format("CASE WHEN scope = 'process' THEN name ELSE {} || ':' || name END",
-                          quote(h.host));
-        else if (t == "host_samples" && c == "id")
-          e = fmt::format("CASE WHEN scope = 'process' THEN id + {} ELSE id END", h.pid_base);
-        else if (c == "py_stack")
-          e = fmt::format("CASE WHEN py_stack > 0 THEN py_stack + {} ELSE py_stack END",
-                          stack_base);
-        else if (t == "python_stacks" && c == "id")
-          e = fmt::format("id + {}", stack_base);
-        else if (c == "native_stack")
-          e = fmt::format("CASE WHEN native_stack > 0 THEN native_stack + {} ELSE native_stack END",
-                          native_base);
-        else if (t == "native_stacks" && c == "id")
-          e = fmt::format("id + {}", native_base);
-        else if (c == "gpu")
-          e = fmt::format("gpu + {}", gpu_base);
-        else
-          e = c;
-        cols += (cols.empty() ? "" : ", ") + c;
-        exprs += (exprs.empty() ? "" : ", ") + e;
-      }
-      exec(db, fmt::format("INSERT INTO main.{0}({1}) SELECT {2} FROM src.{0}", t, cols, exprs));
-      result.rows += uint64_t(sqlite3_changes(db));
-    }
-    exec(db, "COMMIT");
-    exec(db, "DETACH DATABASE src");
-    stack_base += in[i].max_stack;
-    native_base += in[i].max_native_stack;
-  }
-
-  // meta: the job as a whole, and where each host's rows came from
+// The merged recording's meta: the job as a whole, and where each host's rows came from.
+std::map<std::string, std::string> merged_meta(const std::vector<Input>& in,
+                                               const MergeResult& result) {
   std::map<std::string, std::string> meta;
   auto sum = [&](const char* key) {
     int64_t total = 0;
@@ -515,9 +478,81 @@ MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::
   meta["end_monotonic_ns"] = std::to_string(end);
   meta["start_realtime_ns"] = std::to_string(start + in[0].to_real);
   if (!result.hosts[0].job.empty()) meta["job_id"] = result.hosts[0].job;
+  return meta;
+}
+
+// An empty `path` of eacgm's (mode 0600), replacing what an interrupted merge left there.
+void create_fresh(const std::string& path) {
+  std::error_code ec;
+  if (auto t = std::filesystem::symlink_status(path, ec); std::filesystem::exists(t)) {
+    if (!std::filesystem::is_regular_file(t))
+      fail("{} exists and is not a regular file: merge writes there first (move it away)", path);
+    std::filesystem::remove(path, ec);  // what an interrupted merge left
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail("cannot create {}: {}", path, strerror(errno));
+  ::close(fd);
+}
+
+}  // namespace
+
+MergeResult merge_recordings(const std::vector<std::string>& inputs, const std::string& output,
+                             const MergeOptions& options) {
+  check_merge_arguments(inputs, output, options);
+  std::vector<Input> in;
+  for (const auto& p : inputs) in.push_back(read_input(p));
+  MergeResult result;
+  check_one_job(in, options, result);
+  // pids and GPU indices: kept unless two inputs share one
+  bool pids_clash = false, gpus_clash = false;
+  {
+    std::set<int64_t> pids, gpus;
+    for (const auto& i : in) {
+      for (int64_t p : i.pids) pids_clash |= !pids.insert(p).second;
+      for (int64_t g : i.gpus) gpus_clash |= !gpus.insert(g).second;
+    }
+  }
+  place_hosts(in, pids_clash, result);
+
+  // the copy: into a new file beside the output, renamed into place when complete
+  std::error_code ec;
+  std::string tmp = output + ".merging";
+  create_fresh(tmp);
+  sqlite3* db = nullptr;
+  struct Cleanup {
+    std::string path;
+    sqlite3*& db;
+    bool keep = false;
+    ~Cleanup() {
+      sqlite3_close(db);
+      if (!keep) std::filesystem::remove(path), std::filesystem::remove(path + "-journal");
+    }
+  } cleanup{tmp, db};
+  if (sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, nullptr) !=
+      SQLITE_OK)
+    fail("cannot open {}: {}", tmp, db ? sqlite3_errmsg(db) : "out of memory");
+  exec(db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF");
+  exec(db, kRecordingSchema);
+
+  std::vector<std::string> tables;
+  {
+    Statement s(db,
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
+                "('meta', 'anomalies')");
+    while (s.step()) tables.emplace_back(s.text_at(0));
+  }
+  int64_t stack_base = 0, native_base = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const MergedHost& h = result.hosts[i];
+    Placement p{h, h.wall_offset_ns + h.fix.offset_ns, gpus_clash ? int64_t(i) * 100 : 0,
+                stack_base, native_base};
+    result.rows += copy_input(db, tables, in[i], p);
+    stack_base += in[i].max_stack;
+    native_base += in[i].max_native_stack;
+  }
   {
     Statement put(db, "INSERT OR REPLACE INTO meta VALUES(?1, ?2)");
-    for (const auto& [k, v] : meta) {
+    for (const auto& [k, v] : merged_meta(in, result)) {
       put.bind(1, k);
       put.bind(2, v);
       if (put.run() != SQLITE_DONE) fail("merge failed writing meta: {}", sqlite3_errmsg(db));

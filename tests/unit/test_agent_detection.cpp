@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/anomaly_store.h"
+#include "store/agent_anomalies.h"
 #include "agent/detection.h"
 #include "agent/flight.h"
 #include "agent/match_filter.h"

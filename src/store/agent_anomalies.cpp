@@ -1,5 +1,5 @@
-// The anomalies store (agent/anomaly_store.h).
-#include "agent/anomaly_store.h"
+// The agent's anomalies store (store/agent_anomalies.h).
+#include "store/agent_anomalies.h"
 
 #include <sys/stat.h>
 
