@@ -517,8 +517,9 @@ std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
   auto fell_by_a_fifth = [&](const char* feature) {
     auto v = values.find(feature);
     auto seen = training_range.find(feature);  // and below the job's own training windows
-    return v == values.end() || (v->second.first <= 0.8 * v->second.second &&
-                                 (seen == training_range.end() || v->second.first < seen->second.first));
+    return v == values.end() ||
+           (v->second.first <= 0.8 * v->second.second &&
+            (seen == training_range.end() || v->second.first < seen->second.first));
   };
   if (!top.empty() && lowered.count("cpu_cores") &&
       weight_of("cpu_cores") >= 0.1 * top.front().second && fell_by_a_fifth("cpu_cores") &&

@@ -37,7 +37,8 @@ void read_call(const Statement& s, Row& r) {
 
 }  // namespace
 
-void each_cuda_call(const RecordingReader& rec, const std::function<void(const CudaCallRow&)>& row) {
+void each_cuda_call(const RecordingReader& rec,
+                    const std::function<void(const CudaCallRow&)>& row) {
   if (!rec.has_table("cuda_calls")) return;
   rec.query(select(rec, "cuda_calls",
                    {"ts_ns", "dur_ns", "pid", "tid", "name", "ret", "bytes", "memcpy_kind",
@@ -66,7 +67,8 @@ void each_cuda_call(const RecordingReader& rec, const std::function<void(const C
             });
 }
 
-void each_comm_call(const RecordingReader& rec, const std::function<void(const CommCallRow&)>& row) {
+void each_comm_call(const RecordingReader& rec,
+                    const std::function<void(const CommCallRow&)>& row) {
   if (!rec.has_table("comm_calls")) return;
   rec.query(select(rec, "comm_calls",
                    {"ts_ns", "dur_ns", "pid", "tid", "name", "ret", "count", "datatype", "bytes",
