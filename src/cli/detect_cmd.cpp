@@ -266,9 +266,12 @@ void print_notes(const Trained& t, const Collectives& collectives,
                t.skipped.size() - 5);
   for (const auto& s : collectives.notes()) fmt::print("  collectives not lined up across ranks: {}\n", s);
   if (t.model.starved_training_windows)
-    fmt::print("  {} training windows left out: the job got under half its usual CPU in them while "
-               "waiting 3x longer for a CPU (CPU interference while learning)\n",
-               t.model.starved_training_windows);
+    fmt::print("  {} left out: the job got under half its usual CPU in {} while waiting 3x longer "
+               "for a CPU (CPU interference while learning)\n",
+               t.model.starved_training_windows == 1
+                   ? std::string("1 training window")
+                   : fmt::format("{} training windows", t.model.starved_training_windows),
+               t.model.starved_training_windows == 1 ? "it" : "them");
   if (t.model.startup_training_windows)
     fmt::print(
         "  {} left out as the job's start-up: its first windows, unusual even to a model "
