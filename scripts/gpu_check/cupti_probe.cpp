@@ -65,19 +65,19 @@ void error(const char* what, CUptiResult r) {
 }
 
 std::string dir_of_loaded(const char* needle) {
-  std::string found;
+  std::pair<const char*, std::string> search{needle, {}};
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* data) {
-        auto* pair = static_cast<std::pair<const char*, std::string*>*>(data);
-        if (info->dlpi_name && strstr(info->dlpi_name, pair->first)) {
+        auto* s = static_cast<std::pair<const char*, std::string>*>(data);
+        if (info->dlpi_name && strstr(info->dlpi_name, s->first)) {
           std::string path = info->dlpi_name;
-          *pair->second = path.substr(0, path.rfind('/'));
+          s->second = path.substr(0, path.rfind('/'));
           return 1;
         }
         return 0;
       },
-      new std::pair<const char*, std::string*>(needle, &found));  // (leaked once: a probe)
-  return found;
+      &search);
+  return search.second;
 }
 
 bool load_cupti() {
