@@ -4,11 +4,14 @@
 # then with scripts/gpu_check/cupti_probe.cpp injected (CUDA_INJECTION64_PATH) recording
 #   kernels-quiet  concurrent-kernel records, counted and not written (CUPTI's own cost)
 #   kernels        the same, each written as a text line (the cost of handling them)
+#   kernels+launch the same, and the runtime's kernel-launch API records only (each launch's
+#                  correlation id and thread: the cheapest link to eacgm's launch rows)
+#   kernels-duty10 kernels written, activity on for 100 ms of every 1000 ms (a duty cycle)
 #   all            kernels, copies and memsets, written (what the GPU check's step 7 records)
 #   all+api        and the runtime and driver API records (correlation to the launching thread)
 # ROUNDS rounds (default 2), interleaved, DURATION seconds each (default 8); prints steps/s per run and
 # each variant's median against the untraced median of the same run, and the added time per
-# kernel. Needs nvcc and a python3 with CUDA PyTorch (PYTHON); run from the repository.
+# kernel. VARIANTS picks some (untraced first). Needs nvcc and a python3 with CUDA PyTorch (PYTHON); run from the repository.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-2} SECONDS_EACH=${DURATION:-8}
@@ -32,6 +35,8 @@ run() {  # run VARIANT ROUND: one training, its steps/s on stdout
     untraced) ;;
     kernels-quiet) env=(EACGM_CUPTI_KERNELS_ONLY=1 EACGM_CUPTI_QUIET=1) ;;
     kernels) env=(EACGM_CUPTI_KERNELS_ONLY=1) ;;
+    kernels+launch) env=(EACGM_CUPTI_KERNELS_ONLY=1 EACGM_CUPTI_API=launch) ;;
+    kernels-duty10) env=(EACGM_CUPTI_KERNELS_ONLY=1 EACGM_CUPTI_DUTY=100/1000) ;;
     all) env=() ;;
     all+api) env=(EACGM_CUPTI_API=1) ;;
   esac
@@ -39,9 +44,11 @@ run() {  # run VARIANT ROUND: one training, its steps/s on stdout
   env "${env[@]}" "$py" scripts/gpu_check/train.py --device cuda --seconds "$SECONDS_EACH" \
     --result "$work/$v.$r.json" >/dev/null 2>&1
   "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['steps_per_s'])" "$work/$v.$r.json" 2>/dev/null || echo nan
+  # What the probe recorded (its totals line), and its errors, to stderr
+  cat "$work/$v.$r".*.tsv 2>/dev/null | grep -E '^E (done|duty|cuptiActivity|dropped)' | sed "s/^E /  $v: /" >&2
   rm -f "$work/$v.$r".*.tsv
 }
-variants=(untraced kernels-quiet kernels all all+api)
+variants=(${VARIANTS:-untraced kernels-quiet kernels kernels+launch kernels-duty10 all all+api})
 declare -A got
 for r in $(seq "$ROUNDS"); do
   for v in "${variants[@]}"; do

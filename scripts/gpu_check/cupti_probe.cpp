@@ -9,7 +9,10 @@
 // Not the product's library: it writes text lines, for scripts/gpu_check/compare.py.
 //
 // Environment: EACGM_CUPTI_OUT (path prefix; each process writes PREFIX.PID.tsv),
-// EACGM_CUPTI_API=1 (also the runtime and driver API records), EACGM_CUPTI_KERNELS_ONLY=1 (no
+// EACGM_CUPTI_API=1 (also the runtime and driver API records; =launch: only the runtime's kernel
+// launches, the cheapest way to learn each launch's correlation id and thread),
+// EACGM_CUPTI_DUTY=ON_MS/PERIOD_MS (activity on for ON_MS of every PERIOD_MS, off between: does
+// turning it off give the launching thread its 8-10 us back?), EACGM_CUPTI_KERNELS_ONLY=1 (no
 // copies or memsets), EACGM_CUPTI_QUIET=1 (count the records, write only the totals: what the
 // records cost without the writing), EACGM_CUPTI_LIB (libcupti to load; otherwise the first
 // found beside the process's libcudart, then the toolkit's). bench/gpu_time_cost.sh times them.
@@ -28,6 +31,7 @@
 #include <ctime>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -37,6 +41,8 @@ namespace {
 struct Cupti {
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
   decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
+  decltype(&cuptiActivityEnableRuntimeApi) enable_runtime_api = nullptr;
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;
@@ -108,6 +114,8 @@ bool load_cupti() {
 #define SYM(field, name) cupti.field = reinterpret_cast<decltype(cupti.field)>(dlsym(h, #name))
   SYM(register_callbacks, cuptiActivityRegisterCallbacks);
   SYM(enable, cuptiActivityEnable);
+  SYM(disable, cuptiActivityDisable);
+  SYM(enable_runtime_api, cuptiActivityEnableRuntimeApi);
   SYM(flush_all, cuptiActivityFlushAll);
   SYM(next_record, cuptiActivityGetNextRecord);
   SYM(timestamp_callback, cuptiActivityRegisterTimestampCallback);
@@ -196,6 +204,19 @@ void at_exit() {
   }
 }
 
+// Turns the kinds on for on_ms of every period_ms; the records of an "on" slice arrive in the
+// buffers as usual. Detached: the process's exit ends it.
+void duty_cycle(std::vector<CUpti_ActivityKind> kinds, unsigned on_ms, unsigned period_ms) {
+  std::thread([=] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(on_ms));
+      for (auto k : kinds) cupti.disable(k);
+      std::this_thread::sleep_for(std::chrono::milliseconds(period_ms - on_ms));
+      for (auto k : kinds) cupti.enable(k);
+    }
+  }).detach();
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
@@ -234,12 +255,27 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     kinds.push_back(CUPTI_ACTIVITY_KIND_MEMCPY);
     kinds.push_back(CUPTI_ACTIVITY_KIND_MEMSET);
   }
-  if (set("EACGM_CUPTI_API")) {
+  const char* api = getenv("EACGM_CUPTI_API");
+  if (api && std::string(api) == "launch" && cupti.enable_runtime_api) {
+    // cupti_runtime_cbid.h's ids (stable; numbers, so a CUDA 12 toolkit builds it too):
+    // cudaLaunchKernel 211, _ptsz 214, cudaLaunchKernelExC 430, _ptsz 431, CUDA 13's
+    // __cudaLaunchKernel 505, _ptsz 506.
+    for (CUpti_CallbackId cbid : {211u, 214u, 430u, 431u, 505u, 506u})
+      if ((r = cupti.enable_runtime_api(cbid, 1)) != CUPTI_SUCCESS)
+        error("cuptiActivityEnableRuntimeApi", r);
+  } else if (set("EACGM_CUPTI_API")) {
     kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
     kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   }
   for (auto kind : kinds)
     if ((r = cupti.enable(kind)) != CUPTI_SUCCESS) error("cuptiActivityEnable", r);
+  unsigned on_ms = 0, period_ms = 0;
+  if (const char* duty = getenv("EACGM_CUPTI_DUTY");
+      duty && sscanf(duty, "%u/%u", &on_ms, &period_ms) == 2 && on_ms > 0 && on_ms < period_ms &&
+      cupti.disable) {
+    fprintf(out, "E duty cycle: on %u ms of every %u ms\n", on_ms, period_ms);
+    duty_cycle(kinds, on_ms, period_ms);
+  }
   atexit(at_exit);
   fflush(out);
   return 1;
