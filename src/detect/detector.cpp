@@ -566,10 +566,17 @@ std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
       return cause;
   }
   // No resource: the symptom of a layer among the top features (the job's own CPU falling
-  // while it waits on a slow link is no cause; the collectives it waits in are).
+  // while it waits on a slow link is no cause; the collectives it waits in are), in the
+  // direction that hurts: a layer's calls slower or fewer per second than usual. Faster or
+  // more calls are no slowness to name (session 31: "slow operators" for operators that ran
+  // faster than usual beside a rise elsewhere).
   for (const auto& [top_feature, weight] : top) {
     if (weight < 0.1 * top.front().second) break;
     const std::string& feature = top_feature;  // clang 14: no structured binding in a lambda
+    bool down = lowered.count(feature) > 0;
+    if ((feature.ends_with("_calls_per_s") && !down) ||
+        (feature.ends_with("_call_log_duration_us") && down))
+      continue;
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
     if (has("comm_")) return "slow collectives";
     if (has("cuda_")) return "slow CUDA calls";

@@ -564,7 +564,8 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
                            F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 2800}}),
             "CPU interference");
   EXPECT_EQ(probable_cause("window", "window",
-                           F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}}),
+                           F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}},
+                           {"cuda_calls_per_s"}),
             "slow CUDA calls");
   // less run-queue wait and CPU than usual is a job waiting elsewhere (a slow link), not
   // interference; a lower SM clock is throttling, a higher one is not
@@ -673,6 +674,20 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 1}},
                            {"cpu_cores", "comm_calls_per_s"}),
             "unusual window: cpu_cores");
+  // only in the direction that hurts: more calls per second, or calls faster than usual, name
+  // no slowness (the next symptom does, else the window is unusual)
+  EXPECT_EQ(probable_cause("window", "window", F{{"torch_calls_per_s", 9}}),
+            "unusual window: torch_calls_per_s");
+  EXPECT_EQ(probable_cause("window", "window", F{{"torch_call_log_duration_us", 9}},
+                           {"torch_call_log_duration_us"}),
+            "unusual window: torch_call_log_duration_us");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"torch_call_log_duration_us", 9}, {"comm_call_log_duration_us", 5}},
+                           {"torch_call_log_duration_us"}),
+            "slow collectives");
+  EXPECT_EQ(probable_cause("window", "window",
+                           F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}}),
+            "unusual window: cuda_calls_per_s");
 }
 
 }  // namespace
