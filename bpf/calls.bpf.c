@@ -360,10 +360,33 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	return 0;
 }
 
+/* The gputime layer: eacgm_gputime_batch(buf, bytes) in eacgm's CUDA injection library. Its
+ * buffer is always EACGM_GPU_BATCH_BYTES long, so the copy has a constant size. */
+static __always_inline int emit_gpu_batch(struct pt_regs *ctx, __u64 id)
+{
+	struct eacgm_gpu_batch_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return 0;
+	}
+	e->kind = EACGM_REC_GPU_BATCH;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->ts_ns = bpf_ktime_get_ns();
+	__u64 bytes = PT_REGS_PARM2(ctx);
+	e->bytes = bytes > EACGM_GPU_BATCH_BYTES ? EACGM_GPU_BATCH_BYTES : (__u32)bytes;
+	if (bpf_probe_read_user(e->data, sizeof(e->data), (void *)PT_REGS_PARM1(ctx)) != 0)
+		e->bytes = 0;
+	bpf_ringbuf_submit(e, wake_flags());
+	return 0;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	if (cookie & EACGM_COOKIE_GPU_BATCH)
+		return is_traced(id >> 32) ? emit_gpu_batch(ctx, id) : 0;
 	if (cookie & EACGM_COOKIE_ENTRY_ONLY)
 		return is_traced(id >> 32) ? emit_entry_only(ctx, cookie, id) : 0;
 	/* A thread with calls storage belongs to a traced process: storage is made only for those,

@@ -19,6 +19,8 @@ enum eacgm_record_kind {
 				 the Python stack in a PY_STACK record just before, stamped ts_ns) */
 	EACGM_REC_OFFCPU = 7, /* an off-CPU sample: a traced thread blocked, and where (a PY_STACK
 				 record stamped ts_ns before it, as for SAMPLE) */
+	EACGM_REC_GPU_BATCH = 8, /* GPU-side time: a batch of CUPTI records from eacgm's injection
+				    library (src/gputime/gpu_batch.h), as it passed them */
 };
 
 #define EACGM_SAMPLE_MAX_FRAMES 64
@@ -84,6 +86,8 @@ struct eacgm_offcpu_event {
 						  group's rank offset (rank | size << 32),
 						  deref[2] = its collectives' sequence number */
 #define EACGM_MAX_TENSORS 8                    /* summed per call; more: bytes unknown */
+#define EACGM_COOKIE_GPU_BATCH (1ULL << 31)    /* eacgm_gputime_batch(buf, bytes): copy the
+						  library's batch buffer into a GPU_BATCH record */
 
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5
@@ -111,6 +115,18 @@ struct eacgm_call_event {
 };
 
 #define EACGM_RUNQ_UNKNOWN (~0ULL)
+
+/* The injection library's batch buffer: always this long, so the probe copies a constant size. */
+#define EACGM_GPU_BATCH_BYTES 16384
+
+struct eacgm_gpu_batch_event {
+	__u32 kind;  /* EACGM_REC_GPU_BATCH */
+	__u32 pid;
+	__u32 tid;   /* the thread that passed it (CUPTI's) */
+	__u32 bytes; /* used of data: the call's second argument; 0 when the buffer was unreadable */
+	__u64 ts_ns;
+	__u8 data[EACGM_GPU_BATCH_BYTES];
+};
 
 #define EACGM_NAME_BYTES 1024
 

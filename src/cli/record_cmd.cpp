@@ -33,7 +33,9 @@ void add_layer_options(CLI::App* cmd, std::string& layers, std::string& torch_op
                   "comma-separated layers to trace. auto (the default): each layer whose library "
                   "a traced process maps, decided per process and again at each dlopen: cuda "
                   "for libcudart/libcuda, comm for libnccl or libtorch's c10d, torch for "
-                  "libtorch_cpu, python for CPython processes, gpu when NVML loads, host always; "
+                  "libtorch_cpu, python for CPython processes, gpu when NVML loads, gputime "
+                  "where CUDA loads eacgm's injection library (record sets "
+                  "CUDA_INJECTION64_PATH for the command it launches), host always; "
                   "auto,LAYER adds LAYER. Or name them: cuda (runtime and driver API calls), "
                   "comm (NCCL collectives and communicators), torch (PyTorch operators through "
                   "the dispatcher, e.g. aten::linear; see --torch-ops), python (CPython "
@@ -41,7 +43,9 @@ void add_layer_options(CLI::App* cmd, std::string& layers, std::string& torch_op
                   "profile sample, read from the interpreter, no probe per Python call; "
                   "per-call timing of functions is --python-calls), gpu (NVML: "
                   "utilization, memory, power, clocks, PCIe, throttling, ECC, XIDs, per-process "
-                  "use; sampled), host (scheduler, network and block I/O counters, sampled)")
+                  "use; sampled), gputime (CUPTI: when each kernel, copy and memset ran on "
+                  "the GPU, linked to its launch; costs a launch-bound job ~10-15%), host "
+                  "(scheduler, network and block I/O counters, sampled)")
       ->capture_default_str();
   cmd->add_option("--torch-ops", torch_ops,
                   "PyTorch operators the torch layer traces: comma-separated globs on "

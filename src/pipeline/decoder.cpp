@@ -27,6 +27,7 @@ static_assert(sizeof(eacgm_call_event) == 8 + 16 + 8 + 8 + 48 + 24 + 40 + 8 + 8 
 static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
+static_assert(sizeof(eacgm_gpu_batch_event) == 24 + EACGM_GPU_BATCH_BYTES, "event layout");
 
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -125,6 +126,8 @@ void EventDecoder::on_record(const void* data, size_t size) {
     decode_sample(*static_cast<const eacgm_sample_event*>(data));
   } else if (kind == EACGM_REC_OFFCPU && size >= sizeof(eacgm_offcpu_event)) {
     decode_offcpu(*static_cast<const eacgm_offcpu_event*>(data));
+  } else if (kind == EACGM_REC_GPU_BATCH && size >= sizeof(eacgm_gpu_batch_event)) {
+    decode_gpu_batch(*static_cast<const eacgm_gpu_batch_event*>(data));
   } else if (kind == EACGM_REC_MMAP && size >= sizeof(eacgm_mmap_event)) {
     if (on_code_mapped) on_code_mapped(static_cast<const eacgm_mmap_event*>(data)->pid);
   } else if (python_ && python_->on_record(kind, data, size)) {

@@ -30,6 +30,9 @@ struct DecoderStats {
   uint64_t samples = 0;          // CPU samples (the profile)
   uint64_t offcpu_samples = 0;   // off-CPU samples (the waits' profile)
   uint64_t native_stacks = 0;    // distinct native stacks among them
+  uint64_t gpu_activity = 0;     // gputime rows (executions and launches)
+  uint64_t gpu_dropped = 0;      // records CUPTI dropped (its buffers were full)
+  uint64_t gpu_off_clock = 0;    // records not on the recording's clock (left out)
 };
 
 class EventDecoder {
@@ -53,6 +56,8 @@ class EventDecoder {
   std::function<void(uint32_t pid, int status)> on_process_exit;
   // A process got its name (fork: the parent's; exec: the new program's).
   std::function<void(uint32_t pid, const std::string& name)> on_process_named;
+  // What the gputime injection library said about itself in a process (CUPTI found, errors).
+  std::function<void(uint32_t pid, const std::string& note)> on_gpu_note;
 
   const DecoderStats& stats() const { return stats_; }
   // The first call decoded of each call layer (cuda, comm, torch), by layer: proof that the
@@ -88,6 +93,7 @@ class EventDecoder {
   void decode_exec_image(const eacgm_exec_image_event& e);
   void decode_sample(const eacgm_sample_event& e);
   void decode_offcpu(const eacgm_offcpu_event& e);
+  void decode_gpu_batch(const eacgm_gpu_batch_event& e);  // decoder_gputime.cpp
   // A sample's Python stack (its PY_STACK record) and native stack into row's ids.
   template <class Event, class Row>
   void take_stacks(const Event& e, Row& row);
@@ -118,6 +124,7 @@ class EventDecoder {
     // the driver launch it made, so a stub with no symbol is named by the kernel inside it
     std::unordered_map<uint32_t, std::pair<uint64_t, std::string_view>> last_driver_launch;
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
+    std::unordered_map<uint32_t, std::string_view> gpu_names;  // the gputime library's name ids
     bool called = false;                           // on_first_call was said
   };
   std::unordered_map<uint32_t, ProcessState> state_;

@@ -11,19 +11,20 @@ namespace eacgm {
 namespace {
 
 // The order layers are listed in everywhere (help, meta, the layers line).
-constexpr std::array<const char*, 7> kOrder{"cuda",          "comm", "torch", "python",
-                                            "python-stacks", "gpu",  "host"};
+constexpr std::array<const char*, 8> kOrder{"cuda", "comm",    "torch", "python", "python-stacks",
+                                            "gpu",  "gputime", "host"};
 
 }  // namespace
 
 LayerChoice LayerChoice::parse(const std::vector<std::string>& list, bool python_calls) {
-  static const std::set<std::string> known{"auto",  "cuda", "comm", "python",
-                                           "torch", "gpu",  "host"};
+  static const std::set<std::string> known{"auto",  "cuda", "comm",    "python",
+                                           "torch", "gpu",  "gputime", "host"};
   LayerChoice c;
   for (const auto& l : list) {
     if (!known.count(l))
       throw UsageError(fmt::format(
-          "unknown layer '{}' (choose from auto, cuda, comm, python, torch, gpu, host)", l));
+          "unknown layer '{}' (choose from auto, cuda, comm, python, torch, gpu, gputime, host)",
+          l));
     if (l == "auto")
       c.automatic = true;
     else
@@ -76,8 +77,11 @@ std::string ActiveLayers::describe(const LayerChoice& choice) const {
       append(on, fmt::format("{} ({})", layer, it->second));
       continue;
     }
+    // GPU time only matters where CUDA was used (or it was asked for by name)
     bool expected = layer == "python-stacks" ? choice.python_stacks() && !choice.python_calls()
-                                             : choice.armed(layer);
+                    : layer == "gputime"
+                        ? choice.named.count(layer) || (choice.armed(layer) && on_.count("cuda"))
+                        : choice.armed(layer);
     if (!expected) continue;
     if (auto it = off_.find(layer); it != off_.end())
       append(off, fmt::format("{} ({})", layer, it->second));

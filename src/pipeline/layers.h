@@ -34,7 +34,8 @@ struct LayerChoice {
 // ones that did not (with why), for the one line `record` prints and the recording's meta.
 class ActiveLayers {
  public:
-  // `layer` is one of cuda, comm, torch, python, python-stacks, gpu, host. The first reason stays.
+  // `layer` is one of cuda, comm, torch, python, python-stacks, gpu, gputime, host. The first
+  // reason stays.
   void on(const std::string& layer, const std::string& why);
   void off(const std::string& layer, const std::string& why);
   bool is_on(const std::string& layer) const { return on_.count(layer) != 0; }

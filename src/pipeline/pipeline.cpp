@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -51,6 +52,7 @@ ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
     add_c10d_probes(set, std::move(use_torch_layout));
   }
   if (choice.armed("torch")) add_torch_probes(set, std::move(torch));
+  if (choice.armed("gputime")) add_gputime_probes(set);
   return set;
 }
 
@@ -83,6 +85,14 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
   decoder_->on_first_call = decoder_->on_code_mapped;
   decoder_->on_process_named = [this](uint32_t pid, const std::string& name) {
     if (host_) host_->name_process(pid, name);
+  };
+  // What the injection library says: kept for the meta (a few lines); its problems said now
+  decoder_->on_gpu_note = [this](uint32_t pid, const std::string& note) {
+    std::string line = fmt::format("pid {}: {}", pid, note);
+    if (std::count(gpu_notes_.begin(), gpu_notes_.end(), '\n') < 20)
+      gpu_notes_ += (gpu_notes_.empty() ? "" : "\n") + line;
+    if (!note.starts_with("CUPTI from") && !opts_.quiet)
+      fprintf(stderr, "eacgm: layer gputime: %s\n", line.c_str());
   };
   decoder_->on_process_exit = [this](uint32_t pid, int) {
     symbols_->forget(pid);
@@ -147,12 +157,16 @@ void Pipeline::start_gpu() {
   }
 }
 
-void Pipeline::expect_command(uint32_t pid, const std::string& program) {
+void Pipeline::expect_command(uint32_t pid, const std::string& program,
+                              const std::string& gputime_library) {
   tracer_->trace_pid(pid);
   if (python_) python_->plan_program(program);
   const char* ldp = getenv("LD_LIBRARY_PATH");
   for (const auto& lib : candidate_libraries(planner_->probes(), ldp ? ldp : ""))
     planner_->plan_file(lib);
+  // the injection library the command will load (record wrote it): probed before it runs, so
+  // that its first batch (at CUDA's start) is not missed
+  if (!gputime_library.empty() && choice_.armed("gputime")) planner_->plan_file(gputime_library);
   decoder_->expect_process(pid, uint32_t(getpid()));
 }
 
@@ -209,8 +223,11 @@ void Pipeline::start(const std::string& target) {
   last_flush_ = last_rescan_ = last_progress_meta_ = monotonic_now_ns();
 }
 
-void Pipeline::snapshot_maps(uint32_t pid) {
+void Pipeline::command_exec(uint32_t pid) {
   if (auto maps = read_proc_maps(int(pid))) symbols_->update_maps(pid, *maps);
+  // the call layers' probes only: its libraries are not mapped yet (the loader has not run),
+  // so the python layer waits for them (the exec event plans the process again)
+  plan_process(pid, false);
 }
 
 void Pipeline::start_sampling() {
@@ -239,7 +256,7 @@ void Pipeline::use_torch_layout(const std::string& path) {
 }
 
 // Probes what the process maps, and notes which layers that turns on and why.
-void Pipeline::plan_process(uint32_t pid) {
+void Pipeline::plan_process(uint32_t pid, bool python) {
   std::vector<const ProbedFile*> mapped;
   planner_->plan_process(pid, &mapped);
   bool ml = false;
@@ -249,7 +266,8 @@ void Pipeline::plan_process(uint32_t pid) {
                                     std::filesystem::path(f->path).filename().string(), pid));
       ml |= layer == "cuda" || layer == "comm" || layer == "torch";
     }
-  if (!python_ || (opts_.python_with_ml_only && !ml)) return;  // (planned again at its dlopen)
+  if (!python || !python_ || (opts_.python_with_ml_only && !ml))
+    return;  // (planned again at its dlopen)
   if (const CPythonBuild* b = python_->plan_process(pid))
     active_.on(choice_.python_calls() ? "python" : "python-stacks",
                fmt::format("CPython {} in {}, pid {}", b->version(),
@@ -402,6 +420,13 @@ void Pipeline::finish() {
     decoder_->finish_c10d();
     out_.set_meta("c10d_incomplete", std::to_string(decoder_->stats().c10d_incomplete));
   }
+  if (choice_.armed("gputime")) {
+    const DecoderStats& d = decoder_->stats();
+    out_.set_meta("gpu_activity_rows", std::to_string(d.gpu_activity));
+    if (d.gpu_dropped) out_.set_meta("gpu_activity_dropped", std::to_string(d.gpu_dropped));
+    if (d.gpu_off_clock) out_.set_meta("gpu_activity_off_clock", std::to_string(d.gpu_off_clock));
+    if (!gpu_notes_.empty()) out_.set_meta("gputime_notes", gpu_notes_);
+  }
   if (choice_.armed("torch")) {
     out_.set_meta("torch_ops", join(opts_.torch_ops, ","));
     out_.set_meta("torch_operators_probed", std::to_string(torch_ops_->size()));
@@ -438,6 +463,16 @@ void Pipeline::finish_warnings() {
   for (const auto& f : planner_->probed_files())
     for (const auto& e : f.errors)
       fprintf(stderr, "eacgm: warning: could not probe %s in %s\n", e.c_str(), f.path.c_str());
+  if (decoder_->stats().gpu_dropped)
+    fprintf(stderr,
+            "eacgm: layer gputime: CUPTI dropped %llu records (its buffers were full): GPU time "
+            "is missing for some kernels\n",
+            (unsigned long long)decoder_->stats().gpu_dropped);
+  if (decoder_->stats().gpu_off_clock)
+    fprintf(stderr,
+            "eacgm: layer gputime: %llu records were not on the recording's clock (a CUPTI "
+            "without the timestamp callback) and were left out\n",
+            (unsigned long long)decoder_->stats().gpu_off_clock);
   if (choice_.named.count("torch") && torch_ops_->size() == 0)
     fprintf(stderr,
             "eacgm: layer torch: no PyTorch operators were found (no libtorch_cpu in the "

@@ -57,7 +57,12 @@ class Pipeline {
 
   // Targets, before start(). A command forked and waiting to exec: it, its interpreter and the
   // libraries it may load are probed before it runs.
-  void expect_command(uint32_t pid, const std::string& program);
+  // `gputime_library`: the injection library the command will load (record wrote it), probed
+  // before the command runs so that its first batch is not missed; empty: none.
+  void expect_command(uint32_t pid, const std::string& program,
+                      const std::string& gputime_library = "");
+  // The gputime layer cannot be on, and why (one line in the layers line).
+  void gputime_off(const std::string& why) { active_.off("gputime", why); }
   // A running process (-p) and its descendants; returns them all, `pid` first.
   std::vector<uint32_t> attach_process(uint32_t pid);
   // --all: the known libraries now, running processes on a timer.
@@ -66,9 +71,10 @@ class Pipeline {
   // Writes the start meta (`target` says what is traced), starts the gpu layer and probes what
   // the targets map.
   void start(const std::string& target);
-  // Reads a process's maps now (the command, held just after its exec: its kernels can only be
-  // named through them).
-  void snapshot_maps(uint32_t pid);
+  // The command, held just after its exec: reads its maps now (its kernels can only be named
+  // through them) and probes its program, so that a short program's own functions (a
+  // statically linked CUDA runtime, the gputime layer's test program) are traced from its start.
+  void command_exec(uint32_t pid);
   // Starts the sampling thread of the sampled layers (after the command's exec, so that its
   // first sample names the program).
   void start_sampling();
@@ -94,7 +100,7 @@ class Pipeline {
 
  private:
   void use_torch_layout(const std::string& path);
-  void plan_process(uint32_t pid);
+  void plan_process(uint32_t pid, bool python = true);
   void plan_dirty();
   void drain();
   void write_samples();
@@ -123,6 +129,7 @@ class Pipeline {
   std::set<uint32_t> dirty_;  // processes that mapped new code
   std::string torch_layout_;  // the PyTorch version whose layout the BPF side reads
   std::set<std::string> warned_layouts_;
+  std::string gpu_notes_;  // what the gputime injection library said, one line per note
   uint64_t start_mono_ = 0;
   uint64_t last_flush_ = 0, last_rescan_ = 0, last_progress_meta_ = 0;
   bool warned_loader_ = false;

@@ -62,6 +62,11 @@ bool looks_like_cuda_library(const std::string& path) {
   return shared && (base.starts_with("libcudart") || base.starts_with("libcuda.so"));
 }
 
+bool looks_like_gputime_library(const std::string& path) {
+  std::string base = fs::path(path).filename().string();
+  return base.starts_with("libeacgm_cupti") && base.find(".so") != std::string::npos;
+}
+
 static bool looks_like_loader(const std::string& path) {
   std::string base = fs::path(path).filename().string();
   return base.starts_with("ld-linux") || base.starts_with("ld-musl");
@@ -175,6 +180,12 @@ void add_c10d_probes(ProbeSet& set, std::function<void(const std::string& path)>
   set.library_matchers.push_back(&looks_like_torch_library);
 }
 
+void add_gputime_probes(ProbeSet& set) {
+  set.specs.push_back(
+      {"eacgm_gputime_batch", kGpuTimeOp | EACGM_COOKIE_GPU_BATCH, ProbeSpec::End::None});
+  set.library_matchers.push_back(&looks_like_gputime_library);
+}
+
 void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops) {
   set.providers.push_back([ops](const ElfSymbols& elf) { return ops->probes_for(elf); });
   set.library_matchers.push_back(&looks_like_torch_library);
@@ -262,6 +273,7 @@ std::string ProbePlanner::plan_loader(const std::string& path) {
 }
 
 const char* layer_of_op(uint64_t op_id) {
+  if (op_id == kGpuTimeOp) return "gputime";
   if (op_id < kCommOpBase) return "cuda";
   return op_id < kTorchOpBase ? "comm" : "torch";
 }

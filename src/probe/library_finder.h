@@ -26,8 +26,11 @@ struct ProbedFile {
   std::set<std::string> layers;     // the layers of the functions attached (cuda, comm, torch)
 };
 
+// The gputime layer's one probe: eacgm_gputime_batch in eacgm's CUDA injection library.
+constexpr uint16_t kGpuTimeOp = 0xfffe;
+
 // The layer an op id belongs to: cuda below kCommOpBase, comm (NCCL, c10d) below kTorchOpBase,
-// torch above.
+// gputime for kGpuTimeOp, torch for the others.
 const char* layer_of_op(uint64_t op_id);
 
 // Library files a dynamic loader could pick for libcudart / libcuda: LD_LIBRARY_PATH entries,
@@ -40,6 +43,8 @@ std::string own_dynamic_loader();
 
 // True when a mapped file may hold the CUDA runtime or driver API by its name.
 bool looks_like_cuda_library(const std::string& path);
+// True for eacgm's CUDA injection library (libeacgm_cupti*.so), by its name.
+bool looks_like_gputime_library(const std::string& path);
 
 // One function to probe wherever it is found, and the cookie its events carry.
 struct ProbeSpec {
@@ -68,6 +73,8 @@ void add_comm_probes(ProbeSet& set);
 void add_c10d_probes(ProbeSet& set, std::function<void(const std::string& path)> use_layout);
 // The torch layer's: the operators `ops` selects, in whichever libtorch a process maps.
 void add_torch_probes(ProbeSet& set, std::shared_ptr<TorchOps> ops);
+// The gputime layer's: eacgm_gputime_batch, where the injection library hands over its records.
+void add_gputime_probes(ProbeSet& set);
 
 // Library files of the chosen layers a dynamic loader could pick (see candidate_cuda_libraries).
 std::vector<std::string> candidate_libraries(const ProbeSet& set,

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "util/error.h"
@@ -46,9 +47,21 @@ std::string LaunchedCommand::check_program(const std::string& name) {
   throw UsageError(fmt::format("cannot run {}: command not found (check the name and PATH)", name));
 }
 
-LaunchedCommand::LaunchedCommand(std::vector<std::string> argv) : argv_(std::move(argv)) {
+LaunchedCommand::LaunchedCommand(std::vector<std::string> argv, std::vector<std::string> env)
+    : argv_(std::move(argv)) {
   if (argv_.empty()) throw UsageError("no command given after -- (e.g. eacgm record -- ./train)");
   program_ = check_program(argv_[0]);
+  // The environment is built here: after fork, in a multi-threaded parent, the child may only
+  // call async-signal-safe functions (no setenv)
+  auto name_of = [](const std::string& v) { return v.substr(0, v.find('=')); };
+  std::set<std::string> replaced;
+  for (const auto& v : env) replaced.insert(name_of(v));
+  for (char** e = environ; *e; ++e)
+    if (!replaced.count(name_of(*e))) env_.emplace_back(*e);
+  env_.insert(env_.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& v : env_) envp.push_back(v.data());
+  envp.push_back(nullptr);
   int go[2], exec_status[2];
   if (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_status, O_CLOEXEC) != 0)
     fail("cannot create a pipe to start {}: {}", argv_[0], errno_text(errno));
@@ -68,7 +81,7 @@ LaunchedCommand::LaunchedCommand(std::vector<std::string> argv) : argv_(std::mov
     // Stop right after exec (SIGTRAP) so the parent can read our maps once the program is
     // mapped and before it runs; the parent detaches at once.
     ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    execv(program_.c_str(), args.data());
+    execve(program_.c_str(), args.data(), envp.data());
     int err = errno;
     (void)!write(exec_status[1], &err, sizeof(err));
     _exit(127);

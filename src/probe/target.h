@@ -14,7 +14,8 @@ class LaunchedCommand {
  public:
   // Resolves the program (PATH search) and forks a child that waits before exec. Throws
   // UsageError when the program does not exist or is not executable.
-  explicit LaunchedCommand(std::vector<std::string> argv);
+  // `env`: variables set in the command's environment (NAME=value), beside eacgm's own.
+  explicit LaunchedCommand(std::vector<std::string> argv, std::vector<std::string> env = {});
   ~LaunchedCommand();
   LaunchedCommand(const LaunchedCommand&) = delete;
   LaunchedCommand& operator=(const LaunchedCommand&) = delete;
@@ -36,6 +37,7 @@ class LaunchedCommand {
 
  private:
   std::vector<std::string> argv_;
+  std::vector<std::string> env_;  // the command's whole environment
   std::string program_;
   pid_t pid_ = -1;
   int go_fd_ = -1;    // parent writes here to release the child

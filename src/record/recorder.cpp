@@ -18,6 +18,8 @@
 #include <set>
 
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
+#include "gputime/embedded.h"
+#include "probe/library_finder.h"  // looks_like_gputime_library
 #include "record/record_sinks.h"
 #include "probe/target.h"
 #include "report/report.h"
@@ -84,6 +86,7 @@ class RecordSession {
 
  private:
   std::string add_targets();
+  std::vector<std::string> gputime_environment();
   bool targets_done();
   void progress(uint64_t now_ns);
   void finish(std::optional<int> exit_status);
@@ -94,6 +97,9 @@ class RecordSession {
   const RecordOptions& opts_;
   RecordSinks sinks_;
   Pipeline pipeline_;
+  // the gputime layer's injection library, written for the command (removed at the end: the
+  // processes that loaded it keep it mapped)
+  std::unique_ptr<gputime::LibraryFile> gputime_;
   std::unique_ptr<LaunchedCommand> command_;
   std::set<uint32_t> live_;  // -p targets still running
   uint64_t last_progress_ = 0;
@@ -104,11 +110,34 @@ class RecordSession {
   bool said_waiting_ = false, killed_ = false;
 };
 
+// The gputime layer in the command eacgm launches: CUDA loads the injection library that
+// CUDA_INJECTION64_PATH names at the command's first CUDA call. One set already (another
+// profiler's library, or ours) is left as it is.
+std::vector<std::string> RecordSession::gputime_environment() {
+  if (const char* set = getenv("CUDA_INJECTION64_PATH"); set && *set) {
+    if (!looks_like_gputime_library(set))
+      pipeline_.gputime_off(fmt::format(
+          "CUDA_INJECTION64_PATH is already set ({}, another tool's injection library): left as "
+          "it is",
+          set));
+    return {};
+  }
+  gputime_ = std::make_unique<gputime::LibraryFile>();
+  if (gputime_->path().empty()) {
+    pipeline_.gputime_off(gputime_->why());
+    return {};
+  }
+  return {"CUDA_INJECTION64_PATH=" + gputime_->path()};
+}
+
 // Says what is traced; returns it for the recording's meta.
 std::string RecordSession::add_targets() {
   if (!opts_.command.empty()) {
-    command_ = std::make_unique<LaunchedCommand>(opts_.command);
-    pipeline_.expect_command(uint32_t(command_->pid()), command_->program());
+    std::vector<std::string> env;
+    if (pipeline_.layer_choice().armed("gputime")) env = gputime_environment();
+    command_ = std::make_unique<LaunchedCommand>(opts_.command, env);
+    pipeline_.expect_command(uint32_t(command_->pid()), command_->program(),
+                             gputime_ ? gputime_->path() : "");
     return join(opts_.command, " ");
   }
   if (opts_.all) {
@@ -146,7 +175,7 @@ int RecordSession::run() {
   pipeline_.start(target);
   if (command_) {
     uint32_t child = uint32_t(command_->pid());
-    command_->start([&] { pipeline_.snapshot_maps(child); });
+    command_->start([&] { pipeline_.command_exec(child); });
   }
   // After the command's exec, so that the first sample names it by its program, not "eacgm".
   pipeline_.start_sampling();

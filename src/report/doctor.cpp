@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu/nvml.h"
+#include "gputime/embedded.h"
 #include "probe/call_tracer.h"
 #include "probe/debug_info.h"
 #include "probe/elf_symbols.h"
@@ -170,6 +171,27 @@ void check_cuda_and_nccl(Doctor& d) {
     d.ok("NCCL", nccl.front() + " (comm layer)");
 }
 
+// The gputime layer: the injection library inside this eacgm, and a CUPTI for it to load.
+void check_cupti(Doctor& d) {
+  if (gputime::embedded_library().empty()) {
+    d.missing("GPU time", "this eacgm was built without CUPTI's headers (the gputime layer is "
+                          "unavailable; build with a CUDA toolkit)");
+    return;
+  }
+  const char* ldp = getenv("LD_LIBRARY_PATH");
+  std::vector<std::string> dirs{"/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64",
+                                "/usr/lib/x86_64-linux-gnu"};
+  for (const auto& lib : candidate_cuda_libraries(ldp ? ldp : ""))
+    dirs.push_back(std::filesystem::path(lib).parent_path().string());
+  auto cupti = find_files(dirs, "libcupti.so");
+  if (cupti.empty())
+    d.missing("CUPTI", "no libcupti.so beside the CUDA libraries: jobs that bring their own "
+                       "(a wheel's nvidia/cuda_cupti) still get GPU time (gputime layer)");
+  else
+    d.ok("CUPTI", cupti.front() + " (gputime layer: record gives its command eacgm's CUDA "
+                                  "injection library)");
+}
+
 // glibc's detached debug file: where profiles' threads block (its internal futex wait) and
 // much of their native time is in functions only it names.
 void check_debug_symbols(Doctor& d) {
@@ -250,6 +272,7 @@ void check_nvml(Doctor& d) {
 
 void check_libraries(Doctor& d) {
   check_cuda_and_nccl(d);
+  check_cupti(d);
   check_debug_symbols(d);
   check_pythons(d);
   check_torch(d);

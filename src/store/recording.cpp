@@ -68,6 +68,17 @@ CREATE TABLE gpu_process_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL,
                                  enc_util_pct INTEGER, dec_util_pct INTEGER,
                                  used_memory_bytes INTEGER);
 CREATE TABLE gpu_events(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, xid INTEGER NOT NULL);
+-- gputime layer (CUPTI, through eacgm's injection library): each kernel, copy and memset as it
+-- ran on the GPU (ts_ns its start, dur_ns its time there, on the recording's clock), and each
+-- kernel launch as the CUDA runtime recorded it (kind 'launch': the API call on thread tid).
+-- An execution's launch is the launch row of the same pid and correlation. name: kernels'
+-- demangled names, copies' direction (HostToDevice...), launches' API function.
+CREATE TABLE gpu_activity(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+                          tid INTEGER, kind TEXT NOT NULL, device INTEGER, context INTEGER,
+                          stream INTEGER, correlation INTEGER, name TEXT, bytes INTEGER,
+                          grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER,
+                          block_y INTEGER, block_z INTEGER, shared_mem INTEGER,
+                          registers INTEGER);
 -- NCCL calls. dur_ns is host-side (enqueue time for collectives); algbw/busbw follow nccl-tests
 -- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
 -- creation, when it was traced. PyTorch c10d rows (gloo:*): dur_ns lasts until the collective
@@ -438,6 +449,7 @@ void RecordingWriter::write_batch(const Batch& b) {
   if (!write_host_samples(st, b.host_samples)) return failed("host samples");
   if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");
+  if (!write_gpu_activity(st, b.gpu_activity)) return failed("GPU activity");
   if (!write_exits(st, b.exits)) return failed("process exits");
   if (!exec_sql(db_, "COMMIT").empty()) return failed("a batch");
   std::lock_guard lock(mu_);

@@ -50,6 +50,7 @@ class RecordingWriter final : public Sink {
   void add(const GpuSample& row) override { batch_->gpu_samples.push_back(row); }
   void add(const GpuProcessSample& row) override { batch_->gpu_process_samples.push_back(row); }
   void add(const GpuXidEvent& row) override { batch_->gpu_xids.push_back(row); }
+  void add(const GpuActivityRow& row) override { batch_->gpu_activity.push_back(row); }
   void add(const PythonCallRow& row) override { batch_->python_calls.push_back(row); }
   void add(const PythonStackFrameRow& row) override { batch_->python_frames.push_back(row); }
   void add(const StackSampleRow& row) override { batch_->stack_samples.push_back(row); }
@@ -82,6 +83,7 @@ class RecordingWriter final : public Sink {
     std::vector<GpuSample> gpu_samples;
     std::vector<GpuProcessSample> gpu_process_samples;
     std::vector<GpuXidEvent> gpu_xids;
+    std::vector<GpuActivityRow> gpu_activity;
     std::vector<PythonCallRow> python_calls;
     std::vector<PythonStackFrameRow> python_frames;
     std::vector<StackSampleRow> stack_samples;
@@ -91,7 +93,7 @@ class RecordingWriter final : public Sink {
       return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() +
              processes.size() + exits.size() + threads.size() + host_samples.size() +
              gpu_devices.size() + gpu_samples.size() + gpu_process_samples.size() +
-             gpu_xids.size() + python_calls.size() + python_frames.size() + stack_samples.size() +
+             gpu_xids.size() + gpu_activity.size() + python_calls.size() + python_frames.size() + stack_samples.size() +
              offcpu_samples.size() + native_frames.size();
     }
   };

@@ -28,6 +28,25 @@ struct CudaCallRow {
   int64_t py_stack = 0;     // python_stacks id of the calling Python code; 0: none
 };
 
+// GPU-side time (the gputime layer): a kernel, copy or memset as it ran on the GPU, or a kernel
+// launch as the CUDA runtime recorded it (its correlation id and thread), from CUPTI through
+// eacgm's injection library. Times are on the recording's clock (CLOCK_MONOTONIC).
+struct GpuActivityRow {
+  uint64_t ts_ns = 0;  // GPU start; launches: the API call's start
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0;
+  uint32_t tid = 0;         // launches: the launching thread; 0 otherwise
+  std::string_view kind;    // "kernel", "memcpy", "memset", "launch"
+  uint32_t device = 0, context = 0, stream = 0;
+  uint32_t correlation = 0;  // an execution's launch is the launch row with the same one
+  std::string_view name;     // kernels: demangled; copies: HostToDevice...; launches: the API
+  int64_t bytes = -1;        // copies and memsets; -1 otherwise
+  int32_t grid[3] = {0, 0, 0};
+  int32_t block[3] = {0, 0, 0};
+  uint32_t shared_mem = 0;  // kernels: static + dynamic shared memory per block
+  uint32_t registers = 0;   // kernels: per thread
+};
+
 // One traced communication call (NCCL). Durations are host-side: for collectives, which NCCL
 // enqueues on a stream, the enqueue time; bandwidths from them are not the wire's.
 struct CommCallRow {

@@ -207,4 +207,31 @@ bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
   return true;
 }
 
+bool write_gpu_activity(Statements& db, const std::vector<GpuActivityRow>& rows) {
+  if (rows.empty()) return true;
+  Statement& insert = db("INSERT INTO gpu_activity VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+                         "?13,?14,?15,?16,?17,?18,?19)");
+  for (const auto& r : rows) {
+    insert.bind(1, static_cast<int64_t>(r.ts_ns));
+    insert.bind(2, static_cast<int64_t>(r.dur_ns));
+    insert.bind(3, int64_t(r.pid));
+    if (r.tid) insert.bind(4, int64_t(r.tid));
+    insert.bind(5, r.kind);
+    insert.bind(6, int64_t(r.device));
+    insert.bind(7, int64_t(r.context));
+    insert.bind(8, int64_t(r.stream));
+    insert.bind(9, int64_t(r.correlation));
+    if (!r.name.empty()) insert.bind(10, r.name);
+    if (r.bytes >= 0) insert.bind(11, r.bytes);
+    if (r.kind == "kernel") {
+      for (int i = 0; i < 3; ++i) insert.bind(12 + i, int64_t(r.grid[i]));
+      for (int i = 0; i < 3; ++i) insert.bind(15 + i, int64_t(r.block[i]));
+      insert.bind(18, int64_t(r.shared_mem));
+      insert.bind(19, int64_t(r.registers));
+    }
+    if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
 }  // namespace eacgm

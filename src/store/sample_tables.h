@@ -1,4 +1,4 @@
-// Inserts for the tables of the layers beyond cuda (comm, torch, host, gpu).
+// Inserts for the tables of the layers beyond cuda (comm, torch, host, gpu, gputime).
 #pragma once
 #include <sqlite3.h>
 
@@ -23,5 +23,6 @@ bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuSample>& samples,
                     const std::vector<GpuProcessSample>& processes,
                     const std::vector<GpuXidEvent>& xids);
+bool write_gpu_activity(Statements& db, const std::vector<GpuActivityRow>& rows);
 
 }  // namespace eacgm

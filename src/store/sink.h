@@ -43,6 +43,8 @@ class Sink {
   virtual void add(const GpuSample&) {}
   virtual void add(const GpuProcessSample&) {}
   virtual void add(const GpuXidEvent&) {}
+  // GPU-side time (the gputime layer), as the injection library hands it over.
+  virtual void add(const GpuActivityRow&) {}
   // Facts about the session (hostname, clocks, layers, counters): `eacgm_version` first, the
   // end-of-run counters last. A later value of a key replaces the earlier one.
   virtual void set_meta(std::string key, std::string value) { (void)key, (void)value; }
@@ -76,6 +78,7 @@ class SinkFanout final : public Sink {
   void add(const GpuSample& r) override { each(r); }
   void add(const GpuProcessSample& r) override { each(r); }
   void add(const GpuXidEvent& r) override { each(r); }
+  void add(const GpuActivityRow& r) override { each(r); }
   void set_meta(std::string key, std::string value) override {
     for (Sink* s : sinks_) s->set_meta(key, value);
   }

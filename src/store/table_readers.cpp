@@ -486,6 +486,37 @@ void each_gpu_process_sample(const RecordingReader& rec,
             });
 }
 
+void each_gpu_activity(const RecordingReader& rec,
+                       const std::function<void(const GpuActivityRow&)>& row) {
+  if (!rec.has_table("gpu_activity")) return;
+  rec.query(select(rec, "gpu_activity",
+                   {"ts_ns", "dur_ns", "pid", "tid", "kind", "device", "context", "stream",
+                    "correlation", "name", "bytes", "grid_x", "grid_y", "grid_z", "block_x",
+                    "block_y", "block_z", "shared_mem", "registers"},
+                   "ORDER BY ts_ns"),
+            [&](Statement& s) {
+              GpuActivityRow r;
+              r.ts_ns = uint64_t(s.ns_at(0));
+              r.dur_ns = uint64_t(s.ns_at(1));
+              r.pid = uint32_t(s.int_at(2));
+              r.tid = uint32_t(s.int_at(3));
+              r.kind = s.text_at(4);
+              r.device = uint32_t(s.int_at(5));
+              r.context = uint32_t(s.int_at(6));
+              r.stream = uint32_t(s.int_at(7));
+              r.correlation = uint32_t(s.int_at(8));
+              r.name = s.text_at(9);
+              r.bytes = or_unknown(s, 10);
+              for (int i = 0; i < 3; ++i) {
+                r.grid[i] = int32_t(s.int_at(11 + i));
+                r.block[i] = int32_t(s.int_at(14 + i));
+              }
+              r.shared_mem = uint32_t(s.int_at(17));
+              r.registers = uint32_t(s.int_at(18));
+              row(r);
+            });
+}
+
 void each_gpu_xid(const RecordingReader& rec, const std::function<void(const GpuXidEvent&)>& row) {
   if (!rec.has_table("gpu_events")) return;
   rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {

@@ -58,6 +58,9 @@ void each_gpu_process_sample(const RecordingReader& rec,
                              const std::function<void(const GpuProcessSample&)>& row,
                              SampleOrder order = SampleOrder::by_time);
 void each_gpu_xid(const RecordingReader& rec, const std::function<void(const GpuXidEvent&)>& row);
+// GPU-side time (the gputime layer): executions and launches, in time order.
+void each_gpu_activity(const RecordingReader& rec,
+                       const std::function<void(const GpuActivityRow&)>& row);
 
 // The anomalies of `eacgm detect`, the strongest (lowest score against its threshold) first.
 std::vector<AnomalyRow> strongest_anomalies(const RecordingReader& rec, size_t limit);

@@ -63,7 +63,8 @@ TEST(LayerChoice, UnknownOrEmptyIsAUsageError) {
     ADD_FAILURE() << "Auto was accepted";
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(),
-                 "unknown layer 'Auto' (choose from auto, cuda, comm, python, torch, gpu, host)");
+                 "unknown layer 'Auto' (choose from auto, cuda, comm, python, torch, gpu, gputime, "
+                 "host)");
   }
 }
 

@@ -1,0 +1,50 @@
+// The library side of the gputime layer: CUPTI activity records packed into batches
+// (gputime/gpu_batch.h) and handed to eacgm_gputime_batch(), where eacgm's uprobe reads them.
+// Used by the injection library (cupti_injection.cpp) and, with records made up, by the tests
+// (tests/e2e/workloads/gputime_emitter.cpp), which have no GPU to make real ones.
+// No C++ library here (no allocation, no exceptions): the injection library is loaded into any
+// CUDA process, next to whatever libstdc++ that process has, or none.
+#pragma once
+#include <cupti_activity.h>
+#include <pthread.h>
+
+#include <cstdint>
+
+#include "gputime/gpu_batch.h"
+
+extern "C" {
+// What eacgm probes: called with each full batch and at each flush. It does nothing itself;
+// without eacgm attached, the records go nowhere.
+void eacgm_gputime_batch(const void* batch, uint32_t bytes);
+}
+
+namespace eacgm::gputime {
+
+class ActivityBatcher {
+ public:
+  // One CUPTI record: kernels (CONCURRENT_KERNEL, KERNEL), copies, memsets and runtime API
+  // records are packed; other kinds are ignored. Thread-safe, as are the others.
+  void add(const CUpti_Activity* record);
+  void note(const char* text);
+  void dropped(uint64_t records);
+  // Hands what is packed to eacgm_gputime_batch.
+  void flush();
+
+ private:
+  void put(const void* entry, uint32_t bytes);  // flushes first when it does not fit
+  void put_text(EntryKind kind, uint32_t id, const char* text);
+  uint32_t name_id(const char* name);
+  void flush_locked();
+
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  alignas(8) unsigned char buffer_[kGpuBatchBytes] = {};
+  uint32_t used_ = 0;
+  // CUPTI shares one name string among the records of one kernel: its address is the key
+  // (open addressing; when full, a name is sent again with each use under a new id).
+  static constexpr uint32_t kNameSlots = 8192;
+  const char* name_keys_[kNameSlots] = {};
+  uint32_t name_ids_[kNameSlots] = {};
+  uint32_t last_name_id_ = 0;  // ids from 1 (0 is "no name"); all zero: the batcher is in .bss
+};
+
+}  // namespace eacgm::gputime

@@ -1,0 +1,84 @@
+// GPU-side time (the gputime layer): the bytes eacgm's CUDA injection library hands to
+// eacgm_gputime_batch() and eacgm's uprobe on that function copies into the ring buffer. One
+// contract between the library (src/gputime/, built into libeacgm_cupti.so and loaded by CUDA
+// into the traced process) and the decoder (pipeline/decoder_gputime.cpp).
+//
+// Why a uprobe on a function of our own (a USDT probe in all but name) and not a socket or a
+// shared-memory ring: the library needs nothing from eacgm to run (no path, no handshake, no
+// eacgm at all: the call is a no-op then), the records reach eacgm through the ring buffer
+// every other layer uses (ordered with them, counted in the same drops), and a process eacgm
+// did not launch (-p, the agent) is covered the moment it maps the library, as with libcudart.
+//
+// A batch is entries back to back from its first byte, each starting with a GpuEntryHeader and
+// 8-byte aligned; the library's buffer is always kGpuBatchBytes long (the probe copies that
+// much), of which the first `bytes` (eacgm_gputime_batch's second argument) are used.
+#pragma once
+#include <cstdint>
+
+namespace eacgm::gputime {
+
+inline constexpr uint32_t kGpuBatchBytes = 16384;  // = EACGM_GPU_BATCH_BYTES (src/events.h)
+
+enum class EntryKind : uint16_t {
+  kernel = 1,   // GpuExecution
+  memcpy = 2,   // GpuExecution
+  memset = 3,   // GpuExecution
+  launch = 4,   // GpuLaunch: the runtime's record of a kernel launch (its correlation id)
+  name = 5,     // GpuText: a kernel name's id, before the first execution that uses it
+  note = 6,     // GpuText: what the library says about itself (CUPTI found, an error)
+  dropped = 7,  // GpuDropped: records CUPTI dropped (its buffers full)
+};
+
+struct EntryHeader {
+  uint16_t kind;   // EntryKind
+  uint16_t bytes;  // the whole entry, header included; a multiple of 8
+};
+
+// A kernel, copy or memset as it ran on the GPU. Times are CLOCK_MONOTONIC ns (CUPTI's
+// timestamp callback), the clock of eacgm's BPF timestamps.
+struct GpuExecution {
+  EntryHeader h;
+  uint32_t correlation;  // the launching API call's (GpuLaunch::correlation)
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint32_t device;
+  uint32_t context;
+  uint32_t stream;
+  uint32_t name_id;  // kernels: a GpuText name's id; 0 otherwise
+  uint64_t bytes;    // copies and memsets
+  int32_t grid[3];
+  int32_t block[3];
+  uint32_t shared_bytes;  // static + dynamic shared memory per block
+  uint16_t registers;     // per thread
+  uint8_t copy_kind;      // copies: CUpti_ActivityMemcpyKind (1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP)
+  uint8_t reserved;
+};
+static_assert(sizeof(GpuExecution) == 80, "entry layout");
+
+struct GpuLaunch {
+  EntryHeader h;
+  uint32_t correlation;
+  uint64_t start_ns;  // the API call, on the launching thread
+  uint64_t end_ns;
+  uint32_t tid;   // the launching thread (the kernel's id for it)
+  uint32_t cbid;  // CUPTI's runtime callback id (cudaLaunchKernel 211, ...)
+};
+static_assert(sizeof(GpuLaunch) == 32, "entry layout");
+
+// A name or note: this header, then NUL-terminated text, the entry padded to a multiple of 8.
+struct GpuText {
+  EntryHeader h;
+  uint32_t id;
+};
+static_assert(sizeof(GpuText) == 8, "entry layout");
+inline constexpr uint32_t kMaxTextBytes = 2048;  // names longer are cut
+
+struct GpuDropped {
+  EntryHeader h;
+  uint32_t reserved;
+  uint64_t records;
+};
+
+inline constexpr uint16_t entry_bytes(uint32_t payload) { return uint16_t((payload + 7u) & ~7u); }
+
+}  // namespace eacgm::gputime

@@ -1,0 +1,114 @@
+// End to end, the gputime layer without a GPU: eacgm's injection library's batcher, fed made-up
+// CUPTI records (workloads/gputime_emitter.cpp), reaches the recording through eacgm's uprobe
+// on eacgm_gputime_batch exactly as handed over; and record gives the command it launches the
+// injection library (CUDA_INJECTION64_PATH) unless another one is set. On a GPU,
+// scripts/gpu_check.sh checks the library inside real CUDA processes.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+class GpuTime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    E2E_REQUIRE_ROOT();
+#ifndef EACGM_HAVE_GPUTIME
+    GTEST_SKIP() << "eacgm was built without CUPTI's headers (no gputime layer)";
+#endif
+    dir_ = scratch_dir();
+    db_ = dir_ + "/run.eacgm.db";
+  }
+  std::string dir_, db_;
+};
+
+TEST_F(GpuTime, BatchesOfTheInjectionLibraryBecomeGpuActivityRows) {
+  // 300 kernels and their launches: more than one batch (16 KB holds 204 executions)
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/gputime_emitter", "300"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto truth = nlohmann::json::parse(r.out);
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT kind, count(*) FROM gpu_activity GROUP BY kind"),
+            (std::map<std::string, int64_t>{
+                {"kernel", 300}, {"launch", 300}, {"memcpy", 2}, {"memset", 1}}));
+  // kernels by their demangled names, with their launch configuration
+  EXPECT_EQ(db.pairs("SELECT name || ' ' || dur_ns, count(*) FROM gpu_activity "
+                     "WHERE kind = 'kernel' GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"eacgm_test_axpy(float*, float const*, float, int) 2000", 150},
+                {"eacgm_plain_c_kernel 3000", 150}}));
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel' AND grid_x = 128 "
+                      "AND grid_y = 1 AND block_x = 256 AND block_z = 1 AND shared_mem = 3072 "
+                      "AND registers = 32 AND device = 0 AND context = 1 AND stream = 7"),
+            300);
+  // each kernel linked to its launch (same pid and correlation): the launching thread and the
+  // queue delay from launch to GPU start
+  EXPECT_EQ(db.pairs("SELECT l.name || ' ' || l.tid || ' ' || (k.ts_ns - l.ts_ns), count(*) "
+                     "FROM gpu_activity k JOIN gpu_activity l ON l.pid = k.pid AND "
+                     "l.correlation = k.correlation AND l.kind = 'launch' WHERE k.kind = 'kernel' "
+                     "GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"cudaLaunchKernel 4242 7000", 300}}));
+  EXPECT_EQ(db.pairs("SELECT kind || ' ' || COALESCE(name, '') || ' ' || bytes, count(*) "
+                     "FROM gpu_activity WHERE kind IN ('memcpy', 'memset') GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"memcpy HostToDevice 1048576", 1},
+                                            {"memcpy DeviceToHost 1048576", 1},
+                                            {"memset  4096", 1}}));
+  // on the recording's clock: within what the program said, and the program's pid
+  int64_t start = truth["start_ns"], end = truth["end_ns"];
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE ts_ns < " + std::to_string(start) +
+                      " OR ts_ns + dur_ns > " + std::to_string(end)),
+            0);
+  EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM gpu_activity"), 1);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity g JOIN processes p ON p.pid = g.pid "
+                      "WHERE p.name = 'gputime_emitter'"),
+            603);
+  // what the library said, and what CUPTI dropped, are kept and said
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'gpu_activity_rows'"), "603");
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'gpu_activity_dropped'"), "3");
+  EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'gputime_notes'").find("made-up records"),
+            std::string::npos);
+  EXPECT_NE(r.err.find("eacgm: layer gputime: CUPTI dropped 3 records"), std::string::npos)
+      << r.err;
+  EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'layers_why'")
+                .find("gputime (gputime_emitter, pid"),
+            std::string::npos);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'malformed_records'"), "0");
+}
+
+TEST_F(GpuTime, RecordGivesItsCommandTheInjectionLibraryAndLeavesAnotherTools) {
+  // the command sees a private copy of the library, removed (with its folder) at the end
+  const std::string show =
+      "echo \"$CUDA_INJECTION64_PATH\"; test -f \"$CUDA_INJECTION64_PATH\" "
+      "&& stat -c %a \"$(dirname \"$CUDA_INJECTION64_PATH\")\"";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", "/bin/sh", "-c", show});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string path = r.out.substr(0, r.out.find('\n'));
+  EXPECT_TRUE(path.ends_with("/libeacgm_cupti.so")) << r.out;
+  EXPECT_NE(r.out.find("\n700\n"), std::string::npos) << "a folder of its own: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(path)) << path;
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(path).parent_path())) << path;
+  // another tool's library is left in place, and the layers line says why GPU time is off
+  auto other = run({kEacgm, "record", "-q", "-o", db_, "--force", "--layers", "auto,gputime", "--",
+                    "/bin/sh", "-c", "echo \"$CUDA_INJECTION64_PATH\""},
+                   {"CUDA_INJECTION64_PATH=/opt/nsight/libToolsInjection64.so"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(other.out, "/opt/nsight/libToolsInjection64.so\n");
+  EXPECT_NE(Db(db_)
+                .text("SELECT value FROM meta WHERE key = 'layers_why'")
+                .find("gputime (CUDA_INJECTION64_PATH is already set "
+                      "(/opt/nsight/libToolsInjection64.so, another tool's injection library): "
+                      "left as it is)"),
+            std::string::npos);
+  // without the layer, the command's environment is its own
+  auto without = run({kEacgm, "record", "-q", "-o", db_, "--force", "--layers", "cuda,host", "--",
+                      "/bin/sh", "-c", "echo \"[$CUDA_INJECTION64_PATH]\""});
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_EQ(without.out, "[]\n");
+}
+
+}  // namespace
+}  // namespace e2e

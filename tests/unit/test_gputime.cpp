@@ -1,0 +1,210 @@
+// The gputime layer's decoder (pipeline/decoder_gputime.cpp): batches of the injection
+// library's entries (gputime/gpu_batch.h) into gpu_activity rows, read back through the table
+// reader; what does not parse is counted, and stops no more than it must.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "events.h"
+#include "gputime/gpu_batch.h"
+#include "pipeline/decoder.h"
+#include "probe/symbolizer.h"
+#include "store/reader.h"
+#include "store/recording.h"
+#include "store/table_readers.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gputime;
+
+constexpr uint64_t kNow = 5'000'000'000'000ull;  // when the batch arrived (the probe's ts_ns)
+
+// A batch as the library packs it.
+class Batch {
+ public:
+  template <class Entry>
+  Batch& add(Entry e) {
+    e.h.bytes = uint16_t(sizeof(Entry));
+    put(&e, sizeof(e));
+    return *this;
+  }
+  Batch& text(EntryKind kind, uint32_t id, const std::string& s) {
+    std::vector<unsigned char> entry(entry_bytes(uint32_t(sizeof(GpuText) + s.size() + 1)), 0);
+    GpuText t{{uint16_t(kind), uint16_t(entry.size())}, id};
+    memcpy(entry.data(), &t, sizeof(t));
+    memcpy(entry.data() + sizeof(t), s.data(), s.size());
+    put(entry.data(), uint32_t(entry.size()));
+    return *this;
+  }
+  Batch& raw(const void* p, uint32_t n) {
+    put(p, n);
+    return *this;
+  }
+  eacgm_gpu_batch_event event(uint32_t pid = 42) const {
+    eacgm_gpu_batch_event e{};
+    e.kind = EACGM_REC_GPU_BATCH;
+    e.pid = pid;
+    e.tid = pid + 1;
+    e.bytes = used_;
+    e.ts_ns = kNow;
+    memcpy(e.data, bytes_, used_);
+    return e;
+  }
+
+ private:
+  void put(const void* p, uint32_t n) {
+    memcpy(bytes_ + used_, p, n);
+    used_ += n;
+  }
+  unsigned char bytes_[kGpuBatchBytes] = {};
+  uint32_t used_ = 0;
+};
+
+GpuExecution execution(EntryKind kind, uint32_t correlation, uint64_t start, uint64_t dur) {
+  GpuExecution x{};
+  x.h.kind = uint16_t(kind);
+  x.correlation = correlation;
+  x.start_ns = start, x.end_ns = start + dur;
+  x.device = 1, x.context = 2, x.stream = 13;
+  return x;
+}
+
+class GpuTimeDecode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("eacgm_gputime_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "run.eacgm.db").string();
+    writer_ = std::make_unique<RecordingWriter>(path_, false);
+    decoder_ = std::make_unique<EventDecoder>(*writer_, symbols_);
+    decoder_->on_gpu_note = [this](uint32_t pid, const std::string& note) {
+      notes_.push_back(std::to_string(pid) + ": " + note);
+    };
+  }
+  void TearDown() override {
+    decoder_.reset();
+    writer_.reset();
+    fs::remove_all(dir_);
+  }
+  void feed(const Batch& b, uint32_t pid = 42) {
+    auto e = std::make_unique<eacgm_gpu_batch_event>(b.event(pid));  // 16 KB: not on the stack
+    decoder_->on_record(e.get(), sizeof(*e));
+  }
+  // kind name tid correlation ts dur bytes [grid block shared registers] per row, in time order
+  std::vector<std::string> rows() {
+    writer_->flush();
+    EXPECT_EQ(writer_->close(), "");
+    std::vector<std::string> out;
+    RecordingReader r(path_);
+    each_gpu_activity(r, [&](const GpuActivityRow& g) {
+      std::string row = std::string(g.kind) + " " + std::string(g.name) +
+                        " tid=" + std::to_string(g.tid) + " corr=" + std::to_string(g.correlation) +
+                        " ts=" + std::to_string(g.ts_ns - kNow) +
+                        " dur=" + std::to_string(g.dur_ns) + " bytes=" + std::to_string(g.bytes) +
+                        " dev=" + std::to_string(g.device) + " stream=" + std::to_string(g.stream);
+      if (g.kind == "kernel")
+        row += " grid=" + std::to_string(g.grid[0]) + "x" + std::to_string(g.grid[1]) +
+               " block=" + std::to_string(g.block[0]) + " shared=" + std::to_string(g.shared_mem) +
+               " regs=" + std::to_string(g.registers);
+      out.push_back(row);
+    });
+    return out;
+  }
+  fs::path dir_;
+  std::string path_;
+  Symbolizer symbols_;
+  std::unique_ptr<RecordingWriter> writer_;
+  std::unique_ptr<EventDecoder> decoder_;
+  std::vector<std::string> notes_;
+};
+
+TEST_F(GpuTimeDecode, EveryKindOfEntryBecomesItsRow) {
+  GpuLaunch launch{};
+  launch.h.kind = uint16_t(EntryKind::launch);
+  launch.correlation = 7, launch.start_ns = kNow + 100, launch.end_ns = kNow + 103;
+  launch.tid = 4242, launch.cbid = 211;
+  GpuExecution kernel = execution(EntryKind::kernel, 7, kNow + 110, 20);
+  kernel.name_id = 1;
+  kernel.grid[0] = 64, kernel.grid[1] = 2, kernel.grid[2] = 1;
+  kernel.block[0] = 128, kernel.block[1] = 1, kernel.block[2] = 1;
+  kernel.shared_bytes = 4096, kernel.registers = 40;
+  GpuExecution copy = execution(EntryKind::memcpy, 8, kNow + 200, 50);
+  copy.bytes = 1 << 20, copy.copy_kind = 2;
+  GpuExecution set = execution(EntryKind::memset, 9, kNow + 300, 5);
+  set.bytes = 512;
+  GpuDropped dropped{};
+  dropped.h.kind = uint16_t(EntryKind::dropped);
+  dropped.records = 11;
+  feed(Batch()
+           .text(EntryKind::note, 0, "CUPTI from /usr/local/cuda/lib64")
+           .text(EntryKind::name, 1, "_Z4axpyPff")
+           .add(launch)
+           .add(kernel)
+           .add(copy)
+           .add(set)
+           .add(dropped));
+  EXPECT_EQ(rows(),
+            (std::vector<std::string>{
+                "launch cudaLaunchKernel tid=4242 corr=7 ts=100 dur=3 bytes=-1 dev=0 stream=0",
+                "kernel axpy(float*, float) tid=0 corr=7 ts=110 dur=20 bytes=-1 dev=1 stream=13 "
+                "grid=64x2 block=128 shared=4096 regs=40",
+                "memcpy DeviceToHost tid=0 corr=8 ts=200 dur=50 bytes=1048576 dev=1 stream=13",
+                "memset  tid=0 corr=9 ts=300 dur=5 bytes=512 dev=1 stream=13"}));
+  EXPECT_EQ(notes_, (std::vector<std::string>{"42: CUPTI from /usr/local/cuda/lib64"}));
+  EXPECT_EQ(decoder_->stats().gpu_activity, 4u);
+  EXPECT_EQ(decoder_->stats().gpu_dropped, 11u);
+  EXPECT_EQ(decoder_->stats().malformed, 0u);
+}
+
+TEST_F(GpuTimeDecode, NamesArePerProcessAndACutNameIsStillNamed) {
+  GpuExecution a = execution(EntryKind::kernel, 1, kNow + 10, 1);
+  a.name_id = 1;
+  std::string cut = "_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_";
+  cut += std::string(kMaxTextBytes - 1 - cut.size(), 'x');  // fills the library's limit
+  feed(Batch().text(EntryKind::name, 1, "_Z5firstv").add(a), 42);
+  GpuExecution b = execution(EntryKind::kernel, 1, kNow + 20, 1);
+  b.name_id = 1;
+  feed(Batch().text(EntryKind::name, 1, cut).add(b), 43);  // id 1 again: another process's
+  GpuExecution unnamed = execution(EntryKind::kernel, 2, kNow + 30, 1);
+  unnamed.name_id = 9;
+  feed(Batch().add(unnamed), 42);
+  auto got = rows();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].starts_with("kernel first() ")) << got[0];
+  EXPECT_TRUE(got[1].starts_with("kernel at::native::elementwise_kernel")) << got[1];
+  EXPECT_TRUE(got[2].starts_with("kernel unknown kernel ")) << got[2];
+}
+
+TEST_F(GpuTimeDecode, WhatDoesNotParseIsCountedAndSkipsNoMoreThanItMust) {
+  GpuExecution ok = execution(EntryKind::memset, 1, kNow + 10, 1);
+  // an entry of a kind a newer library added: skipped alone, by its size
+  struct {
+    EntryHeader h;
+    uint32_t pad;
+    uint64_t x;
+  } newer{{99, 16}, 0, 0};
+  // a time not on the recording's clock (a CUPTI without the timestamp callback): left out
+  GpuExecution elsewhere = execution(EntryKind::memset, 2, 17, 1);
+  // a torn entry (its size not a multiple of 8): the rest of the batch is skipped
+  EntryHeader torn{uint16_t(EntryKind::memset), 12};
+  feed(Batch().add(ok).raw(&newer, sizeof(newer)).add(elsewhere).raw(&torn, sizeof(torn)).add(ok));
+  // a batch the probe could not read
+  Batch empty;
+  feed(empty);
+  EXPECT_EQ(rows(),
+            (std::vector<std::string>{"memset  tid=0 corr=1 ts=10 dur=1 bytes=0 dev=1 stream=13"}));
+  EXPECT_EQ(decoder_->stats().gpu_off_clock, 1u);
+  EXPECT_EQ(decoder_->stats().malformed, 2u);  // the torn entry, the unreadable batch
+}
+
+}  // namespace
+}  // namespace eacgm
