@@ -10,7 +10,8 @@
 #      against nvidia-smi --query-gpu taken at the same time
 #   4. NCCL through torch.distributed (world size 1): communicator, rank, bytes
 #   5. eacgm agent for 30 s beside the training: /metrics' DCGM_FI_DEV_* and call counters
-#   6. cost: training steps/s untraced, under plain `eacgm record`, under torch.profiler
+#   6. cost: training steps/s untraced, under plain `eacgm record` (and without its gputime
+#      layer), under torch.profiler
 #   7. GPU-side time (issue 36's questions): a CUPTI injection library (cupti_probe.cpp) loaded
 #      through CUDA_INJECTION64_PATH into the CUDA program under eacgm record: what ran on the
 #      GPU against what was launched, GPU durations against cudaEvents, each linked to its
@@ -282,8 +283,12 @@ secs=$([ "$dry" = 1 ] && echo 5 || echo 15)
 run_train() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
 run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced.json"
 [ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
+# the same without the gputime layer (CUPTI in the job): what GPU-side time adds
+[ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost0.eacgm.db" --layers cuda,comm,torch,python,gpu,host \
+  -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded_no_gputime.json"
 run_train "$py" "$root/scripts/gpu_check/train.py" --profile - --result "$work/cost_profiled.json"
-judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json"
+judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json" \
+  "$work/cost_recorded_no_gputime.json"
 fi  # step 6
 
 if want 7; then

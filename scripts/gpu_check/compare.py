@@ -7,7 +7,7 @@ usage: compare.py cuda RECORDING KNOWN_WORK.json
        compare.py nvml RECORDING SMI.csv
        compare.py comm RECORDING RESULT.json
        compare.py metrics METRICS.txt
-       compare.py cost UNTRACED.json RECORDED.json PROFILED.json
+       compare.py cost UNTRACED.json RECORDED.json PROFILED.json RECORDED_NO_GPUTIME.json
        compare.py gputime PROBE_PREFIX KNOWN_WORK.json RECORDING|- gpu|dry
        compare.py gpucost UNTRACED.json PROBED.json PROBED_API.json PROBE_PREFIX
 Exit status: 1 when any check failed, else 0. Reads recordings with SQLite directly, so it
@@ -90,13 +90,69 @@ def check_cuda(rec, known):
                        "WHERE name LIKE 'cu%' AND name NOT LIKE 'cuda%'").fetchone()
     line("ok" if driver[0] > 0 else "n/a", "driver API (libcuda) calls",
          f"{driver[0]} calls of {driver[1]} functions")
-    if k.get("gpu_ms"):
-        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        ev = ", ".join(f"{w} median {statistics.median(v):.3f} ms" for w, v in sorted(k["gpu_ms"].items()))
-        if "gpu_activity" in tables:
-            line("ok", "GPU time", "see gpu_activity; cudaEvent: " + ev)
-        else:
-            line("n/a", "GPU time", "not recorded yet (GPU-side time is issue 36); cudaEvent: " + ev)
+    check_cuda_gputime(c, k)
+
+
+def check_cuda_gputime(c, k):
+    """the gputime layer (eacgm's injection library, given to the program by plain record)
+    against what the program launched and its cudaEvents"""
+    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    rows = c.execute("SELECT count(*) FROM gpu_activity").fetchone()[0] if "gpu_activity" in tables else 0
+    if k.get("first_error") or not k.get("gpu_ms"):
+        line("n/a", "GPU time (gputime layer)", f"{rows} rows: no usable GPU here")
+        return
+    if rows == 0:
+        line("FAIL", "GPU time (gputime layer)", "no gpu_activity rows; layers: "
+             + (meta(c, "layers_why") or "?") + "; notes: " + (meta(c, "gputime_notes") or "none"))
+        return
+    line("ok", "gputime notes", (meta(c, "gputime_notes") or "none").replace("\n", "; "))
+    for kernel, want in sorted(k["kernels"].items()):
+        got = c.execute("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel' AND name LIKE ?",
+                        (f"%{kernel}%",)).fetchone()[0]
+        line("ok" if got == want else "FAIL", f"{kernel} ran (gputime)", f"{got} executions, {want} launched")
+    per = k["bytes_per_copy"]
+    names = {"HostToDevice": "HostToDevice", "DeviceToHost": "DeviceToHost"}
+    for kind, want in sorted(k["copies"].items()):
+        got = c.execute("SELECT count(*), sum(bytes) FROM gpu_activity WHERE kind = 'memcpy' AND name = ?",
+                        (names.get(kind, kind),)).fetchone()
+        ok = got[0] == want and (got[1] or 0) == want * per
+        line("ok" if ok else "FAIL", f"copies {kind} ran (gputime)", f"{got[0]} of {got[1] or 0} bytes; {want} made")
+    sets = c.execute("SELECT count(*) FROM gpu_activity WHERE kind = 'memset'").fetchone()[0]
+    want_sets = k["calls"].get("cudaMemset", 0) + k["calls"].get("cudaMemsetAsync", 0)
+    line("ok" if sets == want_sets else "FAIL", "memsets ran (gputime)", f"{sets}, {want_sets} made")
+    # each kernel's launch (same correlation), and that launch's cuda_calls row (same thread,
+    # eacgm's uprobe timestamp within 50 us before CUPTI's)
+    linked = c.execute("SELECT k.ts_ns - l.ts_ns AS queue, l.tid, l.ts_ns FROM gpu_activity k JOIN "
+                       "gpu_activity l ON l.pid = k.pid AND l.correlation = k.correlation AND "
+                       "l.kind = 'launch' WHERE k.kind = 'kernel'").fetchall()
+    kernels = c.execute("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'").fetchone()[0]
+    line("ok" if len(linked) == kernels else "FAIL", "kernels linked to their launch",
+         f"{len(linked)} of {kernels} by correlation id")
+    queue = [r[0] / 1e3 for r in linked]
+    if queue:
+        line("ok" if min(queue) >= 0 else "FAIL", "GPU start after its launch (gputime)",
+             f"queue delay median {quantile(queue, 0.5):.1f} us, p95 {quantile(queue, 0.95):.1f} us, "
+             f"min {min(queue):.1f} us")
+    offsets = []
+    for _, tid, ts in linked:
+        r = c.execute("SELECT ts_ns FROM cuda_calls WHERE tid = ? AND name LIKE 'cudaLaunchKernel%' "
+                      "AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns DESC LIMIT 1",
+                      (tid, ts - 50_000, ts + 50_000)).fetchone()
+        if r:
+            offsets.append((ts - r[0]) / 1e3)
+    line("ok" if len(offsets) == len(linked) and linked else "FAIL", "launches found among cuda_calls",
+         f"{len(offsets)} of {len(linked)}; CUPTI's start minus eacgm's ts median "
+         f"{quantile(offsets, 0.5) if offsets else float('nan'):.1f} us")
+    for kernel, events in sorted(k["gpu_ms"].items()):
+        if kernel not in k["kernels"]:
+            continue
+        durs = [r[0] / 1e6 for r in c.execute("SELECT dur_ns FROM gpu_activity WHERE kind = 'kernel' "
+                                              "AND name LIKE ?", (f"%{kernel}%",))]
+        if not durs or not events:
+            continue
+        m, e = statistics.median(durs), statistics.median(events)
+        line("ok" if 0.2 * e <= m <= 2 * e + 0.005 else "FAIL", f"{kernel} GPU time (gputime)",
+             f"median {m:.4f} ms (gpu_activity), {e:.4f} ms (cudaEvent)")
 
 
 def check_train(rec, profile):
@@ -208,14 +264,15 @@ def check_metrics(path):
     line("ok" if total > 0 else "FAIL", "eacgm_calls_total", f"{len(calls)} series, {total:.0f} calls")
 
 
-def check_cost(untraced, recorded, profiled):
+def check_cost(untraced, recorded, profiled, recorded_no_gputime):
     u, p = json.load(open(untraced)), json.load(open(profiled))
     r = json.load(open(recorded)) if os.path.exists(recorded) else None
+    r0 = json.load(open(recorded_no_gputime)) if os.path.exists(recorded_no_gputime) else None
     print("cost: training steps/s, the same job untraced, under plain eacgm record, under torch.profiler")
     line("ok", "untraced", f"{u['steps_per_s']:.1f} steps/s ({u['steps']} steps)")
     if r is None:
         line("n/a", "eacgm record", "not run (no recording here)")
-    for what, x in (("eacgm record", r), ("torch.profiler", p)):
+    for what, x in (("eacgm record", r), ("record without gputime", r0), ("torch.profiler", p)):
         if x is None:
             continue
         line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
@@ -357,7 +414,7 @@ def check_gpucost(untraced, probed, probed_api, prefix):
 
 def main(argv):
     cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
-            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 3),
+            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 4),
             "gputime": (check_gputime, 4), "gpucost": (check_gpucost, 4)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
