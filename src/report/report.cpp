@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/collectives.h"
+#include "report/gpu_time.h"
 #include "report/profile.h"
 #include "report/sampled_report.h"
 #include "store/anomalies.h"
@@ -229,6 +230,7 @@ void print_report_json(const RecordingReader& rec, const std::string& path,
   for (const auto& k : kernels)
     j["top_kernels"].push_back(
         {{"kernel", k.kernel}, {"launches", k.launches}, {"total_ns", k.total_ns}});
+  j["gpu_time"] = gpu_time_json(gpu_time_summary(rec, 20));
   j["host"] = metric_stats_json(host_metric_stats(rec));
   j["gpu"] = metric_stats_json(gpu_metric_stats(rec));
   j["anomalies"] = anomalies_json(rec);
@@ -260,7 +262,10 @@ void print_header(const RecordingReader& rec, const std::string& path, FILE* out
                     "still writing; events and drops as of {:.1f} s in\n", s);
   }
   fmt::print(out, "durations are host-side API times (enqueue time for async calls), not GPU "
-                  "execution times\n\n");
+                  "execution times{}\n\n",
+             rec.has_table("gpu_activity") && rec.meta_or("gpu_activity_rows", "0") != "0"
+                 ? " (those are under \"GPU time\")"
+                 : "");
 }
 
 }  // namespace
@@ -288,6 +293,7 @@ void print_report(const std::string& path, bool json, FILE* out) {
     for (const auto& k : kernels)
       fmt::print(out, "{:>9}  {:>11}  {}\n", k.launches, human_ns(double(k.total_ns)), k.kernel);
   }
+  print_gpu_time(gpu_time_summary(rec, 15), out);
   print_metric_table(host_metric_stats(rec), "host (per sampling interval with activity)", out);
   print_metric_table(gpu_metric_stats(rec), "gpu (per NVML sample)", out);
   auto xids = gpu_xids(rec);

@@ -13,6 +13,8 @@
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
 #include "probe/symbolizer.h"
+#include "report/gpu_time.h"
+#include "report/report.h"
 #include "store/reader.h"
 #include "store/recording.h"
 #include "store/table_readers.h"
@@ -204,6 +206,79 @@ TEST_F(GpuTimeDecode, WhatDoesNotParseIsCountedAndSkipsNoMoreThanItMust) {
             (std::vector<std::string>{"memset  tid=0 corr=1 ts=10 dur=1 bytes=0 dev=1 stream=13"}));
   EXPECT_EQ(decoder_->stats().gpu_off_clock, 1u);
   EXPECT_EQ(decoder_->stats().malformed, 2u);  // the torn entry, the unreadable batch
+}
+
+// The report's GPU time from a recording with known rows: busy time counts overlapping work
+// once, queue delays come from each kernel's launch, kernels rank by GPU time.
+TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
+  fs::path dir = fs::temp_directory_path() / ("eacgm_gputime_report_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    auto add = [&](std::string_view kind, std::string_view name, uint64_t ts, uint64_t dur,
+                   uint32_t corr, uint32_t device = 0, int64_t bytes = -1) {
+      GpuActivityRow r;
+      r.ts_ns = ts, r.dur_ns = dur, r.pid = 9, r.kind = kind, r.name = name;
+      r.correlation = corr, r.device = device, r.bytes = bytes;
+      if (kind == "launch") r.tid = 10;
+      w.add(r);
+    };
+    // device 0, 0..1000 ns: a (0-300) overlaps b (200-500): busy 500; a copy at 800-1000
+    add("launch", "cudaLaunchKernel", 0, 5, 1);
+    add("kernel", "a", 100 - 100, 300, 1);  // queued 0 ns
+    add("launch", "cudaLaunchKernel", 50, 5, 2);
+    add("kernel", "b", 200, 300, 2);  // queued 150 ns
+    add("memcpy", "HostToDevice", 800, 200, 3, 0, 4096);
+    add("kernel", "a", 900, 100, 4);  // no launch row: unlinked
+    // device 1: one long kernel, queued 1000 ns
+    add("launch", "cudaLaunchKernel", 2000, 5, 5);
+    add("kernel", "c", 3000, 2000, 5, 1);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  GpuTimeSummary s = gpu_time_summary(rec, 2);
+  ASSERT_EQ(s.devices.size(), 2u);
+  EXPECT_EQ(s.devices[0].busy_ns, 500u + 200u);  // a|b merged, the copy (the late a inside it)
+  EXPECT_EQ(s.devices[0].span_ns, 1000u);
+  EXPECT_EQ(s.devices[0].kernels, 3u);
+  EXPECT_EQ(s.devices[0].copies, 1u);
+  EXPECT_EQ(s.devices[0].copy_bytes, 4096);
+  EXPECT_EQ(s.devices[1].busy_ns, 2000u);
+  EXPECT_EQ(s.linked, 3u);
+  EXPECT_EQ(s.unlinked, 1u);
+  EXPECT_EQ(s.queue_p50_ns, 150u);
+  EXPECT_EQ(s.queue_max_ns, 1000u);
+  ASSERT_EQ(s.kernels.size(), 2u);  // top 2 of 3
+  EXPECT_EQ(s.kernels[0].kernel, "c");
+  EXPECT_EQ(s.kernels[0].total_ns, 2000u);
+  EXPECT_EQ(s.kernels[1].kernel, "a");
+  EXPECT_EQ(s.kernels[1].executions, 2u);
+  EXPECT_EQ(s.kernels[1].total_ns, 400u);
+  // in the text report, and its JSON
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  print_report(path, false, out);
+  fclose(out);
+  std::string report(text, size);
+  free(text);
+  EXPECT_NE(report.find("device 0: busy 700 ns of 1.0 us (70.0%); kernels 3, copies 1 (4.0 KiB), "
+                        "memsets 0"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("queue delay (launch call to GPU start): p50 150 ns"), std::string::npos)
+      << report;
+  out = open_memstream(&text, &size);
+  print_report(path, true, out);
+  fclose(out);
+  auto j = nlohmann::json::parse(std::string(text, size));
+  free(text);
+  EXPECT_EQ(j["gpu_time"]["top_kernels"][0]["kernel"], "c");
+  EXPECT_EQ(j["gpu_time"]["devices"][1]["busy_ns"], 2000);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,172 @@
+// GPU time in the report (see gpu_time.h), from the gpu_activity table.
+#include "report/gpu_time.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "report/report.h"
+#include "store/reader.h"
+#include "store/table_readers.h"
+
+namespace eacgm {
+namespace {
+
+std::string ns_text(double ns) {
+  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.1f} us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+std::string bytes_text(int64_t b) {
+  if (b <= 0) return "0 B";
+  if (b < 1 << 20) return fmt::format("{:.1f} KiB", double(b) / 1024);
+  if (b < 1 << 30) return fmt::format("{:.1f} MiB", double(b) / (1 << 20));
+  return fmt::format("{:.2f} GiB", double(b) / (1 << 30));
+}
+
+// The union of intervals, sorted by start: how long at least one ran.
+uint64_t covered_ns(std::vector<std::pair<uint64_t, uint64_t>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  uint64_t total = 0, start = 0, end = 0;
+  bool open = false;
+  for (auto [s, e] : spans) {
+    if (open && s <= end) {
+      end = std::max(end, e);
+      continue;
+    }
+    if (open) total += end - start;
+    start = s, end = e, open = true;
+  }
+  if (open) total += end - start;
+  return total;
+}
+
+}  // namespace
+
+GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top) {
+  GpuTimeSummary s;
+  struct Device {
+    GpuDeviceTime t;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    uint64_t first = UINT64_MAX, last = 0;
+  };
+  std::map<uint32_t, Device> devices;
+  struct Kernel {
+    std::vector<uint64_t> durations, queues;
+  };
+  std::map<std::string, Kernel, std::less<>> kernels;
+  std::unordered_map<uint64_t, uint64_t> launch_at;  // (pid, correlation) -> launch start
+  std::vector<uint64_t> queues;
+  // in time order: a launch starts before the executions it makes
+  each_gpu_activity(rec, [&](const GpuActivityRow& r) {
+    uint64_t key = uint64_t(r.pid) << 32 | r.correlation;
+    if (r.kind == "launch") {
+      launch_at[key] = r.ts_ns;
+      return;
+    }
+    Device& d = devices[r.device];
+    d.t.device = r.device;
+    d.spans.emplace_back(r.ts_ns, r.ts_ns + r.dur_ns);
+    d.first = std::min(d.first, r.ts_ns);
+    d.last = std::max(d.last, r.ts_ns + r.dur_ns);
+    if (r.kind == "memcpy") ++d.t.copies, d.t.copy_bytes += std::max<int64_t>(r.bytes, 0);
+    if (r.kind == "memset") ++d.t.memsets;
+    if (r.kind != "kernel") return;
+    ++d.t.kernels;
+    auto [it, added] = kernels.try_emplace(std::string(r.name));
+    it->second.durations.push_back(r.dur_ns);
+    if (auto l = launch_at.find(key); l != launch_at.end() && l->second <= r.ts_ns) {
+      uint64_t q = r.ts_ns - l->second;
+      it->second.queues.push_back(q);
+      queues.push_back(q);
+      ++s.linked;
+      launch_at.erase(l);
+    } else {
+      ++s.unlinked;
+    }
+  });
+  for (auto& [id, d] : devices) {
+    d.t.busy_ns = covered_ns(d.spans);
+    d.t.span_ns = d.last > d.first ? d.last - d.first : 0;
+    s.devices.push_back(d.t);
+  }
+  std::sort(queues.begin(), queues.end());
+  s.queue_p50_ns = percentile(queues, 50);
+  s.queue_p95_ns = percentile(queues, 95);
+  s.queue_p99_ns = percentile(queues, 99);
+  s.queue_max_ns = queues.empty() ? 0 : queues.back();
+  for (auto& [name, k] : kernels) {
+    std::sort(k.durations.begin(), k.durations.end());
+    std::sort(k.queues.begin(), k.queues.end());
+    GpuKernelTime t{name,
+                    k.durations.size(),
+                    0,
+                    percentile(k.durations, 50),
+                    k.durations.back(),
+                    percentile(k.queues, 50),
+                    k.queues.size()};
+    for (uint64_t d : k.durations) t.total_ns += d;
+    s.kernels.push_back(std::move(t));
+  }
+  std::sort(s.kernels.begin(), s.kernels.end(), [](const auto& a, const auto& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.kernel < b.kernel;
+  });
+  if (s.kernels.size() > top) s.kernels.resize(top);
+  return s;
+}
+
+void print_gpu_time(const GpuTimeSummary& s, FILE* out) {
+  if (s.empty()) return;
+  fmt::print(out,
+             "\nGPU time (gputime layer: when the GPU ran the work, not when it was asked):\n");
+  for (const auto& d : s.devices)
+    fmt::print(out,
+               "  device {}: busy {} of {} ({:.1f}%); kernels {}, copies {} ({}), memsets {}\n",
+               d.device, ns_text(double(d.busy_ns)), ns_text(double(d.span_ns)),
+               d.span_ns ? 100.0 * double(d.busy_ns) / double(d.span_ns) : 0.0, d.kernels, d.copies,
+               bytes_text(d.copy_bytes), d.memsets);
+  if (s.linked)
+    fmt::print(out, "  queue delay (launch call to GPU start): p50 {}, p95 {}, p99 {}, max {}{}\n",
+               ns_text(double(s.queue_p50_ns)), ns_text(double(s.queue_p95_ns)),
+               ns_text(double(s.queue_p99_ns)), ns_text(double(s.queue_max_ns)),
+               s.unlinked ? fmt::format(" (kernels without their launch: {})", s.unlinked) : "");
+  if (s.kernels.empty()) return;
+  fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "executions", "GPU time", "p50",
+             "max", "queue p50", "kernel");
+  for (const auto& k : s.kernels)
+    fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", k.executions,
+               ns_text(double(k.total_ns)), ns_text(double(k.p50_ns)), ns_text(double(k.max_ns)),
+               k.queued ? ns_text(double(k.queue_p50_ns)) : "-", k.kernel);
+}
+
+nlohmann::json gpu_time_json(const GpuTimeSummary& s) {
+  nlohmann::json j = nlohmann::json::object();
+  if (s.empty()) return j;
+  j["devices"] = nlohmann::json::array();
+  for (const auto& d : s.devices)
+    j["devices"].push_back({{"device", d.device},
+                            {"busy_ns", d.busy_ns},
+                            {"span_ns", d.span_ns},
+                            {"kernels", d.kernels},
+                            {"copies", d.copies},
+                            {"copy_bytes", d.copy_bytes},
+                            {"memsets", d.memsets}});
+  j["queue_delay_ns"] = {{"linked", s.linked},    {"unlinked", s.unlinked},
+                         {"p50", s.queue_p50_ns}, {"p95", s.queue_p95_ns},
+                         {"p99", s.queue_p99_ns}, {"max", s.queue_max_ns}};
+  j["top_kernels"] = nlohmann::json::array();
+  for (const auto& k : s.kernels)
+    j["top_kernels"].push_back({{"kernel", k.kernel},
+                                {"executions", k.executions},
+                                {"gpu_ns", k.total_ns},
+                                {"p50_ns", k.p50_ns},
+                                {"max_ns", k.max_ns},
+                                {"queue_p50_ns", k.queue_p50_ns}});
+  return j;
+}
+
+}  // namespace eacgm

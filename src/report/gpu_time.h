@@ -1,0 +1,44 @@
+// `eacgm report`'s GPU time (the gputime layer): how busy each GPU was, how long launches
+// queued before the GPU started them, and the kernels that took the most GPU time.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace eacgm {
+
+class RecordingReader;
+
+struct GpuKernelTime {
+  std::string kernel;
+  uint64_t executions = 0;
+  uint64_t total_ns = 0, p50_ns = 0, max_ns = 0;  // time on the GPU
+  uint64_t queue_p50_ns = 0;                      // launch call start to GPU start
+  uint64_t queued = 0;                            // executions linked to their launch
+};
+
+struct GpuDeviceTime {
+  uint32_t device = 0;
+  uint64_t busy_ns = 0;  // the time any kernel, copy or memset ran (overlaps counted once)
+  uint64_t span_ns = 0;  // first start to last end
+  uint64_t kernels = 0, copies = 0, memsets = 0;
+  int64_t copy_bytes = 0;
+};
+
+struct GpuTimeSummary {
+  std::vector<GpuDeviceTime> devices;  // by device id
+  std::vector<GpuKernelTime> kernels;  // the most GPU time first
+  // queue delay of the kernels linked to their launch (same pid and correlation id)
+  uint64_t linked = 0, unlinked = 0;
+  uint64_t queue_p50_ns = 0, queue_p95_ns = 0, queue_p99_ns = 0, queue_max_ns = 0;
+  bool empty() const { return devices.empty(); }
+};
+
+// From gpu_activity; empty where the recording has none. `top`: how many kernels to keep.
+GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top);
+void print_gpu_time(const GpuTimeSummary& s, FILE* out);
+nlohmann::json gpu_time_json(const GpuTimeSummary& s);
+
+}  // namespace eacgm
