@@ -284,7 +284,7 @@ run_train() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >
 run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced.json"
 [ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost.eacgm.db" -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded.json"
 # the same without the gputime layer (CUPTI in the job): what GPU-side time adds
-[ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost0.eacgm.db" --layers cuda,comm,torch,python,gpu,host \
+[ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost0.eacgm.db" --layers auto,-gputime \
   -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded_no_gputime.json"
 run_train "$py" "$root/scripts/gpu_check/train.py" --profile - --result "$work/cost_profiled.json"
 judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json" \

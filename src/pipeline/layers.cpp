@@ -21,15 +21,26 @@ LayerChoice LayerChoice::parse(const std::vector<std::string>& list, bool python
                                            "torch", "gpu",  "gputime", "host"};
   LayerChoice c;
   for (const auto& l : list) {
-    if (!known.count(l))
+    bool minus = l.starts_with('-');
+    std::string name = minus ? l.substr(1) : l;
+    if (!known.count(name) || (minus && name == "auto"))
       throw UsageError(fmt::format(
-          "unknown layer '{}' (choose from auto, cuda, comm, python, torch, gpu, gputime, host)",
+          "unknown layer '{}' (choose from auto, cuda, comm, python, torch, gpu, gputime, host; "
+          "-LAYER leaves one out of auto)",
           l));
-    if (l == "auto")
+    if (minus)
+      c.excluded.insert(name);
+    else if (name == "auto")
       c.automatic = true;
     else
-      c.named.insert(l);
+      c.named.insert(name);
   }
+  if (!c.excluded.empty() && !c.automatic)
+    throw UsageError("--layers: -LAYER leaves a layer out of auto: give it with auto (e.g. "
+                     "auto,-gputime)");
+  for (const auto& l : c.excluded)
+    if (c.named.count(l))
+      throw UsageError(fmt::format("--layers: {} is both named and left out", l));
   if (!c.automatic && c.named.empty())
     throw UsageError("--layers: give at least one layer (e.g. auto, or cuda,comm)");
   c.calls = python_calls;
@@ -40,13 +51,15 @@ bool LayerChoice::armed(const std::string& layer) const {
   // python: the eval probe, python_calls(); its stacks are python_stacks()
   if (layer == "python") return calls;
   if (named.count(layer)) return true;
-  return automatic;
+  return automatic && !excluded.count(layer);
 }
 
 std::string LayerChoice::text() const {
   std::string out = automatic ? "auto" : "";
   for (const char* l : kOrder)
     if (named.count(l)) out += (out.empty() ? "" : ",") + std::string(l);
+  for (const char* l : kOrder)
+    if (excluded.count(l)) out += ",-" + std::string(l);
   return out;
 }
 

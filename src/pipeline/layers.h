@@ -12,6 +12,7 @@ namespace eacgm {
 struct LayerChoice {
   bool automatic = false;       // "auto": follow what the traced processes load
   std::set<std::string> named;  // layers named explicitly ("auto,python": python)
+  std::set<std::string> excluded;  // left out of auto ("auto,-gputime": gputime)
   bool calls = false;           // --python-calls: time each call of chosen Python functions
 
   // Parses the --layers list; `python_calls`: --python-calls was given (it implies the python
@@ -26,7 +27,9 @@ struct LayerChoice {
   // Python call, whatever the filter); the python layer itself, named or with auto, reads the
   // Python stack of each cuda/comm/torch call and of each CPU profile sample.
   bool python_calls() const { return calls; }
-  bool python_stacks() const { return calls || automatic || named.count("python") != 0; }
+  bool python_stacks() const {
+    return calls || (automatic && !excluded.count("python")) || named.count("python") != 0;
+  }
   std::string text() const;  // as given, e.g. "auto,python"
 };
 

@@ -64,8 +64,24 @@ TEST(LayerChoice, UnknownOrEmptyIsAUsageError) {
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(),
                  "unknown layer 'Auto' (choose from auto, cuda, comm, python, torch, gpu, gputime, "
-                 "host)");
+                 "host; -LAYER leaves one out of auto)");
   }
+}
+
+TEST(LayerChoice, MinusLayerLeavesItOutOfAuto) {
+  LayerChoice c = LayerChoice::parse({"auto", "-gputime", "-python"});
+  EXPECT_TRUE(c.armed("cuda"));
+  EXPECT_FALSE(c.armed("gputime"));
+  EXPECT_FALSE(c.python_stacks());
+  EXPECT_EQ(c.text(), "auto,-python,-gputime");
+  ActiveLayers a;
+  a.on("cuda", "libcudart.so, pid 7");
+  EXPECT_EQ(a.describe(c), "layers (auto,-python,-gputime): cuda (libcudart.so, pid 7); not used "
+                           "by the traced processes: comm, torch, gpu, host");
+  EXPECT_THROW(LayerChoice::parse({"cuda", "-gputime"}), UsageError);  // nothing to leave out of
+  EXPECT_THROW(LayerChoice::parse({"auto", "cuda", "-cuda"}), UsageError);
+  EXPECT_THROW(LayerChoice::parse({"auto", "-auto"}), UsageError);
+  EXPECT_THROW(LayerChoice::parse({"auto", "-bogus"}), UsageError);
 }
 
 TEST(ActiveLayers, FirstReasonStaysAndOffIsOverriddenByOn) {
