@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -52,6 +53,25 @@ class ChromeJsonWriter final : public TimelineSink {
     if (!slice.args.empty()) append_args(slice.args);
     line_ += '}';
     write_event();
+    if (slice.flow_out) flow_event('s', slice.flow_out, slice.pid, slice.tid, slice.ts_ns);
+  }
+
+  // GPU work on a thread of its own per device and stream ("GPU 0 stream 7"), with the flow
+  // arrow from its launch ending on it.
+  void add_gpu_slice(const TimelineGpuSlice& g) override {
+    uint32_t tid = kGpuTidBase + g.device * 65536 + (g.stream & 0xffff);
+    if (gpu_threads_.insert({g.pid, tid}).second)
+      add_thread({g.pid, tid, fmt::format("GPU {} stream {}", g.device, g.stream)});
+    line_.clear();
+    append(R"({{"ph":"X","name":{},"cat":{},"pid":{},"tid":{},"ts":)", cached(g.name),
+           cached(g.category), g.pid, tid);
+    append_microseconds(g.ts_ns);
+    line_ += R"(,"dur":)";
+    append_microseconds(g.dur_ns);
+    if (!g.args.empty()) append_args(g.args);
+    line_ += '}';
+    write_event();
+    if (g.flow_in) flow_event('f', g.flow_in, g.pid, tid, g.ts_ns);
   }
 
   // A counter event ("C"); machine-wide tracks live in a process of their own, pid 0.
@@ -97,6 +117,18 @@ class ChromeJsonWriter final : public TimelineSink {
   // Chrome's unit is the microsecond; three decimals keep every nanosecond exactly.
   void append_microseconds(uint64_t ns) { append("{}.{:03}", ns / 1000, ns % 1000); }
 
+  // Chrome's flow events: "s" inside the launch's slice, "f" (bound to the enclosing slice,
+  // "bp":"e") at the start of the GPU work.
+  void flow_event(char phase, uint64_t id, uint32_t pid, uint32_t tid, uint64_t ts_ns) {
+    line_.clear();
+    append(R"({{"ph":"{}","name":"launch","cat":"gpu","id":{},"pid":{},"tid":{},"ts":)", phase, id,
+           pid, tid);
+    append_microseconds(ts_ns);
+    if (phase == 'f') line_ += R"(,"bp":"e")";
+    line_ += '}';
+    write_event();
+  }
+
   void append_args(const std::vector<TimelineArg>& args) {
     line_ += R"(,"args":{)";
     for (size_t i = 0; i < args.size(); ++i) {
@@ -141,6 +173,9 @@ class ChromeJsonWriter final : public TimelineSink {
   bool first_event_ = true;
   bool finished_ = false;
   bool machine_named_ = false;
+  // GPU streams as threads: tids far above any real one (Linux pids stay below 2^22)
+  static constexpr uint32_t kGpuTidBase = 0x40000000;
+  std::set<std::pair<uint32_t, uint32_t>> gpu_threads_;
   std::string line_;  // the event being formatted; reused so its capacity is kept
   std::unordered_map<std::string, std::string> escaped_;
 };

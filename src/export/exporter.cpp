@@ -4,6 +4,7 @@
 #include "export/pprof.h"
 #include "report/profile.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -67,10 +68,48 @@ void add_python_slices(const RecordingReader& rec, TimelineSink& sink, int64_t t
   });
 }
 
+// The gputime layer's launch records, by process and thread: CUPTI's record of a runtime launch
+// starts about a microsecond after eacgm's uprobe saw the same call begin, inside its span.
+struct GpuLaunches {
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>> by_thread;
+  std::set<uint64_t> linked;  // flow ids (pid << 32 | correlation) given to a launch slice
+
+  static uint64_t flow_id(uint32_t pid, uint32_t correlation) {
+    return uint64_t(pid) << 32 | correlation;
+  }
+  // The flow id of the launch record inside this runtime launch call, claimed once; 0: none.
+  uint64_t claim(const CudaCallRow& c) {
+    auto it = by_thread.find({c.pid, c.tid});
+    if (it == by_thread.end()) return 0;
+    auto& v = it->second;  // by time
+    // (at most 2 us early: the two clocks are read a few instructions apart)
+    auto at = std::lower_bound(v.begin(), v.end(),
+                               std::pair<uint64_t, uint32_t>{c.ts_ns - std::min<uint64_t>(c.ts_ns, 2000), 0});
+    if (at == v.end() || at->first > c.ts_ns + std::max<uint64_t>(c.dur_ns, 1)) return 0;
+    uint64_t id = flow_id(c.pid, at->second);
+    v.erase(at);
+    linked.insert(id);
+    return id;
+  }
+};
+
+GpuLaunches gpu_launches(const RecordingReader& rec) {
+  GpuLaunches l;
+  each_gpu_activity(rec, [&](const GpuActivityRow& g) {
+    if (g.kind == "launch") l.by_thread[{g.pid, g.tid}].emplace_back(g.ts_ns, g.correlation);
+  });
+  return l;
+}
+
+bool is_runtime_launch(std::string_view name) {
+  return name.starts_with("cudaLaunch") || name.starts_with("__cudaLaunch");
+}
+
 void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
-                     const PythonStacks& stacks) {
+                     const PythonStacks& stacks, GpuLaunches& launches) {
   each_cuda_call(rec, [&](const CudaCallRow& c) {
     TimelineSlice slice = call_slice(c, to_real, "cuda");
+    if (c.is_launch && is_runtime_launch(c.name)) slice.flow_out = launches.claim(c);
     if (!c.kernel.empty()) slice.args.push_back({"kernel", std::string(c.kernel)});
     if (c.bytes >= 0) slice.args.push_back({"bytes", c.bytes});
     if (!c.memcpy_kind.empty()) slice.args.push_back({"kind", std::string(c.memcpy_kind)});
@@ -85,6 +124,36 @@ void add_cuda_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_
     add_cpu_wait(slice, c.runq_ns);
     add_python_stack(slice, c.py_stack, stacks);
     sink.add_slice(slice);
+  });
+}
+
+// The gputime layer's work on the GPU, each with the arrow from its launch where it has one.
+void add_gpu_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
+                    const GpuLaunches& launches) {
+  each_gpu_activity(rec, [&](const GpuActivityRow& g) {
+    if (g.kind == "launch") return;
+    TimelineGpuSlice slice;
+    slice.ts_ns = uint64_t(int64_t(g.ts_ns) + to_real);
+    slice.dur_ns = g.dur_ns;
+    slice.pid = g.pid;
+    slice.device = g.device;
+    slice.stream = g.stream;
+    slice.category = "gpu";
+    slice.name = g.kind == "kernel"   ? std::string(g.name)
+                 : g.kind == "memcpy" ? fmt::format("memcpy {}", g.name)
+                                      : std::string(g.kind);
+    if (g.bytes >= 0) slice.args.push_back({"bytes", g.bytes});
+    if (g.kind == "kernel") {
+      slice.args.push_back({"grid", fmt::format("({}, {}, {})", g.grid[0], g.grid[1], g.grid[2])});
+      slice.args.push_back(
+          {"block", fmt::format("({}, {}, {})", g.block[0], g.block[1], g.block[2])});
+      slice.args.push_back({"shared_mem", int64_t(g.shared_mem)});
+      slice.args.push_back({"registers", int64_t(g.registers)});
+    }
+    slice.args.push_back({"correlation", int64_t(g.correlation)});
+    uint64_t id = GpuLaunches::flow_id(g.pid, g.correlation);
+    if (launches.linked.count(id)) slice.flow_in = id;
+    sink.add_gpu_slice(slice);
   });
 }
 
@@ -305,7 +374,9 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
     if (pids.insert(t.pid).second) sink.add_process({t.pid, fmt::format("pid {}", t.pid)});
   for (const auto& t : threads) sink.add_thread({t.pid, t.tid, t.name});
   PythonStacks stacks = python_stacks(rec);  // none in recordings made before the python layer
-  add_cuda_slices(rec, sink, to_real, stacks);
+  GpuLaunches launches = gpu_launches(rec);
+  add_cuda_slices(rec, sink, to_real, stacks, launches);
+  add_gpu_slices(rec, sink, to_real, launches);
   add_comm_slices(rec, sink, to_real, stacks);
   add_torch_slices(rec, sink, to_real, stacks);
   add_python_slices(rec, sink, to_real);

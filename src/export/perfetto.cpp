@@ -94,6 +94,8 @@ constexpr uint64_t kTypeSliceEnd = 2;
 constexpr uint64_t kTypeCounter = 4;
 constexpr uint64_t kTypeInstant = 3;
 constexpr uint32_t kEventDoubleCounterValue = 44;
+constexpr uint32_t kEventFlowIds = 47;             // repeated fixed64
+constexpr uint32_t kEventTerminatingFlowIds = 48;  // repeated fixed64
 
 // DebugAnnotation
 constexpr uint32_t kAnnotationNameIid = 1;
@@ -139,6 +141,7 @@ struct Track {
   uint32_t tid = 0;
   bool is_thread = false;
   std::string name;
+  bool is_gpu = false;  // a GPU stream's track under its process (named by `name`)
 };
 
 // One slice as kept until finish(): ids instead of strings, args pre-encoded in args_.
@@ -204,6 +207,32 @@ class PerfettoWriter final : public TimelineSink {
     record.args_offset = args_.size();
     encode_args(slice.args);
     record.args_size = static_cast<uint32_t>(args_.size() - record.args_offset);
+    if (slice.flow_out) flow_out_[uint32_t(slices_.size())] = slice.flow_out;
+    slices_.push_back(record);
+  }
+
+  void add_gpu_slice(const TimelineGpuSlice& g) override {
+    if (slices_.size() >= kMaxSlices) fail("cannot write trace: more than {} slices", kMaxSlices);
+    process_track(g.pid);
+    auto [it, inserted] = gpu_track_index_.try_emplace(
+        std::tuple<uint32_t, uint32_t, uint32_t>{g.pid, g.device, g.stream}, tracks_.size());
+    if (inserted) {
+      // uuids with bit 60 set: apart from instant (61), counter (62), process (63) and thread
+      Track t{(uint64_t{1} << 60) | tracks_.size(), g.pid, 0, false,
+              fmt::format("GPU {} stream {}", g.device, g.stream), true};
+      track_index_.emplace(t.uuid, tracks_.size());
+      tracks_.push_back(std::move(t));
+    }
+    SliceRecord record;
+    record.ts = g.ts_ns;
+    record.dur = g.dur_ns;
+    record.track = static_cast<uint32_t>(it->second);
+    record.name_iid = static_cast<uint32_t>(event_names_.intern(g.name));
+    record.category_iid = static_cast<uint32_t>(categories_.intern(g.category));
+    record.args_offset = args_.size();
+    encode_args(g.args);
+    record.args_size = static_cast<uint32_t>(args_.size() - record.args_offset);
+    if (g.flow_in) flow_in_[uint32_t(slices_.size())] = g.flow_in;
     slices_.push_back(record);
   }
 
@@ -271,6 +300,8 @@ class PerfettoWriter final : public TimelineSink {
     out_.flush();
     check_stream();
     slices_ = {};
+    flow_out_ = {};
+    flow_in_ = {};
     counters_ = {};
     instants_ = {};
     samples_ = {};
@@ -399,9 +430,9 @@ class PerfettoWriter final : public TimelineSink {
 
   // Processes first: a thread track's parent must already be known.
   void write_track_descriptors() {
-    for (bool threads : {false, true}) {
+    for (bool children : {false, true}) {
       for (const auto& track : tracks_) {
-        if (track.is_thread == threads) write_track_descriptor(track);
+        if ((track.is_thread || track.is_gpu) == children) write_track_descriptor(track);
       }
     }
   }
@@ -411,7 +442,10 @@ class PerfettoWriter final : public TimelineSink {
     {
       auto descriptor = writer_.message(pb::kTrackDescriptor);
       writer_.add_varint(pb::kTrackUuid, track.uuid);
-      if (track.is_thread) {
+      if (track.is_gpu) {
+        writer_.add_varint(pb::kTrackParentUuid, process_track_uuid(track.pid));
+        writer_.add_string(pb::kTrackName, track.name);
+      } else if (track.is_thread) {
         writer_.add_varint(pb::kTrackParentUuid, process_track_uuid(track.pid));
         auto thread = writer_.message(pb::kTrackThread);
         writer_.add_int(pb::kThreadPid, track.pid);
@@ -569,6 +603,10 @@ class PerfettoWriter final : public TimelineSink {
         writer_.add_varint(pb::kEventCategoryIids, slice.category_iid);
         writer_.add_varint(pb::kEventNameIid, slice.name_iid);
         writer_.add_raw(args_.data().substr(slice.args_offset, slice.args_size));
+        if (auto f = flow_out_.find(event.index()); f != flow_out_.end())
+          writer_.add_fixed64(pb::kEventFlowIds, f->second);
+        if (auto f = flow_in_.find(event.index()); f != flow_in_.end())
+          writer_.add_fixed64(pb::kEventTerminatingFlowIds, f->second);
       }
     }
     writer_.end_message();
@@ -593,6 +631,9 @@ class PerfettoWriter final : public TimelineSink {
   std::unordered_map<uint64_t, size_t> track_index_;
   Interner event_names_, categories_, annotation_names_;
   std::vector<SliceRecord> slices_;
+  // flows, by slice index: few slices have one (launches and their GPU work)
+  std::unordered_map<uint32_t, uint64_t> flow_out_, flow_in_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, size_t> gpu_track_index_;
   std::vector<CounterTrack> counter_tracks_;
   std::map<std::pair<uint32_t, std::string>, size_t> counter_index_;
   std::vector<CounterValue> counters_;

@@ -33,6 +33,20 @@ struct TimelineSlice {
   std::string category;  // layer: "cuda", "comm", ...
   std::string name;      // "cudaLaunchKernel"; for launches the exporter is given the kernel
   std::vector<TimelineArg> args;
+  uint64_t flow_out = 0;  // a flow arrow starts here (a launch, to its work on the GPU); 0: none
+};
+
+// Work on a GPU (the gputime layer): a kernel, copy or memset as it ran, on a track of its own
+// per device and stream under its process, as Nsight Systems draws them.
+struct TimelineGpuSlice {
+  uint64_t ts_ns = 0;  // wall clock (realtime) ns
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0;
+  uint32_t device = 0, stream = 0;
+  std::string category;  // "gpu"
+  std::string name;      // the kernel, or "memcpy HostToDevice", "memset"
+  std::vector<TimelineArg> args;
+  uint64_t flow_in = 0;  // the flow_out of its launch's slice; 0: none
 };
 
 // One value of a sampled metric, on a counter track of a process (pid != 0) or of the machine
@@ -77,6 +91,8 @@ class TimelineSink {
   virtual void add_process(const TimelineProcess& process) = 0;
   virtual void add_thread(const TimelineThread& thread) = 0;
   virtual void add_slice(const TimelineSlice& slice) = 0;
+  // Formats without GPU tracks ignore them.
+  virtual void add_gpu_slice(const TimelineGpuSlice& /*slice*/) {}
   virtual void add_counter(const TimelineCounter& counter) = 0;
   virtual void add_instant(const TimelineInstant& instant) = 0;
   // CPU profile samples (formats without stack samples ignore them): each stack, innermost

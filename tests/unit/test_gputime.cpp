@@ -6,10 +6,15 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "events.h"
+#include "export/chrome_json.h"
+#include "export/exporter.h"
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
 #include "probe/symbolizer.h"
@@ -278,6 +283,65 @@ TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
   free(text);
   EXPECT_EQ(j["gpu_time"]["top_kernels"][0]["kernel"], "c");
   EXPECT_EQ(j["gpu_time"]["devices"][1]["busy_ns"], 2000);
+  fs::remove_all(dir);
+}
+
+// The timeline: each kernel on its GPU stream's own track, with the flow arrow from the runtime
+// launch call (eacgm's uprobe row) that CUPTI's launch record lies in (same thread, inside its
+// span); a kernel whose launch eacgm did not see gets no arrow.
+TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
+  fs::path dir = fs::temp_directory_path() / ("eacgm_gputime_export_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    w.set_meta("monotonic_to_realtime_ns", "1000000000000");
+    CudaCallRow launch;
+    launch.ts_ns = 10'000, launch.dur_ns = 4'000, launch.pid = 9, launch.tid = 10;
+    launch.name = "cudaLaunchKernel", launch.is_launch = true, launch.kernel = "axpy";
+    w.add(launch);
+    GpuActivityRow l;
+    l.ts_ns = 11'000, l.dur_ns = 2'000, l.pid = 9, l.tid = 10, l.kind = "launch";
+    l.correlation = 5, l.name = "cudaLaunchKernel";
+    w.add(l);
+    GpuActivityRow k;
+    k.ts_ns = 20'000, k.dur_ns = 3'000, k.pid = 9, k.kind = "kernel", k.name = "axpy";
+    k.correlation = 5, k.device = 0, k.stream = 7;
+    w.add(k);
+    GpuActivityRow orphan = k;  // launched before eacgm attached: no launch row
+    orphan.ts_ns = 30'000, orphan.correlation = 6;
+    w.add(orphan);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  std::string out = (dir / "run.json").string();
+  export_recording(path, out, ExportFormat::ChromeJson, false);
+  std::ifstream in(out);
+  auto trace = nlohmann::json::parse(in);
+  std::map<std::string, int> phases;
+  std::string gpu_thread;
+  int64_t gpu_tid = -1;
+  nlohmann::json start, finish;
+  for (const auto& e : trace["traceEvents"]) {
+    ++phases[e["ph"].get<std::string>()];
+    if (e["ph"] == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"].get<std::string>().starts_with("GPU"))
+      gpu_thread = e["args"]["name"], gpu_tid = e["tid"];
+    if (e["ph"] == "s") start = e;
+    if (e["ph"] == "f") finish = e;
+  }
+  EXPECT_EQ(gpu_thread, "GPU 0 stream 7");
+  EXPECT_EQ(phases["s"], 1);
+  EXPECT_EQ(phases["f"], 1);
+  EXPECT_EQ(start["id"], finish["id"]);
+  EXPECT_EQ(start["tid"], 10);
+  EXPECT_EQ(finish["tid"], gpu_tid);
+  EXPECT_EQ(finish["ts"], 1000000020.0);  // us: the kernel's start on the GPU
+  int kernels = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == gpu_tid && e["name"] == "axpy") ++kernels;
+  EXPECT_EQ(kernels, 2);
   fs::remove_all(dir);
 }
 

@@ -568,5 +568,45 @@ TEST(PerfettoWriter, FinishThrowsWhenTheOutputFails) {
   }
 }
 
+// GPU work (the gputime layer) on a track per device and stream under its process, and the flow
+// arrow from the launch's slice (flow_ids, 47) to the kernel's (terminating_flow_ids, 48).
+TEST(PerfettoWriter, GpuWorkHasAStreamTrackAndAFlowFromItsLaunch) {
+  const RawMessage trace = decode_raw(write_trace([](TimelineSink& sink) {
+    sink.add_process({kPid, "python3 train.py"});
+    sink.add_thread({kPid, 4242, "python3"});
+    TimelineSlice launch{kT0, 500, kPid, 4242, "cuda", "cudaLaunchKernel", {}};
+    launch.flow_out = 0x1234;
+    sink.add_slice(launch);
+    TimelineGpuSlice kernel;
+    kernel.ts_ns = kT0 + 2000, kernel.dur_ns = 300, kernel.pid = kPid;
+    kernel.device = 0, kernel.stream = 7, kernel.category = "gpu", kernel.name = "sgemm";
+    kernel.flow_in = 0x1234;
+    sink.add_gpu_slice(kernel);
+  }));
+  const RawMessage* gpu_track = nullptr;
+  for (const RawMessage* packet : trace.all(1))
+    if (packet->has(60) && packet->at(60).value(2) == raw_string("GPU 0 stream 7"))
+      gpu_track = &packet->at(60);
+  ASSERT_NE(gpu_track, nullptr);
+  EXPECT_EQ(gpu_track->value(5), std::to_string(kProcessUuid));  // under its process
+  std::string gpu_uuid = gpu_track->value(1);
+  int begins = 0;
+  for (const RawMessage* packet : trace.all(1)) {
+    if (!packet->has(11) || packet->at(11).value(9) != "1") continue;  // SLICE_BEGIN
+    const RawMessage& event = packet->at(11);
+    ++begins;
+    if (event.value(11) == std::to_string(kMainUuid)) {
+      EXPECT_EQ(event.value(47), "0x0000000000001234");
+      EXPECT_FALSE(event.has(48));
+    } else {
+      EXPECT_EQ(event.value(11), gpu_uuid);
+      EXPECT_EQ(packet->value(8), std::to_string(kT0 + 2000));
+      EXPECT_EQ(event.value(48), "0x0000000000001234");
+      EXPECT_FALSE(event.has(47));
+    }
+  }
+  EXPECT_EQ(begins, 2);
+}
+
 }  // namespace
 }  // namespace eacgm
