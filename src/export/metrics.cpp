@@ -68,6 +68,16 @@ MetricsSink::MetricsSink(std::string hostname)
                    .Name("eacgm_process_reclaim_seconds_total")
                    .Help("Time the traced process stalled in direct memory reclaim")
                    .Register(*registry_)),
+      gpu_kernel_seconds_(BuildCounter()
+                              .Name("eacgm_gpu_kernel_seconds_total")
+                              .Help("Time the traced process's kernels ran on the GPU, by CUDA "
+                                    "device (gputime layer: CUPTI)")
+                              .Register(*registry_)),
+      gpu_kernels_(BuildCounter()
+                       .Name("eacgm_gpu_kernels_total")
+                       .Help("Kernels of the traced process that ran on the GPU, by CUDA device "
+                             "(gputime layer: CUPTI)")
+                       .Register(*registry_)),
       gpu_util_(BuildGauge()
                     .Name("DCGM_FI_DEV_GPU_UTIL")
                     .Help("GPU utilization (in %).")
@@ -267,6 +277,16 @@ void MetricsSink::add(const CommCallRow& r) {
     track(bus_bytes_, bus_bytes_.Add(labels), r.pid)
         .Increment(r.busbw_gbps * 1e9 * double(r.dur_ns) / 1e9);
   }
+}
+
+// GPU time, per process and CUDA device: no kernel names (unbounded), no launches.
+void MetricsSink::add(const GpuActivityRow& r) {
+  if (r.kind != "kernel") return;
+  prometheus::Labels labels = process_labels(r.pid, false);
+  labels["device"] = std::to_string(r.device);
+  track(gpu_kernel_seconds_, gpu_kernel_seconds_.Add(labels), r.pid)
+      .Increment(double(r.dur_ns) / 1e9);
+  track(gpu_kernels_, gpu_kernels_.Add(labels), r.pid).Increment();
 }
 
 std::string MetricsSink::job_of(uint32_t pid) {

@@ -199,5 +199,32 @@ TEST(MetricsSink, ASeriesStaysWhileAnyProcessWithItsLabelsLives) {
   EXPECT_EQ(series_value(text, "eacgm_calls_total", "process=\"python3\""), 1.0);
 }
 
+// GPU time (the gputime layer): kernels' GPU seconds and counts per process and device; copies
+// and launches count in neither, and no kernel name becomes a label.
+TEST(MetricsSink, KernelsCountTheirGpuTimePerProcessAndDevice) {
+  MetricsSink m("node-a");
+  start(m, 300, "trainer");
+  auto kernel = [](uint32_t device, uint64_t dur_ns) {
+    GpuActivityRow r;
+    r.pid = 300, r.kind = "kernel", r.name = "sgemm_128x64", r.device = device, r.dur_ns = dur_ns;
+    return r;
+  };
+  m.add(kernel(0, 2 * ms));
+  m.add(kernel(0, 3 * ms));
+  m.add(kernel(1, 7 * ms));
+  GpuActivityRow copy = kernel(0, 50 * ms);
+  copy.kind = "memcpy";
+  m.add(copy);
+  GpuActivityRow launch = kernel(0, 1 * ms);
+  launch.kind = "launch";
+  m.add(launch);
+  std::string text = m.text();
+  EXPECT_DOUBLE_EQ(*series_value(text, "eacgm_gpu_kernel_seconds_total", "device=\"0\""), 0.005)
+      << text;
+  EXPECT_DOUBLE_EQ(*series_value(text, "eacgm_gpu_kernel_seconds_total", "device=\"1\""), 0.007);
+  EXPECT_EQ(*series_value(text, "eacgm_gpu_kernels_total", "device=\"0\""), 2.0);
+  EXPECT_EQ(text.find("sgemm"), std::string::npos) << "a kernel name as a label";
+}
+
 }  // namespace
 }  // namespace eacgm
