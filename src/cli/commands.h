@@ -71,5 +71,6 @@ std::function<int()> add_gmm(CLI::App& app);
 std::function<int()> add_detect(CLI::App& app);
 std::function<int()> add_agent(CLI::App& app);
 std::function<int()> add_merge(CLI::App& app);
+std::function<int()> add_gputime_library(CLI::App& app);
 
 }  // namespace eacgm::cli

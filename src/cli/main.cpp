@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   reg(eacgm::cli::add_detect);
   reg(eacgm::cli::add_agent);
   reg(eacgm::cli::add_merge);
+  reg(eacgm::cli::add_gputime_library);
   app.footer("eacgm SUBCOMMAND --help: its options, what it writes, examples");  // (after: not theirs)
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "e2e_util.h"
@@ -108,6 +109,35 @@ TEST_F(GpuTime, RecordGivesItsCommandTheInjectionLibraryAndLeavesAnotherTools) {
                       "/bin/sh", "-c", "echo \"[$CUDA_INJECTION64_PATH]\""});
   ASSERT_EQ(without.exit_code, 0) << without.err;
   EXPECT_EQ(without.out, "[]\n");
+}
+
+// For jobs eacgm does not launch: the library written where they can load it, replacing an
+// earlier copy of its own and nothing else.
+TEST_F(GpuTime, TheLibraryIsWrittenForJobsEacgmDoesNotLaunch) {
+  auto r = run({kEacgm, "gputime-library", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string lib = dir_ + "/libeacgm_cupti.so";
+  EXPECT_EQ(r.out, lib + "\n");
+  EXPECT_NE(r.err.find("CUDA_INJECTION64_PATH=" + lib), std::string::npos) << r.err;
+  struct stat st {};
+  ASSERT_EQ(stat(lib.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  auto nm = run({"/usr/bin/nm", "-D", "--defined-only", lib});
+  EXPECT_NE(nm.out.find(" T InitializeInjection"), std::string::npos) << nm.out;
+  EXPECT_NE(nm.out.find(" T eacgm_gputime_batch"), std::string::npos) << nm.out;
+  auto ldd = run({"/usr/bin/readelf", "-d", lib});
+  EXPECT_EQ(ldd.out.find("libstdc++"), std::string::npos) << "libc only:\n" << ldd.out;
+  EXPECT_EQ(run({kEacgm, "gputime-library", dir_}).exit_code, 0);  // its own copy: replaced
+  // someone else's file, or a link, is left alone
+  std::filesystem::remove(lib);
+  std::ofstream(dir_ + "/mine") << "not eacgm's";
+  std::filesystem::create_symlink(dir_ + "/mine", lib);
+  auto refused = run({kEacgm, "gputime-library", dir_});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("is not a copy of eacgm's injection library"), std::string::npos)
+      << refused.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(lib));
+  EXPECT_EQ(run({kEacgm, "gputime-library", dir_ + "/missing"}).exit_code, 2);
 }
 
 }  // namespace
