@@ -9,7 +9,8 @@
 #      operators, Python stacks, kernel names and counts against the profiler's; NVML readings
 #      against nvidia-smi --query-gpu taken at the same time
 #   4. NCCL through torch.distributed (world size 1): communicator, rank, bytes
-#   5. eacgm agent for 30 s beside the training: /metrics' DCGM_FI_DEV_* and call counters
+#   5. eacgm agent for 30 s beside the training (given the injection library by gputime-library):
+#      /metrics' DCGM_FI_DEV_*, call counters and GPU kernel seconds
 #   6. cost: training steps/s untraced, under plain `eacgm record` (and without its gputime
 #      layer), under torch.profiler
 #   7. GPU-side time (issue 36's questions): a CUPTI injection library (cupti_probe.cpp) loaded
@@ -259,6 +260,9 @@ agent_seconds=$([ "$dry" = 1 ] && echo 12 || echo 30)
   >"$work/agent.txt" 2>&1 &
 agent=$!; children+=("$agent")
 sleep 3
+# a job the agent did not launch gets GPU time through its own environment (gputime-library)
+mkdir -p "$work/lib" && "$eacgm" gputime-library "$work/lib" >/dev/null 2>>"$work/agent.txt"
+CUDA_INJECTION64_PATH="$work/lib/libeacgm_cupti.so" \
 bounded $((agent_seconds + 30)) "$py" "$root/scripts/gpu_check/train.py" --device "$device" \
   --seconds "$agent_seconds" --result "$work/agent_train.json" >/dev/null 2>&1 &
 trainer=$!; children+=("$trainer")
@@ -270,7 +274,7 @@ kill -TERM "$agent" 2>/dev/null; wait "$agent"
 say "agent: exit $? after SIGTERM; its log:"; tail -8 "$work/agent.txt" | sed 's/^/  /' | tee -a "$report"
 if [ -s "$work/metrics.txt" ]; then
   cp "$work/metrics.txt" "$out/"
-  judge metrics "$work/metrics.txt"
+  judge metrics "$work/metrics.txt" "$([ "$dry" = 1 ] && echo dry || echo gpu)"
 else
   say "  FAIL  no /metrics answer: $(cat "$work/metrics.err")"; failed=1
 fi

@@ -6,7 +6,7 @@ usage: compare.py cuda RECORDING KNOWN_WORK.json
        compare.py train RECORDING PROFILE.json
        compare.py nvml RECORDING SMI.csv
        compare.py comm RECORDING RESULT.json
-       compare.py metrics METRICS.txt
+       compare.py metrics METRICS.txt gpu|dry
        compare.py cost UNTRACED.json RECORDED.json PROFILED.json RECORDED_NO_GPUTIME.json
        compare.py gputime PROBE_PREFIX KNOWN_WORK.json RECORDING|- gpu|dry
        compare.py gpucost UNTRACED.json PROBED.json PROBED_API.json PROBE_PREFIX
@@ -254,7 +254,7 @@ def check_comm(rec, result):
         line("ok" if got >= want else "FAIL", "all_reduce calls", f"{got} recorded, {want} made")
 
 
-def check_metrics(path):
+def check_metrics(path, mode="gpu"):
     text = open(path).read()
     print(f"agent: /metrics ({path})")
     dcgm = [l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_")]
@@ -262,6 +262,11 @@ def check_metrics(path):
     calls = [l for l in text.splitlines() if l.startswith("eacgm_calls_total{")]
     total = sum(float(l.rsplit(" ", 1)[1]) for l in calls)
     line("ok" if total > 0 else "FAIL", "eacgm_calls_total", f"{len(calls)} series, {total:.0f} calls")
+    # the gputime layer in a job the agent did not launch (its environment names the library)
+    gpu = [l for l in text.splitlines() if l.startswith("eacgm_gpu_kernel_seconds_total{")]
+    seconds = sum(float(l.rsplit(" ", 1)[1]) for l in gpu)
+    line("ok" if seconds > 0 else ("n/a" if mode == "dry" else "FAIL"), "eacgm_gpu_kernel_seconds_total",
+         f"{len(gpu)} series, {seconds:.3f} s of kernels" + (" (no GPU here)" if mode == "dry" else ""))
 
 
 def check_cost(untraced, recorded, profiled, recorded_no_gputime):
@@ -414,7 +419,7 @@ def check_gpucost(untraced, probed, probed_api, prefix):
 
 def main(argv):
     cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
-            "comm": (check_comm, 2), "metrics": (check_metrics, 1), "cost": (check_cost, 4),
+            "comm": (check_comm, 2), "metrics": (check_metrics, 2), "cost": (check_cost, 4),
             "gputime": (check_gputime, 4), "gpucost": (check_gpucost, 4)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
