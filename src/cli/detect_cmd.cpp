@@ -33,7 +33,7 @@ namespace {
 using nlohmann::json;
 
 struct DetectArgs {
-  std::string recording, train, model, save_model, layers = "cuda,comm,torch,python,window", components = "auto";
+  std::string recording, train, model, save_model, layers = "cuda,comm,torch,python,gpu,window", components = "auto";
   std::string features_out;
   std::vector<std::string> recordings, trains;  // as given; several: one job's, lined up
   bool any_job = false;
@@ -68,9 +68,9 @@ std::vector<detect::FeatureTable> tables_of(const RecordingReader& rec, uint64_t
   std::vector<std::string> wanted;
   std::stringstream ss(layers);
   for (std::string l; std::getline(ss, l, ',');) {
-    if (l != "cuda" && l != "comm" && l != "torch" && l != "python" && l != "window")
+    if (l != "cuda" && l != "comm" && l != "torch" && l != "python" && l != "gpu" && l != "window")
       throw UsageError(fmt::format(
-          "--layers: unknown '{}' (choose from cuda, comm, torch, python, window)", l));
+          "--layers: unknown '{}' (choose from cuda, comm, torch, python, gpu, window)", l));
     wanted.push_back(l);
   }
   auto want = [&](const std::string& l) {
@@ -90,6 +90,8 @@ void write_feature_tables(const std::vector<detect::FeatureTable>& tables, const
   for (const auto& t : tables) {
     std::string name = t.group;
     std::replace(name.begin(), name.end(), '/', '.');
+    if (name.size() > 200)  // a templated kernel's name: longer than a file name may be
+      name = fmt::format("{}-{:016x}", name.substr(0, 180), std::hash<std::string>{}(name));
     std::string path = dir + "/" + name + ".csv";
     std::ofstream out(path);
     out << "ts_ns,dur_ns";
@@ -448,6 +450,7 @@ std::function<int()> add_detect(CLI::App& app) {
       ->each([a](const std::string&) { a->window_given = true; });
   cmd->add_option("--layers", a->layers,
                   "what to model: cuda, comm, torch, python (calls, one model per operation), "
+                  "gpu (kernels' time on the GPU, one model per kernel: the gputime layer), "
                   "window (time windows across layers)")
       ->capture_default_str();
   add_judging_options(cmd, a);

@@ -600,6 +600,7 @@ std::string probable_cause(const std::string& layer, const std::string& name,
     if (layer == "comm") return fmt::format("slow collective: {}", name);
     if (layer == "torch") return fmt::format("slow operator: {}", name);
     if (layer == "python") return fmt::format("slow Python function: {}", name);
+    if (layer == "gpu") return fmt::format("slow kernel: {}", name);
     return fmt::format("slow {} call: {}", layer, name);
   }
   return window_cause(top, lowered, values, training_range);
@@ -641,7 +642,7 @@ const std::vector<std::pair<std::string, std::string>>& cause_kinds() {
         {"cuda", "slow cuda call"},        {"cuda", "unusual size"},
         {"comm", "slow collective"},       {"comm", "straggling rank"},
         {"comm", "unusual size"},          {"torch", "slow operator"},
-        {"python", "slow Python function"}};
+        {"python", "slow Python function"}, {"gpu", "slow kernel"}};
     for (const char* w :
          {"CPU interference", "network packet loss", "memory pressure", "network contention",
           "GPU thermal or power throttling", "GPU memory pressure", "PCIe pressure", "storage I/O",

@@ -53,6 +53,22 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
         g.log_bytes.push_back(bytes ? std::log2(1.0 + double(c.bytes)) : 0.0);
       },
       true);
+  // GPU time (the gputime layer): each kernel's time on the GPU, one model per kernel (a slow
+  // kernel: throttling, contention for the GPU).
+  each_gpu_activity(rec, [&](const GpuActivityRow& r) {
+    if (r.kind != "kernel") return;
+    CallGroup& g = groups[{"gpu", std::string(r.name)}];
+    g.ts.push_back(r.ts_ns);
+    g.pid.push_back(r.pid);
+    // its stream as its "thread": work on one stream never overlaps, so no kernel is taken for
+    // one nested in another; no real thread has such an id (Linux tids stay below 2^22)
+    g.tid.push_back(0x40000000u + r.device * 65536u + (r.stream & 0xffffu));
+    g.runq.push_back(-1);
+    g.dur.push_back(r.dur_ns);
+    g.log_dur.push_back(std::log(double(std::max<uint64_t>(r.dur_ns, 1)) / 1e3));
+    g.log_peer_wait.push_back(0.0);
+    g.log_bytes.push_back(0.0);
+  });
   std::vector<FeatureTable> out;
   for (auto& [key, g] : groups) {
     FeatureTable t;

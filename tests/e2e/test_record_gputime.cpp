@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e_util.h"
+#include "store/recording.h"
 
 namespace e2e {
 namespace {
@@ -138,6 +139,41 @@ TEST_F(GpuTime, TheLibraryIsWrittenForJobsEacgmDoesNotLaunch) {
       << refused.err;
   EXPECT_TRUE(std::filesystem::is_symlink(lib));
   EXPECT_EQ(run({kEacgm, "gputime-library", dir_ + "/missing"}).exit_code, 2);
+}
+
+// detect models each kernel's time on the GPU: executions 25x their kernel's usual time (and,
+// as for every call, 3x and 1 ms beyond it: --min-slowdown, --min-excess-us) are named, by the
+// kernel's name, and its usual executions are not.
+TEST_F(GpuTime, DetectNamesASlowKernel) {
+  {
+    eacgm::RecordingWriter w(db_, false);
+    const uint64_t t0 = 1'000'000'000'000;
+    w.set_meta("start_monotonic_ns", std::to_string(t0));
+    w.set_meta("end_monotonic_ns", std::to_string(t0 + 3'000'000'000));
+    w.set_meta("monotonic_to_realtime_ns", "0");
+    w.set_meta("recording_state", "complete");
+    w.set_meta("layers", "gputime");
+    for (int i = 0; i < 3000; ++i) {
+      eacgm::GpuActivityRow k;
+      k.ts_ns = t0 + uint64_t(i) * 1'000'000, k.pid = 77, k.kind = "kernel";
+      k.name = "axpy(float*, float const*, float, int)", k.stream = 7;
+      k.dur_ns = 200'000 + uint64_t((i * 7919) % 20001) - 10'000;  // 190-210 us
+      bool slow = i >= 2000 && i % 200 == 0;                       // 5 in the last third
+      if (slow) k.dur_ns = 5'000'000;
+      w.add(k);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  auto r = run({kEacgm, "detect", db_, "--layers", "gpu"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(
+      db.pairs("SELECT cause, count(*) FROM anomalies GROUP BY cause"),
+      (std::map<std::string, int64_t>{{"slow kernel: axpy(float*, float const*, float, int)", 5}}))
+      << r.out;
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM anomalies WHERE layer = 'gpu' AND dur_ns = 5000000"),
+            5);
 }
 
 }  // namespace
