@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "report/collectives.h"
+#include "report/gpu_time.h"
 #include "report/profile.h"
 #include "report/report.h"
 #include "store/anomalies.h"
@@ -591,6 +592,23 @@ json top_tables(const RecordingReader& rec, const std::vector<OperationStats>& o
     }
   }
   out["kernels"] = kernels;
+  // the gputime layer: kernels by their time on the GPU, and how busy each GPU was
+  GpuTimeSummary gpu = gpu_time_summary(rec, 20);
+  json gpu_kernels = json::array();
+  for (const auto& k : gpu.kernels)
+    gpu_kernels.push_back({{"kernel", k.kernel},
+                           {"executions", k.executions},
+                           {"gpu_ms", rounded(double(k.total_ns) / 1e6, 3)},
+                           {"p50_us", rounded(double(k.p50_ns) / 1e3, 3)},
+                           {"max_us", rounded(double(k.max_ns) / 1e3, 3)},
+                           {"queue_p50_us", rounded(double(k.queue_p50_ns) / 1e3, 3)}});
+  out["gpu_kernels"] = gpu_kernels;
+  json devices = json::array();
+  for (const auto& d : gpu.devices)
+    devices.push_back({{"device", d.device},
+                       {"busy_pct", rounded(d.span_ns ? 100.0 * double(d.busy_ns) / double(d.span_ns) : 0, 1)},
+                       {"span_s", rounded(double(d.span_ns) / 1e9, 3)}});
+  out["gpu_devices"] = devices;
   for (const char* layer : kCallLayers) {
     auto stacks = usual_stacks(rec, layer);
     // Python functions: where they are defined (file and first line)

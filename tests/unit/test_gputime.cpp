@@ -2,6 +2,7 @@
 // library's entries (gputime/gpu_batch.h) into gpu_activity rows, read back through the table
 // reader; what does not parse is counted, and stops no more than it must.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "pipeline/decoder.h"
 #include "probe/symbolizer.h"
 #include "report/gpu_time.h"
+#include "report/html_report.h"
 #include "report/report.h"
 #include "store/reader.h"
 #include "store/recording.h"
@@ -213,6 +215,18 @@ TEST_F(GpuTimeDecode, WhatDoesNotParseIsCountedAndSkipsNoMoreThanItMust) {
   EXPECT_EQ(decoder_->stats().malformed, 2u);  // the torn entry, the unreadable batch
 }
 
+// The meta a page needs of a recording (its clock), added to one written without it.
+void rec_meta_for_page(const std::string& path) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db,
+                         "INSERT OR REPLACE INTO meta VALUES('start_monotonic_ns', '0'), "
+                         "('end_monotonic_ns', '6000'), ('monotonic_to_realtime_ns', '0')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+}
+
 // The report's GPU time from a recording with known rows: busy time counts overlapping work
 // once, queue delays come from each kernel's launch, kernels rank by GPU time.
 TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
@@ -283,6 +297,14 @@ TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
   free(text);
   EXPECT_EQ(j["gpu_time"]["top_kernels"][0]["kernel"], "c");
   EXPECT_EQ(j["gpu_time"]["devices"][1]["busy_ns"], 2000);
+  // and the page's table of kernels by GPU time
+  rec_meta_for_page(path);
+  RecordingReader again(path);
+  auto page = html_report_data(again, HtmlReportOptions{});
+  ASSERT_EQ(page["top"]["gpu_kernels"].size(), 3u);
+  EXPECT_EQ(page["top"]["gpu_kernels"][0]["kernel"], "c");
+  EXPECT_EQ(page["top"]["gpu_kernels"][0]["gpu_ms"], 0.002);
+  EXPECT_EQ(page["top"]["gpu_devices"][0]["busy_pct"], 70.0);
   fs::remove_all(dir);
 }
 

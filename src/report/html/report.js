@@ -325,6 +325,19 @@
         { title: 'launch time (ms)', show: (r) => num(r.launch_ms), value: (r) => r.launch_ms }]);
       sec.append(el('h3', {}, 'CUDA kernels'), t);
     }
+    if ((T.gpu_kernels || []).length) {
+      any = true;
+      const t = el('table', { class: 'data' });
+      sortable(t, T.gpu_kernels, [
+        { title: 'kernel', show: (r) => r.kernel, value: (r) => r.kernel, cls: 'name' },
+        { title: 'executions', show: (r) => num(r.executions, 0), value: (r) => r.executions },
+        { title: 'GPU time (ms)', show: (r) => num(r.gpu_ms), value: (r) => r.gpu_ms },
+        { title: 'p50', show: (r) => us(r.p50_us), value: (r) => r.p50_us },
+        { title: 'max', show: (r) => us(r.max_us), value: (r) => r.max_us },
+        { title: 'queue p50', show: (r) => us(r.queue_p50_us), value: (r) => r.queue_p50_us }]);
+      const busy = (T.gpu_devices || []).map((d) => 'GPU ' + d.device + ' busy ' + num(d.busy_pct, 1) + '% of ' + num(d.span_s, 2) + ' s').join('; ');
+      sec.append(el('h3', {}, 'kernels by time on the GPU'), el('p', {}, 'When the GPU ran them (gputime layer). ' + busy), t);
+    }
     for (const layer of ['torch', 'python', 'cuda', 'comm']) {
       const rows = T[layer] || [];
       if (!rows.length) continue;
