@@ -496,6 +496,30 @@ std::string resource_named_by(const std::string& feature, const std::set<std::st
   return "";
 }
 
+// No resource: the symptom of a layer among the top features (the job's own CPU falling
+// while it waits on a slow link is no cause; the collectives it waits in are), in the
+// direction that hurts: a layer's calls slower or fewer per second than usual. Faster or
+// more calls are no slowness to name (session 31: "slow operators" for operators that ran
+// faster than usual beside a rise elsewhere). "" where no layer's feature says one.
+std::string layer_symptom(const std::vector<std::pair<std::string, double>>& top,
+                          const std::set<std::string>& lowered) {
+  for (const auto& [top_feature, weight] : top) {
+    if (weight < 0.1 * top.front().second) break;
+    const std::string& feature = top_feature;  // clang 14: no structured binding in a lambda
+    bool down = lowered.count(feature) > 0;
+    if ((feature.ends_with("_calls_per_s") && !down) ||
+        (feature.ends_with("_call_log_duration_us") && down))
+      continue;
+    auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
+    if (has("comm_")) return "slow collectives";
+    if (has("cuda_")) return "slow CUDA calls";
+    if (has("torch_")) return "slow operators";
+    if (has("python_")) return "slow Python code";
+    if (has("gpu_util")) return "GPU utilization change";
+  }
+  return "";
+}
+
 // The probable cause of a window from its features (weights in `top`, strongest first): a
 // resource among them, else the symptom of a layer.
 std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
@@ -565,25 +589,7 @@ std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
         !cause.empty())
       return cause;
   }
-  // No resource: the symptom of a layer among the top features (the job's own CPU falling
-  // while it waits on a slow link is no cause; the collectives it waits in are), in the
-  // direction that hurts: a layer's calls slower or fewer per second than usual. Faster or
-  // more calls are no slowness to name (session 31: "slow operators" for operators that ran
-  // faster than usual beside a rise elsewhere).
-  for (const auto& [top_feature, weight] : top) {
-    if (weight < 0.1 * top.front().second) break;
-    const std::string& feature = top_feature;  // clang 14: no structured binding in a lambda
-    bool down = lowered.count(feature) > 0;
-    if ((feature.ends_with("_calls_per_s") && !down) ||
-        (feature.ends_with("_call_log_duration_us") && down))
-      continue;
-    auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
-    if (has("comm_")) return "slow collectives";
-    if (has("cuda_")) return "slow CUDA calls";
-    if (has("torch_")) return "slow operators";
-    if (has("python_")) return "slow Python code";
-    if (has("gpu_util")) return "GPU utilization change";
-  }
+  if (std::string symptom = layer_symptom(top, lowered); !symptom.empty()) return symptom;
   return "unusual window: " + f;
 }
 

@@ -94,6 +94,8 @@ class EventDecoder {
   void decode_sample(const eacgm_sample_event& e);
   void decode_offcpu(const eacgm_offcpu_event& e);
   void decode_gpu_batch(const eacgm_gpu_batch_event& e);  // decoder_gputime.cpp
+  void decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kind, uint16_t bytes,
+                        const unsigned char* entry);
   // A sample's Python stack (its PY_STACK record) and native stack into row's ids.
   template <class Event, class Row>
   void take_stacks(const Event& e, Row& row);
