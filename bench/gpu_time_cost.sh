@@ -26,7 +26,7 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 cuda_home="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
 work=$(mktemp -d /tmp/eacgm-gpu-time-cost.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-"$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" -I"$cuda_home/extras/CUPTI/include" \
+"$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" -I"$cuda_home/extras/CUPTI/include" -Isrc \
   -o "$work/probe.so" scripts/gpu_check/cupti_probe.cpp -ldl || exit 2
 
 run() {  # run VARIANT ROUND: one training, its steps/s on stdout

@@ -302,7 +302,7 @@ probe="$work/cupti_probe.so"
 if ! build_known_work; then
   say "  FAIL  nvcc could not build known_work.cu:"; tail -20 "$work/nvcc.txt" | tee -a "$report"; failed=1
 elif ! bounded 120 "$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" \
-       -I"$cuda_home/extras/CUPTI/include" -o "$probe" "$root/scripts/gpu_check/cupti_probe.cpp" -ldl \
+       -I"$cuda_home/extras/CUPTI/include" -I"$root/src" -o "$probe" "$root/scripts/gpu_check/cupti_probe.cpp" -ldl \
        >"$work/nvcc_probe.txt" 2>&1; then
   say "  FAIL  nvcc could not build cupti_probe.cpp:"; tail -20 "$work/nvcc_probe.txt" | tee -a "$report"; failed=1
 else

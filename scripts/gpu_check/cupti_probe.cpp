@@ -18,7 +18,7 @@
 // found beside the process's libcudart, then the toolkit's). bench/gpu_time_cost.sh times them.
 // Lines: K start end device stream corr grid block name | M start end device stream corr
 // bytes copykind | S start end device stream corr bytes | A kind cbid start end tid corr |
-// E message.  Build: g++ -std=c++20 -shared -fPIC -O2 -I$CUDA/include cupti_probe.cpp -ldl
+// E message.  Build: g++ -std=c++20 -shared -fPIC -O2 -I$CUDA/include -Isrc cupti_probe.cpp -ldl
 #include <cupti_activity.h>
 #include <dlfcn.h>
 #include <link.h>
@@ -34,23 +34,11 @@
 #include <thread>
 #include <vector>
 
+#include "gputime/cupti_api.h"
+
 namespace {
 
-// CUPTI is loaded with dlopen, not linked: the library must load in a process whose CUPTI
-// lives wherever its CUDA came from (a wheel's nvidia/ folder, the toolkit), or nowhere.
-struct Cupti {
-  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
-  decltype(&cuptiActivityEnable) enable = nullptr;
-  decltype(&cuptiActivityDisable) disable = nullptr;
-  decltype(&cuptiActivityEnableRuntimeApi) enable_runtime_api = nullptr;
-  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
-  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
-  decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;
-  decltype(&cuptiSetThreadIdType) thread_id_type = nullptr;
-  decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
-  decltype(&cuptiGetResultString) result_string = nullptr;
-};
-Cupti cupti;
+eacgm::gputime::CuptiApi cupti;  // (src/gputime/cupti_api.h, as the product loads it)
 FILE* out = nullptr;
 bool quiet = false;
 std::mutex out_mutex;
@@ -70,60 +58,17 @@ void error(const char* what, CUptiResult r) {
   fprintf(stderr, "cupti_probe: %s: %s\n", what, s);
 }
 
-std::string dir_of_loaded(const char* needle) {
-  std::pair<const char*, std::string> search{needle, {}};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* s = static_cast<std::pair<const char*, std::string>*>(data);
-        if (info->dlpi_name && strstr(info->dlpi_name, s->first)) {
-          std::string path = info->dlpi_name;
-          s->second = path.substr(0, path.rfind('/'));
-          return 1;
-        }
-        return 0;
-      },
-      &search);
-  return search.second;
-}
-
 bool load_cupti() {
-  std::vector<std::string> candidates;
-  if (const char* lib = getenv("EACGM_CUPTI_LIB")) candidates.push_back(lib);
-  for (const char* near : {"libcudart.so", "libcuda.so"})
-    if (std::string d = dir_of_loaded(near); !d.empty()) {
-      candidates.push_back(d + "/libcupti.so.13");
-      candidates.push_back(d + "/libcupti.so.12");
-      candidates.push_back(d + "/../../cuda_cupti/lib/libcupti.so.12");
-    }
-  for (const char* c : {"libcupti.so.13", "libcupti.so.12", "libcupti.so",
-                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
-                        "/usr/local/cuda/lib64/libcupti.so", "/usr/local/cuda/lib/libcupti.so"})
-    candidates.push_back(c);
-  void* h = nullptr;
-  for (const auto& c : candidates)
-    if ((h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL))) {
-      char path[4096] = "?";
-      dlinfo(h, RTLD_DI_ORIGIN, path);
-      fprintf(out, "E loaded CUPTI %s (from %s)\n", c.c_str(), path);
-      break;
-    }
+  void* h = eacgm::gputime::open_cupti();
   if (!h) {
     fprintf(out, "E no libcupti found (set EACGM_CUPTI_LIB)\n");
     return false;
   }
-#define SYM(field, name) cupti.field = reinterpret_cast<decltype(cupti.field)>(dlsym(h, #name))
-  SYM(register_callbacks, cuptiActivityRegisterCallbacks);
-  SYM(enable, cuptiActivityEnable);
-  SYM(disable, cuptiActivityDisable);
-  SYM(enable_runtime_api, cuptiActivityEnableRuntimeApi);
-  SYM(flush_all, cuptiActivityFlushAll);
-  SYM(next_record, cuptiActivityGetNextRecord);
-  SYM(timestamp_callback, cuptiActivityRegisterTimestampCallback);
-  SYM(thread_id_type, cuptiSetThreadIdType);
-  SYM(dropped, cuptiActivityGetNumDroppedRecords);
-  SYM(result_string, cuptiGetResultString);
-#undef SYM
-  return cupti.register_callbacks && cupti.enable && cupti.flush_all && cupti.next_record;
+  char path[4096] = "?";
+  dlinfo(h, RTLD_DI_ORIGIN, path);
+  fprintf(out, "E loaded CUPTI (from %s)\n", path);
+  cupti = eacgm::gputime::cupti_api(h);
+  return cupti.usable();
 }
 
 constexpr size_t kBufferBytes = 4 << 20;

@@ -17,7 +17,6 @@
 // so in a note and does nothing). EACGM_CUPTI_LIB names a libcupti to use instead.
 #include <cupti_activity.h>
 #include <dlfcn.h>
-#include <link.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,21 +25,11 @@
 #include <initializer_list>  // header-only: the library links no libstdc++
 
 #include "gputime/activity_batch.h"
+#include "gputime/cupti_api.h"
 
 namespace {
 
-struct Cupti {
-  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
-  decltype(&cuptiActivityEnable) enable = nullptr;
-  decltype(&cuptiActivityEnableRuntimeApi) enable_runtime_api = nullptr;
-  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
-  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
-  decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;
-  decltype(&cuptiSetThreadIdType) thread_id_type = nullptr;
-  decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
-  decltype(&cuptiGetResultString) result_string = nullptr;
-};
-Cupti cupti;
+eacgm::gputime::CuptiApi cupti;
 // Static, never destroyed before CUPTI's last callback (at exit): constant-initialised.
 eacgm::gputime::ActivityBatcher batcher;
 
@@ -58,51 +47,8 @@ void note_error(const char* what, CUptiResult r) {
   batcher.note(text);
 }
 
-// The folder of the first loaded library whose path contains `needle`, into `dir`.
-bool dir_of_loaded(const char* needle, char (&dir)[4096]) {
-  struct Search {
-    const char* needle;
-    char* dir;
-    bool found;
-  } search{needle, dir, false};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* s = static_cast<Search*>(data);
-        if (!info->dlpi_name || !strstr(info->dlpi_name, s->needle)) return 0;
-        const char* slash = strrchr(info->dlpi_name, '/');
-        if (!slash || size_t(slash - info->dlpi_name) >= 4096) return 0;
-        memcpy(s->dir, info->dlpi_name, size_t(slash - info->dlpi_name));
-        s->dir[slash - info->dlpi_name] = 0;
-        s->found = true;
-        return 1;
-      },
-      &search);
-  return search.found;
-}
-
-void* open_cupti() {
-  char path[4352];
-  if (const char* lib = getenv("EACGM_CUPTI_LIB"))
-    if (void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL)) return h;
-  // beside the CUDA runtime the process uses (the toolkit's lib64, a wheel's nvidia/*/lib)
-  char dir[4096];
-  for (const char* near : {"libcudart.so", "libcuda.so"})
-    if (dir_of_loaded(near, dir))
-      for (const char* rel :
-           {"/libcupti.so.13", "/libcupti.so.12", "/../../cuda_cupti/lib/libcupti.so.12",
-            "/../../cuda_cupti/lib/libcupti.so.13"}) {
-        snprintf(path, sizeof(path), "%s%s", dir, rel);
-        if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
-      }
-  for (const char* c :
-       {"libcupti.so.13", "libcupti.so.12", "libcupti.so",
-        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so"})
-    if (void* h = dlopen(c, RTLD_NOW | RTLD_LOCAL)) return h;
-  return nullptr;
-}
-
 bool load_cupti() {
-  void* h = open_cupti();
+  void* h = eacgm::gputime::open_cupti();
   if (!h) {
     batcher.note("no libcupti found beside the CUDA runtime (set EACGM_CUPTI_LIB to one)");
     return false;
@@ -111,18 +57,8 @@ bool load_cupti() {
   dlinfo(h, RTLD_DI_ORIGIN, origin);
   snprintf(text, sizeof(text), "CUPTI from %s", origin);
   batcher.note(text);
-#define SYM(field, name) cupti.field = reinterpret_cast<decltype(cupti.field)>(dlsym(h, #name))
-  SYM(register_callbacks, cuptiActivityRegisterCallbacks);
-  SYM(enable, cuptiActivityEnable);
-  SYM(enable_runtime_api, cuptiActivityEnableRuntimeApi);
-  SYM(flush_all, cuptiActivityFlushAll);
-  SYM(next_record, cuptiActivityGetNextRecord);
-  SYM(timestamp_callback, cuptiActivityRegisterTimestampCallback);
-  SYM(thread_id_type, cuptiSetThreadIdType);
-  SYM(dropped, cuptiActivityGetNumDroppedRecords);
-  SYM(result_string, cuptiGetResultString);
-#undef SYM
-  if (!cupti.register_callbacks || !cupti.enable || !cupti.flush_all || !cupti.next_record) {
+  cupti = eacgm::gputime::cupti_api(h);
+  if (!cupti.usable()) {
     batcher.note("this libcupti lacks the activity API's functions");
     return false;
   }
