@@ -1,10 +1,9 @@
 // --match (agent/match_filter.h).
 #include "agent/match_filter.h"
 
-#include <fstream>
-#include <iterator>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace eacgm {
 
@@ -62,8 +61,7 @@ void MatchFilter::add(const HostSampleRow& r) {
 }
 
 std::string read_command_line(uint32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string s(std::istreambuf_iterator<char>(in), {});
+  std::string s = read_small_file("/proc/" + std::to_string(pid) + "/cmdline");
   while (!s.empty() && s.back() == '\0') s.pop_back();
   for (char& c : s)
     if (c == '\0') c = ' ';

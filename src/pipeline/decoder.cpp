@@ -18,6 +18,7 @@
 #include "probe/library_finder.h"
 #include "python/python_decoder.h"
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace eacgm {
 namespace {
@@ -28,13 +29,6 @@ static_assert(sizeof(eacgm_proc_event) == 48, "event layout");
 static_assert(sizeof(eacgm_name_event) == 24 + EACGM_NAME_BYTES, "event layout");
 static_assert(sizeof(eacgm_exec_image_event) == 48 + EACGM_PATH_BYTES, "event layout");
 static_assert(sizeof(eacgm_gpu_batch_event) == 24 + EACGM_GPU_BATCH_BYTES, "event layout");
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // /proc/PID/cmdline with NULs turned into spaces; empty if the process is gone.
 std::string command_line(uint32_t pid) {

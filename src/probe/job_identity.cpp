@@ -1,9 +1,9 @@
 // Job identity from a process's environment and cgroup (probe/job_identity.h).
 #include "probe/job_identity.h"
 
-#include <fstream>
-#include <iterator>
 #include <map>
+
+#include "util/read_file.h"
 
 namespace eacgm {
 namespace {
@@ -14,11 +14,6 @@ bool acceptable(std::string_view v) {
   for (char c : v)
     if (c < 0x21 || c > 0x7e || c == '"' || c == '\\') return false;
   return true;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 bool is_hex(std::string_view s) {
@@ -92,7 +87,7 @@ JobIdentity job_identity_from(std::string_view environ, std::string_view cgroup)
 
 JobIdentity read_job_identity(uint32_t pid) {
   std::string base = "/proc/" + std::to_string(pid);
-  return job_identity_from(read_all(base + "/environ"), read_all(base + "/cgroup"));
+  return job_identity_from(read_small_file(base + "/environ"), read_small_file(base + "/cgroup"));
 }
 
 }  // namespace eacgm
