@@ -180,7 +180,7 @@ TEST(Help, TopLevelListsEachSubcommandInOneLine) {
     named.insert(name);
   }
   EXPECT_EQ(named, (std::set<std::string>{"record", "report", "export", "doctor", "gmm", "detect",
-                                          "agent", "merge"}))
+                                          "agent", "merge", "gputime-library"}))
       << list;
   EXPECT_NE(top.out.find("eacgm SUBCOMMAND --help"), std::string::npos) << top.out;
   auto merge = run({kEacgm, "merge", "--help"});
