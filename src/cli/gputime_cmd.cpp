@@ -38,6 +38,7 @@ int write_library(const std::string& dir) {
   if (image.empty())
     fail("this eacgm was built without CUPTI's headers: it has no injection library to write "
          "(build it where a CUDA toolkit is installed)");
+  if (dir.empty()) throw UsageError("gputime-library: give a folder (e.g. /opt/eacgm)");
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw UsageError(fmt::format("{}: no such folder (create it first, e.g. mkdir -p {})", dir, dir));
