@@ -354,6 +354,28 @@ static __always_inline void py_request_hook(struct eacgm_py_process *p,
 
 enum { PY_NOT_PUSHED = 0, PY_PUSHED = 1 };
 
+/* A call pushed before userspace's verdict on its code: its calls inside count it in their
+ * depth, and userspace, which may yet drop it, takes it out of theirs (see
+ * eacgm_py_pending_event). Only the first calls of a code object come here. */
+static __always_inline void py_emit_pending(__u32 pid, __u32 depth, const struct py_open_call *c)
+{
+	struct eacgm_py_pending_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RING_DROPS);
+		return;
+	}
+	e->kind = EACGM_REC_PY_PENDING;
+	e->depth = depth;
+	e->pid = pid;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->ts_ns = c->ts_ns;
+	e->key.code = c->code;
+	e->key.name_obj = c->name_obj;
+	e->key.pid = pid;
+	e->key.firstlineno = c->firstlineno;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* The eval function's entry: pushes the call when it is to be recorded. Returns whether it did
  * (a call not pushed needs no return probe). */
 static __always_inline int py_entry(struct pt_regs *ctx)
@@ -391,7 +413,8 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 		return PY_NOT_PUSHED;
 	struct py_code_ident ident = {};
 	py_read_identity(code, l, &ident);
-	if (py_register_code(code, ident.name_obj, pid, ident.firstlineno, li) == EACGM_PY_SKIP)
+	int verdict = py_register_code(code, ident.name_obj, pid, ident.firstlineno, li);
+	if (verdict == EACGM_PY_SKIP)
 		return PY_NOT_PUSHED;
 
 	__u64 sp = PT_REGS_SP(ctx);
@@ -414,6 +437,8 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	c->name_obj = ident.name_obj;
 	c->firstlineno = ident.firstlineno;
 	t->depth = depth + 1;
+	if (verdict == EACGM_PY_PENDING)
+		py_emit_pending(pid, depth, c);
 	return PY_PUSHED;
 }
 

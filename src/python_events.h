@@ -9,6 +9,7 @@ enum eacgm_py_record_kind {
 	EACGM_REC_PY_CODE = 17,  /* first sight of a code object in a process: names, for a verdict */
 	EACGM_REC_PY_STACK = 18, /* the Python frames of the call record of this thread that follows */
 	EACGM_REC_PY_HOOK = 19,  /* 3.11+: a process's first eval call; userspace sets its eval hook */
+	EACGM_REC_PY_PENDING = 20, /* a call pushed while its code's verdict was pending */
 };
 
 #define EACGM_PY_MAX_LAYOUTS 64     /* probed CPython files (the eval probe's cookie indexes them) */
@@ -126,7 +127,7 @@ static inline __u32 eacgm_py_name_print_fold(__u32 h)
 
 struct eacgm_py_call_event {
 	__u32 kind;  /* EACGM_REC_PY_CALL */
-	__u32 depth; /* traced Python calls of this thread it is nested in */
+	__u32 depth; /* pushed calls of this thread it is nested in (userspace takes out skipped) */
 	__u64 ts_ns;
 	__u64 dur_ns;
 	__u32 pid;
@@ -136,6 +137,19 @@ struct eacgm_py_call_event {
 	__u32 firstlineno; /* with code and name_obj: the code object's key (eacgm_py_code_key) */
 	__u32 pad;
 	__u64 runq_ns; /* the thread's wait for a CPU during the call, as eacgm_call_event's */
+};
+
+/* A call of a code object whose verdict was still pending (EACGM_PY_PENDING) entered: it is
+ * counted in the depth of the calls inside it, which userspace corrects where the verdict turns
+ * out to be skip (the call's own record is then dropped: python_calls' depth counts recorded
+ * calls only). Sent at entry, so before the records of the calls inside it. */
+struct eacgm_py_pending_event {
+	__u32 kind;  /* EACGM_REC_PY_PENDING */
+	__u32 depth; /* the call's own depth, as its call record will say */
+	__u32 pid;
+	__u32 tid;
+	__u64 ts_ns; /* the call's entry, as its call record will say */
+	struct eacgm_py_code_key key;
 };
 
 struct eacgm_py_code_event {

@@ -1,6 +1,7 @@
 // The python layer's decoding; like the other decoders, no allocation per call record.
 #include "python/python_decoder.h"
 
+#include <algorithm>
 #include <cstddef>
 
 #include <cstring>
@@ -12,6 +13,7 @@ namespace eacgm {
 namespace {
 
 static_assert(sizeof(eacgm_py_call_event) == 64, "event layout");
+static_assert(sizeof(eacgm_py_pending_event) == 48, "event layout");
 static_assert(sizeof(eacgm_py_code_event) == 8 + 24 + 8 + EACGM_PY_NAME_BYTES +
                                                  EACGM_PY_FILE_BYTES + EACGM_PY_LINETABLE_BYTES,
               "event layout");
@@ -89,6 +91,10 @@ bool PythonDecoder::on_record(uint32_t kind, const void* data, size_t size) {
       decode_stack(e);
       return true;
     }
+    case EACGM_REC_PY_PENDING:
+      if (size < sizeof(eacgm_py_pending_event)) break;
+      decode_pending(*static_cast<const eacgm_py_pending_event*>(data));
+      return true;
     case EACGM_REC_PY_HOOK:
       if (size < sizeof(eacgm_py_hook_event)) break;
       if (on_hook_request) on_hook_request(*static_cast<const eacgm_py_hook_event*>(data));
@@ -133,7 +139,30 @@ const PythonDecoder::CodeInfo* PythonDecoder::find(const eacgm_py_code_key& key)
   return it == codes_.end() ? nullptr : &it->second;
 }
 
+void PythonDecoder::decode_pending(const eacgm_py_pending_event& e) {
+  ++stats_.pending;
+  auto& open = open_pending_[e.tid];
+  // those at its depth or deeper have left (their records came, or were lost)
+  std::erase_if(open, [&](const OpenPending& p) { return p.depth >= e.depth; });
+  open.push_back({e.depth, e.ts_ns, e.key});
+}
+
+uint32_t PythonDecoder::recorded_depth(const eacgm_py_call_event& e) {
+  auto it = open_pending_.find(e.tid);
+  if (it == open_pending_.end()) return e.depth;  // (all but a process's first moments)
+  auto& open = it->second;
+  // deeper ones have left; one at its depth is this call itself (or one that left unseen)
+  std::erase_if(open, [&](const OpenPending& p) { return p.depth >= e.depth; });
+  uint32_t skipped = 0;
+  for (const OpenPending& p : open)
+    if (p.ts_ns <= e.ts_ns)
+      if (const CodeInfo* info = find(p.key); !info || !info->traced) ++skipped;
+  if (open.empty()) open_pending_.erase(it);
+  return e.depth - std::min(skipped, e.depth);
+}
+
 void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
+  uint32_t depth = recorded_depth(e);  // (for every record: a skipped one closes its entry)
   const CodeInfo* info = find({e.code, e.name_obj, e.pid, e.firstlineno});
   if (!info) {
     ++stats_.unnamed;
@@ -152,7 +181,7 @@ void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
   row.name = info->name;
   row.file = info->file;
   row.line = info->firstlineno;
-  row.depth = e.depth;
+  row.depth = depth;
   if (e.runq_ns != EACGM_RUNQ_UNKNOWN) row.runq_ns = int64_t(e.runq_ns);
   out_.add(row);
   ++stats_.calls;
@@ -220,6 +249,8 @@ int64_t PythonDecoder::stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns,
 
 void PythonDecoder::forget(uint32_t pid) {
   std::erase_if(codes_, [pid](const auto& kv) { return kv.first.pid == pid; });
+  std::erase_if(open_pending_,
+                [pid](const auto& kv) { return kv.second.empty() || kv.second[0].key.pid == pid; });
 }
 
 }  // namespace eacgm

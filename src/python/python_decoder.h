@@ -17,6 +17,7 @@ namespace eacgm {
 
 struct PythonDecoderStats {
   uint64_t calls = 0;         // rows written
+  uint64_t pending = 0;       // calls sent while their code's verdict was pending (at entry)
   uint64_t filtered = 0;      // calls of code objects the filter rejected (sent while pending)
   uint64_t unnamed = 0;       // calls whose code object was never named (its record was lost)
   uint64_t code_objects = 0;  // code objects named
@@ -80,7 +81,19 @@ class PythonDecoder {
     int64_t id = 0;
   };
 
+  // A call pushed while its code's verdict was pending: open on its thread until a record at
+  // its depth or above comes (see eacgm_py_pending_event).
+  struct OpenPending {
+    uint32_t depth = 0;
+    uint64_t ts_ns = 0;
+    eacgm_py_code_key key{};
+  };
+
   void decode_code(const eacgm_py_code_event& e);
+  void decode_pending(const eacgm_py_pending_event& e);
+  // A call record's depth among the recorded calls: its depth less the open pending calls
+  // around it that the filter rejected (they were counted, and are not recorded).
+  uint32_t recorded_depth(const eacgm_py_call_event& e);
   void decode_call(const eacgm_py_call_event& e);
   void decode_stack(const eacgm_py_stack_event& e);
   const CodeInfo* find(const eacgm_py_code_key& key) const;
@@ -95,6 +108,9 @@ class PythonDecoder {
   // from its entry to its exit, while samples and calls inside it come and go: a few per thread.
   static constexpr size_t kPendingPerThread = 8;
   std::unordered_map<uint32_t, std::vector<PendingStack>> pending_;
+  // by tid: its open pending calls, outermost first (empty for a thread after its first
+  // moments: at most one per depth)
+  std::unordered_map<uint32_t, std::vector<OpenPending>> open_pending_;
   PythonDecoderStats stats_;
   uint64_t malformed_ = 0;
 };

@@ -429,6 +429,70 @@ TEST(PythonDecoder, CallsInsideAnotherShareItsStackWhileSamplesComeAndGo) {
   EXPECT_GT(decoder.take_stack(7, 8, 1019), 0);
 }
 
+// python_calls' depth counts the thread's recorded calls around a call. A call whose code's
+// verdict was still pending when it entered (the first calls of each function, while the CODE
+// record waits for userspace: longer on a busy machine) is counted in the BPF side's depth of
+// the calls inside it; where the filter then rejects it, its own record is dropped and the
+// decoder takes it out of theirs. (Session 32's loaded loop: Linear.forward two below
+// Block.forward, past a pending nn.Module._call_impl, in 4 of 40 calls.)
+TEST(PythonDecoder, ACallSentWhilePendingAndThenSkippedIsNotInTheDepthOfThoseInside) {
+  struct Rows final : Sink {
+    std::vector<std::pair<std::string, uint32_t>> calls;  // name, depth
+    void add(const PythonCallRow& r) override { calls.emplace_back(r.name, r.depth); }
+  } rows;
+  PythonDecoder decoder(rows, PythonFilter("*,-*._call_impl"),
+                        [](const eacgm_py_code_key&, uint32_t) {});
+  auto name = [&](uint64_t code, const char* qualname) {
+    eacgm_py_code_event c{};
+    c.kind = EACGM_REC_PY_CODE;
+    c.version = 311;
+    c.key = {code, code + 1, 7, 1};
+    std::memcpy(c.name, qualname, strlen(qualname));
+    c.name_bytes = uint16_t(strlen(qualname));
+    std::memcpy(c.file, "/m.py", 5);
+    c.file_bytes = 5;
+    ASSERT_TRUE(decoder.on_record(c.kind, &c, sizeof c));
+  };
+  auto pending = [&](uint64_t code, uint32_t depth, uint64_t ts, uint32_t tid = 8) {
+    eacgm_py_pending_event p{};
+    p.kind = EACGM_REC_PY_PENDING;
+    p.depth = depth, p.pid = 7, p.tid = tid, p.ts_ns = ts;
+    p.key = {code, code + 1, 7, 1};
+    ASSERT_TRUE(decoder.on_record(p.kind, &p, sizeof p));
+  };
+  auto ret = [&](uint64_t code, uint32_t depth, uint64_t ts, uint64_t end, uint32_t tid = 8) {
+    eacgm_py_call_event c{};
+    c.kind = EACGM_REC_PY_CALL;
+    c.depth = depth, c.ts_ns = ts, c.dur_ns = end - ts, c.pid = 7, c.tid = tid;
+    c.code = code, c.name_obj = code + 1, c.firstlineno = 1;
+    ASSERT_TRUE(decoder.on_record(c.kind, &c, sizeof c));
+  };
+  // Block.forward -> _call_impl -> Linear.forward, all three first calls (pending)
+  name(0x100, "Block.forward");
+  pending(0x100, 0, 10);
+  name(0x200, "Module._call_impl");
+  pending(0x200, 1, 20);
+  name(0x300, "Linear.forward");
+  pending(0x300, 2, 30);
+  ret(0x300, 2, 30, 40);  // Linear.forward: one below Block.forward among recorded calls
+  ret(0x200, 1, 20, 45);  // dropped
+  pending(0x200, 1, 50);  // _call_impl again, its verdict still on its way to the BPF side
+  ret(0x300, 2, 60, 70);  // a second Linear.forward (its own verdict there: no pending record)
+  ret(0x200, 1, 50, 80);  // dropped
+  // another thread, meanwhile: its depths are its own
+  ret(0x300, 0, 55, 56, 9);
+  ret(0x100, 0, 10, 90);
+  // after: no pending call open, depths as sent
+  ret(0x300, 1, 100, 110);
+  EXPECT_EQ(rows.calls, (std::vector<std::pair<std::string, uint32_t>>{
+                            {"m.Linear.forward", 1},
+                            {"m.Linear.forward", 1},
+                            {"m.Linear.forward", 0},
+                            {"m.Block.forward", 0},
+                            {"m.Linear.forward", 1}}));
+  EXPECT_EQ(decoder.stats().filtered, 2u);
+}
+
 TEST(PythonDecoder, NamePrintIsFnv1aOfTheFirst32CharactersFolded) {
   // FNV-1a 32 of "a" is 0xe40c292c; folded: 0xe40c ^ 0x292c
   EXPECT_EQ(python_name_print("a"), 0xe40cu ^ 0x292cu);
