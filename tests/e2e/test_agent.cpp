@@ -510,6 +510,29 @@ int series_count(int prom_port, const std::string& query, std::string* body = nu
   return int(j["data"]["result"].size());
 }
 
+// What Prometheus holds of a query over the last `seconds` (each series' labels, then its samples
+// as "seconds-ago:value"): the agent's own view of a window, for a failure's message.
+std::string prom_history(int prom_port, const std::string& query, int seconds) {
+  httplib::Client c("127.0.0.1", prom_port);
+  auto r = c.Get("/api/v1/query",
+                 httplib::Params{{"query", query + "[" + std::to_string(seconds) + "s]"}},
+                 httplib::Headers{});
+  if (!r || r->status != 200) return query + ": no answer from Prometheus\n";
+  std::string out;
+  double now = double(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count()) /
+               1e3;
+  auto answer = nlohmann::json::parse(r->body);
+  for (const auto& series : answer["data"]["result"]) {
+    out += series["metric"].dump() + ":";
+    for (const auto& v : series["values"])
+      out += fmt::format(" {:.0f}:{}", now - v[0].get<double>(), v[1].get<std::string>());
+    out += "\n";
+  }
+  return out.empty() ? query + ": no series\n" : out;
+}
+
 // deploy/ as shipped: the systemd unit verifies (with eacgm where the unit expects it), the
 // alert rules and the scrape config check, every alert's unit test passes, the DaemonSet and
 // the dashboard parse, and the DaemonSet asks for the capabilities the unit grants, no more.
@@ -646,9 +669,29 @@ TEST_F(Agent, CpuHogAlertReachesAlertmanagerAndEveryDashboardPanelAnswers) {
       }
   }
   for (auto& h : hogs) h->wait(10);
-  ASSERT_GE(seconds, 0) << "no EacgmResourceAnomaly for CPU interference at the webhook in 30 s;"
-                        << " received:\n"
-                        << labels << agent_->err();
+  if (seconds < 0) {
+    // what the agent saw and learnt, for the message: its window scores as Prometheus scraped
+    // them, and (once stopped, which saves them) the window model
+    std::string seen =
+        prom_history(prom_port, "eacgm_detector_last_score{layer=\"window\"}", 60) +
+        prom_history(prom_port, "eacgm_detector_threshold{layer=\"window\"}", 60) +
+        prom_history(prom_port, "eacgm_anomalies_total{cause=\"CPU interference\"}", 60) +
+        prom_history(prom_port, "eacgm_process_cpu_seconds_total", 60) +
+        prom_history(prom_port, "eacgm_process_runqueue_wait_seconds_total", 60);
+    std::string err = agent_->err();
+    stop_agent();
+    std::string model = "no window model saved";
+    try {
+      auto saved = nlohmann::json::parse(std::ifstream(dir_ + "/state/models.json"));
+      for (const auto& g : saved["groups"])
+        if (g["layer"] == "window") model = g.dump();
+    } catch (const std::exception& e) {
+      model = e.what();
+    }
+    FAIL() << "no EacgmResourceAnomaly for CPU interference at the webhook in 30 s; received:\n"
+           << labels << err << "the agent as scraped (s ago:value):\n"
+           << seen << "its window model: " << model;
+  }
   printf("fault to alert at the webhook (agent -> Prometheus -> Alertmanager): %.2f s\n", seconds);
 
   // collectives for the dashboard's comm panels: a short two-rank Gloo job, scraped while it runs
