@@ -148,8 +148,9 @@ void PythonDecoder::decode_pending(const eacgm_py_pending_event& e) {
 }
 
 uint32_t PythonDecoder::recorded_depth(const eacgm_py_call_event& e) {
+  if (open_pending_.empty()) return e.depth;  // (all but a process's first moments: no lookup)
   auto it = open_pending_.find(e.tid);
-  if (it == open_pending_.end()) return e.depth;  // (all but a process's first moments)
+  if (it == open_pending_.end()) return e.depth;
   auto& open = it->second;
   // deeper ones have left; one at its depth is this call itself (or one that left unseen)
   std::erase_if(open, [&](const OpenPending& p) { return p.depth >= e.depth; });
