@@ -1,11 +1,14 @@
 // The injection library inside eacgm (see embedded.h). CMake builds it first and names its path.
 #include "gputime/embedded.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +30,60 @@ std::string_view embedded_library() {
 #endif
 }
 
+namespace {
+constexpr std::string_view kDirPrefix = "eacgm-gputime-", kFile = "libeacgm_cupti.so";
+
+// Whether `dir` (in `parent`, opened as parent_fd) is a folder of this user holding only
+// kFile as a regular file, and then removes both.
+bool remove_if_ours(int parent_fd, const char* dir) {
+  struct stat st;
+  if (fstatat(parent_fd, dir, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != geteuid())
+    return false;
+  int fd = openat(parent_fd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR* d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return false;
+  }
+  bool only_ours = true, has_file = false;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat f;
+    if (name == kFile && fstatat(fd, e->d_name, &f, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(f.st_mode) && f.st_uid == geteuid())
+      has_file = true;
+    else
+      only_ours = false;
+  }
+  bool removed = only_ours && (!has_file || unlinkat(fd, std::string(kFile).c_str(), 0) == 0) &&
+                 unlinkat(parent_fd, dir, AT_REMOVEDIR) == 0;
+  closedir(d);
+  return removed;
+}
+}  // namespace
+
+size_t remove_stale_library_dirs(const std::string& tmpdir) {
+  DIR* d = opendir(tmpdir.c_str());
+  if (!d) return 0;
+  size_t removed = 0;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (!name.starts_with(kDirPrefix)) continue;
+    name.remove_prefix(kDirPrefix.size());
+    // PID-XXXXXX (folders of eacgm before session 34 have no PID: whose they are is unknown)
+    int pid = 0;
+    auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (ec != std::errc() || pid <= 0 || end == name.data() + name.size() || *end != '-') continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // running (or not ours to ask: EPERM)
+    if (remove_if_ours(dirfd(d), e->d_name)) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
+
 LibraryFile::LibraryFile() {
   std::string_view image = embedded_library();
   if (image.empty()) {
@@ -34,13 +91,15 @@ LibraryFile::LibraryFile() {
     return;
   }
   const char* tmp = getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/eacgm-gputime-XXXXXX";
+  std::string tmpdir = tmp && *tmp ? tmp : "/tmp";
+  remove_stale_library_dirs(tmpdir);
+  std::string pattern = tmpdir + "/" + std::string(kDirPrefix) + std::to_string(getpid()) + "-XXXXXX";
   if (!mkdtemp(pattern.data())) {  // mode 0700, a name no one else had
     why_ = "cannot make a folder for the injection library in " + pattern + ": " + strerror(errno);
     return;
   }
   dir_ = pattern;
-  std::string path = dir_ + "/libeacgm_cupti.so";
+  std::string path = dir_ + "/" + std::string(kFile);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
   bool ok = fd >= 0;
   for (size_t at = 0; ok && at < image.size();) {

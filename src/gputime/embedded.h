@@ -12,6 +12,9 @@ std::string_view embedded_library();
 
 // The library written to a fresh private folder (mode 0700, under $TMPDIR or /tmp), removed
 // with the folder when this goes. path() is empty, and why() says why, where it could not be.
+// The folder is named eacgm-gputime-PID-XXXXXX after the recorder that made it: a recorder
+// killed outright (SIGKILL, a crash) cannot remove its own, so each new one removes those of
+// recorders gone (remove_stale_library_dirs).
 class LibraryFile {
  public:
   LibraryFile();
@@ -24,5 +27,10 @@ class LibraryFile {
  private:
   std::string dir_, path_, why_;
 };
+
+// Removes from `tmpdir` each folder eacgm-gputime-PID-* whose recorder PID no longer runs,
+// where it is a real folder of this user holding nothing but libeacgm_cupti.so as a regular
+// file (what LibraryFile makes; anything else is left alone). Returns how many it removed.
+size_t remove_stale_library_dirs(const std::string& tmpdir);
 
 }  // namespace eacgm::gputime

@@ -3,6 +3,7 @@
 // reader; what does not parse is counted, and stops no more than it must.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "events.h"
 #include "export/chrome_json.h"
 #include "export/exporter.h"
+#include "gputime/embedded.h"
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
 #include "probe/symbolizer.h"
@@ -369,3 +371,41 @@ TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
 
 }  // namespace
 }  // namespace eacgm
+
+// A recorder killed outright leaves its injection library's folder: the next one removes the
+// folders of recorders gone, and nothing else (a running recorder's, a folder holding anything
+// but the library, a link, another user's name pattern).
+TEST(GpuTimeLibraryFile, FoldersOfRecordersGoneAreRemovedAndNothingElse) {
+  namespace fs = std::filesystem;
+  fs::path tmp = fs::temp_directory_path() / ("eacgm-stale-test-" + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  pid_t gone = fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  auto make = [&](const std::string& name, bool library, const char* extra = nullptr) {
+    fs::create_directory(tmp / name);
+    if (library) std::ofstream(tmp / name / "libeacgm_cupti.so") << "ELF";
+    if (extra) std::ofstream(tmp / name / extra) << "x";
+  };
+  std::string dead = std::to_string(gone), alive = std::to_string(getpid());
+  make("eacgm-gputime-" + dead + "-aaaaaa", true);            // a killed recorder's: removed
+  make("eacgm-gputime-" + dead + "-bbbbbb", false);           // empty: removed
+  make("eacgm-gputime-" + dead + "-cccccc", true, "notes");   // something else in it: kept
+  make("eacgm-gputime-" + alive + "-dddddd", true);           // a running recorder's: kept
+  make("eacgm-gputime-eeeeee", true);                         // no pid (older eacgm): kept
+  fs::create_directory(tmp / "elsewhere");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / ("eacgm-gputime-" + dead + "-ffffff"));
+  EXPECT_EQ(eacgm::gputime::remove_stale_library_dirs(tmp.string()), 2u);
+  EXPECT_FALSE(fs::exists(tmp / ("eacgm-gputime-" + dead + "-aaaaaa")));
+  EXPECT_FALSE(fs::exists(tmp / ("eacgm-gputime-" + dead + "-bbbbbb")));
+  EXPECT_TRUE(fs::exists(tmp / ("eacgm-gputime-" + dead + "-cccccc") / "libeacgm_cupti.so"));
+  EXPECT_TRUE(fs::exists(tmp / ("eacgm-gputime-" + alive + "-dddddd") / "libeacgm_cupti.so"));
+  EXPECT_TRUE(fs::exists(tmp / "eacgm-gputime-eeeeee" / "libeacgm_cupti.so"));
+  EXPECT_TRUE(fs::is_symlink(tmp / ("eacgm-gputime-" + dead + "-ffffff")));
+  EXPECT_TRUE(fs::exists(tmp / "elsewhere"));
+  EXPECT_EQ(eacgm::gputime::remove_stale_library_dirs((tmp / "none").string()), 0u)
+      << "a missing folder: nothing to do";
+  fs::remove_all(tmp);
+}
