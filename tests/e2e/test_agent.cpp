@@ -272,7 +272,9 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
     bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
                  cause.find(named) != std::string::npos && cause.ends_with("late (straggler)");
     naming += names;
-    if (!hit || !names) wrong += "\n  " + cause;
+    // (when, against the first late step: before the fault or among the late steps)
+    if (!hit || !names)
+      wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - late.front().first) / 1e9, cause);
   });
   printf("late steps %zu (in the second half), found %zu; collective anomalies %zu, at late steps "
          "%zu, naming rank 1 %zu%s\n",
@@ -285,8 +287,16 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   // lateness is 30 ms against a healthy wait of about 1 ms).
   double precision = double(at_late) / double(comm),
          recall = double(found.size()) / double(late.size());
+  // on a miss, also how the agent judged the bursts it reported (its log's anomaly lines)
+  std::string told;
+  for (size_t at = 0, n = 0; (at = agent_err.find("eacgm: anomaly: ", at)) != std::string::npos && n < 40;
+       ++n) {
+    size_t end = agent_err.find('\n', at);
+    told += "\n  " + agent_err.substr(at, end - at);
+    at = end;
+  }
   EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
-      << "precision " << precision << ", recall " << recall << wrong;
+      << "precision " << precision << ", recall " << recall << wrong << "\nthe agent said:" << told;
   EXPECT_GE(double(naming), 0.95 * double(at_late)) << wrong;
   EXPECT_NE(agent_err.find("eacgm: anomaly: straggling rank: gloo:all_reduce waited for a peer; " +
                             named),
