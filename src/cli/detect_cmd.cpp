@@ -249,6 +249,7 @@ void print_json(const DetectArgs& a, const Trained& t, const Collectives& collec
   j["windows_a_little_slower_than_training"] = not_flagged.a_little_slower;
   j["training_windows_starved_of_cpu"] = t.model.starved_training_windows;  // left out of training
   j["training_windows_at_start"] = t.model.startup_training_windows;        // left out of training
+  j["training_windows_beyond_tail"] = t.model.outlier_training_windows;     // left out of training
   j["anomalies"] = json::array();
   for (const auto& r : rows)
     j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -281,6 +282,12 @@ void print_notes(const Trained& t, const Collectives& collectives,
         t.model.startup_training_windows == 1
             ? std::string("1 training window")
             : fmt::format("{} training windows", t.model.startup_training_windows));
+  if (t.model.outlier_training_windows)
+    fmt::print("  {} left out: unusual even to a model learnt from them all, as a "
+               "disturbance while learning\n",
+               t.model.outlier_training_windows == 1
+                   ? std::string("1 training window")
+                   : fmt::format("{} training windows", t.model.outlier_training_windows));
   if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
                "training (more calls or traffic per second, nothing slower)\n",

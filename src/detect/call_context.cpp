@@ -46,8 +46,12 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
     double dur = double(a.dur_ns);
     // Only the thread's own wait, measured over the call, can say it was preempted: the
     // process's run-queue wait in the host samples sums all its threads, and other threads'
-    // waits would blame this one.
-    if (a.runq_ns >= 0 && double(a.runq_ns) >= 0.25 * dur)
+    // waits would blame this one. And only a wait beyond what the operation's calls usually
+    // wait (twice its training tail, and 1 ms more): a job with more runnable threads than
+    // cores waits in most calls, on its own.
+    double tail_ns = std::max(a.runq_tail_us, 0.0) * 1e3;
+    if (a.runq_ns >= 0 && double(a.runq_ns) >= 0.25 * dur &&
+        double(a.runq_ns) > std::max(2 * tail_ns, tail_ns + 1e6))
       a.cause += fmt::format("; preempted: waited {:.1f} ms for a CPU (CPU interference)",
                              double(a.runq_ns) / 1e6);
     else if (c.reclaim_ns >= 0.25 * dur)

@@ -34,9 +34,10 @@ class CallContext {
   // Adds the host's part to the cause of each call anomaly where it explains a quarter or more
   // of the call's duration, or where a collective's sockets retransmitted, e.g. "slow operator:
   // aten::gelu; preempted: waited 4.1 ms for a CPU (CPU interference)". The wait for a CPU is
-  // the calling thread's own, measured over the call (Anomaly::runq_ns); reclaim and
-  // retransmits are the process's, prorated from its samples. Calls the host does not explain
-  // keep their cause: slow code.
+  // the calling thread's own, measured over the call (Anomaly::runq_ns), and must also be over
+  // twice what the operation's training calls waited (Anomaly::runq_tail_us) and 1 ms more;
+  // reclaim and retransmits are the process's, prorated from its samples. Calls the host does
+  // not explain keep their cause: slow code.
   void explain(std::vector<Anomaly>& anomalies) const;
 
  private:

@@ -125,46 +125,111 @@ bool not_slow_enough(const GroupModel& g, const GmmScores& s, const Eigen::Matri
   return us < min_slowdown * usual_us || us - usual_us < min_excess_us;
 }
 
+// Whether a pressure feature of a window rose by a quarter or more over its usual, and by more
+// than a floor in its units (a run-queue wait of 0.3 ms/s where none is usual is one wakeup
+// late, not a CPU taken): less is the noise of a job doing more or less of its own work.
+bool pressure_rose(const ValueAndUsual& values, const std::string& f) {
+  auto it = values.find(f);
+  if (it == values.end()) return false;
+  double floor = f == "runq_wait_ms_per_s"                             ? 10
+                 : f == "reclaim_ms_per_s" || f == "pagein_mb_per_s" ? 1
+                                                                      : 0;
+  auto [value, usual] = it->second;
+  return value > 1.25 * std::max(usual, 0.0) && value > std::max(usual, 0.0) + floor;
+}
+
+// The job's largest rise in calls per second over usual (value / usual), 0 without call rates.
+double calls_rise(const ValueAndUsual& values) {
+  double most = 0;
+  for (const auto& [f, vu] : values)
+    if (f.ends_with("_calls_per_s") && vu.second > 0) most = std::max(most, vu.first / vu.second);
+  return most;
+}
+
+// The job's own socket traffic rose a quarter more than its calls per second did (more bytes
+// per call: something else it sends). Traffic that rises with the calls is more work.
+bool socket_beyond_calls(const ValueAndUsual& values) {
+  auto v = values.find("socket_mb_per_s");
+  double most = calls_rise(values);
+  return v != values.end() && most > 0 && v->second.first > 1.25 * most * v->second.second;
+}
+
+// The NIC carried a quarter more than usual (and 1 MB/s more) beyond what the job's own
+// sockets put on it: someone else's traffic.
+bool nic_beyond_sockets(const ValueAndUsual& values) {
+  auto nic = values.find("nic_mb_per_s"), socket = values.find("socket_mb_per_s");
+  if (nic == values.end() || socket == values.end()) return false;
+  double others = nic->second.first - socket->second.first;
+  double usual_others = std::max(nic->second.second - socket->second.second, 0.0);
+  return others > std::max(1.25 * usual_others, usual_others + 1.0);
+}
+
 // A window unusual only because the job did more per second than in training is a job
-// running faster, no fault: every feature that pulls its score down (a tenth of the top
-// contribution or more) must be a work rate above usual (calls, the job's own socket and NIC
-// traffic, CPU), a call duration below usual, or a pressure below usual (run-queue wait,
-// preemptions, retransmits, reclaim, faults, disk). More run-queue waits and preemptions per
-// second count as more work while the time spent waiting did not grow.
+// running faster, no fault: counted, not flagged, where it is within the threshold once the
+// features that are no fault are taken out (their share of its score). Those are work rates
+// above usual (calls, CPU, the job's own socket traffic rising with its calls and the NIC
+// traffic its sockets make), call durations below usual, and pressures below usual (run-queue
+// wait, preemptions, retransmits, reclaim, faults, disk). More run-queue waits and preemptions
+// per second count as more work while the time spent waiting did not grow, or grew by less
+// than a quarter (the bar for naming CPU interference: threads that already queue, more
+// runnable than cores, queue a little longer when they have more to do). Page faults without
+// reclaim or page-ins are the job touching memory it allocated, its own work: a job that ran
+// 1.7x faster faulted 4x as often (examples/gpt_ddp.py, session 34: its torch allocator's first
+// touches), which read as "memory pressure" with nothing reclaimed and nothing read back.
 // A window unusual only because the job's calls ran a little slower or fewer than usual, with
 // no resource under more pressure, is no fault either: to a density of tight training windows
 // 10% slower operators are far out (as after a fault, while caches refill), but not to anyone
 // reading the report. Such a window's calls must be kMinWindowSlowdown times slower (mean log
 // duration) or that many times fewer per second to be flagged.
 enum class WindowKind { fault, faster, a_little_slower };
-WindowKind window_kind(const std::vector<std::pair<std::string, double>>& all,
-                       const ValueAndUsual& value_and_usual) {
-  if (all.empty()) return WindowKind::fault;
-  auto up = [&](const std::string& f) {
-    auto it = value_and_usual.find(f);
-    return it != value_and_usual.end() && it->second.first >= it->second.second;
-  };
+// How one feature of a window moved, by the rules above.
+enum class Move { no_fault, a_little_slower, fault };
+Move feature_move(const std::string& f, const ValueAndUsual& value_and_usual) {
+  auto it = value_and_usual.find(f);
+  if (it == value_and_usual.end()) return Move::fault;
+  auto [value, usual] = it->second;
+  bool up = value >= usual;
+  auto rose_by_a_quarter = [&](const char* g) { return pressure_rose(value_and_usual, g); };
   static const std::set<std::string> pressures = {
       "runq_wait_ms_per_s", "runq_waits_per_s", "involuntary_switches_per_s",
       "tcp_retransmits_per_s",
       "page_faults_per_s",  "reclaim_ms_per_s",           "pagein_mb_per_s",
       "block_mb_per_s"};
-  const double slower = std::log(kMinWindowSlowdown);
+  bool busier = up ? f.ends_with("_calls_per_s") ||
+                         (f == "socket_mb_per_s" && !socket_beyond_calls(value_and_usual)) ||
+                         f == "cpu_cores" ||
+                         (f == "nic_mb_per_s" && value_and_usual.count("socket_mb_per_s") &&
+                          !nic_beyond_sockets(value_and_usual)) ||
+                         ((f == "runq_waits_per_s" || f == "involuntary_switches_per_s" ||
+                           f == "runq_wait_ms_per_s") &&
+                          !rose_by_a_quarter("runq_wait_ms_per_s")) ||
+                         (f == "page_faults_per_s" && !rose_by_a_quarter("reclaim_ms_per_s") &&
+                          !rose_by_a_quarter("pagein_mb_per_s"))
+                   : f.ends_with("_call_log_duration_us") || pressures.count(f);
+  if (busier) return Move::no_fault;
+  bool little = up ? f.ends_with("_call_log_duration_us") &&
+                         value - usual < std::log(kMinWindowSlowdown)
+                   : f.ends_with("_calls_per_s") && value * kMinWindowSlowdown > usual;
+  return little ? Move::a_little_slower : Move::fault;
+}
+
+WindowKind window_kind(const std::vector<std::pair<std::string, double>>& all,
+                       const ValueAndUsual& value_and_usual, double score, double threshold) {
+  if (all.empty()) return WindowKind::fault;
+  // The log-density the features that are no fault cost the window: for the window model's
+  // diagonal covariance, half of each one's squared z-score (its contribution). What is left
+  // must still be below the threshold for the window to be a fault: a job whose page faults
+  // rose 4x with its work (its contribution in the thousands) and whose collectives came 3x
+  // fewer (85) was "faster" while only the features within a tenth of the top one counted.
+  double explained = 0;
   bool any_slower = false;
   for (const auto& [f, c] : all) {
-    if (c < 0.1 * all.front().second) break;
-    bool busier = up(f) ? f.ends_with("_calls_per_s") || f == "socket_mb_per_s" ||
-                              f == "cpu_cores" || (f == "nic_mb_per_s" && up("socket_mb_per_s")) ||
-                              ((f == "runq_waits_per_s" || f == "involuntary_switches_per_s") &&
-                               !up("runq_wait_ms_per_s"))
-                        : f.ends_with("_call_log_duration_us") || pressures.count(f);
-    if (busier) continue;
-    auto [value, usual] = value_and_usual.at(f);
-    bool little = up(f) ? f.ends_with("_call_log_duration_us") && value - usual < slower
-                        : f.ends_with("_calls_per_s") && value * kMinWindowSlowdown > usual;
-    if (!little) return WindowKind::fault;
-    any_slower = true;
+    Move m = feature_move(f, value_and_usual);
+    if (m == Move::fault) continue;
+    explained += 0.5 * c;
+    if (m == Move::a_little_slower && c >= 0.1 * all.front().second) any_slower = true;
   }
+  if (score + explained < threshold) return WindowKind::fault;
   return any_slower ? WindowKind::a_little_slower : WindowKind::faster;
 }
 
@@ -234,6 +299,29 @@ Eigen::Index startup_windows(const GroupModel& g, const Eigen::MatrixXd& x, doub
   return n;
 }
 
+// GroupModel::runq_tail_us of a call table's rows before until_ns: the (1 - q) quantile of
+// their threads' waits for a CPU, in us (-1 where no row's wait is known).
+double runq_tail_us(const FeatureTable& t, uint64_t until_ns, double q) {
+  std::vector<int64_t> waits;
+  for (size_t i = 0; i < t.ts_ns.size() && i < t.runq_ns.size(); ++i)
+    if (t.ts_ns[i] < until_ns && t.runq_ns[i] >= 0) waits.push_back(t.runq_ns[i]);
+  if (waits.empty()) return -1;
+  auto at = waits.begin() + std::ptrdiff_t(std::min(double(waits.size() - 1),
+                                                    std::floor((1 - q) * double(waits.size() - 1))));
+  std::nth_element(waits.begin(), at, waits.end());
+  return double(*at) / 1e3;
+}
+
+// The rows of training windows x that model g scores at or above its own 0.5% tail.
+std::vector<Eigen::Index> windows_within_tail(const GroupModel& g, const Eigen::MatrixXd& x,
+                                              double drawn_quantile) {
+  GmmScores s = score_gmm(g.model, x);
+  std::vector<Eigen::Index> keep;
+  for (Eigen::Index r = 0; r < x.rows(); ++r)
+    if (s.component_log_density(r) >= drawn_quantile) keep.push_back(r);
+  return keep;
+}
+
 DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf& until_of,
                           const DetectOptions& options, std::vector<std::string>* skipped) {
   DetectorModel out;
@@ -250,11 +338,27 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
     }
     double drawn = 0;
     GroupModel g = fit_and_calibrate(t, x, options, &drawn);
+    if (!window) g.runq_tail_us = runq_tail_us(t, until_of(t.group), options.quantile);
     if (window) {
       Eigen::Index n = startup_windows(g, x, drawn);
       if (n > 0 && size_t(x.rows() - n) >= options.min_samples) {
         out.startup_training_windows = size_t(n);
-        g = fit_and_calibrate(t, x.bottomRows(x.rows() - n), options, &drawn);
+        x = x.bottomRows(x.rows() - n).eval();
+        g = fit_and_calibrate(t, x, options, &drawn);
+      }
+      // Then any training window beyond the model's own tail, at most a tenth of them: one
+      // disturbed window among a minute's (a neighbour's burst, the host's own start-up work)
+      // set the threshold at its score (under 200 training windows, the second lowest score
+      // stands for their 0.5% quantile), and a CPU hog's windows later scored above it (e2e alert test, session 34: threshold
+      // 17.4 where the model's own tail was near 34, the hog's windows 18-23; unreported, they
+      // were learnt at the next refit). Windows that are a regime of the job's own (a tenth or
+      // more, as an evaluation pass every N steps) are kept: they are its normal.
+      std::vector<Eigen::Index> keep = windows_within_tail(g, x, drawn);
+      Eigen::Index dropped = x.rows() - Eigen::Index(keep.size());
+      if (dropped > 0 && dropped <= x.rows() / 10 && keep.size() >= options.min_samples) {
+        out.outlier_training_windows = size_t(dropped);
+        x = x(keep, Eigen::all).eval();
+        g = fit_and_calibrate(t, x, options, &drawn);
       }
     }
     out.groups.push_back(std::move(g));
@@ -366,6 +470,7 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     if (idx[r] < t.pid.size()) a.pid = t.pid[idx[r]];
     if (idx[r] < t.tid.size()) a.tid = t.tid[idx[r]];
     if (idx[r] < t.runq_ns.size()) a.runq_ns = t.runq_ns[idx[r]];
+    a.runq_tail_us = g.runq_tail_us;
     a.layer = t.layer;
     a.name = t.name;
     a.score = score;
@@ -391,20 +496,28 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
       std::stable_partition(a.top_features.begin(), a.top_features.end(), [](const auto& p) {
         return p.first == "log_straggler_wait_10us";
       });
+    // a window's cause is among the features that moved as a fault (the others, strongest
+    // first, after them): a job's own page faults in the thousands must not hide its
+    // collectives coming 3x fewer
+    std::vector<std::pair<std::string, double>> explaining = a.top_features;  // all
+    if (a.layer == "window") {
+      WindowKind kind = window_kind(a.top_features, value_and_usual, score, g.threshold);
+      if (kind != WindowKind::fault) {
+        if (not_flagged) ++(kind == WindowKind::faster ? not_flagged->faster : not_flagged->a_little_slower);
+        continue;
+      }
+      auto faults = std::stable_partition(
+          a.top_features.begin(), a.top_features.end(),
+          [&](const auto& p) { return feature_move(p.first, value_and_usual) == Move::fault; });
+      if (faults != a.top_features.begin()) explaining.assign(a.top_features.begin(), faults);
+    }
     for (size_t k = 0; k < a.top_features.size() && k < 3; ++k) {
       const std::string& f = a.top_features[k].first;
       auto [value, usual] = value_and_usual.at(f);  // (its rates already in their units)
       a.measured.push_back({f, in_units(f, value, false), in_units(f, usual, false)});
     }
-    if (a.layer == "window") {
-      WindowKind kind = window_kind(a.top_features, value_and_usual);
-      if (kind != WindowKind::fault) {
-        if (not_flagged) ++(kind == WindowKind::faster ? not_flagged->faster : not_flagged->a_little_slower);
-        continue;
-      }
-    }
-    a.cause = probable_cause(a.layer, a.name, a.top_features, lowered, value_and_usual,
-                             training_range);  // all
+    a.cause = probable_cause(a.layer, a.name, explaining, lowered, value_and_usual,
+                             training_range);
     if (a.top_features.size() > 3) a.top_features.resize(3);
     out.push_back(std::move(a));
   }
@@ -486,7 +599,20 @@ std::string resource_named_by(const std::string& feature, const std::set<std::st
     return "";
   if (has("runq") || has("involuntary")) return "CPU interference";
   if (has("tcp_retransmits")) return "network packet loss";
+  // Page faults alone are the job's own first touches of what it allocated (see window_kind):
+  // memory is short where reclaim or page-ins came with them.
+  if (feature == "page_faults_per_s" && !pressure_rose(values, "reclaim_ms_per_s") &&
+      !pressure_rose(values, "pagein_mb_per_s"))
+    return "";
   if (has("reclaim") || has("page_faults") || has("pagein")) return "memory pressure";
+  // The job's own traffic rising with its calls is more work, not contention (gpt_ddp, session
+  // 34: "network contention" for windows with 1.7x the socket traffic at 1.7x the calls per
+  // second): its sockets must carry a quarter more per call than usual, or the NIC a quarter
+  // more than the job's sockets put on it (a neighbour's traffic).
+  if (feature == "socket_mb_per_s" && calls_rise(values) > 0 && !socket_beyond_calls(values))
+    return "";
+  if (feature == "nic_mb_per_s" && values.count("socket_mb_per_s") && !nic_beyond_sockets(values))
+    return "";
   if (has("nic") || has("socket")) return "network contention";
   if (has("gpu_temp") || has("gpu_throttled") || has("gpu_power") || has("gpu_sm_clock"))
     return "GPU thermal or power throttling";
@@ -675,6 +801,7 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
     if (g.slowest_ns > 0) o["slowest_ns"] = g.slowest_ns;
     if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
     if (g.wait_tail_us > 0) o["wait_tail_us"] = g.wait_tail_us;
+    if (g.runq_tail_us >= 0) o["runq_tail_us"] = g.runq_tail_us;
     if (!g.usual_sizes.empty()) o["usual_sizes"] = g.usual_sizes;
     if (!g.tails.empty()) {
       o["history_calls"] = g.history_calls;
@@ -708,6 +835,12 @@ void usual_from_json(const nlohmann::json& g, GroupModel& gm) {
       fail("group {}: 'wait_tail_us' must be a finite number of microseconds, 0 or more",
            gm.group);
     gm.wait_tail_us = r->get<double>();
+  }
+  if (auto r = g.find("runq_tail_us"); r != g.end()) {
+    if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 0)
+      fail("group {}: 'runq_tail_us' must be a finite number of microseconds, 0 or more",
+           gm.group);
+    gm.runq_tail_us = r->get<double>();
   }
   if (auto r = g.find("usual_sizes"); r != g.end()) {
     if (!r->is_array() || r->size() > 1000)

@@ -67,6 +67,13 @@ struct GroupModel {
   // job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a component
   // so wide that a 55 ms straggle lies three of its deviations out, above the threshold.
   double wait_tail_us = 0;
+  // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
+  // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models
+  // saved before session 34). A slow call names CPU interference only where it waited twice
+  // that and 1 ms more (CallContext::explain): a job with more runnable threads than cores
+  // waits in most of its calls (examples/gpt_ddp.py: 88% of aten::mm's calls waited a quarter
+  // of their time or more), and that wait is its own.
+  double runq_tail_us = -1;
 };
 
 struct DetectorModel {
@@ -79,6 +86,9 @@ struct DetectorModel {
   // Training windows left out as the job's start-up (its leading windows, unusual even to a
   // model fit on them all). Not saved with the model either.
   size_t startup_training_windows = 0;
+  // Training windows left out as beyond the model's own 0.5% tail (a model fit on them all
+  // would flag them), wherever they came, when at most a tenth. Not saved with the model.
+  size_t outlier_training_windows = 0;
 };
 
 // The job got under half its usual CPU while it waited for a CPU three times as long (or more)
@@ -125,6 +135,7 @@ struct Anomaly {
   uint32_t pid = 0;      // calls: the calling process; 0 for windows
   uint32_t tid = 0;      // calls: and thread
   int64_t runq_ns = -1;  // calls: the thread's wait for a CPU during the call; -1: unknown
+  double runq_tail_us = -1;  // calls: its operation's GroupModel::runq_tail_us
   std::string layer, name;
   double score = 0, threshold = 0;  // log-density under the most likely component
   std::vector<std::pair<std::string, double>> top_features;  // largest contributions first

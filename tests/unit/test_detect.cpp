@@ -1,6 +1,7 @@
 // eacgm detect's pipeline on a recording made here with known faults: slow calls among normal
 // ones, and a stretch of CPU interference in the host samples. The detector must find the
 // injected faults, name their causes, and not flag calls that were merely quick.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -167,6 +168,9 @@ TEST_F(Detect, SavedModelFindsTheSameAnomalies) {
   DetectorModel loaded =
       detector_from_json(nlohmann::json::parse(detector_to_json(model).dump()));
   EXPECT_EQ(loaded.window_ns, model.window_ns);
+  ASSERT_EQ(loaded.groups.size(), model.groups.size());
+  for (size_t i = 0; i < model.groups.size(); ++i)
+    EXPECT_DOUBLE_EQ(loaded.groups[i].runq_tail_us, model.groups[i].runq_tail_us);
   auto a = find_anomalies(model, t, half), b = find_anomalies(loaded, t, half);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -176,6 +180,46 @@ TEST_F(Detect, SavedModelFindsTheSameAnomalies) {
   }
   EXPECT_THROW(detector_from_json(nlohmann::json::parse(R"({"format": "eacgm-gmm"})")),
                eacgm::Error);
+}
+
+// An operation's usual wait for a CPU is learnt from its training calls' run-queue time (the
+// threshold's quantile of it), saved with the model and given to its anomalies; a call whose
+// wait is unknown does not count, and a group without any known wait has none (-1).
+TEST(DetectCalls, TheUsualWaitForACpuIsLearntPerOperation) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  auto table = [&](const char* name, bool known) {
+    FeatureTable t;
+    t.group = std::string("torch/") + name;
+    t.layer = "torch";
+    t.name = name;
+    t.feature_names = {"log_duration_us"};
+    t.values.resize(2000, 1);
+    for (size_t r = 0; r < 2000; ++r) {
+      t.values(Eigen::Index(r), 0) = std::log(r == 1500 ? 5000.0 : 100.0) + noise(rng);
+      t.ts_ns.push_back(kStart + r * 1'000'000);
+      t.dur_ns.push_back(100'000);
+      t.pid.push_back(10);
+      t.tid.push_back(10);
+      // training: waits of 0-9 ms, one in ten each; a call of unknown wait among them
+      t.runq_ns.push_back(!known || r == 7 ? -1 : int64_t(r % 10) * 1'000'000);
+    }
+    return t;
+  };
+  std::vector<FeatureTable> t = {table("op", true), table("other", false)};
+  uint64_t split = kStart + 1000 * 1'000'000ull;
+  DetectorModel model = train_detector(t, split, DetectOptions{}, nullptr);
+  ASSERT_EQ(model.groups.size(), 2u);
+  EXPECT_DOUBLE_EQ(model.groups[0].runq_tail_us, 9000);
+  EXPECT_DOUBLE_EQ(model.groups[1].runq_tail_us, -1);
+  auto found = find_anomalies(model, t, split);
+  ASSERT_EQ(found.size(), 2u);
+  for (const auto& a : found) EXPECT_DOUBLE_EQ(a.runq_tail_us, a.name == "op" ? 9000 : -1);
+  nlohmann::json j = detector_to_json(model);
+  EXPECT_EQ(j["groups"][0]["runq_tail_us"], 9000);
+  EXPECT_FALSE(j["groups"][1].contains("runq_tail_us"));
+  j["groups"][0]["runq_tail_us"] = -3;
+  EXPECT_THROW(detector_from_json(j), eacgm::Error);
 }
 
 TEST_F(Detect, SmallGroupsAreSkippedWithAReason) {
@@ -196,7 +240,7 @@ struct JudgedWindows {
   FeatureTable t;
   std::vector<Anomaly> found;
   WindowsNotFlagged not_flagged;
-  size_t starved_training_windows = 0, startup_training_windows = 0;
+  size_t starved_training_windows = 0, startup_training_windows = 0, outlier_training_windows = 0;
 };
 // With log_rates, as the agent's windows: each rate modelled as log1p of it.
 JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
@@ -221,6 +265,7 @@ JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
   w.found = find_anomalies(model, {w.t}, split, 3, 0, &w.not_flagged);
   w.starved_training_windows = model.starved_training_windows;
   w.startup_training_windows = model.startup_training_windows;
+  w.outlier_training_windows = model.outlier_training_windows;
   return w;
 }
 
@@ -292,6 +337,69 @@ TEST(DetectWindows, WhereTheJobWasPreemptedLessIsNoFault) {
                          });
   EXPECT_TRUE(w.found.empty()) << w.found.front().cause;
   EXPECT_EQ(w.not_flagged.faster, 1u);
+}
+
+// Three disturbed windows among 400 of training (the job's CPU 35% down, its wait for the CPUs
+// 3.5x: not starved, so not left out for that) would set the threshold at their scores, where
+// a later, milder CPU hog's window passed (the e2e alert test's miss, session 34): windows
+// beyond the model's own tail are left out of training, and the hog's is CPU interference.
+TEST(DetectWindows, AFewDisturbedTrainingWindowsDoNotHideALaterHog) {
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  const double usual[] = {1.9, 20, 300}, disturbed[] = {1.25, 70, 200}, hog[] = {1.4, 50, 230};
+  auto w = judge_windows({"cpu_cores", "runq_wait_ms_per_s", "comm_calls_per_s"}, 401,
+                         [&](size_t r, double* out) {
+                           const double* v = r == 400                            ? hog
+                                             : r == 100 || r == 200 || r == 300 ? disturbed
+                                                                                 : usual;
+                           for (int c = 0; c < 3; ++c) out[c] = v[c] * noise(rng);
+                         });
+  EXPECT_EQ(w.starved_training_windows, 0u);
+  EXPECT_GE(w.outlier_training_windows, 3u);  // (and any healthy window as far out)
+  ASSERT_EQ(w.found.size(), 1u);
+  EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[400]);
+  EXPECT_EQ(w.found[0].cause, "CPU interference");
+}
+
+// A 2-rank job's windows (examples/gpt_ddp.py after its start, session 34): where it ran 1.7x
+// faster its traffic rose with its calls, its allocator's first touches of memory 4x (page
+// faults, nothing reclaimed or read back), its threads queued 5% longer: its own work, counted,
+// not flagged as network contention or memory pressure. Page faults with reclaim and page-ins
+// are memory pressure; a NIC carrying three times what the job's sockets put on it is network
+// contention; collectives a third as many (operators half) with the same page faults alone are
+// slow collectives, not memory pressure.
+TEST(DetectWindows, AJobsOwnTrafficAndPageFaultsRisingWithItsWorkAreNoFault) {
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> noise(1.0, 0.05);
+  //                       comm/s torch/s socket nic   faults reclaim pagein runq_ms preempt
+  const double usual[] = {110, 9900, 57, 57.3, 2900, 0, 0, 2088, 545'000},
+               faster[] = {186, 16900, 98, 98.4, 12000, 0, 0, 2190, 250'000},
+               squeezed[] = {80, 7000, 40, 40.3, 12000, 60, 30, 2088, 545'000},
+               neighbour[] = {110, 9900, 57, 170, 2900, 0, 0, 2088, 545'000},
+               slower[] = {37, 5000, 19, 19.3, 12000, 0, 0, 2088, 545'000};
+  auto w = judge_windows({"comm_calls_per_s", "torch_calls_per_s", "socket_mb_per_s",
+                          "nic_mb_per_s", "page_faults_per_s", "reclaim_ms_per_s",
+                          "pagein_mb_per_s", "runq_wait_ms_per_s", "involuntary_switches_per_s"},
+                         404, [&](size_t r, double* out) {
+                           const double* v = r == 400   ? faster
+                                             : r == 401 ? squeezed
+                                             : r == 402 ? neighbour
+                                             : r == 403 ? slower
+                                                        : usual;
+                           for (int c = 0; c < 9; ++c) out[c] = v[c] * noise(rng);
+                         });
+  std::string found;
+  for (const auto& a : w.found)
+    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
+                         describe_measured(a));
+  EXPECT_EQ(w.not_flagged.faster, 1u) << found;
+  ASSERT_EQ(w.found.size(), 3u) << found;
+  EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
+  EXPECT_EQ(w.found[0].cause, "memory pressure");
+  EXPECT_EQ(w.found[1].ts_ns, w.t.ts_ns[402]);
+  EXPECT_EQ(w.found[1].cause, "network contention");
+  EXPECT_EQ(w.found[2].ts_ns, w.t.ts_ns[403]);
+  EXPECT_EQ(w.found[2].cause, "slow collectives");
 }
 
 // The same loop's windows, where the job's collectives took 10% longer and came 10% fewer
@@ -495,7 +603,12 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
                                 call("torch", 10, 7300, 20),  call("comm", 10, 2500, 50),
                                 call("torch", 10, 2500, 50),  call("torch", 99, 4200, 20),
                                 call("window", 0, 4200, 100),   call("torch", 10, 4200, 20, 2),
-                                call("torch", 10, 4200, 20)};
+                                call("torch", 10, 4200, 20), call("torch", 10, 4200, 20, 12),
+                                call("torch", 10, 4200, 20, 12)};
+  // an operation whose calls usually wait 8 ms for a CPU (more runnable threads than cores):
+  // 12 ms is its own; one whose calls wait 5 ms: 12 ms is beyond twice that and 1 ms more
+  found[9].runq_tail_us = 8000;
+  found[10].runq_tail_us = 5000;
   ctx.explain(found);
   // the thread itself waited 12 of the call's 20 ms
   EXPECT_EQ(found[0].cause, "slow operator: op; preempted: waited 12.0 ms for a CPU (CPU "
@@ -504,6 +617,9 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   // the process waited a lot meanwhile, but this thread only 2 of 20 ms, or nobody knows
   EXPECT_EQ(found[7].cause, "slow operator: op");
   EXPECT_EQ(found[8].cause, "slow operator: op");
+  EXPECT_EQ(found[9].cause, "slow operator: op") << "the operation's calls wait as long";
+  EXPECT_EQ(found[10].cause, "slow operator: op; preempted: waited 12.0 ms for a CPU (CPU "
+                             "interference)");
   EXPECT_EQ(found[2].cause, "slow operator: op; 10.0 ms reclaiming memory (memory pressure)");
   EXPECT_EQ(found[3].cause, "slow operator: op; 2 TCP segments retransmitted (packet loss)");
   EXPECT_EQ(found[4].cause, "slow operator: op") << "retransmits explain collectives only";
