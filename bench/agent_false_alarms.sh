@@ -21,7 +21,7 @@ W=tests/e2e/workloads
 out=$(mktemp -d)
 agent=""
 cleanup() {
-  [ -n "$agent" ] && kill "$agent" 2>/dev/null
+  [ -n "$agent" ] && { kill "$agent" 2>/dev/null || true; }
   wait 2>/dev/null || true
   [ -n "${KEEP:-}" ] && cp -r "$out" "$KEEP"
   rm -rf "$out"
@@ -33,7 +33,17 @@ start_agent() {
   agent=$!
   until curl -sf 127.0.0.1:$PORT/metrics >/dev/null; do sleep 0.2; done
 }
-stop_agent() { kill -INT "$agent"; wait "$agent" || true; agent=""; }
+stop_agent() {
+  if ! kill -0 "$agent" 2>/dev/null; then  # it ended on its own: say how, and what it said
+    local rc=0
+    wait "$agent" || rc=$?
+    echo "agent_false_alarms: the agent exited before the job ended (status $rc); its log's end:" >&2
+    tail -n 20 "$out/agent.log" >&2
+    agent=""
+    exit 1
+  fi
+  kill -INT "$agent"; wait "$agent" || true; agent=""
+}
 count() {  # anomalies at or after monotonic ns $1: total, then per cause
   sqlite3 "$out/state/anomalies.db" "SELECT count(*) FROM anomalies WHERE ts_ns >= $1" 2>/dev/null || echo 0
 }
