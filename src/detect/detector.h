@@ -61,11 +61,13 @@ struct GroupModel {
   };
   std::map<std::string, std::vector<TailEntry>> tails;
   size_t history_calls = 0;
-  // A collective's straggling wait (log_straggler_wait_10us, in us) that all but the threshold's
-  // quantile of the training calls stayed under (0: no such feature). A call that waited twice
-  // that, and min_excess_us more, is a straggler whatever its density: in the feature's log a
-  // job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a component
-  // so wide that a 55 ms straggle lies three of its deviations out, above the threshold.
+  // A collective's straggling wait (log_straggler_wait_10us, in us) that one healthy call in
+  // kWaitTailOneIn would exceed, the training calls' tail extrapolated, and at least what all
+  // but the threshold's quantile of them stayed under (0: no such feature). A call that waited
+  // twice that, and min_excess_us more, is a straggler whatever its density: in the feature's
+  // log a job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a
+  // component so wide that a 55 ms straggle lies three of its deviations out, above the
+  // threshold. And only such a call: one flagged by its density for a shorter wait is not.
   double wait_tail_us = 0;
   // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
   // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models
@@ -75,6 +77,9 @@ struct GroupModel {
   // of their time or more), and that wait is its own.
   double runq_tail_us = -1;
 };
+
+// GroupModel::wait_tail_us: the wait one healthy call in this many would exceed.
+constexpr double kWaitTailOneIn = 1000;
 
 struct DetectorModel {
   uint64_t window_ns = 0;

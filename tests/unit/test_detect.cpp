@@ -1064,8 +1064,8 @@ TEST(OnlineDetector, ABurstTakesAlongOnlyCandidatesOfItsOwnKind) {
   EXPECT_EQ(slow, 0u) << "the healthy slow calls of the burst's seconds (2 or 3) taken along";
 }
 
-// A collective whose healthy ranks join 1.5 ms late in 1 of 150 instances (each an anomaly:
-// too few for a component of the model), then a rank 30 ms late in every 50th instance for 5 s:
+// A collective whose healthy ranks join 1.5 ms late in 1 of 300 instances (each an anomaly:
+// too few for a component of the model, and rarer than the wait's tail), then a rank 30 ms late in every 50th instance for 5 s:
 // the late joins of 30 ms go out, and the healthy 1.5 ms ones of the same seconds, no more
 // frequent than usual, do not (the straggler scenario online: its false 1-3 ms stragglers).
 TEST(OnlineDetector, ABurstOfLateJoinsTakesAlongOnlyThoseAsLate) {
@@ -1081,7 +1081,7 @@ TEST(OnlineDetector, ABurstOfLateJoinsTakesAlongOnlyThoseAsLate) {
     b.values.resize(200, 2);
     for (int i = 0; i < 200; ++i, t += 5'000'000, ++calls) {
       double us = 100.0 * std::exp(noise(rng));
-      double wait_us = straggling && calls % 50 == 25 ? 30'000.0 : calls % 150 == 70 ? 1500.0 : 5.0;
+      double wait_us = straggling && calls % 50 == 25 ? 30'000.0 : calls % 300 == 70 ? 1500.0 : 5.0;
       wait_us *= std::exp(noise(rng));
       b.ts_ns.push_back(t), b.dur_ns.push_back(uint64_t((us + wait_us) * 1e3));
       b.pid.push_back(7), b.tid.push_back(7), b.runq_ns.push_back(0);
@@ -1096,12 +1096,12 @@ TEST(OnlineDetector, ABurstOfLateJoinsTakesAlongOnlyThoseAsLate) {
   const GroupModel* m = d.model("comm", "gloo:all_reduce");
   ASSERT_NE(m, nullptr);
   ASSERT_EQ(m->tails.at("log_straggler_wait_10us").size(), kSlowTail);
-  EXPECT_GT(m->background_rate, 0.004) << "the 1.5 ms late joins are anomalies one by one";
+  EXPECT_GT(m->background_rate, 0.003) << "the 1.5 ms late joins are anomalies one by one";
   size_t late = 0, mild = 0;
   for (int s = 0; s < 5; ++s)
     for (const auto& a : batch(true)) (a.dur_ns > 20'000'000 ? late : mild) += 1;
   EXPECT_GE(late, 15u) << "of the 20 late instances";
-  EXPECT_EQ(mild, 0u) << "the healthy late joins of the burst's seconds (6 or 7) taken along";
+  EXPECT_EQ(mild, 0u) << "the healthy late joins of the burst's seconds (3 or 4) taken along";
 }
 
 // A call group whose healthy calls are often 3-5x slower than usual (a busy 2-core machine:
@@ -1316,9 +1316,10 @@ TEST(DetectorJson, TheOnlineModelsRatesRoundTrip) {
 // A collective's wait for a late rank, where healthy waits spread wide (the demo's on this
 // 2-core VM: log(1 + wait / 10 us) about 5 +- 1.2, a median of 1.5 ms and a 99th percentile
 // of 24 ms) and half the calls (the late rank's own) wait nothing. In the wait's log that
-// spread is one wide component; a rank 80 ms late is three of its deviations out, above the
-// density threshold, yet far beyond any healthy wait: flagged as a straggler by the wait's
-// tail (GroupModel::wait_tail_us), while a wait the healthy calls reach is not.
+// spread is one wide component; a rank 150 ms late is three of its deviations out, above the
+// density threshold, yet far beyond what one healthy call in 1,000 waits (47 ms): flagged as a
+// straggler by the wait's tail (GroupModel::wait_tail_us), while a wait the healthy calls
+// reach is not.
 TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
   std::mt19937_64 rng(11);
   std::normal_distribution<double> log_wait(5.0, 1.2);
@@ -1327,7 +1328,7 @@ TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
   t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
   t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
   const size_t n = 2000;
-  const std::map<size_t, double> late_ms = {{1500, 80}, {1600, 120}, {1700, 20}, {1800, 30}};
+  const std::map<size_t, double> late_ms = {{1500, 150}, {1600, 250}, {1700, 20}, {1800, 30}};
   t.values.resize(Eigen::Index(n), 2);
   for (size_t i = 0; i < n; ++i) {
     double wait_us = i % 2 ? 0 : std::expm1(log_wait(rng)) * kStragglerWaitUnitUs;
@@ -1347,9 +1348,10 @@ TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
   std::vector<FeatureTable> tables = {t};
   DetectorModel m = train_detector(tables, half, o, nullptr);
   ASSERT_EQ(m.groups.size(), 1u);
-  // 99.5% of the training calls (the early ranks' 99th percentile) stay under about 24 ms
-  EXPECT_GT(m.groups[0].wait_tail_us, 18'000);
-  EXPECT_LT(m.groups[0].wait_tail_us, 32'000);
+  // one healthy call in 1,000 (one early rank's in 500) waits exp(5 + 1.2 x 2.88) x 10 us,
+  // 47 ms; 99.5% of the training calls stay under 24 ms
+  EXPECT_GT(m.groups[0].wait_tail_us, 32'000);
+  EXPECT_LT(m.groups[0].wait_tail_us, 70'000);
   auto found = find_anomalies(m, tables, half, 3, 1000);
   std::set<uint64_t> at;
   for (const auto& a : found) {
@@ -1357,11 +1359,11 @@ TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
     if (a.ts_ns == t.ts_ns[1500] || a.ts_ns == t.ts_ns[1600])
       EXPECT_EQ(a.cause, "straggling rank: gloo:all_reduce waited for a peer");
   }
-  EXPECT_TRUE(at.count(t.ts_ns[1500])) << "80 ms late";
-  EXPECT_TRUE(at.count(t.ts_ns[1600])) << "120 ms late";
+  EXPECT_TRUE(at.count(t.ts_ns[1500])) << "150 ms late";
+  EXPECT_TRUE(at.count(t.ts_ns[1600])) << "250 ms late";
   EXPECT_FALSE(at.count(t.ts_ns[1700])) << "20 ms: healthy calls wait as long";
   EXPECT_FALSE(at.count(t.ts_ns[1800])) << "30 ms: healthy calls wait as long";
-  // the premise: the density alone lets the 80 ms straggle pass
+  // the premise: the density alone lets the 150 ms straggle pass
   DetectorModel density_only = m;
   density_only.groups[0].wait_tail_us = 0;
   std::set<uint64_t> by_density;
@@ -1371,6 +1373,59 @@ TEST(DetectStragglers, AStragglerFarBeyondAWideHealthyTailIsFlagged) {
   // and the tail is saved with the model
   DetectorModel back = detector_from_json(detector_to_json(m));
   EXPECT_DOUBLE_EQ(back.groups[0].wait_tail_us, m.groups[0].wait_tail_us);
+}
+
+// Healthy late joins with a heavy tail (a loaded 2-core machine: most waits tens of us, one
+// in a few hundred 1-4 ms, as a Pareto of index 1/0.7), the same before and after the training
+// split. The training calls' (1 - q) quantile is their 3rd-longest wait, and twice it is
+// exceeded by about one later call in 600: a "straggler" per run where no rank straggled (CI's
+// MergeHosts test: late joins of 1.2-3.3 ms named). The tail extrapolated to one call in 1,000
+// is beyond them; a rank 30 ms late still stands out.
+TEST(DetectStragglers, HeavyTailedHealthyLateJoinsAreNoStragglers) {
+  size_t named = 0, by_quantile_rule = 0, found_late = 0;
+  const size_t n = 1200, late_at = 1100;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0, 1);
+    std::normal_distribution<double> dur(std::log(400.0), 0.2);
+    FeatureTable t;
+    t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
+    t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
+    t.values.resize(Eigen::Index(n), 2);
+    std::vector<double> waits(n);
+    for (size_t i = 0; i < n; ++i) {
+      waits[i] = i % 2 ? 0 : 30 * std::pow(1 - u(rng), -0.7);
+      if (i == late_at) waits[i] = 30'000;
+      t.values(Eigen::Index(i), 0) = dur(rng);
+      t.values(Eigen::Index(i), 1) = std::log1p(waits[i] / kStragglerWaitUnitUs);
+      t.ts_ns.push_back(1'000'000'000 + i * 5'000'000);
+      t.dur_ns.push_back(uint64_t(400'000 + waits[i] * 1e3));
+      t.pid.push_back(1000 + uint32_t(i % 2));
+      t.tid.push_back(1000 + uint32_t(i % 2));
+      t.runq_ns.push_back(0);
+    }
+    uint64_t half = t.ts_ns[n / 2];
+    std::vector<FeatureTable> tables = {t};
+    DetectorModel m = train_detector(tables, half, DetectOptions{}, nullptr);
+    ASSERT_EQ(m.groups.size(), 1u);
+    for (const auto& a : find_anomalies(m, tables, half, 3, 1000)) {
+      if (a.ts_ns == t.ts_ns[late_at]) ++found_late;
+      else if (a.cause.starts_with("straggling rank")) ++named;
+    }
+    // the premise: twice the training waits' 99.5% quantile, and 1 ms more, is crossed
+    std::vector<double> training(waits.begin(), waits.begin() + n / 2);
+    std::sort(training.begin(), training.end());
+    double q = training[size_t(std::floor(0.995 * double(training.size() - 1)))];
+    for (size_t i = n / 2; i < n; ++i)
+      if (i != late_at && waits[i] > std::max(2 * q, q + 1000)) ++by_quantile_rule;
+  }
+  printf("healthy waits beyond the quantile's rule: %zu; named stragglers: %zu\n", by_quantile_rule,
+         named);
+  EXPECT_EQ(found_late, 10u) << "the rank 30 ms late, in each of 10 jobs";
+  EXPECT_GE(by_quantile_rule, 5u) << "the premise: healthy waits beyond the quantile's rule";
+  // one healthy call in 1,000 waits beyond the extrapolated tail and a third of those twice as
+  // long (the Pareto's 2^-1/0.7): about 2 in these 6,000 calls, where the quantile's rule names 7
+  EXPECT_LE(named, 4u) << "healthy late joins named stragglers in 10 jobs of 600 later calls";
 }
 
 TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
