@@ -67,8 +67,14 @@ struct GroupModel {
   // twice that, and min_excess_us more, is a straggler whatever its density: in the feature's
   // log a job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a
   // component so wide that a 55 ms straggle lies three of its deviations out, above the
-  // threshold. And only such a call: one flagged by its density for a shorter wait is not.
+  // threshold. And only such a call, or one beyond wait_quantile_us with a neighbour beyond it:
+  // one flagged by its density for a shorter wait is not.
   double wait_tail_us = 0;
+  // What all but the threshold's quantile of the training calls' straggling waits stayed under
+  // (in us; models saved before session 35: their wait_tail_us). A call that waited twice that,
+  // and min_excess_us more, is a straggler where a call of another instance among its 20
+  // neighbours either side did too (a rank late again nearby).
+  double wait_quantile_us = 0;
   // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
   // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models
   // saved before session 34). A slow call names CPU interference only where it waited twice
