@@ -19,6 +19,13 @@ class Outputs : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     record_out_ = r.out;
   }
+  // The recording's off-CPU waits of a sampling period or more, each a slice of the timeline
+  // beside the 35 calls (the program blocks that long only now and then: a page-in, a busy
+  // machine).
+  size_t whole_offcpu_waits() {
+    return size_t(Db(db_).scalar("SELECT count(*) FROM offcpu_samples WHERE weight_ns = dur_ns "
+                                 "AND dur_ns >= 0"));
+  }
   std::string dir_, db_, pftrace_, record_out_;
 };
 
@@ -36,8 +43,8 @@ TEST_F(Outputs, PerfettoTraceHasOneSlicePerCall) {
                 std::string(EACGM_PROTOC) + " --decode_raw < '" + pftrace_ + "'"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // TrackEvent (TracePacket field 11) type (field 9): 1 = SLICE_BEGIN, 2 = SLICE_END
-  EXPECT_EQ(count_of(r.out, "  9: 1\n"), 35u);
-  EXPECT_EQ(count_of(r.out, "  9: 2\n"), 35u);
+  EXPECT_EQ(count_of(r.out, "  9: 1\n"), 35u + whole_offcpu_waits());
+  EXPECT_EQ(count_of(r.out, "  9: 2\n"), 35u + whole_offcpu_waits());
   EXPECT_NE(r.out.find("vecAdd(float*, float const*, int)"), std::string::npos);
   EXPECT_NE(r.out.find("cudaMemcpyAsync"), std::string::npos);
 }
@@ -48,14 +55,19 @@ TEST_F(Outputs, ChromeJsonHasOneCompleteEventPerCall) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(json_path);
   nlohmann::json j = nlohmann::json::parse(in);
-  size_t complete = 0, launches_with_kernel = 0;
+  size_t complete = 0, offcpu = 0, launches_with_kernel = 0;
   for (const auto& e : j["traceEvents"]) {
     if (e["ph"] != "X") continue;
+    if (e["cat"] == "off-cpu") {
+      ++offcpu;
+      continue;
+    }
     ++complete;
     EXPECT_EQ(e["cat"], "cuda");
     if (e["name"] == "cudaLaunchKernel" && e["args"].contains("kernel")) ++launches_with_kernel;
   }
   EXPECT_EQ(complete, 35u);
+  EXPECT_EQ(offcpu, whole_offcpu_waits());
   EXPECT_EQ(launches_with_kernel, 7u);
   // exporting again over the file needs --force
   auto again = run({kEacgm, "export", db_, "--chrome", json_path});
