@@ -72,8 +72,8 @@ struct GroupModel {
   double wait_tail_us = 0;
   // What all but the threshold's quantile of the training calls' straggling waits stayed under
   // (in us; models saved before session 35: their wait_tail_us). A call that waited twice that,
-  // and min_excess_us more, is a straggler where a call of another instance among its 20
-  // neighbours either side did too (a rank late again nearby).
+  // and min_excess_us more, is a straggler where a call of the same process (another instance)
+  // among its 20 neighbours either side did too (a rank late again nearby).
   double wait_quantile_us = 0;
   // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
   // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models

@@ -1500,6 +1500,59 @@ TEST(DetectStragglers, ARankLateAgainNearbyIsAStragglerWithinTheHealthyTail) {
   EXPECT_LE(2 * named_healthy, by_quantile_rule) << "in 5 jobs of 1,200 later calls";
 }
 
+// "Late again nearby" is the same rank late again: on a busy machine the two ranks of a
+// healthy job each join late now and then, in turns (the agent's two-rank test, one run in
+// four: rank 0 4 ms late, rank 1 5 ms three steps later, a quarter of what it reported), and
+// neither is a straggler. A job whose training waits are heavy-tailed (as above) is scored on
+// quiet steps with three patterns, each a wait beyond twice the quantile but within twice the
+// extrapolated tail: rank 0 then rank 1 late three steps apart (no straggler), rank 1 late
+// twice three steps apart (a straggler: both named), and rank 0 late once (none).
+TEST(DetectStragglers, TwoRanksLateInTurnsAreNoStragglerOneRankLateAgainIs) {
+  const size_t n = 2400;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> dur(std::log(400.0), 0.2);
+  FeatureTable t;
+  t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
+  t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
+  t.values.resize(Eigen::Index(n), 2);
+  // row 2k + r: rank r's call of step k, carrying how late it was (the last rank's wait)
+  auto row = [](size_t step, size_t rank) { return 2 * step + rank; };
+  std::vector<double> waits(n, 0);
+  for (size_t k = 0; k < n / 4; ++k)  // training: either rank last, a heavy-tailed wait
+    waits[row(k, u(rng) < 0.5)] = 150 * std::pow(1 - u(rng), -0.76);
+  for (size_t k = n / 4; k < n / 2; ++k) waits[row(k, k % 2)] = 100;  // then quiet
+  const double late_us = 25'000;
+  const std::set<size_t> in_turns = {row(700, 0), row(703, 1)}, again = {row(900, 1), row(903, 1)};
+  const size_t alone = row(1100, 0);
+  for (size_t r : in_turns) waits[r] = late_us;
+  for (size_t r : again) waits[r] = late_us;
+  waits[alone] = late_us;
+  for (size_t i = 0; i < n; ++i) {
+    t.values(Eigen::Index(i), 0) = dur(rng);
+    t.values(Eigen::Index(i), 1) = std::log1p(waits[i] / kStragglerWaitUnitUs);
+    t.ts_ns.push_back(1'000'000'000 + i / 2 * 50'000'000 + (i % 2) * 1'000'000);
+    t.dur_ns.push_back(uint64_t(400'000 + waits[i] * 1e3));
+    t.pid.push_back(1000 + uint32_t(i % 2));
+    t.tid.push_back(1000 + uint32_t(i % 2));
+    t.runq_ns.push_back(0);
+  }
+  uint64_t half = t.ts_ns[n / 2];
+  std::vector<FeatureTable> tables = {t};
+  DetectorModel m = train_detector(tables, half, DetectOptions{}, nullptr);
+  ASSERT_EQ(m.groups.size(), 1u);
+  const GroupModel& g = m.groups[0];
+  printf("wait quantile %.0f us, extrapolated tail %.0f us\n", g.wait_quantile_us, g.wait_tail_us);
+  // the premise: beyond the quantile's rule, within the tail's
+  ASSERT_GT(late_us, std::max(2 * g.wait_quantile_us, g.wait_quantile_us + 1000));
+  ASSERT_LT(late_us, std::max(2 * g.wait_tail_us, g.wait_tail_us + 1000));
+  std::set<size_t> named;
+  for (const auto& a : find_anomalies(m, tables, half, 3, 1000))
+    if (a.cause.starts_with("straggling rank"))
+      named.insert(size_t(std::find(t.ts_ns.begin(), t.ts_ns.end(), a.ts_ns) - t.ts_ns.begin()));
+  EXPECT_EQ(named, again) << "rank 1 late twice is named; ranks late in turns, or once, are not";
+}
+
 TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
   // a straggler's slow calls at the end take most of the time, not most of the calls
   FeatureTable fast, slow;
