@@ -8,7 +8,7 @@
 #include <Eigen/Cholesky>
 #include <nlohmann/json.hpp>
 
-#include "store/anomalies.h"  // describe_feature
+#include "store/anomalies.h"  // describe_feature, feature_title
 #include "util/error.h"
 
 namespace eacgm::detect {
@@ -709,6 +709,19 @@ std::string layer_symptom(const std::vector<std::pair<std::string, double>>& top
   return "";
 }
 
+// What moved most in a window that no rule names a cause for, in words (the job's own
+// activity changing: its CPU use, or its own traffic falling while a straggler holds it): "NIC
+// traffic lower than usual", "fewer torch calls per second than usual". The measured values
+// and the usual ones follow in the anomaly's features.
+std::string unusual_change(const std::string& f, bool down) {
+  std::string what = f == "cpu_cores" ? "CPU use" : feature_title(f);
+  if (f.ends_with("_calls_per_s"))
+    return fmt::format("{} {} per second than usual", down ? "fewer" : "more", what);
+  if (f.ends_with("_call_log_duration_us"))
+    return fmt::format("{} {} than usual", what, down ? "faster" : "slower");
+  return fmt::format("{} {} than usual", what, down ? "lower" : "higher");
+}
+
 // The probable cause of a window from its features (weights in `top`, strongest first): a
 // resource among them, else the symptom of a layer.
 std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
@@ -779,7 +792,8 @@ std::string window_cause(const std::vector<std::pair<std::string, double>>& top,
       return cause;
   }
   if (std::string symptom = layer_symptom(top, lowered); !symptom.empty()) return symptom;
-  return "unusual window: " + f;
+  if (f.empty()) return "unusual window";
+  return "unusual window: " + unusual_change(f, lowered.count(f) > 0);
 }
 
 }  // namespace

@@ -30,23 +30,9 @@ std::string bytes_text(double b) {
   if (b >= 1 << 10) return fmt::format("{:.3g} KiB", b / double(1 << 10));
   return fmt::format("{:.0f} B", b);
 }
-}  // namespace
 
-std::string describe_feature(const std::string& f, double value, double usual) {
-  auto pair = [&](const std::string& what, auto text) {
-    return fmt::format("{} {} (usual {})", what, text(value), text(usual));
-  };
-  auto rate = [](const char* unit) {  // 3 significant digits, but whole numbers from 100 up
-    return [unit](double v) {
-      return std::abs(v) >= 100 ? fmt::format("{:.0f}{}", v, unit) : fmt::format("{:.3g}{}", v, unit);
-    };
-  };
-  if (f == "log_duration_us") return pair("took", us_text);
-  if (f == "log2_bytes") return pair("size", bytes_text);
-  if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
-  if (f.ends_with("_call_log_duration_us"))
-    return pair(f.substr(0, f.find('_')) + " calls took", us_text);
-  if (f.ends_with("_calls_per_s")) return pair(f.substr(0, f.find('_')) + " calls", rate("/s"));
+// The window features' names in words and units.
+const std::map<std::string, std::pair<const char*, const char*>>& window_features_named() {
   static const std::map<std::string, std::pair<const char*, const char*>> named = {
       {"runq_wait_ms_per_s", {"run-queue wait", " ms/s"}},
       {"runq_waits_per_s", {"run-queue waits", "/s"}},
@@ -66,9 +52,35 @@ std::string describe_feature(const std::string& f, double value, double usual) {
       {"gpu_sm_clock_mhz", {"SM clock", " MHz"}},
       {"gpu_pcie_mb_per_s", {"PCIe traffic", " MB/s"}},
       {"gpu_throttled", {"GPU throttled", ""}}};
-  if (auto it = named.find(f); it != named.end())
+  return named;
+}
+}  // namespace
+
+std::string describe_feature(const std::string& f, double value, double usual) {
+  auto pair = [&](const std::string& what, auto text) {
+    return fmt::format("{} {} (usual {})", what, text(value), text(usual));
+  };
+  auto rate = [](const char* unit) {  // 3 significant digits, but whole numbers from 100 up
+    return [unit](double v) {
+      return std::abs(v) >= 100 ? fmt::format("{:.0f}{}", v, unit) : fmt::format("{:.3g}{}", v, unit);
+    };
+  };
+  if (f == "log_duration_us") return pair("took", us_text);
+  if (f == "log2_bytes") return pair("size", bytes_text);
+  if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
+  if (f.ends_with("_call_log_duration_us"))
+    return pair(f.substr(0, f.find('_')) + " calls took", us_text);
+  if (f.ends_with("_calls_per_s")) return pair(feature_title(f), rate("/s"));
+  if (auto it = window_features_named().find(f); it != window_features_named().end())
     return pair(it->second.first, rate(it->second.second));
   return pair(f, rate(""));
+}
+
+std::string feature_title(const std::string& f) {
+  if (f.ends_with("_calls_per_s") || f.ends_with("_call_log_duration_us"))
+    return f.substr(0, f.find('_')) + " calls";
+  auto it = window_features_named().find(f);
+  return it != window_features_named().end() ? it->second.first : f;
 }
 
 std::string features_text(std::string_view json_text, size_t n) {

@@ -28,6 +28,9 @@ std::vector<CauseGroup> group_causes(const std::vector<std::pair<std::string, si
 // calls/s, microseconds, bytes; recordings before session 23 have [name, contribution]).
 // One feature in words: "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)".
 std::string describe_feature(const std::string& feature, double value, double usual);
+// A window feature's name in words, as describe_feature names it ("run-queue wait", "NIC
+// traffic"; calls: "torch calls"), the feature itself where it has none.
+std::string feature_title(const std::string& feature);
 // The first `n` features of a features column in words (name=contribution where a feature has
 // no value); the text itself, cut, where it is no JSON array.
 std::string features_text(std::string_view json_text, size_t n = 3);

@@ -674,7 +674,8 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   // the job's own CPU above usual is a job busier, no neighbour
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 9}, {"comm_call_log_duration_us", 8}}),
             "slow collectives");
-  EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 9}}), "unusual window: cpu_cores");
+  EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 9}}),
+            "unusual window: CPU use higher than usual");
   // a resource among the top features outranks a symptom at the top
   EXPECT_EQ(probable_cause("window", "window",
                            F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 2800}}),
@@ -693,7 +694,7 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
   EXPECT_EQ(probable_cause("window", "window", F{{"gpu_sm_clock_mhz", 9}}, {"gpu_sm_clock_mhz"}),
             "GPU thermal or power throttling");
   EXPECT_EQ(probable_cause("window", "window", F{{"gpu_sm_clock_mhz", 9}}),
-            "unusual window: gpu_sm_clock_mhz");
+            "unusual window: SM clock higher than usual");
   EXPECT_EQ(probable_cause("window", "window", F{{"reclaim_ms_per_s", 9}, {"block_mb_per_s", 8}}),
             "memory pressure");
   // disk reads that are page-ins, with reclaim up however little beside them: what reclaim
@@ -718,12 +719,12 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
                            F{{"cpu_cores", 198}, {"torch_call_log_duration_us", 16},
                              {"runq_wait_ms_per_s", 3}},
                            {"cpu_cores", "runq_wait_ms_per_s"}),
-            "unusual window: cpu_cores");
+            "unusual window: CPU use lower than usual");
   EXPECT_EQ(probable_cause("window", "window",
                            F{{"cpu_cores", 198}, {"torch_call_log_duration_us", 16},
                              {"runq_wait_ms_per_s", 1}},
                            {"cpu_cores"}),
-            "unusual window: cpu_cores");
+            "unusual window: CPU use lower than usual");
   // a job whose threads already queued for the CPUs: its CPU fell 60-fold while its run-queue
   // wait stayed (a neighbour took the CPUs), however much slower its operators got; a job whose
   // CPU and wait fell together waited elsewhere
@@ -789,21 +790,28 @@ TEST(ProbableCause, FromLayerAndTopFeature) {
             "slow operators");
   EXPECT_EQ(probable_cause("window", "window", F{{"cpu_cores", 15}, {"comm_calls_per_s", 1}},
                            {"cpu_cores", "comm_calls_per_s"}),
-            "unusual window: cpu_cores");
+            "unusual window: CPU use lower than usual");
   // only in the direction that hurts: more calls per second, or calls faster than usual, name
   // no slowness (the next symptom does, else the window is unusual)
   EXPECT_EQ(probable_cause("window", "window", F{{"torch_calls_per_s", 9}}),
-            "unusual window: torch_calls_per_s");
+            "unusual window: more torch calls per second than usual");
   EXPECT_EQ(probable_cause("window", "window", F{{"torch_call_log_duration_us", 9}},
                            {"torch_call_log_duration_us"}),
-            "unusual window: torch_call_log_duration_us");
+            "unusual window: torch calls faster than usual");
   EXPECT_EQ(probable_cause("window", "window",
                            F{{"torch_call_log_duration_us", 9}, {"comm_call_log_duration_us", 5}},
                            {"torch_call_log_duration_us"}),
             "slow collectives");
   EXPECT_EQ(probable_cause("window", "window",
                            F{{"cuda_calls_per_s", 9000}, {"runq_wait_ms_per_s", 20}}),
-            "unusual window: cuda_calls_per_s");
+            "unusual window: more cuda calls per second than usual");
+  // the job's own traffic falling (gpt_ddp's window while its straggler held the others, session
+  // 35): no contention, said in words with its direction
+  ValueAndUsual own_traffic = {{"nic_mb_per_s", {2.1, 8.3}}, {"socket_mb_per_s", {2.0, 8.2}}};
+  EXPECT_EQ(probable_cause("window", "window", F{{"nic_mb_per_s", 9}, {"socket_mb_per_s", 4}},
+                           {"nic_mb_per_s", "socket_mb_per_s"}, own_traffic),
+            "unusual window: NIC traffic lower than usual");
+  EXPECT_EQ(probable_cause("window", "window", F{}), "unusual window");
 }
 
 }  // namespace
