@@ -179,11 +179,23 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
   const std::pair<size_t, double> floors[] = {
       {kRetransmits, 50}, {kPageinMb, 4}, {kReclaimMs, 1}, {kPageFaults, 1000}};
   std::vector<std::array<double, kFeatures>> rows;
+  std::vector<uint64_t> indices;
+  auto judge = [&](uint64_t index, const std::array<double, kFeatures>& x) {
+    rows.push_back(x);
+    indices.push_back(index);
+  };
+  uint64_t hold = std::max<uint64_t>(kHoldNs / window_ns_, 1);
+  auto release_old = [&](uint64_t index) {  // lulls held kHoldNs by `index`: judged now
+    size_t n = 0;
+    while (n < held_.size() && held_[n].index + hold <= index) judge(held_[n].index, held_[n].x), ++n;
+    held_.erase(held_.begin(), held_.begin() + std::ptrdiff_t(n));
+  };
   uint64_t complete = now_ns > lag_ns_ ? (now_ns - lag_ns_) / window_ns_ : 0;  // first incomplete
   while (!windows_.empty() && windows_.begin()->first < complete) {
     auto [index, w] = *windows_.begin();
     windows_.erase(windows_.begin());
     next_ = index + 1;
+    release_old(index);
     if (w.changed) changes_.insert(index);
     while (!changes_.empty() && *changes_.begin() + 2 < index) changes_.erase(changes_.begin());
     std::array<double, kFeatures> x{};
@@ -201,10 +213,23 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
     // linear scale any change in them would outweigh a run-queue wait growing a thousandfold.
     for (size_t f = 0; f < kFeatures; ++f)
       if (f < kLayerCalls || (f - kLayerCalls) % 2 == 0) x[f] = std::log1p(std::max(0.0, x[f]));
-    bool active = w.n[kCpuCores] > 0;
-    for (size_t l = 0; l < 4; ++l) active |= w.n[kLayerCalls + 2 * l] > 0;
+    double calls = 0;
+    for (size_t l = 0; l < 4; ++l) calls += w.n[kLayerCalls + 2 * l];
+    bool active = w.n[kCpuCores] > 0 || calls > 0;
+    if (!changes_.empty()) held_.clear();  // a job started or ended: its lull was no fault
     if (!active || !changes_.empty()) continue;  // a change in this window or the two before
-    rows.push_back(x);
+    if (calls_mean_ > 0 && calls < 0.1 * calls_mean_) {
+      held_.push_back({index, x});
+      continue;
+    }
+    for (const Held& h : held_) judge(h.index, h.x);  // calls resumed: the pause is judged
+    held_.clear();
+    judge(index, x);
+    // (a mean over the last ~5 judged windows: a lull is judged against the job as it runs now)
+    calls_mean_ = calls_mean_ > 0 ? 0.8 * calls_mean_ + 0.2 * calls : calls;
+  }
+  release_old(complete);
+  for (uint64_t index : indices) {
     t.ts_ns.push_back(index * window_ns_);
     t.dur_ns.push_back(window_ns_);
   }

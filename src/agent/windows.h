@@ -46,7 +46,16 @@ class OnlineWindows {
   // change of regime, not an anomaly of its resources). A process counts from its third window
   // on (see established()): short-lived tools count neither as change nor as load. Rows in
   // time order.
+  //
+  // A lull (the traced processes made fewer than a tenth of the calls of recent windows, or
+  // none) is held back, up to `kHoldNs`: a job tearing down (its ranks finalise and flush for
+  // seconds after their last step, calling nothing) ends in an exit, and then its lull is
+  // dropped with the exit's windows, never judged; a pause the job returns from (a checkpoint
+  // write) is judged once calls resume, as before; a lull that lasts while the processes live
+  // (a stalled job) is judged once it is kHoldNs old. Only lulls wait: a CPU hog that halves
+  // the calls is judged at once.
   detect::FeatureTable take_complete(uint64_t now_ns);
+  static constexpr uint64_t kHoldNs = 10'000'000'000;
 
   size_t traced_processes() const { return traced_.size(); }
   uint64_t window_ns() const { return window_ns_; }
@@ -71,6 +80,12 @@ class OnlineWindows {
   };
   std::map<uint32_t, Traced> traced_;
   std::set<uint64_t> changes_;  // recent windows in which a traced process started or ended
+  struct Held {
+    uint64_t index;
+    std::array<double, kFeatures> x;
+  };
+  std::vector<Held> held_;  // lulls waiting for an exit, calls resuming or kHoldNs (in order)
+  double calls_mean_ = 0;   // calls per window in recent judged windows (a moving mean)
   uint64_t next_ = 0;           // the first window not handed out
   std::array<double, kFeatures> gpu_last_{};  // GPU levels persist between readings
 };

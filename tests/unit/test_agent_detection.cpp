@@ -131,6 +131,56 @@ TEST(OnlineWindows, WindowsInWhichTheAgentWroteARecordingAreNotJudged) {
   EXPECT_EQ(judged, (std::vector<uint64_t>{6, 7, 12, 13}));
 }
 
+// A lull (calls fall below a tenth of recent windows') is held back: a job tearing down (no
+// calls for seconds, then an exit) is never judged; a pause the calls return from is judged once
+// they do, in time order; a lull that lasts while the process lives (a stall) is judged once it
+// is kHoldNs (10 windows) old. A window whose calls merely halve is judged at once.
+TEST(OnlineWindows, ALullIsHeldUntilTheJobEndsResumesOrStaysStalled) {
+  auto run = [](uint64_t lull_from, uint64_t lull_to, uint64_t exit_at, uint64_t half_at) {
+    OnlineWindows w(kSecond, kSecond / 4);
+    uint64_t t0 = 1000 * kSecond;
+    for (uint64_t ms = 0; ms < 40'000; ms += 10) {
+      uint64_t s = ms / 1000;
+      if (s >= exit_at) break;
+      if (s >= lull_from && s < lull_to) continue;
+      if (s == half_at && ms % 20) continue;
+      w.add_call("torch", 7, t0 + ms * 1'000'000, 20'000);
+    }
+    for (uint64_t ms = 100; ms < std::min<uint64_t>(exit_at, 40) * 1000; ms += 100)
+      w.add(process_sample(7, t0 + ms * 1'000'000, 0, 50'000'000));
+    if (exit_at < 40) w.exited(7, t0 + exit_at * kSecond + kSecond / 2);
+    std::vector<std::pair<uint64_t, uint64_t>> got;  // (window, when it was handed out)
+    for (uint64_t now = 1; now <= 55; ++now)
+      for (uint64_t ts : w.take_complete(t0 + now * kSecond + kSecond / 2).ts_ns)
+        got.push_back({ts / kSecond - 1000, now});
+    return got;
+  };
+  auto windows = [](const std::vector<std::pair<uint64_t, uint64_t>>& got) {
+    std::vector<uint64_t> v;
+    for (auto [window, at] : got) v.push_back(window);
+    return v;
+  };
+  auto range = [](uint64_t from, uint64_t to) {
+    std::vector<uint64_t> v;
+    for (uint64_t i = from; i < to; ++i) v.push_back(i);
+    return v;
+  };
+  // teardown: no calls from window 12, exit in 16: 12-15 never judged (nor 16-18, the change)
+  EXPECT_EQ(windows(run(12, 40, 16, 99)), range(6, 12));
+  // a pause of windows 12-13: judged when the calls come back, in order, then the rest
+  auto pause = run(12, 14, 99, 99);
+  EXPECT_EQ(windows(pause), range(6, 40));
+  for (auto [window, at] : pause)
+    if (window == 12 || window == 13) EXPECT_EQ(at, 15u) << "window " << window;  // with 14
+  // a stall from window 12 on, the process alive: each window judged 10 windows later
+  auto stall = run(12, 40, 99, 99);
+  EXPECT_EQ(windows(stall), range(6, 40));
+  for (auto [window, at] : stall)
+    if (window >= 12) EXPECT_EQ(at, window + 10u) << "window " << window;
+  // half the calls in window 12: judged at once, as every window before it
+  for (auto [window, at] : run(99, 99, 99, 12)) EXPECT_EQ(at, window + 1) << "window " << window;
+}
+
 // Deferred refits: due groups are handed out once, scoring goes on meanwhile, and the model
 // installed later judges; models go through JSON and resume in a new detector.
 TEST(OnlineDetector, RefitsHandedOutAndModelsResumed) {
