@@ -517,12 +517,13 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
       waits[r] = straggling_us(x, Eigen::Index(r), wait_column);
       beyond_quantile[r] = beyond(quantile_us, waits[r], min_excess_us);
     }
+  bool by_pid = t.pid.size() == t.ts_ns.size();  // (a table without pids: all one process)
   auto late_again_nearby = [&](size_t r) {
     uint64_t from = t.ts_ns[idx[r]], to = from + t.dur_ns[idx[r]];
     for (size_t j = r > kNearbyCalls ? r - kNearbyCalls : 0;
          j < std::min(idx.size(), r + kNearbyCalls + 1); ++j) {
       if (j == r || !beyond_quantile[j]) continue;
-      if (t.pid.size() == t.ts_ns.size() && t.pid[idx[j]] != t.pid[idx[r]]) continue;
+      if (by_pid && t.pid[idx[j]] != t.pid[idx[r]]) continue;
       uint64_t a = t.ts_ns[idx[j]], b = a + t.dur_ns[idx[j]];
       if (b <= from || a >= to) return true;
     }

@@ -68,8 +68,7 @@ std::string describe_feature(const std::string& f, double value, double usual) {
   if (f == "log_duration_us") return pair("took", us_text);
   if (f == "log2_bytes") return pair("size", bytes_text);
   if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
-  if (f.ends_with("_call_log_duration_us"))
-    return pair(f.substr(0, f.find('_')) + " calls took", us_text);
+  if (f.ends_with("_call_log_duration_us")) return pair(feature_title(f) + " took", us_text);
   if (f.ends_with("_calls_per_s")) return pair(feature_title(f), rate("/s"));
   if (auto it = window_features_named().find(f); it != window_features_named().end())
     return pair(it->second.first, rate(it->second.second));
