@@ -58,11 +58,12 @@ t0=$(mono)
 $PY $W/launch_ranks.py 2 bench/irregular_job.py "$JOB_S" "$out/ckpt" >"$out/job.log" 2>&1 &
 job=$!
 sleep $((JOB_S / 2))
-# The second job is one with GPUs and cores of its own, which leaves the first job's alone:
-# light (5 ms asleep each step) and at nice SECOND_NICE (default 19). On this 2-core machine
-# any second job takes the first's CPUs otherwise (session 36: at nice 0, its start and its 15 s
-# beside the first halved the first job's CPU and doubled its run-queue wait, 10 anomalies):
-# that is CPU interference, rightly reported, no false alarm. SECOND_NICE=0 shows it.
+# The second job stands for one with GPUs and cores of its own: light (5 ms asleep each step)
+# and at nice SECOND_NICE (default 19), the nearest this 2-core machine has. At nice 0 its start
+# and its 15 s halved the first job's CPU and doubled its run-queue wait (session 36: 10
+# anomalies, true CPU interference); at nice 19 it still takes the CPUs the first job's threads
+# leave between collectives and delays their wake-ups (session 37's hour: ~130 anomalies in its
+# 3 minutes). Only a machine with cores to spare runs it truly beside the first.
 nice -n "${SECOND_NICE:-19}" $PY $W/launch_ranks.py 2 bench/irregular_job.py 15 "$out/ckpt2" 0.005 \
   >"$out/second.log" 2>&1 || true
 wait $job
