@@ -178,16 +178,11 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
   // Rare-event counts are 0 in most windows: only what exceeds a noise floor counts (as detect).
   const std::pair<size_t, double> floors[] = {
       {kRetransmits, 50}, {kPageinMb, 4}, {kReclaimMs, 1}, {kPageFaults, 1000}};
-  std::vector<std::array<double, kFeatures>> rows;
-  std::vector<uint64_t> indices;
-  auto judge = [&](uint64_t index, const std::array<double, kFeatures>& x) {
-    rows.push_back(x);
-    indices.push_back(index);
-  };
+  std::vector<Held> rows;  // the windows to judge, in time order
   uint64_t hold = std::max<uint64_t>(kHoldNs / window_ns_, 1);
   auto release_old = [&](uint64_t index) {  // lulls held kHoldNs by `index`: judged now
     size_t n = 0;
-    while (n < held_.size() && held_[n].index + hold <= index) judge(held_[n].index, held_[n].x), ++n;
+    while (n < held_.size() && held_[n].index + hold <= index) rows.push_back(held_[n++]);
     held_.erase(held_.begin(), held_.begin() + std::ptrdiff_t(n));
   };
   uint64_t complete = now_ns > lag_ns_ ? (now_ns - lag_ns_) / window_ns_ : 0;  // first incomplete
@@ -222,20 +217,20 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
       held_.push_back({index, x});
       continue;
     }
-    for (const Held& h : held_) judge(h.index, h.x);  // calls resumed: the pause is judged
+    rows.insert(rows.end(), held_.begin(), held_.end());  // calls resumed: the pause is judged
     held_.clear();
-    judge(index, x);
+    rows.push_back({index, x});
     // (a mean over the last ~5 judged windows: a lull is judged against the job as it runs now)
     calls_mean_ = calls_mean_ > 0 ? 0.8 * calls_mean_ + 0.2 * calls : calls;
   }
   release_old(complete);
-  for (uint64_t index : indices) {
-    t.ts_ns.push_back(index * window_ns_);
+  for (const Held& r : rows) {
+    t.ts_ns.push_back(r.index * window_ns_);
     t.dur_ns.push_back(window_ns_);
   }
   t.values.resize(Eigen::Index(rows.size()), Eigen::Index(kFeatures));
   for (size_t r = 0; r < rows.size(); ++r)
-    for (size_t f = 0; f < kFeatures; ++f) t.values(Eigen::Index(r), Eigen::Index(f)) = rows[r][f];
+    for (size_t f = 0; f < kFeatures; ++f) t.values(Eigen::Index(r), Eigen::Index(f)) = rows[r].x[f];
   return t;
 }
 
