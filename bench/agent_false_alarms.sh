@@ -17,6 +17,11 @@ JOB_S=${JOB_S:-3600}
 WARMUP_S=${WARMUP_S:-60}
 PORT=${PORT:-19467}
 PY=/usr/bin/python3
+SECOND_NICE=${SECOND_NICE:-19}
+case "$SECOND_NICE" in
+  ''|*[!0-9]*) echo "agent_false_alarms: SECOND_NICE must be a niceness from 0 to 19, not '$SECOND_NICE'" >&2; exit 2 ;;
+esac
+[ "$SECOND_NICE" -le 19 ] || { echo "agent_false_alarms: SECOND_NICE must be a niceness from 0 to 19, not '$SECOND_NICE'" >&2; exit 2; }
 W=tests/e2e/workloads
 out=$(mktemp -d)
 agent=""
@@ -64,7 +69,7 @@ sleep $((JOB_S / 2))
 # anomalies, true CPU interference); at nice 19 it still takes the CPUs the first job's threads
 # leave between collectives and delays their wake-ups (session 37's hour: ~130 anomalies in its
 # 3 minutes). Only a machine with cores to spare runs it truly beside the first.
-nice -n "${SECOND_NICE:-19}" $PY $W/launch_ranks.py 2 bench/irregular_job.py 15 "$out/ckpt2" 0.005 \
+nice -n "$SECOND_NICE" $PY $W/launch_ranks.py 2 bench/irregular_job.py 15 "$out/ckpt2" 0.005 \
   >"$out/second.log" 2>&1 || true
 wait $job
 t1=$(mono)
