@@ -888,6 +888,7 @@ nlohmann::json detector_to_json(const DetectorModel& model) {
     if (g.background_rate > 0) o["background_rate"] = g.background_rate;
     if (g.slowest_ns > 0) o["slowest_ns"] = g.slowest_ns;
     if (g.usual_burst > 0) o["usual_burst"] = g.usual_burst;
+    if (g.dispersion > 1) o["dispersion"] = g.dispersion;
     if (g.wait_tail_us > 0) o["wait_tail_us"] = g.wait_tail_us;
     if (g.wait_quantile_us > 0) o["wait_quantile_us"] = g.wait_quantile_us;
     if (g.runq_tail_us >= 0) o["runq_tail_us"] = g.runq_tail_us;
@@ -951,6 +952,12 @@ void usual_from_json(const nlohmann::json& g, GroupModel& gm) {
   if (auto r = g.find("usual_burst"); r != g.end()) {
     if (!r->is_number_unsigned()) fail("group {}: 'usual_burst' must be a whole number", gm.group);
     gm.usual_burst = r->get<size_t>();
+  }
+  // optional (since session 38)
+  if (auto r = g.find("dispersion"); r != g.end()) {
+    if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 1)
+      fail("group {}: 'dispersion' must be a finite number, 1 or more", gm.group);
+    gm.dispersion = r->get<double>();
   }
 }
 

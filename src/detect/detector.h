@@ -44,6 +44,10 @@ struct GroupModel {
   // and the most such calls that came within one burst window of that history unreported (a
   // healthy job's own bursts: a machine's hiccup slows several calls at once)
   size_t usual_burst = 0;
+  // and how much more its count of such calls per burst window varied than a Poisson count
+  // of the same mean does (variance over mean, at least 1): a VM's busy minutes make a job's
+  // slow calls come in clusters, so a burst is judged against that spread (negbin_tail)
+  double dispersion = 1;
   // and the sizes (log2_bytes) its calls had at least 3 times in that history: a size the job
   // uses again and again (a flag all-reduced every 100 steps) is no unusual size, however rare
   std::vector<double> usual_sizes;

@@ -22,6 +22,25 @@ double poisson_tail(size_t k, double lambda) {
   return std::min(1.0, std::exp(log_first) * sum);
 }
 
+double negbin_tail(size_t k, double mean, double dispersion) {
+  if (!(dispersion > 1 + 1e-9) || !std::isfinite(dispersion)) return poisson_tail(k, mean);
+  if (k == 0) return 1;
+  if (!(mean > 0)) return 0;
+  if (double(k) <= mean) return 1;
+  // r successes of chance p: mean r (1 - p) / p, variance mean / p; so p = 1 / dispersion
+  const double p = 1 / dispersion, r = mean / (dispersion - 1);
+  const double kk = double(k);
+  double log_first = std::lgamma(kk + r) - std::lgamma(r) - std::lgamma(kk + 1) + r * std::log(p) +
+                     kk * std::log1p(-p);
+  // each term (j + r) / (j + 1) (1 - p) times the one before: below 1 for j above the mean
+  double term = 1, sum = 0;
+  for (size_t j = k; j < k + 100'000 && term > 1e-17 * sum; ++j) {
+    sum += term;
+    term *= (double(j) + r) / double(j + 1) * (1 - p);
+  }
+  return std::min(1.0, std::exp(log_first) * sum);
+}
+
 std::optional<GroupModel> fit_group(const RefitJob& job) {
   DetectorModel m = train_detector({job.training}, UINT64_MAX, job.options, nullptr);
   if (m.groups.empty()) return std::nullopt;
@@ -34,6 +53,7 @@ std::optional<GroupModel> fit_group(const RefitJob& job) {
     g.background_rate = std::min(1.0, std::max(double(flagged.size()) / rows, job.live_rate));
     g.slowest_ns = job.slowest_ns;
     g.usual_burst = job.usual_burst;
+    g.dispersion = job.dispersion;
     g.usual_sizes = job.usual_sizes;
     g.tails = job.tails;
     g.history_calls = job.history_calls;
@@ -59,6 +79,7 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     g.window.clear();
     g.archive.clear();
     g.limbo.clear();
+    g.bins.clear();
     g.model.reset();
     g.fitted_at = 0, g.fitted_size = 0;  // (a first fit again, as soon as the window is enough)
     for (auto& [kind, b] : g.bursts) unreported_ += b.pending.size();
@@ -92,6 +113,8 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
   }
   const uint64_t span = std::max<uint64_t>(options_.window_ns / kArchiveSpans, 1);
   while (!g.archive.empty() && g.archive.front().from_ns + span <= oldest) g.archive.pop_front();
+  while (!g.bins.empty() && g.bins.front().from_ns + options_.burst_window_ns <= oldest)
+    g.bins.pop_front();
   if (!judged.empty())
     std::erase_if(found, [&](const Anomaly& a) { return a.row < judged.size() && !judged[a.row]; });
   if (options_.burst_window_ns > 0 && g.layer != "window" && !found.empty() && g.model) {
@@ -202,7 +225,8 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
     if (std::isnan(c.level) && (events == 0 || c.ts_ns >= last + options_.burst_merge_ns))
       ++events, last = c.ts_ns;
   double expected = double(std::max(calls, events)) * rate;
-  if (events > m.usual_burst && poisson_tail(events, expected) <= options_.burst_alpha) {
+  if (events > m.usual_burst &&
+      negbin_tail(events, expected, m.dispersion) <= options_.burst_alpha) {
     for (Anomaly& p : b.pending) {
       p.burst = events, p.burst_expected = expected, p.burst_window_ns = span;
       mark_reported(g, p);
@@ -321,6 +345,17 @@ void OnlineDetector::archive(Group& g, const Sample& s) const {
   Group::Archived& a = g.archive.back();  // (a call a little out of order: the span after)
   ++a.calls;
   a.slowest_ns = std::max(a.slowest_ns, s.dur_ns);
+  if (const uint64_t width = options_.burst_window_ns; width > 0) {
+    uint64_t bin_from = s.ts_ns / width * width;
+    if (g.bins.empty() || g.bins.back().from_ns < bin_from) g.bins.push_back({bin_from});
+    Group::Bin& b = g.bins.back();  // (as above: a call out of order joins the later bin)
+    ++b.calls;
+    if (s.flagged &&
+        (g.last_event_ns == 0 || s.ts_ns >= g.last_event_ns + options_.burst_merge_ns)) {
+      ++b.events;
+      g.last_event_ns = s.ts_ns;
+    }
+  }
   if (s.reported) return;  // no usual value of the history
   auto lower = [](const auto& x, const auto& y) { return x.first > y.first; };  // a min-heap
   for (size_t k = 0; k < kTailKinds; ++k) {
@@ -418,6 +453,7 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   add_tails(g, decided_before, job);
   add_usual_sizes(g, job);
   job.usual_burst = largest_burst(g, decided_before);
+  job.dispersion = dispersion(g, decided_before);
   return job;
 }
 
@@ -508,6 +544,47 @@ size_t OnlineDetector::largest_burst(const Group& g, uint64_t decided_before) co
     }
   }
   return largest;
+}
+
+// The fewest burst windows of history a dispersion is measured on (fewer: none, 1).
+constexpr size_t kMinDispersionBins = 6;
+
+// Pearson's dispersion of the history's events per burst window (archived bins and the
+// window's decided calls): the sum over windows of (events - expected)^2 / expected, expected
+// being the window's calls times the history's events per call, over one less than the
+// windows; at least 1.
+double OnlineDetector::dispersion(const Group& g, uint64_t decided_before) const {
+  const uint64_t width = options_.burst_window_ns;
+  if (width == 0) return 1;
+  std::map<uint64_t, Group::Bin> bins;
+  for (const auto& b : g.bins) {
+    Group::Bin& to = bins[b.from_ns];
+    to.calls += b.calls, to.events += b.events;
+  }
+  uint64_t last = 0;
+  for (const auto& s : g.window) {
+    if (s.ts_ns > decided_before) continue;
+    Group::Bin& to = bins[s.ts_ns / width * width];
+    ++to.calls;
+    if (s.flagged && (last == 0 || s.ts_ns >= last + options_.burst_merge_ns))
+      ++to.events, last = s.ts_ns;
+  }
+  size_t calls = 0, events = 0;
+  for (const auto& [from, b] : bins) calls += b.calls, events += b.events;
+  if (bins.size() < kMinDispersionBins || events == 0) return 1;
+  const double per_call = double(events) / double(calls);
+  std::vector<double> terms;
+  for (const auto& [from, b] : bins) {
+    if (b.calls == 0) continue;
+    double expected = double(b.calls) * per_call;
+    terms.push_back((double(b.events) - expected) * (double(b.events) - expected) / expected);
+  }
+  // the highest twentieth of the windows (at least one) left out: a fault's few windows
+  size_t keep = terms.size() - std::max<size_t>(1, terms.size() / 20);
+  std::nth_element(terms.begin(), terms.begin() + std::ptrdiff_t(keep), terms.end());
+  double chi2 = 0;
+  for (size_t i = 0; i < keep; ++i) chi2 += terms[i];
+  return std::max(1.0, chi2 / double(keep - 1));
 }
 
 std::vector<RefitJob> OnlineDetector::take_due_refits() {

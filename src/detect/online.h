@@ -8,7 +8,9 @@
 // job's calls at a steady rate: a few a minute of an operation called hundreds of times a second,
 // which an always-on service must not report. With `burst_window_ns` set, a call group's
 // anomalies are candidates, and reported only when (a) more of them came in the burst window
-// than the group's background rate explains (Poisson tail below `burst_alpha`) and more than
+// than the group's background rate explains (the tail of a negative binomial count as spread
+// as the history's counts per burst window were, a Poisson count's where they were no more
+// spread or the history is under 6 windows, below `burst_alpha`) and more than
 // its history's largest burst of unreported ones (then the pending candidates of the window go
 // out too; a burst counts the anomalies of one kind, by the feature that flagged them), or (b) one
 // call took `extreme_slowdown` times the slowest call of the model's history and at least
@@ -64,6 +66,9 @@ struct OnlineOptions {
 
 // P(X >= k) for X ~ Poisson(lambda): how unusual k events are where lambda were expected.
 double poisson_tail(size_t k, double lambda);
+// P(X >= k) for X negative binomial of mean `mean` and variance `dispersion` times it (a
+// Poisson count whose rate itself varies); Poisson where dispersion is 1 or less.
+double negbin_tail(size_t k, double mean, double dispersion);
 
 // A fit to be done: the group's training samples and how to fit them.
 struct RefitJob {
@@ -76,6 +81,7 @@ struct RefitJob {
   double live_rate = 0;
   uint64_t slowest_ns = 0;
   size_t usual_burst = 0;
+  double dispersion = 1;
   std::vector<double> usual_sizes;
   std::map<std::string, std::vector<GroupModel::TailEntry>> tails;  // see GroupModel
   size_t history_calls = 0;
@@ -160,6 +166,16 @@ class OnlineDetector {
       std::vector<std::pair<double, uint64_t>> high[kTailKinds];  // (value in us, time)
     };
     std::deque<Archived> archive;
+    // The same history's decided calls by burst window (from_ns a multiple of it): how many,
+    // and how many of them were anomalies, reported or not (events, as a burst counts them).
+    // Their spread from window to window is the group's dispersion (reported ones too: a
+    // cluster reported while the spread was unknown must not make the next one look rarer).
+    struct Bin {
+      uint64_t from_ns = 0;
+      size_t calls = 0, events = 0;
+    };
+    std::deque<Bin> bins;
+    uint64_t last_event_ns = 0;  // the archive's last event counted (bins' merging)
     // calls that left the window while anomalies undecided (their burst window not over):
     // archived when it is, reported or not
     std::deque<Sample> limbo;
@@ -176,6 +192,7 @@ class OnlineDetector {
   void add_tails(const Group& g, uint64_t decided_before, RefitJob& job) const;
   void add_usual_sizes(const Group& g, RefitJob& job) const;
   size_t largest_burst(const Group& g, uint64_t decided_before) const;
+  double dispersion(const Group& g, uint64_t decided_before) const;
   void report_bursts(Group& g, std::vector<Anomaly>& candidates, std::vector<Anomaly>& out);
   void report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                     std::vector<Anomaly>& out);
