@@ -32,12 +32,18 @@ double negbin_tail(size_t k, double mean, double dispersion) {
   const double kk = double(k);
   double log_first = std::lgamma(kk + r) - std::lgamma(r) - std::lgamma(kk + 1) + r * std::log(p) +
                      kk * std::log1p(-p);
-  // each term (j + r) / (j + 1) (1 - p) times the one before: below 1 for j above the mean
+  // each term (j + r) / (j + 1) (1 - p) times the one before: below 1 for j above the mean,
+  // and tending to 1 - p; where that is near 1 (a wide spread), what the loop leaves is
+  // bounded by a geometric series of the larger of the two ratios (an overestimate: a count
+  // is never called rarer than it is)
   double term = 1, sum = 0;
-  for (size_t j = k; j < k + 100'000 && term > 1e-17 * sum; ++j) {
+  size_t j = k;
+  for (; j < k + 10'000 && term > 1e-17 * sum; ++j) {
     sum += term;
     term *= (double(j) + r) / double(j + 1) * (1 - p);
   }
+  double ratio = std::max((double(j) + r) / double(j + 1) * (1 - p), 1 - p);
+  if (term > 1e-17 * sum) sum += term / (1 - ratio);
   return std::min(1.0, std::exp(log_first) * sum);
 }
 
@@ -346,12 +352,16 @@ void OnlineDetector::archive(Group& g, const Sample& s) const {
   ++a.calls;
   a.slowest_ns = std::max(a.slowest_ns, s.dur_ns);
   if (const uint64_t width = options_.burst_window_ns; width > 0) {
+    // its own window (an anomaly from the limbo comes after later calls)
     uint64_t bin_from = s.ts_ns / width * width;
-    if (g.bins.empty() || g.bins.back().from_ns < bin_from) g.bins.push_back({bin_from});
-    Group::Bin& b = g.bins.back();  // (as above: a call out of order joins the later bin)
+    auto at = g.bins.end();
+    while (at != g.bins.begin() && std::prev(at)->from_ns > bin_from) --at;
+    if (at == g.bins.begin() || std::prev(at)->from_ns != bin_from)
+      at = std::next(g.bins.insert(at, {bin_from}));
+    Group::Bin& b = *std::prev(at);
     ++b.calls;
-    if (s.flagged &&
-        (g.last_event_ns == 0 || s.ts_ns >= g.last_event_ns + options_.burst_merge_ns)) {
+    uint64_t apart = std::max(s.ts_ns, g.last_event_ns) - std::min(s.ts_ns, g.last_event_ns);
+    if (s.flagged && (g.last_event_ns == 0 || apart >= options_.burst_merge_ns)) {
       ++b.events;
       g.last_event_ns = s.ts_ns;
     }

@@ -996,6 +996,12 @@ TEST(NegbinTail, IsTheChanceOfAtLeastKEventsOfAVaryingRate) {
   EXPECT_GT(negbin_tail(112, 68.0, 5.0), 1e-3);
   EXPECT_LT(negbin_tail(400, 68.0, 5.0), 1e-12) << "but six times as many is";
   EXPECT_GT(negbin_tail(400, 68.0, 5.0), 0.0);
+  // a spread so wide that the terms shrink by a millionth each: the sum's rest bounded, not lost
+  double wide = negbin_tail(200, 10.0, 1e6);
+  EXPECT_TRUE(std::isfinite(wide));
+  EXPECT_GT(wide, poisson_tail(200, 10.0));
+  EXPECT_LE(wide, 1.0);
+  EXPECT_GE(negbin_tail(150, 10.0, 1e6), wide);
 }
 
 // The agent's gate: a call stream (100 us at 200 per second) with a slow call every 2 s, as a
