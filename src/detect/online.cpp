@@ -85,7 +85,7 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     g.window.clear();
     g.archive.clear();
     g.limbo.clear();
-    g.bins.clear();
+    g.bins.clear(), g.last_event_ns = 0;
     g.model.reset();
     g.fitted_at = 0, g.fitted_size = 0;  // (a first fit again, as soon as the window is enough)
     for (auto& [kind, b] : g.bursts) unreported_ += b.pending.size();
@@ -463,7 +463,10 @@ RefitJob OnlineDetector::job_for(const Group& g) const {
   add_tails(g, decided_before, job);
   add_usual_sizes(g, job);
   job.usual_burst = largest_burst(g, decided_before);
+  // (under kMinDispersionBins of history, as just after a restart: the model's, e.g. a resumed
+  // one's, not a Poisson count's)
   job.dispersion = dispersion(g, decided_before);
+  if (job.dispersion == 0) job.dispersion = g.model ? g.model->dispersion : 1;
   return job;
 }
 
@@ -556,16 +559,16 @@ size_t OnlineDetector::largest_burst(const Group& g, uint64_t decided_before) co
   return largest;
 }
 
-// The fewest burst windows of history a dispersion is measured on (fewer: none, 1).
+// The fewest burst windows of history a dispersion is measured on (fewer: unknown, 0).
 constexpr size_t kMinDispersionBins = 6;
 
 // Pearson's dispersion of the history's events per burst window (archived bins and the
 // window's decided calls): the sum over windows of (events - expected)^2 / expected, expected
 // being the window's calls times the history's events per call, over one less than the
-// windows; at least 1.
+// windows; at least 1 (0: unknown, under kMinDispersionBins windows of history or no bursts).
 double OnlineDetector::dispersion(const Group& g, uint64_t decided_before) const {
   const uint64_t width = options_.burst_window_ns;
-  if (width == 0) return 1;
+  if (width == 0) return 0;  // (no bursts: none to count, and no use for it)
   std::map<uint64_t, Group::Bin> bins;
   for (const auto& b : g.bins) {
     Group::Bin& to = bins[b.from_ns];
@@ -581,11 +584,11 @@ double OnlineDetector::dispersion(const Group& g, uint64_t decided_before) const
   }
   size_t calls = 0, events = 0;
   for (const auto& [from, b] : bins) calls += b.calls, events += b.events;
-  if (bins.size() < kMinDispersionBins || events == 0) return 1;
+  if (bins.size() < kMinDispersionBins) return 0;
+  if (events == 0) return 1;
   const double per_call = double(events) / double(calls);
   std::vector<double> terms;
-  for (const auto& [from, b] : bins) {
-    if (b.calls == 0) continue;
+  for (const auto& [from, b] : bins) {  // (every bin has a call: it was made for one)
     double expected = double(b.calls) * per_call;
     terms.push_back((double(b.events) - expected) * (double(b.events) - expected) / expected);
   }

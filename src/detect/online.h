@@ -10,7 +10,8 @@
 // anomalies are candidates, and reported only when (a) more of them came in the burst window
 // than the group's background rate explains (the tail of a negative binomial count as spread
 // as the history's counts per burst window were, a Poisson count's where they were no more
-// spread or the history is under 6 windows, below `burst_alpha`) and more than
+// spread, below `burst_alpha`; a history under 6 windows keeps the model's spread, a new
+// group's being 1) and more than
 // its history's largest burst of unreported ones (then the pending candidates of the window go
 // out too; a burst counts the anomalies of one kind, by the feature that flagged them), or (b) one
 // call took `extreme_slowdown` times the slowest call of the model's history and at least

@@ -220,11 +220,17 @@ TEST(OnlineDetector, RefitsHandedOutAndModelsResumed) {
   EXPECT_EQ(detect::cause_kind(found[0].cause), "slow cuda call");
 
   detect::DetectorModel saved = detect::detector_from_json(detect::detector_to_json(d.models()));
+  saved.groups[0].dispersion = 4;  // as an agent measured it over its history
   detect::OnlineDetector resumed(o);
   resumed.load(saved);
   EXPECT_EQ(resumed.fitted(), 1u);
   EXPECT_EQ(resumed.observe(batch(3 * kSecond, 5, 5000)).size(), 5u) << "judges at once";
   EXPECT_TRUE(resumed.observe(batch(4 * kSecond, 5, 100)).empty());
+  // its first refit, on seconds of history (too few to measure a spread), keeps the saved one
+  resumed.observe(batch(5 * kSecond, 150, 100));
+  auto refits = resumed.take_due_refits();
+  ASSERT_EQ(refits.size(), 1u);
+  EXPECT_DOUBLE_EQ(refits[0].dispersion, 4.0);
 }
 
 // A window model's first fit can give none: the CI's noisy first seconds (a Gloo job beside the
