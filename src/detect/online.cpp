@@ -123,6 +123,7 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     g.bins.pop_front();
   if (!judged.empty())
     std::erase_if(found, [&](const Anomaly& a) { return a.row < judged.size() && !judged[a.row]; });
+  if (g.layer == "window" && options_.window_run > 1) report_window_runs(g, rows, found);
   if (options_.burst_window_ns > 0 && g.layer != "window" && !found.empty() && g.model) {
     std::vector<Anomaly> out;
     report_bursts(g, found, out);  // against the model that judged them
@@ -130,6 +131,33 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
   }
   if (options_.refit_inline && due(g)) install(rows.group, fit_group(take_job(g)), g.last_ts);
   return found;
+}
+
+// Each row a window (its start and length, in time order): an anomalous one extends the run
+// that ended where it starts, or starts one; a run of window_run goes out, and each later
+// window of it at once; a run cut short (a window judged normal, or unjudged, or a gap) is
+// dropped, unreported.
+void OnlineDetector::report_window_runs(Group& g, const FeatureTable& rows,
+                                        std::vector<Anomaly>& found) {
+  std::vector<Anomaly> out;
+  auto next = found.begin();
+  for (size_t i = 0; i < rows.ts_ns.size(); ++i) {
+    const bool anomalous = next != found.end() && next->row == i;
+    if (!anomalous || rows.ts_ns[i] != g.run_end_ns) {
+      unreported_ += g.run_held.size();
+      g.run_held.clear();
+      g.run_length = 0;
+    }
+    if (!anomalous) continue;
+    ++g.run_length;
+    g.run_end_ns = rows.ts_ns[i] + rows.dur_ns[i];
+    g.run_held.push_back(std::move(*next++));
+    if (g.run_length >= options_.window_run) {
+      for (Anomaly& a : g.run_held) out.push_back(std::move(a));
+      g.run_held.clear();
+    }
+  }
+  found = std::move(out);
 }
 
 namespace {
@@ -260,7 +288,8 @@ constexpr double kMinScanNs = 1e9;
 // history's share of calls at least v (GroupModel::tails, one more than it had: none is not
 // never) and more than its most in one burst window. At or below the lowest value the tail kept
 // the history's share is unknown, and the background rate judges (report_burst). Where the
-// Poisson tail of a level is below burst_alpha over the levels tried, the pending candidates at
+// tail of a level (negative binomial with the model's dispersion, Poisson beyond twice the
+// history's highest) is below burst_alpha over the levels tried, the pending candidates at
 // least v go out, and A if it is one of them. False: A did not go out.
 bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                                    size_t calls, std::vector<Anomaly>& out) {
@@ -312,11 +341,16 @@ bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Bur
     // for a burst.
     const double window = double(options_.burst_window_ns);
     double span = window;
-    if (v >= 2 * tail.front().value)
+    const bool far = v >= 2 * tail.front().value;
+    if (far)
       span = std::min(window, std::max(kMinScanNs, double(a.ts_ns - std::min(first, a.ts_ns))));
     double expected = double(calls) * span / window * double(n + 1) * per_call;
+    // within the history's range, its calls at least v clustered as its slow calls did (the
+    // burst test's dispersion): a count of them judged as a Poisson one ratchets, since the
+    // clusters it reports leave the tail and make the next cluster look rarer still
+    const double spread = far ? 1 : m.dispersion;
     if (events < 2 || events <= usual ||
-        poisson_tail(events, expected) * window / span * double(levels.size()) >
+        negbin_tail(events, expected, spread) * window / span * double(levels.size()) >
             options_.burst_alpha)
       continue;
     for (auto p = b.pending.begin(); p != b.pending.end();) {

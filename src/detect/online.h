@@ -15,7 +15,9 @@
 // its history's largest burst of unreported ones (then the pending candidates of the window go
 // out too; a burst counts the anomalies of one kind, by the feature that flagged them), or (b) one
 // call took `extreme_slowdown` times the slowest call of the model's history and at least
-// `extreme_min_ns`. Windows are judged as before.
+// `extreme_min_ns`. Windows are judged as before, and with `window_run` over 1 reported only
+// in runs of that many consecutive anomalous windows (a one-second dip is a job's checkpoint
+// or a hiccup of the machine; a fault lasts).
 //
 // Refits run inline (observe() fits when one is due) or, with `refit_inline` off, are handed
 // out by take_due_refits() to be fitted elsewhere (the agent's worker thread: a fit takes tens
@@ -63,6 +65,9 @@ struct OnlineOptions {
   uint64_t burst_merge_ns = 50'000'000;
   double extreme_slowdown = 10;
   uint64_t extreme_min_ns = 100'000'000;
+  // Window anomalies only in runs of this many consecutive windows (each window's row: its
+  // start and length), then each of the run's; 1: every one at once.
+  size_t window_run = 1;
 };
 
 // P(X >= k) for X ~ Poisson(lambda): how unusual k events are where lambda were expected.
@@ -177,6 +182,11 @@ class OnlineDetector {
     };
     std::deque<Bin> bins;
     uint64_t last_event_ns = 0;  // the archive's last event counted (bins' merging)
+    // (windows) the current run of consecutive anomalous windows: where it ends, how long it
+    // is, and its anomalies not reported yet (under window_run of them)
+    uint64_t run_end_ns = 0;
+    size_t run_length = 0;
+    std::vector<Anomaly> run_held;
     // calls that left the window while anomalies undecided (their burst window not over):
     // archived when it is, reported or not
     std::deque<Sample> limbo;
@@ -199,6 +209,7 @@ class OnlineDetector {
                     std::vector<Anomaly>& out);
   bool report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a, size_t calls,
                      std::vector<Anomaly>& out);
+  void report_window_runs(Group& g, const FeatureTable& rows, std::vector<Anomaly>& found);
   RefitJob take_job(Group& g);
   void archive(Group& g, const Sample& s) const;
 

@@ -1311,6 +1311,90 @@ TEST(OnlineDetector, SlowCallsThatComeInClustersAreJudgedAgainstTheirSpread) {
   EXPECT_GE(fault_reported, 100u) << "of the 200 slow calls of a lasting rise";
 }
 
+// The same job with clusters of 8 from its start: the first are reported (their spread is not
+// known yet: a minute of history measures it), and none after the second minute. The clusters
+// reported leave the history's tail of slow calls, so a count of calls at least 1 ms judged as
+// a Poisson one (report_severe) saw each next cluster as rarer than the last: 667 reports
+// after the second minute, without end, until it took the history's spread too.
+TEST(OnlineDetector, ReportedClustersDoNotMakeTheNextOnesLookRarer) {
+  OnlineOptions o = burst_options(3600'000'000'000);
+  o.max_samples = 20'000;
+  o.max_fit_samples = 5'000;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(38), busy_rng(380);
+  std::normal_distribution<double> noise(0.0, 0.08);
+  std::bernoulli_distribution busy_second(0.1);
+  uint64_t t = 0;
+  int calls = 0;
+  bool busy = false;
+  auto spread = [](int i, double from, double ratio) {
+    return from * std::pow(ratio, double(int64_t(i) * 7919 % 1000) / 1000);
+  };
+  auto healthy = [&](int i) {
+    if (busy && i % 25 == 12) return spread(i, 1000, 2);
+    return i % 1000 == 500 ? spread(i, 20'000, 3) : 100.0;
+  };
+  size_t early = 0, late = 0;
+  for (int s = 0; s < 1200; ++s) {
+    busy = busy_second(busy_rng);
+    (s < 120 ? early : late) += d.observe(cuda_batch("cudaMemcpy", t, calls, healthy, rng, noise)).size();
+  }
+  EXPECT_EQ(late, 0u) << "clusters as usual as the first ones (" << early << " reported in the first 2 minutes)";
+  size_t fault_reported = 0;
+  for (int s = 0; s < 10; ++s)
+    fault_reported += d.observe(cuda_batch("cudaMemcpy", t, calls, [&](int i) {
+                                  return i % 10 == 5 ? spread(i, 1000, 2) : 100.0;
+                                }, rng, noise)).size();
+  EXPECT_GE(fault_reported, 100u) << "of the 200 slow calls of a lasting rise";
+}
+
+// The agent's windows (window_run 2): a lone anomalous window, a healthy job's checkpoint
+// that stalled it for most of a second, is not reported; a fault's 3 windows in a row are,
+// each of them (the first when the second comes); a window that comes after a gap starts a new
+// run; windows not judged cut a run.
+TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
+  OnlineOptions o;
+  o.window_ns = 600'000'000'000;
+  o.refit_every_ns = 60'000'000'000;
+  o.min_samples = 60;
+  o.window_run = 2;
+  OnlineDetector d(o);
+  std::mt19937_64 rng(31);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  const uint64_t sec = 1'000'000'000;
+  uint64_t t = 0;
+  // one window a second: the CPU the job used (1.9 cores; a stall: a third of it)
+  auto windows = [&](std::vector<double> rates, std::vector<bool> judged = {}) {
+    FeatureTable w;
+    w.group = w.layer = w.name = "window";
+    w.feature_names = {"cpu_cores"};
+    w.values.resize(Eigen::Index(rates.size()), 1);
+    for (size_t i = 0; i < rates.size(); ++i, t += sec) {
+      w.ts_ns.push_back(t), w.dur_ns.push_back(sec);
+      w.values(Eigen::Index(i), 0) = rates[i] + noise(rng);
+    }
+    std::vector<uint64_t> at;
+    for (const auto& a : judged.empty() ? d.observe(w) : d.observe(w, judged))
+      at.push_back(a.ts_ns / sec);
+    return at;
+  };
+  std::vector<double> healthy(120, 1.9);
+  EXPECT_TRUE(windows(healthy).empty());
+  ASSERT_NE(d.model("window", "window"), nullptr);
+  EXPECT_TRUE(windows({1.9, 1.9, 0.6, 1.9, 1.9}).empty()) << "a lone window";
+  EXPECT_TRUE(windows({1.9, 0.6}).empty()) << "held: the next window decides";
+  EXPECT_EQ(windows({0.6, 0.7, 1.9}), (std::vector<uint64_t>{126, 127, 128}))
+      << "a run of 3 (across two batches), each";
+  t += sec;  // a gap: no window at 130
+  EXPECT_TRUE(windows({0.6}).empty());
+  t += sec;
+  EXPECT_TRUE(windows({0.6, 1.9}).empty()) << "not after the window before the gap";
+  EXPECT_TRUE(windows({0.6, 0.6, 0.6}, {true, false, true}).empty())
+      << "a window not judged cuts the run";
+  EXPECT_EQ(windows({0.6}), (std::vector<uint64_t>{137, 138})) << "after the cut";
+  EXPECT_EQ(d.unreported(), 4u) << "the windows at 122, 131, 133 and 135";
+}
+
 // The cuda_latency scenario under the agent: 2,100 launches a second, 10 ms added to 7 of them
 // in 1.3 s, 80 s into the job (a model fitted at 30 s, refitted each minute, on the agent's
 // 20,000 calls). Against the 21,000 calls of a whole 10 s burst window 6 such events are no
