@@ -277,6 +277,12 @@ void DetectionSink::flush() {
   }
   if (!found.empty()) {
     explain_waits(found);
+    // as detect: a call around a slow call of its thread reported with it (aten::linear around
+    // its aten::addmm) names the inner one, the likelier root
+    std::vector<detect::Anomaly> calls;
+    for (const auto& f : found) calls.push_back(f.anomaly);
+    detect::attribute_nested(calls);
+    for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
     report_(found);
   }
 }

@@ -654,6 +654,48 @@ TEST_F(StateDir, CallsDuringTheAgentsOwnFlightRecordingAreNotJudged) {
   EXPECT_EQ(detect::cause_kind(found[0].cause), "slow cuda call");
 }
 
+// As detect: an operator around a slow call of its thread, reported with it, names the inner
+// call (the likelier root) in its cause; the metric's cause kind stays its own.
+TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
+  DetectionOptions o;
+  o.warm_up_ns = 0;
+  o.train_span_ns = 5 * kSecond;
+  std::vector<detect::Anomaly> found;
+  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
+    for (auto& x : a) found.push_back(x.anomaly);
+  });
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
+  auto step = [&](uint64_t ts, uint64_t malloc_ns) {
+    CudaCallRow c;
+    c.ts_ns = ts + 50'000, c.dur_ns = malloc_ns, c.pid = c.tid = 42, c.name = "cudaMalloc";
+    TorchCallRow t;
+    t.ts_ns = ts, t.dur_ns = malloc_ns + 100'000 + dur(rng), t.pid = t.tid = 42;
+    t.name = "aten::empty";
+    sink.add(c);
+    sink.add(t);
+  };
+  const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
+  for (int i = 0; i < 2000; ++i) {
+    step(start + uint64_t(i) * 20'000'000, dur(rng));  // 40 s
+    if (i % 100 == 99) sink.flush();
+  }
+  for (int i = 0; i < 3000 && sink.models() < 2; ++i) {
+    sink.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sink.models(), 2u);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  step(start + 41 * kSecond, 500'000'000);  // 5,000 times the usual: each alone a report
+  sink.flush();
+  ASSERT_EQ(found.size(), 2u);
+  const detect::Anomaly& outer = found[0].layer == "torch" ? found[0] : found[1];
+  EXPECT_EQ(outer.cause, "slow operator: aten::empty; inside it: slow cuda call: cudaMalloc");
+  EXPECT_EQ(detect::cause_kind(outer.cause), "slow operator");
+  const detect::Anomaly& inner = found[0].layer == "torch" ? found[1] : found[0];
+  EXPECT_EQ(inner.cause, "slow cuda call: cudaMalloc");
+}
+
 TEST(DetectionSink, CollectivesJudgedNetOfTheirWaitForTheLastRank) {
   DetectionOptions o;
   o.warm_up_ns = 0;
