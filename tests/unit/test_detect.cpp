@@ -1264,51 +1264,61 @@ TEST(OnlineDetector, TheTailsAreOfTheWholeHistoryNotOnlyItsKeptCalls) {
 }
 
 // A healthy job on a busy VM: a lone slow call every 5 s, but in one second of ten, at random,
-// a cluster of them, 4 in its first 2 minutes, then 8 (the machine's busy seconds: session
-// 37's hour-long run had 6,400 false "slow collective" reports from such clusters, 112 in 10 s
-// where 68 were usual). Over 20 minutes under the agent's limits (20,000 calls kept, fits of
-// 5,000) no burst is reported: the history's count per 10 s varies several times more than a
-// Poisson count, and a burst is judged against that spread (judged as a Poisson count, 115 of
-// the clusters' calls went out). A lasting rise (every 10th call slow for 10 s) still does.
-TEST(OnlineDetector, SlowCallsThatComeInClustersAreJudgedAgainstTheirSpread) {
-  OnlineOptions o = burst_options(3600'000'000'000);
-  o.max_samples = 20'000;
-  o.max_fit_samples = 5'000;
-  OnlineDetector d(o);
-  std::mt19937_64 rng(38), busy_rng(380);
-  std::normal_distribution<double> noise(0.0, 0.08);
-  std::bernoulli_distribution busy_second(0.1);
+// a cluster of them (the machine's busy seconds), 200 calls a second under the agent's limits
+// (20,000 calls kept, fits of 5,000). The lone slow calls take 20 to 60 ms, the clusters' 1 to
+// 2 ms (log-uniformly): below the history's slowest 32, as a busy VM's collectives were
+// (3.7-5.8 ms where the history had 20 ms), so judged by their rate, not as far out.
+struct ClusteredJob {
+  OnlineDetector d;
+  std::mt19937_64 rng{38}, busy_rng{380};
+  std::normal_distribution<double> noise{0.0, 0.08};
+  std::bernoulli_distribution busy_second{0.1};
   uint64_t t = 0;
   int calls = 0;
-  bool busy = false;
-  // the lone slow calls take 20 to 60 ms, the clusters' 1 to 2 ms (log-uniformly): below the
-  // history's slowest 32, as a busy VM's collectives were (3.7-5.8 ms where the history had
-  // 20 ms), so judged by their rate, not as far out
-  auto spread = [](int i, double from, double ratio) {
-    return from * std::pow(ratio, double(int64_t(i) * 7919 % 1000) / 1000);
-  };
-  int busy_every = 50;  // a busy second's slow calls: 4 in the first 2 minutes, then 8
-  auto healthy = [&](int i) {
-    if (busy && i % busy_every == 12) return spread(i, 1000, 2);
-    return i % 1000 == 500 ? spread(i, 20'000, 3) : 100.0;
-  };
-  size_t healthy_reported = 0;
-  for (int s = 0; s < 1200; ++s) {
-    busy = busy_second(busy_rng);
-    if (s == 120) busy_every = 25;
-    auto f = d.observe(cuda_batch("cudaMemcpy", t, calls, healthy, rng, noise));
-    healthy_reported += f.size();
+  static OnlineOptions options() {
+    OnlineOptions o = burst_options(3600'000'000'000);
+    o.max_samples = 20'000;
+    o.max_fit_samples = 5'000;
+    return o;
   }
-  const GroupModel* m = d.model("cuda", "cudaMemcpy");
+  ClusteredJob() : d(options()) {}
+  static double spread(int i, double from, double ratio) {
+    return from * std::pow(ratio, double(int64_t(i) * 7919 % 1000) / 1000);
+  }
+  // one second, busy at random; a busy second's every `busy_every`-th call is slow
+  size_t second(int busy_every) {
+    bool busy = busy_second(busy_rng);
+    auto healthy = [&](int i) {
+      if (busy && i % busy_every == 12) return spread(i, 1000, 2);
+      return i % 1000 == 500 ? spread(i, 20'000, 3) : 100.0;
+    };
+    return d.observe(cuda_batch("cudaMemcpy", t, calls, healthy, rng, noise)).size();
+  }
+  // then a lasting rise: every 10th call slow for 10 s (200 calls)
+  size_t rise() {
+    size_t reported = 0;
+    for (int s = 0; s < 10; ++s)
+      reported += d.observe(cuda_batch("cudaMemcpy", t, calls, [&](int i) {
+                              return i % 10 == 5 ? spread(i, 1000, 2) : 100.0;
+                            }, rng, noise)).size();
+    return reported;
+  }
+};
+
+// The clustered job with clusters of 4 in its first 2 minutes, then 8 (session 37's hour-long
+// run had 6,400 false "slow collective" reports from such clusters, 112 in 10 s where 68 were
+// usual). Over 20 minutes no burst is reported: the history's count per 10 s varies several
+// times more than a Poisson count, and a burst is judged against that spread (judged as a
+// Poisson count, 115 of the clusters' calls went out). A lasting rise still is.
+TEST(OnlineDetector, SlowCallsThatComeInClustersAreJudgedAgainstTheirSpread) {
+  ClusteredJob job;
+  size_t healthy_reported = 0;
+  for (int s = 0; s < 1200; ++s) healthy_reported += job.second(s < 120 ? 50 : 25);
+  const GroupModel* m = job.d.model("cuda", "cudaMemcpy");
   ASSERT_NE(m, nullptr);
   EXPECT_GT(m->dispersion, 3.0) << "the clusters' spread is measured";
   EXPECT_EQ(healthy_reported, 0u) << "a busy VM's clusters of slow calls are the job's own";
-  size_t fault_reported = 0;
-  for (int s = 0; s < 10; ++s)
-    fault_reported += d.observe(cuda_batch("cudaMemcpy", t, calls, [&](int i) {
-                                  return i % 10 == 5 ? spread(i, 1000, 2) : 100.0;
-                                }, rng, noise)).size();
-  EXPECT_GE(fault_reported, 100u) << "of the 200 slow calls of a lasting rise";
+  EXPECT_GE(job.rise(), 100u) << "of the 200 slow calls of a lasting rise";
 }
 
 // The same job with clusters of 8 from its start: the first are reported (their spread is not
@@ -1317,35 +1327,12 @@ TEST(OnlineDetector, SlowCallsThatComeInClustersAreJudgedAgainstTheirSpread) {
 // a Poisson one (report_severe) saw each next cluster as rarer than the last: 667 reports
 // after the second minute, without end, until it took the history's spread too.
 TEST(OnlineDetector, ReportedClustersDoNotMakeTheNextOnesLookRarer) {
-  OnlineOptions o = burst_options(3600'000'000'000);
-  o.max_samples = 20'000;
-  o.max_fit_samples = 5'000;
-  OnlineDetector d(o);
-  std::mt19937_64 rng(38), busy_rng(380);
-  std::normal_distribution<double> noise(0.0, 0.08);
-  std::bernoulli_distribution busy_second(0.1);
-  uint64_t t = 0;
-  int calls = 0;
-  bool busy = false;
-  auto spread = [](int i, double from, double ratio) {
-    return from * std::pow(ratio, double(int64_t(i) * 7919 % 1000) / 1000);
-  };
-  auto healthy = [&](int i) {
-    if (busy && i % 25 == 12) return spread(i, 1000, 2);
-    return i % 1000 == 500 ? spread(i, 20'000, 3) : 100.0;
-  };
+  ClusteredJob job;
   size_t early = 0, late = 0;
-  for (int s = 0; s < 1200; ++s) {
-    busy = busy_second(busy_rng);
-    (s < 120 ? early : late) += d.observe(cuda_batch("cudaMemcpy", t, calls, healthy, rng, noise)).size();
-  }
-  EXPECT_EQ(late, 0u) << "clusters as usual as the first ones (" << early << " reported in the first 2 minutes)";
-  size_t fault_reported = 0;
-  for (int s = 0; s < 10; ++s)
-    fault_reported += d.observe(cuda_batch("cudaMemcpy", t, calls, [&](int i) {
-                                  return i % 10 == 5 ? spread(i, 1000, 2) : 100.0;
-                                }, rng, noise)).size();
-  EXPECT_GE(fault_reported, 100u) << "of the 200 slow calls of a lasting rise";
+  for (int s = 0; s < 1200; ++s) (s < 120 ? early : late) += job.second(25);
+  EXPECT_EQ(late, 0u) << "clusters as usual as the first ones (" << early
+                      << " reported in the first 2 minutes)";
+  EXPECT_GE(job.rise(), 100u) << "of the 200 slow calls of a lasting rise";
 }
 
 // The agent's windows (window_run 2): a lone anomalous window, a healthy job's checkpoint
