@@ -61,7 +61,8 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
       std::string what =
           a.layer == "window"
-              ? fmt::format("{} in the traced processes, {} s window at {}", a.cause,
+              ? fmt::format("{} in {}, {} s window at {}", a.cause,
+                            process.empty() ? "the traced processes" : process,
                             double(a.dur_ns) / 1e9, utc_time(real))
               : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
                             process.empty() ? "?" : process, a.pid, utc_time(real));

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "detect/call_context.h"
@@ -49,8 +51,7 @@ DetectionSink::DetectionSink(DetectionOptions options,
                              std::function<void(std::vector<AgentAnomaly>&)> report)
     : options_(std::move(options)),
       report_(std::move(report)),
-      detector_(online_options(options_)),
-      windows_(options_.window_ns, options_.sample_interval_ns + 150'000'000) {
+      detector_(online_options(options_)) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0 && host[0]) on_host_ = fmt::format(" on host {}", host);
   worker_ = std::thread([this] { worker(); });
@@ -91,7 +92,7 @@ void DetectionSink::worker() {
 DetectionSink::CallGroup* DetectionSink::add_call(const char* layer, std::string_view name,
                                                  uint64_t ts, uint64_t dur, uint32_t pid,
                                                  uint32_t tid, int64_t runq, int64_t bytes) {
-  windows_.add_call(layer, pid, ts, dur, runq);
+  if (JobWindows* j = windows_of(pid, true)) j->windows.add_call(layer, pid, ts, dur, runq);
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
   if (it == by_name.end()) {
@@ -146,10 +147,55 @@ void DetectionSink::add(const PythonCallRow& r) {
   add_call("python", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);
 }
 
-void DetectionSink::add(const ProcessRow& r) { names_[r.pid] = r.name; }
+void DetectionSink::add(const ProcessRow& r) {
+  names_[r.pid] = r.name;
+  places_[r.pid] = {r.ppid, r.job_id};
+  gone_.erase(r.pid);  // (a pid used again)
+}
+
+std::string DetectionSink::job_key(uint32_t pid) const {
+  auto p = places_.find(pid);
+  if (p == places_.end()) return fmt::format("pid {}", pid);
+  if (auto parent = job_of_.find(p->second.ppid); parent != job_of_.end()) return parent->second;
+  // (torchrun's run id is "none" unless the user gave one: every such job would be one)
+  if (const std::string& id = p->second.job_id; !id.empty() && id != "none") return "job " + id;
+  return fmt::format("the processes launched by pid {}", p->second.ppid);
+}
+
+DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) {
+  auto it = job_of_.find(pid);
+  if (it == job_of_.end()) {
+    if (!create || gone_.count(pid)) return nullptr;  // (a row late after the exit)
+    it = job_of_.emplace(pid, job_key(pid)).first;
+  }
+  return &job_windows_.try_emplace(it->second, options_).first->second;
+}
+
+void DetectionSink::add(const HostSampleRow& r) {
+  if (r.scope == HostScope::Process) {
+    if (JobWindows* j = windows_of(uint32_t(r.id), false)) j->windows.add(r);
+    return;
+  }
+  for (auto& [key, j] : job_windows_) j.windows.add(r);  // the node's: every job's
+}
+
+void DetectionSink::add(const GpuSample& r) {
+  for (auto& [key, j] : job_windows_) j.windows.add(r);
+}
+
+std::vector<std::string> DetectionSink::window_jobs() const {
+  std::vector<std::string> v;
+  for (const auto& [key, j] : job_windows_) v.push_back(key);
+  return v;
+}
 
 void DetectionSink::add(const ProcessExitRow& r) {
-  windows_.exited(r.pid, r.end_ns);
+  if (auto it = job_of_.find(r.pid); it != job_of_.end()) {
+    job_windows_.at(it->second).windows.exited(r.pid, r.end_ns);
+    job_of_.erase(it);
+  }
+  places_.erase(r.pid);
+  gone_[r.pid] = r.end_ns;
   exited_.push_back(r.pid);
 }
 
@@ -242,14 +288,39 @@ void DetectionSink::flush() {
   for (uint32_t pid : exited_) names_.erase(pid), first_call_.erase(pid);
   exited_.clear();
   uint64_t now = monotonic_now_ns();
-  if (auto [start, end] = quiet_span(now); end) windows_.quiet(start, end);
-  detect::FeatureTable w = windows_.take_complete(now);
-  if (!w.ts_ns.empty()) {
-    for (auto& a : detector_.observe(w)) found.push_back({std::move(a), {}});
-    if (const detect::GroupModel* m = detector_.model("window", "window")) {
-      Eigen::MatrixXd last = w.values.bottomRows(1);
-      window_last_score_ = detect::score_gmm(m->model, last).component_log_density(0);
-      window_scored_ = true;
+  std::erase_if(gone_, [&](const auto& g) { return g.second + 60'000'000'000ull < now; });
+  auto [quiet_start, quiet_end] = quiet_span(now);
+  for (auto it = job_windows_.begin(); it != job_windows_.end();) {
+    const std::string& key = it->first;
+    JobWindows& j = it->second;
+    if (quiet_end) j.windows.quiet(quiet_start, quiet_end);
+    detect::FeatureTable w = j.windows.take_complete(now);
+    w.group = "window/" + key;
+    w.name = key;
+    if (!w.ts_ns.empty()) {
+      // who: the job and its processes ("job 7 (pids 10, 11)"), in the log line and the store
+      // ("demo_train (pid 10)" for a process alone)
+      std::vector<uint32_t> pids = j.windows.pids();
+      std::string who = key;
+      if (auto name = names_.find(pids.empty() ? 0 : pids[0]); pids.size() == 1 && name != names_.end())
+        who = fmt::format("{} (pid {})", name->second, pids[0]);
+      else if (pids.size() > 1)
+        who += fmt::format(" (pids {})", fmt::join(pids, ", "));
+      for (auto& a : detector_.observe(w)) {
+        a.name = "window";  // (as detect's: the job is the anomaly's process)
+        found.push_back({std::move(a), who});
+      }
+      if (const detect::GroupModel* m = detector_.model("window", key)) {
+        Eigen::MatrixXd last = w.values.bottomRows(1);
+        j.last_score = detect::score_gmm(m->model, last).component_log_density(0);
+        j.scored = true;
+      }
+    }
+    if (j.windows.traced_processes() == 0) {  // the job ended: its windows and model go
+      detector_.forget(w.group);
+      it = job_windows_.erase(it);
+    } else {
+      ++it;
     }
   }
   auto jobs = detector_.take_due_refits();
@@ -260,7 +331,7 @@ void DetectionSink::flush() {
       // Window features are log(1 + rate): a spread below 5% in training is the noise of a
       // steady job (3,824 calls in one window, 3,808 in the next), not a precise normal that a
       // job slowed 40% by a CPU hog breaks more than the hog's run-queue wait does.
-      if (j.training.group == "window") j.options.reg_covar = 0.05 * 0.05;
+      if (j.training.layer == "window") j.options.reg_covar = 0.05 * 0.05;
       jobs_.push_back(std::move(j));
     }
     done.swap(done_);
@@ -318,6 +389,11 @@ std::string DetectionSink::save_models() {
   if (options_.models_path.empty()) return {};
   detect::DetectorModel m = detector_.models();
   m.window_ns = options_.window_ns;
+  // the window models of the jobs running now: an ended job's are of no use to the next
+  // (resumed ones that never ran again go at the first save)
+  std::erase_if(m.groups, [&](const detect::GroupModel& g) {
+    return g.layer == "window" && !job_windows_.count(g.name);
+  });
   std::string tmp = options_.models_path + ".tmp";
   {
     mode_t old = umask(077);
@@ -345,9 +421,15 @@ std::vector<ModelState> DetectionSink::states() const {
     if (g.scored)
       if (const detect::GroupModel* m = detector_.model(g.layer, g.name))
         out.push_back({g.layer, g.name, g.last_score, m->threshold});
-  if (window_scored_)
-    if (const detect::GroupModel* m = detector_.model("window", "window"))
-      out.push_back({"window", "window", window_last_score_, m->threshold});
+  // The window models, one per job, as one series (a job's key holds pids: unbounded as a
+  // label): the job's nearest its threshold.
+  std::optional<ModelState> window;
+  for (const auto& [key, j] : job_windows_)
+    if (j.scored)
+      if (const detect::GroupModel* m = detector_.model("window", key))
+        if (!window || j.last_score - m->threshold < window->last_score - window->threshold)
+          window = ModelState{"window", "window", j.last_score, m->threshold};
+  if (window) out.push_back(*window);
   return out;
 }
 

@@ -1,5 +1,5 @@
 // The agent's online detector as a sink: every traced call scored against its operation's
-// model, every complete window of the node's traced processes against the window model, models
+// model, every complete window of each job on the node against that job's window model, models
 // refitted on a sliding history by a worker thread and saved in the state dir so that a restart
 // resumes scoring at once. What it finds goes to the agent (log line, metrics, store).
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -55,8 +56,8 @@ class DetectionSink final : public Sink {
   void add(const PythonCallRow& r) override;
   void add(const ProcessRow& r) override;
   void add(const ProcessExitRow& r) override;
-  void add(const HostSampleRow& r) override { windows_.add(r); }
-  void add(const GpuSample& r) override { windows_.add(r); }
+  void add(const HostSampleRow& r) override;
+  void add(const GpuSample& r) override;
   // Scores what came since the last flush, closes complete windows, hands due refits to the
   // worker and installs finished ones.
   void flush() override;
@@ -70,6 +71,8 @@ class DetectionSink final : public Sink {
   // Where the straggler of a matched collective is looked up (the agent's NodeCollectives);
   // without, slow collectives are judged but their late rank not named.
   void use_collectives(const NodeCollectives& c) { collectives_ = &c; }
+  // The jobs whose windows are judged apart, by key (see job_key()); for tests and /metrics.
+  std::vector<std::string> window_jobs() const;
   // The agent's flight recorder: the windows in which it wrote a recording are not judged
   // (OnlineWindows::quiet), since on a small node the write itself disturbs the jobs.
   void use_flight(const FlightRecorder& f) { flight_ = &f; }
@@ -109,9 +112,32 @@ class DetectionSink final : public Sink {
   DetectionOptions options_;
   std::function<void(std::vector<AgentAnomaly>&)> report_;
   detect::OnlineDetector detector_;
-  OnlineWindows windows_;
-  double window_last_score_ = 0;
-  bool window_scored_ = false;
+  // Windows per job, each judged against its own model (group "window/KEY"): summed over the
+  // node, a second job starting beside the first added its own threads' run-queue wait to the
+  // first's and read as CPU interference (session 39's hour: 11 windows, while the first job's
+  // ranks waited no longer than before). A job is the processes of one launcher's job id (torchrun,
+  // Slurm, Open MPI), else the traced children of one parent (a launcher's ranks; a rank's loader
+  // workers join their rank's job), else a process alone. Host samples of a job's processes
+  // count in its windows; the node's NIC and GPU samples in every job's.
+  struct JobWindows {
+    explicit JobWindows(const DetectionOptions& o)
+        : windows(o.window_ns, o.sample_interval_ns + 150'000'000) {}
+    OnlineWindows windows;
+    double last_score = 0;
+    bool scored = false;
+  };
+  // the job of a process making its first call: its parent's if that is traced, its launcher's
+  // job id, its parent's children, or itself when its ProcessRow never came
+  std::string job_key(uint32_t pid) const;
+  JobWindows* windows_of(uint32_t pid, bool create);
+  std::map<std::string, JobWindows> job_windows_;
+  std::unordered_map<uint32_t, std::string> job_of_;  // traced live pid -> job key
+  struct Place {
+    uint32_t ppid = 0;
+    std::string job_id;
+  };
+  std::unordered_map<uint32_t, Place> places_;  // live processes' parents and job ids
+  std::unordered_map<uint32_t, uint64_t> gone_;  // pids that exited: when (late rows ignored)
   // by the layer's and the name's addresses (static and interned: stable for the pipeline's life)
   std::unordered_map<const char*, std::unordered_map<const char*, size_t>> index_;
   std::vector<CallGroup> groups_;

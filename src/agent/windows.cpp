@@ -156,6 +156,12 @@ bool OnlineWindows::established(uint32_t pid, uint64_t ts_ns) {
   return true;
 }
 
+std::vector<uint32_t> OnlineWindows::pids() const {
+  std::vector<uint32_t> v;
+  for (const auto& [pid, t] : traced_) v.push_back(pid);
+  return v;
+}
+
 void OnlineWindows::exited(uint32_t pid, uint64_t ts_ns) {
   auto it = traced_.find(pid);
   if (it == traced_.end()) return;

@@ -1,7 +1,7 @@
 // The agent's window features: what `eacgm detect` computes per window from a recording
-// (detect::window_features), accumulated as rows arrive, over the processes the agent traces
-// (those that made traced calls). Windows are aligned to multiples of their length on
-// CLOCK_MONOTONIC and handed out once complete. Unlike detect's, every rate and level is
+// (detect::window_features), accumulated as rows arrive, over the traced processes (those that
+// made traced calls) of one job: the agent keeps one per job (DetectionSink). Windows are
+// aligned to multiples of their length on CLOCK_MONOTONIC and handed out once complete. Unlike detect's, every rate and level is
 // log(1 + x) (the names stay detect's, so that causes are named the same way): see
 // take_complete().
 #pragma once
@@ -58,6 +58,7 @@ class OnlineWindows {
   static constexpr uint64_t kHoldNs = 10'000'000'000;
 
   size_t traced_processes() const { return traced_.size(); }
+  std::vector<uint32_t> pids() const;  // the traced processes', in order
   uint64_t window_ns() const { return window_ns_; }
 
  private:

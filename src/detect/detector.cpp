@@ -295,7 +295,7 @@ GroupModel fit_and_calibrate(const FeatureTable& t, const Eigen::MatrixXd& x,
   gmm.reg_covar = options.reg_covar;
   // Windows are few (one a second) and have many features: a full covariance would fit the
   // noise of the training windows and flag the next ones. Calls are many, with 1-2 features.
-  bool few = t.group == "window";
+  bool few = t.layer == "window";  // (the agent's per job: "window/KEY")
   if (few) gmm.covariance = CovarianceType::diag;
   int max_k = few ? std::min(2, options.max_components) : options.max_components;
   GmmFit fit;
@@ -369,7 +369,7 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
                           const DetectOptions& options, std::vector<std::string>* skipped) {
   DetectorModel out;
   for (const auto& t : tables) {
-    bool window = t.group == "window";
+    bool window = t.layer == "window";
     if (window && !t.dur_ns.empty()) out.window_ns = t.dur_ns.front();
     Eigen::MatrixXd x = rows_where(t, true, until_of(t.group));
     if (window) out.starved_training_windows = drop_starved_windows(t, x);

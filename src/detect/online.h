@@ -118,6 +118,9 @@ class OnlineDetector {
   // dropped, if the fit failed: install(group, nullopt)).
   std::vector<RefitJob> take_due_refits();
   void install(const std::string& group, std::optional<GroupModel> model, uint64_t fitted_at);
+  // Drops a group: its model, history and pending anomalies (a job's windows, once the job
+  // ended). A refit out for it is ignored when it comes back.
+  void forget(const std::string& group) { groups_.erase(group); }
   // Models saved earlier (a restart resumes scoring at once; refits follow as samples come).
   void load(const DetectorModel& saved);
   // Every current model, for saving.

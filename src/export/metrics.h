@@ -35,7 +35,7 @@ struct AgentStats {
 
 // One model of the online detector, as /metrics shows it.
 struct ModelState {
-  std::string layer, name;  // "window", "window" for the window model
+  std::string layer, name;  // "window", "window" for the window models (the job nearest its threshold)
   double last_score, threshold;
 };
 

@@ -57,7 +57,7 @@ std::string AnomalyStore::add(const std::vector<StoredAnomaly>& rows) {
         insert.bind(6, int64_t(a.pid));
       else
         insert.bind_null(6);
-      if (a.pid)
+      if (a.pid || !a.process.empty())  // (a window's: its job and processes)
         insert.bind(7, a.process);
       else
         insert.bind_null(7);

@@ -428,8 +428,9 @@ double metric_sum(const std::string& text, const std::string& name, const std::s
 
 // Online detection: a traced CUDA loop on CPU 0 runs steadily while the window model learns
 // (30 windows of 0.5 s); then two busy processes take CPU 0. The anomaly counter with cause "CPU
-// interference" rises on /metrics within seconds (the time is printed), with a log line and a
-// row in the state dir's store; the models saved at stop are resumed by the next agent.
+// interference" rises on /metrics within seconds (the time is printed), with a log line naming
+// the job's process and a row in the state dir's store; the models saved at stop (the job
+// running on) are resumed by the next agent.
 TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   E2E_REQUIRE_CUDA();
   if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";
@@ -464,13 +465,14 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   // the latency's target is bench/detection_latency.sh's (timings are no unit test's business)
   printf("fault to anomaly on /metrics: %.2f s\n", seconds);
   EXPECT_TRUE(
-      agent_->wait_for_stderr("eacgm: anomaly: CPU interference in the traced processes", 5))
+      agent_->wait_for_stderr("eacgm: anomaly: CPU interference in demo_train (pid " +
+                                  std::to_string(job.pid()) + "), 0.5 s window", 5))
       << agent_->err();
   // the first anomaly's line names the flight recording written 10 s later
   EXPECT_TRUE(agent_->wait_for_stderr("; flight recording " + dir_ + "/state/flight-", 1))
       << agent_->err();
-  kill(job.pid(), SIGTERM);
-  job.wait(10);
+  // the agent stops while the job runs on (its window model is saved with the rest)
+  ASSERT_EQ(kill(job.pid(), 0), 0) << "the job ended early";
   stop_agent();
   // the store holds it, readable with sqlite3
   sqlite3* db = nullptr;
@@ -478,10 +480,11 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
       sqlite3_open_v2((dir_ + "/state/anomalies.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
       SQLITE_OK);
   sqlite3_stmt* count = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db,
-                               "SELECT count(*) FROM anomalies WHERE cause = 'CPU interference' "
-                               "AND layer = 'window'",
-                               -1, &count, nullptr),
+  // (a window's row names its job: here the one process)
+  std::string query =
+      "SELECT count(*) FROM anomalies WHERE cause = 'CPU interference' AND layer = 'window' "
+      "AND process = 'demo_train (pid " + std::to_string(job.pid()) + ")'";
+  ASSERT_EQ(sqlite3_prepare_v2(db, query.c_str(), -1, &count, nullptr),
             SQLITE_OK);
   ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
   EXPECT_GE(sqlite3_column_int(count, 0), 1);
@@ -506,6 +509,8 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   EXPECT_TRUE(agent_->wait_for_stderr("models from " + dir_ + "/state/models.json", 5))
       << agent_->err();
   EXPECT_EQ(agent_->err().find("resumed 0 models"), std::string::npos) << agent_->err();
+  kill(job.pid(), SIGTERM);
+  job.wait(10);
 }
 
 const std::string kDeploy = std::string(EACGM_SOURCE_DIR) + "/deploy";

@@ -756,3 +756,94 @@ TEST(DetectionSink, CollectivesJudgedNetOfTheirWaitForTheLastRank) {
 }
 }  // namespace
 }  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// Each job's windows are judged against its own model: a second job starting beside the first
+// (its ranks waiting long for CPUs at nice 19) is no interference in the first, whose own
+// processes waited no longer than before (session 39's hour: summed over the node, 11 windows
+// of "CPU interference" while the first job's ranks waited as usual). A hog that makes the
+// first job's own processes wait is found, and its line names that job's processes.
+TEST(DetectionSink, ASecondJobBesideTheFirstIsNoInterferenceInIt) {
+  DetectionOptions o;
+  o.warm_up_ns = 0;
+  o.train_windows = 30;
+  o.train_span_ns = 5 * kSecond;
+  std::vector<AgentAnomaly> found;
+  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
+    for (auto& x : a)
+      if (x.anomaly.layer == "window") found.push_back(x);
+  });
+  const uint64_t start = (monotonic_now_ns() - 300 * kSecond) / kSecond * kSecond;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  auto process = [&](uint32_t pid, uint32_t ppid) {
+    ProcessRow p;
+    p.pid = pid, p.ppid = ppid, p.name = "python3", p.start_ns = start;
+    sink.add(p);
+  };
+  // one second of process `pid`: 10 samples and 20 calls; `waits`: run-queue wait in s/s
+  auto second = [&](uint32_t pid, int s, double waits, double cores) {
+    uint64_t t0 = start + uint64_t(s) * kSecond;
+    for (int i = 1; i <= 10; ++i) {
+      HostSampleRow r;
+      r.ts_ns = t0 + uint64_t(i) * kSecond / 10, r.interval_ns = kSecond / 10, r.id = pid;
+      r.runq_wait_ns = uint64_t(waits * jitter(rng) * 1e8);
+      r.runq_waits = uint64_t(300 * jitter(rng));
+      r.involuntary_switches = r.runq_waits;
+      r.oncpu_ns = uint64_t(cores * jitter(rng) * 1e8);
+      sink.add(r);
+    }
+    for (int i = 0; i < 20; ++i) {
+      TorchCallRow c;
+      c.ts_ns = t0 + uint64_t(i) * kSecond / 20, c.dur_ns = uint64_t(1e6 * jitter(rng));
+      c.pid = c.tid = pid, c.name = "aten::mm";
+      sink.add(c);
+    }
+  };
+  process(100, 50), process(101, 50);  // the first job: two ranks of one launcher
+  int s = 0;
+  for (; s < 60; ++s) {
+    second(100, s, 1.2, 0.9), second(101, s, 1.2, 0.9);
+    sink.flush();
+  }
+  // (a wait for the refit thread, not a bound)
+  for (int i = 0; i < 3000 && sink.models() < 2; ++i) {
+    sink.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sink.models(), 2u) << "the operation's and the job's window model";
+  ASSERT_TRUE(found.empty()) << found.front().anomaly.cause;
+  process(200, 60), process(201, 60);  // the second job, waiting for CPUs
+  for (; s < 80; ++s) {
+    second(100, s, 1.2, 0.9), second(101, s, 1.2, 0.9);
+    second(200, s, 1.4, 0.1), second(201, s, 1.4, 0.1);
+    sink.flush();
+  }
+  EXPECT_EQ(sink.window_jobs(), (std::vector<std::string>{"the processes launched by pid 50",
+                                                         "the processes launched by pid 60"}));
+  EXPECT_TRUE(found.empty()) << found.front().anomaly.cause << " in " << found.front().process;
+  for (uint32_t pid : {200u, 201u}) {
+    ProcessExitRow e;
+    e.pid = pid, e.end_ns = start + uint64_t(s) * kSecond;
+    sink.add(e);
+  }
+  for (; s < 85; ++s) {
+    second(100, s, 1.2, 0.9), second(101, s, 1.2, 0.9);
+    sink.flush();
+  }
+  EXPECT_EQ(sink.window_jobs(), std::vector<std::string>{"the processes launched by pid 50"})
+      << "an ended job's windows and model go";
+  for (; s < 90; ++s) {  // a hog: the first job's own ranks wait three times as long
+    second(100, s, 3.6, 0.6), second(101, s, 3.6, 0.6);
+    sink.flush();
+  }
+  ASSERT_FALSE(found.empty()) << "the hog found";
+  EXPECT_EQ(detect::cause_kind(found[0].anomaly.cause), "CPU interference");
+  EXPECT_EQ(found[0].process, "the processes launched by pid 50 (pids 100, 101)");
+  EXPECT_EQ(found[0].anomaly.name, "window");
+}
+
+}  // namespace
+}  // namespace eacgm
