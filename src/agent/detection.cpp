@@ -16,6 +16,7 @@
 #include "detect/call_context.h"
 #include "detect/features.h"  // kStragglerWaitUnitUs
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
+#include "probe/job_identity.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -166,6 +167,12 @@ DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) 
   auto it = job_of_.find(pid);
   if (it == job_of_.end()) {
     if (!create || gone_.count(pid)) return nullptr;  // (a row late after the exit)
+    // A process that ran before the agent started has had no ProcessRow: its parent and job
+    // id from /proc (so that a restarted agent gives a running job the key its saved window
+    // model has).
+    if (!places_.count(pid))
+      if (uint32_t ppid = read_parent_pid(pid))
+        places_[pid] = {ppid, read_job_identity(pid).job};
     it = job_of_.emplace(pid, job_key(pid)).first;
   }
   return &job_windows_.try_emplace(it->second, options_).first->second;
@@ -173,7 +180,10 @@ DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) 
 
 void DetectionSink::add(const HostSampleRow& r) {
   if (r.scope == HostScope::Process) {
-    if (JobWindows* j = windows_of(uint32_t(r.id), false)) j->windows.add(r);
+    if (JobWindows* j = windows_of(uint32_t(r.id), false)) {
+      j->windows.add(r);
+      context_.add(r);
+    }
     return;
   }
   for (auto& [key, j] : job_windows_) j.windows.add(r);  // the node's: every job's
@@ -285,9 +295,11 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
 void DetectionSink::flush() {
   std::vector<AgentAnomaly> found;
   score_calls(found);
-  for (uint32_t pid : exited_) names_.erase(pid), first_call_.erase(pid);
+  for (uint32_t pid : exited_) names_.erase(pid), first_call_.erase(pid), context_.forget(pid);
   exited_.clear();
   uint64_t now = monotonic_now_ns();
+  // (calls are scored within seconds of their end: two minutes of samples cover them)
+  if (now > 120'000'000'000ull) context_.forget_before(now - 120'000'000'000ull);
   std::erase_if(gone_, [&](const auto& g) { return g.second + 60'000'000'000ull < now; });
   auto [quiet_start, quiet_end] = quiet_span(now);
   for (auto it = job_windows_.begin(); it != job_windows_.end();) {
@@ -304,8 +316,8 @@ void DetectionSink::flush() {
       std::string who = key;
       if (auto name = names_.find(pids.empty() ? 0 : pids[0]); pids.size() == 1 && name != names_.end())
         who = fmt::format("{} (pid {})", name->second, pids[0]);
-      else if (pids.size() > 1)
-        who += fmt::format(" (pids {})", fmt::join(pids, ", "));
+      else if (!pids.empty() && key.rfind("pid ", 0) != 0)
+        who += fmt::format(" (pid{} {})", pids.size() > 1 ? "s" : "", fmt::join(pids, ", "));
       for (auto& a : detector_.observe(w)) {
         a.name = "window";  // (as detect's: the job is the anomaly's process)
         found.push_back({std::move(a), who});
@@ -348,10 +360,13 @@ void DetectionSink::flush() {
   }
   if (!found.empty()) {
     explain_waits(found);
-    // as detect: a call around a slow call of its thread reported with it (aten::linear around
-    // its aten::addmm) names the inner one, the likelier root
+    // as detect: what the host did to the process during a slow call (its thread waited for a
+    // CPU, it reclaimed memory, its sockets retransmitted), then a call around a slow call of
+    // its thread reported with it (aten::linear around its aten::addmm) names the inner one,
+    // the likelier root
     std::vector<detect::Anomaly> calls;
     for (const auto& f : found) calls.push_back(f.anomaly);
+    context_.explain(calls);
     detect::attribute_nested(calls);
     for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
     report_(found);

@@ -18,6 +18,7 @@
 #include "agent/flight.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
+#include "detect/call_context.h"
 #include "detect/online.h"
 #include "export/metrics.h"
 #include "store/sink.h"
@@ -143,6 +144,9 @@ class DetectionSink final : public Sink {
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids
+  // the traced processes' host samples of the last minutes: what the host did to a process
+  // while a slow call of it ran (preempted, reclaiming memory, retransmitting), as detect says
+  detect::CallContext context_;
   const NodeCollectives* collectives_ = nullptr;
   const FlightRecorder* flight_ = nullptr;
   std::string on_host_;  // " on host NAME"

@@ -3,6 +3,7 @@
 #include "detect/call_context.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -13,11 +14,26 @@
 namespace eacgm::detect {
 
 CallContext::CallContext(const RecordingReader& rec) {
-  each_host_sample(rec, [&](const HostSampleRow& r) {
-    if (r.scope != HostScope::Process || r.interval_ns == 0) return;
-    by_pid_[uint32_t(r.id)].push_back(
-        Sample{r.ts_ns, r.interval_ns, {double(r.reclaim_ns), double(r.tcp_retransmits)}});
-  });
+  each_host_sample(rec, [&](const HostSampleRow& r) { add(r); });
+}
+
+void CallContext::add(const HostSampleRow& r) {
+  if (r.scope != HostScope::Process || r.interval_ns == 0) return;
+  auto& samples = by_pid_[uint32_t(r.id)];
+  Sample s{r.ts_ns, r.interval_ns, {double(r.reclaim_ns), double(r.tcp_retransmits)}};
+  // (in order of their ends: a sample that comes late goes to its place)
+  auto at = std::upper_bound(samples.begin(), samples.end(), s.end_ns,
+                             [](uint64_t t, const Sample& x) { return t < x.end_ns; });
+  samples.insert(at, s);
+}
+
+void CallContext::forget_before(uint64_t end_ns) {
+  for (auto it = by_pid_.begin(); it != by_pid_.end();) {
+    auto& v = it->second;
+    v.erase(v.begin(), std::lower_bound(v.begin(), v.end(), end_ns,
+                                        [](const Sample& x, uint64_t t) { return x.end_ns < t; }));
+    it = v.empty() ? by_pid_.erase(it) : std::next(it);
+  }
 }
 
 HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) const {

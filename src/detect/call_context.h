@@ -10,6 +10,7 @@
 
 namespace eacgm {
 class Collectives;
+struct HostSampleRow;
 struct PeerWait;
 class RecordingReader;
 }
@@ -26,6 +27,11 @@ class CallContext {
  public:
   // Reads the process samples of `host_samples` (none: every context is empty).
   explicit CallContext(const RecordingReader& rec);
+  // Samples added as they come (the agent's: detect's rule online), and the old ones dropped.
+  CallContext() = default;
+  void add(const HostSampleRow& r);  // a process's sample; others are ignored
+  void forget_before(uint64_t end_ns);  // samples that ended before
+  void forget(uint32_t pid) { by_pid_.erase(pid); }
 
   // Each sample's counts spread evenly over its interval, and the share that overlaps
   // [ts_ns, ts_ns + dur_ns) summed.

@@ -96,8 +96,9 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
     // unjudged anomalies stay out of the fits too: a warm-up's slow calls are not the normal
     bool flagged = next < found.size() && found[next].row == i;
     next += flagged;
-    g.window.push_back(
-        {rows.ts_ns[i], rows.dur_ns[i], rows.values.row(Eigen::Index(i)).transpose(), flagged});
+    g.window.push_back({rows.ts_ns[i], rows.dur_ns[i],
+                        rows.values.row(Eigen::Index(i)).transpose(), flagged, false,
+                        i < rows.runq_ns.size() ? rows.runq_ns[i] : -1});
   }
   g.first_ts = std::min(g.first_ts, rows.ts_ns.front());
   g.last_ts = rows.ts_ns.back();
@@ -518,6 +519,7 @@ void OnlineDetector::add_training_rows(const Group& g, size_t left_out, bool ski
     if (seen++ % step != 0) continue;
     t.ts_ns.push_back(s.ts_ns);
     t.dur_ns.push_back(s.dur_ns);
+    t.runq_ns.push_back(s.runq_ns);  // (the model's runq_tail_us, as detect's: CallContext)
     t.values.row(r++) = s.x.transpose();
   }
 }

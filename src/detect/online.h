@@ -140,6 +140,7 @@ class OnlineDetector {
     Eigen::VectorXd x;
     bool flagged;           // was an anomaly when it came
     bool reported = false;  // and was reported (a burst, or far slower than usual)
+    int64_t runq_ns = -1;   // (calls) the thread's wait for a CPU during it; -1: unknown
   };
   struct Group {
     std::string key, layer, name;  // key: FeatureTable::group

@@ -90,4 +90,21 @@ JobIdentity read_job_identity(uint32_t pid) {
   return job_identity_from(read_small_file(base + "/environ"), read_small_file(base + "/cgroup"));
 }
 
+uint32_t parent_pid_from_stat(std::string_view stat) {
+  size_t close = stat.rfind(')');  // the comm ends at the last ')'
+  if (close == std::string_view::npos || close + 4 >= stat.size()) return 0;
+  std::string_view rest = stat.substr(close + 2);  // "STATE PPID ..."
+  size_t space = rest.find(' ');
+  if (space == std::string_view::npos) return 0;
+  uint64_t ppid = 0;
+  size_t i = space + 1;
+  for (; i < rest.size() && rest[i] >= '0' && rest[i] <= '9' && ppid <= UINT32_MAX; ++i)
+    ppid = ppid * 10 + uint64_t(rest[i] - '0');
+  return i > space + 1 && ppid <= UINT32_MAX ? uint32_t(ppid) : 0;
+}
+
+uint32_t read_parent_pid(uint32_t pid) {
+  return parent_pid_from_stat(read_small_file("/proc/" + std::to_string(pid) + "/stat"));
+}
+
 }  // namespace eacgm

@@ -27,4 +27,9 @@ JobIdentity job_identity_from(std::string_view environ, std::string_view cgroup)
 // From /proc/PID; what cannot be read (the process is gone, or not ours to read) stays "".
 JobIdentity read_job_identity(uint32_t pid);
 
+// The parent's pid from the text of /proc/PID/stat ("PID (COMM) STATE PPID ..."; COMM may hold
+// spaces and parentheses), and from /proc; 0 when it cannot be read.
+uint32_t parent_pid_from_stat(std::string_view stat);
+uint32_t read_parent_pid(uint32_t pid);
+
 }  // namespace eacgm

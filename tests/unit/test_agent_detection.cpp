@@ -458,6 +458,17 @@ TEST(LoopbackAddress, OnlyThisHost) {
 namespace eacgm {
 namespace {
 
+// The agent's job of a process that ran before it started (no fork or exec seen): the parent
+// from /proc/PID/stat, whose comm may hold spaces and parentheses.
+TEST(JobIdentity, ParentFromProcStat) {
+  EXPECT_EQ(parent_pid_from_stat("4242 (python3) S 4200 4242 17 0 -1"), 4200u);
+  EXPECT_EQ(parent_pid_from_stat("7 (a) b (c)) R 1 7 7 0"), 1u);
+  EXPECT_EQ(parent_pid_from_stat("7 (x) S"), 0u);
+  EXPECT_EQ(parent_pid_from_stat("7 (x) S 99999999999 1"), 0u) << "beyond a pid";
+  EXPECT_EQ(parent_pid_from_stat(""), 0u);
+  EXPECT_EQ(read_parent_pid(uint32_t(getpid())), uint32_t(getppid()));
+}
+
 TEST(JobIdentity, FromTheLaunchersEnvironmentAndTheCgroup) {
   std::string env(
       "PATH=/usr/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=8\0"
@@ -694,6 +705,59 @@ TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
   EXPECT_EQ(detect::cause_kind(outer.cause), "slow operator");
   const detect::Anomaly& inner = found[0].layer == "torch" ? found[1] : found[0];
   EXPECT_EQ(inner.cause, "slow cuda call: cudaMalloc");
+}
+
+// As detect (CallContext): a slow call whose thread waited for a CPU for a quarter of it, and
+// far more than the operation's calls usually wait, says it was preempted; one during which
+// its process reclaimed memory says so; one the host did nothing to stays slow code.
+TEST(DetectionSink, ASlowCallSaysWhatTheHostDidToItAsDetectDoes) {
+  DetectionOptions o;
+  o.warm_up_ns = 0;
+  o.train_span_ns = 5 * kSecond;
+  std::vector<detect::Anomaly> found;
+  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
+    for (auto& x : a) found.push_back(x.anomaly);
+  });
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000), wait(0, 20'000);
+  auto call = [&](uint64_t ts, uint64_t d, int64_t runq) {
+    CudaCallRow c;
+    c.ts_ns = ts, c.dur_ns = d, c.pid = c.tid = 42, c.name = "cudaMalloc", c.runq_ns = runq;
+    sink.add(c);
+  };
+  const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
+  for (int i = 0; i < 2000; ++i) {
+    call(start + uint64_t(i) * 20'000'000, dur(rng), int64_t(wait(rng)));  // 40 s
+    if (i % 100 == 99) sink.flush();
+  }
+  for (int i = 0; i < 3000 && sink.models() < 1; ++i) {
+    sink.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sink.models(), 1u);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  // 0.8 s, 0.3 s of it waiting for a CPU (judged net of it: 0.5 s, far beyond the history)
+  call(start + 41 * kSecond, 800'000'000, 300'000'000);
+  sink.flush();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause,
+            "slow cuda call: cudaMalloc; preempted: waited 300.0 ms for a CPU (CPU interference)");
+  // 0.5 s while the process reclaimed memory for 0.4 s (its host samples, 0.1 s each)
+  const uint64_t at = start + 43 * kSecond;
+  for (int k = 1; k <= 5; ++k) {
+    HostSampleRow h;
+    h.ts_ns = at + uint64_t(k) * 100'000'000, h.interval_ns = 100'000'000, h.id = 42;
+    h.reclaim_ns = 80'000'000;
+    sink.add(h);
+  }
+  call(at, 500'000'000, 0);
+  sink.flush();
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[1].cause, "slow cuda call: cudaMalloc; 400.0 ms reclaiming memory (memory pressure)");
+  call(start + 46 * kSecond, 500'000'000, 0);  // nothing from the host: slow code
+  sink.flush();
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[2].cause, "slow cuda call: cudaMalloc");
 }
 
 TEST(DetectionSink, CollectivesJudgedNetOfTheirWaitForTheLastRank) {
