@@ -52,9 +52,11 @@ stop_agent() {
 count() {  # anomalies at or after monotonic ns $1: total, then per cause
   sqlite3 "$out/state/anomalies.db" "SELECT count(*) FROM anomalies WHERE ts_ns >= $1" 2>/dev/null || echo 0
 }
-causes() {
+causes() {  # by cause without its context (what comes after "; ": preempted, inside it...)
   sqlite3 "$out/state/anomalies.db" \
-    "SELECT layer || ' ' || cause || ': ' || count(*) FROM anomalies WHERE ts_ns >= $1 GROUP BY layer, cause" 2>/dev/null || true
+    "SELECT layer || ' ' || c || ': ' || count(*) FROM (SELECT layer,
+       substr(cause, 1, instr(cause || '; ', '; ') - 1) AS c FROM anomalies WHERE ts_ns >= $1)
+     GROUP BY layer, c" 2>/dev/null || true
 }
 
 mkdir -p "$out/ckpt" "$out/ckpt2"
