@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -36,6 +37,33 @@ size_t feature(const std::string& name) {
   const auto& names = OnlineWindows::feature_names();
   return size_t(std::find(names.begin(), names.end(), name) - names.begin());
 }
+
+// A DetectionSink that judges calls from the first one and models an operation from 5 s of its
+// calls; its anomalies are collected in `found`.
+struct QuickSink {
+  static DetectionOptions options() {
+    DetectionOptions o;
+    o.warm_up_ns = 0;
+    o.train_span_ns = 5 * kSecond;
+    return o;
+  }
+  std::vector<detect::Anomaly> found;
+  DetectionSink sink{options(), [this](std::vector<AgentAnomaly>& a) {
+                       for (auto& x : a) found.push_back(x.anomaly);
+                     }};
+  // step(i) for 2,000 steps, a flush every 100, then a wait until `models` models are fitted
+  // (for the refit thread, not a bound: a fit of a few thousand calls takes milliseconds)
+  void train(const std::function<void(int)>& step, size_t models) {
+    for (int i = 0; i < 2000; ++i) {
+      step(i);
+      if (i % 100 == 99) sink.flush();
+    }
+    for (int i = 0; i < 3000 && sink.models() < models; ++i) {
+      sink.flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+};
 
 HostSampleRow process_sample(uint32_t pid, uint64_t ts, uint64_t runq_ns, uint64_t oncpu_ns) {
   HostSampleRow r;
@@ -625,13 +653,9 @@ TEST_F(StateDir, CallsDuringTheAgentsOwnFlightRecordingAreNotJudged) {
   flight.finish();
   auto [busy_start, busy_end] = flight.busy();
   ASSERT_GT(busy_start, 0u);
-  DetectionOptions o;
-  o.warm_up_ns = 0;
-  o.train_span_ns = 5 * kSecond;
-  std::vector<detect::Anomaly> found;
-  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
-    for (auto& x : a) found.push_back(x.anomaly);
-  });
+  QuickSink q;
+  auto& found = q.found;
+  auto& sink = q.sink;
   sink.use_flight(flight);
   static const char kOp[] = "cudaMalloc";
   std::mt19937 rng(7);
@@ -642,15 +666,7 @@ TEST_F(StateDir, CallsDuringTheAgentsOwnFlightRecordingAreNotJudged) {
     sink.add(c);
   };
   const uint64_t start = busy_start - 100 * kSecond;
-  for (int i = 0; i < 2000; ++i) {
-    call(start + uint64_t(i) * 20'000'000, dur(rng));  // 40 s of 0.1 ms calls
-    if (i % 100 == 99) sink.flush();
-  }
-  // (a wait for the refit thread, not a bound: a fit of 2,000 calls takes milliseconds)
-  for (int i = 0; i < 3000 && sink.models() == 0; ++i) {
-    sink.flush();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  q.train([&](int i) { call(start + uint64_t(i) * 20'000'000, dur(rng)); }, 1);  // 40 s, 0.1 ms
   ASSERT_EQ(sink.models(), 1u);
   ASSERT_TRUE(found.empty()) << found.front().cause;
   // 0.5 s calls (5,000 times the usual, far beyond the history's slowest): alone a report
@@ -668,13 +684,9 @@ TEST_F(StateDir, CallsDuringTheAgentsOwnFlightRecordingAreNotJudged) {
 // As detect: an operator around a slow call of its thread, reported with it, names the inner
 // call (the likelier root) in its cause; the metric's cause kind stays its own.
 TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
-  DetectionOptions o;
-  o.warm_up_ns = 0;
-  o.train_span_ns = 5 * kSecond;
-  std::vector<detect::Anomaly> found;
-  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
-    for (auto& x : a) found.push_back(x.anomaly);
-  });
+  QuickSink q;
+  auto& found = q.found;
+  auto& sink = q.sink;
   std::mt19937 rng(9);
   std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
   auto step = [&](uint64_t ts, uint64_t malloc_ns) {
@@ -687,14 +699,7 @@ TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
     sink.add(t);
   };
   const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
-  for (int i = 0; i < 2000; ++i) {
-    step(start + uint64_t(i) * 20'000'000, dur(rng));  // 40 s
-    if (i % 100 == 99) sink.flush();
-  }
-  for (int i = 0; i < 3000 && sink.models() < 2; ++i) {
-    sink.flush();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  q.train([&](int i) { step(start + uint64_t(i) * 20'000'000, dur(rng)); }, 2);  // 40 s
   ASSERT_EQ(sink.models(), 2u);
   ASSERT_TRUE(found.empty()) << found.front().cause;
   step(start + 41 * kSecond, 500'000'000);  // 5,000 times the usual: each alone a report
@@ -711,13 +716,9 @@ TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
 // far more than the operation's calls usually wait, says it was preempted; one during which
 // its process reclaimed memory says so; one the host did nothing to stays slow code.
 TEST(DetectionSink, ASlowCallSaysWhatTheHostDidToItAsDetectDoes) {
-  DetectionOptions o;
-  o.warm_up_ns = 0;
-  o.train_span_ns = 5 * kSecond;
-  std::vector<detect::Anomaly> found;
-  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
-    for (auto& x : a) found.push_back(x.anomaly);
-  });
+  QuickSink q;
+  auto& found = q.found;
+  auto& sink = q.sink;
   std::mt19937 rng(13);
   std::uniform_int_distribution<uint64_t> dur(90'000, 110'000), wait(0, 20'000);
   auto call = [&](uint64_t ts, uint64_t d, int64_t runq) {
@@ -726,14 +727,8 @@ TEST(DetectionSink, ASlowCallSaysWhatTheHostDidToItAsDetectDoes) {
     sink.add(c);
   };
   const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
-  for (int i = 0; i < 2000; ++i) {
-    call(start + uint64_t(i) * 20'000'000, dur(rng), int64_t(wait(rng)));  // 40 s
-    if (i % 100 == 99) sink.flush();
-  }
-  for (int i = 0; i < 3000 && sink.models() < 1; ++i) {
-    sink.flush();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  q.train([&](int i) { call(start + uint64_t(i) * 20'000'000, dur(rng), int64_t(wait(rng))); },
+          1);  // 40 s
   ASSERT_EQ(sink.models(), 1u);
   ASSERT_TRUE(found.empty()) << found.front().cause;
   // 0.8 s, 0.3 s of it waiting for a CPU (judged net of it: 0.5 s, far beyond the history)
