@@ -157,7 +157,8 @@ void DetectionSink::add(const ProcessRow& r) {
 std::string DetectionSink::job_key(uint32_t pid) const {
   auto p = places_.find(pid);
   if (p == places_.end()) return fmt::format("pid {}", pid);
-  if (auto parent = job_of_.find(p->second.ppid); parent != job_of_.end()) return parent->second;
+  if (auto parent = job_of_.find(p->second.ppid); parent != job_of_.end())
+    return parent->second->first;
   // (torchrun's run id is "none" unless the user gave one: every such job would be one)
   if (const std::string& id = p->second.job_id; !id.empty() && id != "none") return "job " + id;
   return fmt::format("the processes launched by pid {}", p->second.ppid);
@@ -173,9 +174,9 @@ DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) 
     if (!places_.count(pid))
       if (uint32_t ppid = read_parent_pid(pid))
         places_[pid] = {ppid, read_job_identity(pid).job};
-    it = job_of_.emplace(pid, job_key(pid)).first;
+    it = job_of_.emplace(pid, job_windows_.try_emplace(job_key(pid), options_).first).first;
   }
-  return &job_windows_.try_emplace(it->second, options_).first->second;
+  return &it->second->second;
 }
 
 void DetectionSink::add(const HostSampleRow& r) {
@@ -201,7 +202,7 @@ std::vector<std::string> DetectionSink::window_jobs() const {
 
 void DetectionSink::add(const ProcessExitRow& r) {
   if (auto it = job_of_.find(r.pid); it != job_of_.end()) {
-    job_windows_.at(it->second).windows.exited(r.pid, r.end_ns);
+    it->second->second.windows.exited(r.pid, r.end_ns);
     job_of_.erase(it);
   }
   places_.erase(r.pid);

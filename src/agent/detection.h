@@ -72,7 +72,7 @@ class DetectionSink final : public Sink {
   // Where the straggler of a matched collective is looked up (the agent's NodeCollectives);
   // without, slow collectives are judged but their late rank not named.
   void use_collectives(const NodeCollectives& c) { collectives_ = &c; }
-  // The jobs whose windows are judged apart, by key (see job_key()); for tests and /metrics.
+  // The jobs whose windows are judged apart, by key (see job_key()); for tests.
   std::vector<std::string> window_jobs() const;
   // The agent's flight recorder: the windows in which it wrote a recording are not judged
   // (OnlineWindows::quiet), since on a small node the write itself disturbs the jobs.
@@ -131,8 +131,11 @@ class DetectionSink final : public Sink {
   // job id, its parent's children, or itself when its ProcessRow never came
   std::string job_key(uint32_t pid) const;
   JobWindows* windows_of(uint32_t pid, bool create);
-  std::map<std::string, JobWindows> job_windows_;
-  std::unordered_map<uint32_t, std::string> job_of_;  // traced live pid -> job key
+  using Jobs = std::map<std::string, JobWindows>;
+  Jobs job_windows_;
+  // traced live pid -> its job (every traced call looks it up: no string key on that path; a
+  // job is erased only once none of its pids is left here)
+  std::unordered_map<uint32_t, Jobs::iterator> job_of_;
   struct Place {
     uint32_t ppid = 0;
     std::string job_id;

@@ -1,9 +1,9 @@
 // The agent's window features: what `eacgm detect` computes per window from a recording
 // (detect::window_features), accumulated as rows arrive, over the traced processes (those that
 // made traced calls) of one job: the agent keeps one per job (DetectionSink). Windows are
-// aligned to multiples of their length on CLOCK_MONOTONIC and handed out once complete. Unlike detect's, every rate and level is
-// log(1 + x) (the names stay detect's, so that causes are named the same way): see
-// take_complete().
+// aligned to multiples of their length on CLOCK_MONOTONIC and handed out once complete. Unlike
+// detect's, every rate and level is log(1 + x) (the names stay detect's, so that causes are
+// named the same way): see take_complete().
 #pragma once
 #include <array>
 #include <cstdint>

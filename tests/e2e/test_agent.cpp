@@ -436,7 +436,9 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";
   stop_agent();
   start_agent({"--window", "0.5", "--train-windows", "30", "--train-calls", "100"});
-  Process job({EACGM_DEMO_TRAIN, "40000", "0"});
+  // (long enough to outlive the agent's stop and restart below: 40,000 steps took 84 s
+  // untraced, and this test may take 70 s before the restart; it is ended at the test's end)
+  Process job({EACGM_DEMO_TRAIN, "400000", "0"});
   httplib::Client c("127.0.0.1", port_);
   auto cpu_anomalies = [&] {
     auto r = c.Get("/metrics");
