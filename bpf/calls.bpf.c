@@ -185,7 +185,8 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 	st->nframes = n > 0 ? (__u64)n / 8 : 0;
 	st->py_frames = 0;
 	if (python_enabled) {
-		int frames = py_read_stack(prev->tgid, prev->pid, now, EACGM_PY_MAX_STACK, &st->py);
+		int frames = py_read_stack((__u64)prev->tgid << 32 | (__u32)prev->pid, now,
+					   EACGM_PY_MAX_STACK, &st->py, 0);
 		st->py_frames = frames > 0 ? frames : 0;
 	}
 	st->since = now;
@@ -321,15 +322,16 @@ static __always_inline int emit_entry_only(struct pt_regs *ctx, __u64 cookie, __
 	__u64 now = bpf_ktime_get_ns();
 	/* the calls themselves get their Python stack (they read a process group: PG_ARG1), not
 	 * the Work bookkeeping probes */
-	bool stack = python_enabled && (cookie & EACGM_COOKIE_PG_ARG1) &&
-		     py_emit_stack(id >> 32, (__u32)id, now, py_stack_depth) > 0;
+	__s64 stack_ts = python_enabled && (cookie & EACGM_COOKIE_PG_ARG1)
+				 ? py_call_stack(id >> 32, (__u32)id, now, py_stack_depth)
+				 : 0;
 	struct eacgm_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(EACGM_CNT_RING_DROPS);
 		return 0;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
-	e->py_stack_ts = stack ? now : 0;
+	e->py_stack_ts = stack_ts > 0 ? (__u64)stack_ts : 0;
 	e->runq_ns = EACGM_RUNQ_UNKNOWN; /* the call lasts until its Work completes, elsewhere */
 	e->entry_run_delay = run_delay();
 	e->kind = EACGM_REC_CALL;
@@ -446,10 +448,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		if (depth > 0) {
 			c->py_stack_ts = t->calls[slot(depth - 1)].py_stack_ts;
 		} else if (t->py_absent_gen != gen) {
-			int n = py_emit_stack(id >> 32, (__u32)id, c->ts_ns, py_stack_depth);
-			if (n > 0)
-				c->py_stack_ts = c->ts_ns;
-			else if (n < 0)
+			__s64 ts = py_call_stack(id >> 32, (__u32)id, c->ts_ns, py_stack_depth);
+			if (ts > 0)
+				c->py_stack_ts = (__u64)ts;
+			else if (ts < 0)
 				t->py_absent_gen = gen;
 		}
 	}

@@ -66,23 +66,52 @@ struct py_open_call {
  * named, at its first call through the eval probe. Used only where every call goes through the
  * eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could run unseen.
  */
-#define PY_MEMO_SLOTS 16
+#define PY_MEMO_SLOTS 32
+
+/*
+ * Where a thread's calls do not all pass the eval probe (the default: no --python-calls), the
+ * memo and the stack reuse below hold for PY_MEMO_TTL_NS only: a code object freed and another
+ * made at its address, running in a frame at the same address at the same instruction, would
+ * otherwise be named as the first until the thread's stack changes. The bound costs one full
+ * read per thread every PY_MEMO_TTL_NS.
+ */
+#define PY_MEMO_TTL_NS 100000000ull
 
 struct py_frame_memo {
 	__u64 frame;
 	__u64 code;
 	__u64 name_obj;
 	__u64 gen;
+	__u64 ts;
 	__u32 firstlineno;
 	__u32 pad;
 };
 
+/* A frame of the thread's last stack read for a call: what the next call's walk compares. */
+struct py_last_frame {
+	__u64 frame;
+	__u64 code;
+	__u64 instr;
+};
+
 struct py_task {
-	__u64 tstate; /* the thread's PyThreadState, as the last eval call passed it */
+	__u64 tstate; /* the thread's PyThreadState, as the last eval call or stack read found it */
 	__u32 depth;
-	__u32 pad;
+	__u32 evals; /* the eval probe has run on this thread (see struct py_frame_memo) */
 	struct py_open_call calls[PY_MAX_DEPTH];
 	struct py_frame_memo memo[PY_MEMO_SLOTS];
+	/*
+	 * The stack read at the thread's last call entry: a call whose frames are all the same
+	 * (frame, code and instruction; e.g. the backward operators of one loss.backward(), or
+	 * the operators of one line in a loop) refers to that stack record instead of reading
+	 * and sending its own (the decoder keeps the last one a call took, per thread).
+	 */
+	__u64 last_ts;  /* its call_ts; 0: none */
+	__u64 last_end; /* the frame the walk stopped at */
+	__u64 last_gen; /* py_code_gen then */
+	__u32 last_n;
+	__u32 pad2;
+	struct py_last_frame last[EACGM_PY_MAX_STACK];
 };
 
 /* Bumped each time a code object is named for the first time (see struct py_frame_memo). */
@@ -203,8 +232,9 @@ static __always_inline bool py_from_string(const char *file)
 /*
  * Userspace's verdict on a code object; the first time one is seen in a process, a CODE record
  * with its names and line table asks for it (PENDING until answered), and so does code made
- * from a string whose name no longer matches its verdict's print (EACGM_PY_VOLATILE). A global
- * function: the verifier checks it once, not at each of its call sites.
+ * from a string whose name no longer matches its verdict's print (EACGM_PY_VOLATILE, also set
+ * in what it returns for such code once named). A global function: the verifier checks it once,
+ * not at each of its call sites.
  */
 __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 firstlineno,
 				__u32 layout)
@@ -233,7 +263,7 @@ __noinline int py_register_code(__u64 code, __u64 name_obj, __u32 pid, __u32 fir
 	if (verdict) {
 		/* code made from a string: the same key may be another function by now */
 		if (!l || py_name_print(name_obj, l) == verdict >> 16)
-			return verdict & EACGM_PY_VERDICT_MASK;
+			return (verdict & EACGM_PY_VERDICT_MASK) | EACGM_PY_VOLATILE;
 		bpf_map_delete_elem(&py_codes, &key);
 		if (slot)
 			slot->key.code = 0;
@@ -408,12 +438,14 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	if (!t)
 		return PY_NOT_PUSHED;
 	t->tstate = tstate;
+	t->evals = 1;
 	__u64 code = py_ptr(frame + l->frame_code);
 	if (!py_is_code(code, l, p->runtime))
 		return PY_NOT_PUSHED;
 	struct py_code_ident ident = {};
 	py_read_identity(code, l, &ident);
-	int verdict = py_register_code(code, ident.name_obj, pid, ident.firstlineno, li);
+	int verdict = py_register_code(code, ident.name_obj, pid, ident.firstlineno, li) &
+		      EACGM_PY_VERDICT_MASK;
 	if (verdict == EACGM_PY_SKIP)
 		return PY_NOT_PUSHED;
 
@@ -581,14 +613,18 @@ __noinline int py_read_frame(__u64 frame, const struct eacgm_py_layout *l,
 struct py_walk {
 	struct eacgm_py_stack_event *s;
 	const struct eacgm_py_layout *l;
-	struct py_task *t; /* the memo, or NULL where it cannot be trusted */
+	struct py_task *t; /* the memo, or NULL */
 	__u64 runtime;
 	__u64 frame;
 	__u64 gen;
+	__u64 now;
 	__u32 pid;
 	__u32 li;
 	__u32 n;
-	__u32 depth; /* frames wanted */
+	__u32 depth;     /* frames wanted */
+	bool gen_exact;  /* every call passes the eval probe: the memo needs no time bound */
+	bool for_call;   /* a call's stack: compared with and kept as the thread's last one */
+	bool same;       /* so far, the frames of the thread's last call stack */
 };
 
 /* One frame of the walk (a bpf_loop callback: the verifier checks it once, whatever the
@@ -613,9 +649,19 @@ static long py_walk_frame(__u32 i, void *ctx)
 	struct eacgm_py_frame *f = &s->frames[w->n & (EACGM_PY_MAX_STACK - 1)];
 	f->code = code;
 	struct py_task *t = w->t;
+	if (t && w->for_call) {
+		struct py_last_frame *lf = &t->last[w->n & (EACGM_PY_MAX_STACK - 1)];
+		if (w->same && (w->n >= t->last_n || lf->frame != frame || lf->code != code ||
+				lf->instr != ff.instr))
+			w->same = false;
+		lf->frame = frame;
+		lf->code = code;
+		lf->instr = ff.instr;
+	}
 	struct py_frame_memo *m =
 		t ? &t->memo[(frame >> 4 ^ frame >> 12) & (PY_MEMO_SLOTS - 1)] : NULL;
-	if (m && m->frame == frame && m->code == code && m->gen == w->gen) {
+	if (m && m->frame == frame && m->code == code && m->gen == w->gen &&
+	    (w->gen_exact || w->now - m->ts < PY_MEMO_TTL_NS)) {
 		f->name_obj = m->name_obj;
 		f->firstlineno = m->firstlineno;
 	} else {
@@ -623,15 +669,20 @@ static long py_walk_frame(__u32 i, void *ctx)
 		py_read_identity(code, l, &ident);
 		f->name_obj = ident.name_obj;
 		f->firstlineno = ident.firstlineno;
+		int verdict = py_register_code(code, f->name_obj, w->pid, f->firstlineno, w->li);
+		/* code made from a string may be freed and another made at its address at any
+		 * time (the name's print tells them apart, checked above): never taken as the same */
+		if ((verdict & EACGM_PY_VOLATILE) ||
+		    (verdict & EACGM_PY_VERDICT_MASK) == EACGM_PY_PENDING)
+			w->same = false;
 		/* remembered once userspace has its name (a PENDING one may have been lost) */
-		if (py_register_code(code, f->name_obj, w->pid, f->firstlineno, w->li) !=
-			    EACGM_PY_PENDING &&
-		    m) {
+		else if (m) {
 			m->frame = frame;
 			m->code = code;
 			m->name_obj = f->name_obj;
 			m->firstlineno = f->firstlineno;
 			m->gen = w->gen;
+			m->ts = w->now;
 		}
 	}
 	if (l->version == 310) {
@@ -646,13 +697,21 @@ static long py_walk_frame(__u32 i, void *ctx)
 	return 0;
 }
 
-/* Reads the innermost `depth` Python frames of the calling thread into `s` (pid, tid, depth
- * and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames read, 0 for none, -1 when
- * the process is not a known Python process. Names come from CODE records, sent first for code
- * not yet seen. */
-__noinline int py_read_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth,
-			     struct eacgm_py_stack_event *s)
+/* py_read_stack's result for a call whose stack is the thread's last call stack: the frame
+ * count with this bit, s->call_ts that stack's stamp, nothing in s->frames to send. */
+#define PY_STACK_REUSED 0x10000
+
+/* Reads the innermost `depth` Python frames of the calling thread (pid_tid: pid << 32 | tid)
+ * into `s` (pid, tid, depth and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames
+ * read, 0 for none, -1 when the process is not a known Python process. Names come from CODE records, sent first for code
+ * not yet seen. for_call: the stack of a call at its entry, which may be the thread's last call
+ * stack again (PY_STACK_REUSED); the thread's storage is made for it (its memo, the cached
+ * thread state and the last stack make the next read cheap). Samples and off-CPU waits pass 0:
+ * storage is not made inside the scheduler or a perf interrupt, and their stacks are not kept. */
+__noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
+			     struct eacgm_py_stack_event *s, int for_call)
 {
+	__u32 pid = pid_tid >> 32, tid = (__u32)pid_tid;
 	if (!s)
 		return 0;
 	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
@@ -663,36 +722,59 @@ __noinline int py_read_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth,
 	if (!l || !l->version)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0, 0);
+	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0,
+						 for_call ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 	__u64 tstate = py_thread_state(p, l, tid, task, t);
 	if (!tstate)
 		return 0;
-	/* the memo, where every call goes through the eval probe (see struct py_frame_memo) */
-	if (t && !(l->version == 310 || p->hook == EACGM_PY_HOOK_OURS))
-		t = NULL;
+	if (t && for_call)
+		t->tstate = tstate;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);
 	if (l->version == 311 || l->version == 312) /* through the cframe; 3.13 has none */
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
 	if (!frame)
 		return 0;
+	__u64 gen = *(volatile __u64 *)&py_code_gen;
+	__u64 now = bpf_ktime_get_ns();
 	struct py_walk w = {.s = s,
 			    .l = l,
 			    .t = t,
 			    .runtime = p->runtime,
 			    .frame = frame,
-			    .gen = *(volatile __u64 *)&py_code_gen,
+			    .gen = gen,
+			    .now = now,
 			    .pid = pid,
 			    .li = li,
-			    .depth = depth};
+			    .depth = depth,
+			    /* see struct py_frame_memo */
+			    .gen_exact = t && t->evals &&
+					 (l->version == 310 || p->hook == EACGM_PY_HOOK_OURS),
+			    .for_call = t && for_call};
+	w.same = t && for_call && t->last_ts && t->last_gen == gen &&
+		 (w.gen_exact || now - t->last_ts < PY_MEMO_TTL_NS);
 	/* shim frames (3.12+) are skipped without counting: room for some */
 	bpf_loop(EACGM_PY_MAX_STACK + 8, py_walk_frame, &w, 0);
 	__u32 n = w.n;
-	if (n == 0 || n > EACGM_PY_MAX_STACK)
+	if (n == 0 || n > EACGM_PY_MAX_STACK) {
+		if (t && for_call)
+			t->last_ts = 0;
 		return 0;
+	}
 	s->kind = EACGM_REC_PY_STACK;
 	s->pid = pid;
 	s->tid = tid;
 	s->depth = n;
+	if (t && for_call) {
+		if (w.same && n == t->last_n && w.frame == t->last_end) {
+			count(EACGM_CNT_PY_STACKS_REUSED);
+			s->call_ts = t->last_ts;
+			return n | PY_STACK_REUSED;
+		}
+		t->last_ts = call_ts;
+		t->last_end = w.frame;
+		t->last_gen = gen;
+		t->last_n = n;
+	}
 	s->call_ts = call_ts;
 	return n;
 }
@@ -710,17 +792,37 @@ static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u3
 }
 
 /* The innermost `depth` Python frames of the calling thread, as a STACK record stamped call_ts
- * (sent before the records that refer to it); returns as py_read_stack does. */
+ * (sent before the records that refer to it); returns as py_read_stack does. For samples. */
 static __always_inline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
 	__u32 zero = 0;
 	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
 	if (!s)
 		return 0;
-	int n = py_read_stack(pid, tid, call_ts, depth, s);
+	int n = py_read_stack((__u64)pid << 32 | tid, call_ts, depth, s, 0);
 	if (n > 0)
 		py_output_stack(s, n);
 	return n;
+}
+
+/* A call's Python stack, at its entry: the stamp of its STACK record (call_ts, sent now; or the
+ * thread's last call stack's, when the frames are the same), 0 when there is none, -1 when the
+ * process is not a known Python process. */
+static __always_inline __s64 py_call_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
+{
+	__u32 zero = 0;
+	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
+	if (!s)
+		return 0;
+	int n = py_read_stack((__u64)pid << 32 | tid, call_ts, depth, s, 1);
+	if (n < 0)
+		return -1;
+	if (n == 0)
+		return 0;
+	if (n & PY_STACK_REUSED)
+		return (__s64)s->call_ts;
+	py_output_stack(s, n);
+	return (__s64)call_ts;
 }
 
 #endif

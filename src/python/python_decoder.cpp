@@ -241,15 +241,22 @@ int64_t PythonDecoder::take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns) {
 int64_t PythonDecoder::stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns,
                                      uint64_t py_stack_ts) {
   if (!py_stack_ts) return 0;
-  if (py_stack_ts == ts_ns) return take_stack(pid, tid, ts_ns);
+  if (py_stack_ts == ts_ns) {
+    int64_t id = take_stack(pid, tid, ts_ns);
+    if (id) last_call_[tid] = {pid, ts_ns, id};
+    return id;
+  }
   if (auto it = pending_.find(tid); it != pending_.end())
     for (const auto& s : it->second)
       if (s.call_ts == py_stack_ts) return s.id;
+  if (auto it = last_call_.find(tid); it != last_call_.end() && it->second.call_ts == py_stack_ts)
+    return it->second.id;
   return 0;
 }
 
 void PythonDecoder::forget(uint32_t pid) {
   std::erase_if(codes_, [pid](const auto& kv) { return kv.first.pid == pid; });
+  std::erase_if(last_call_, [pid](const auto& kv) { return kv.second.pid == pid; });
   std::erase_if(open_pending_,
                 [pid](const auto& kv) { return kv.second.empty() || kv.second[0].key.pid == pid; });
 }

@@ -40,8 +40,9 @@ class PythonDecoder {
   // The python_stacks id of the sample or call record (pid, tid, ts_ns) whose stack record came
   // before it, stamped ts_ns; 0 otherwise. The stack is forgotten after.
   int64_t take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns);
-  // A call record's stack (its py_stack_ts, see eacgm_call_event): its own, taken; or that of
-  // the traced call around it, still pending for that one.
+  // A call record's stack (its py_stack_ts, see eacgm_call_event): its own, taken; that of
+  // the traced call around it, still pending for that one; or that of an earlier call of the
+  // thread whose frames were the same.
   int64_t stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns, uint64_t py_stack_ts);
 
   // A process exited: forget its code objects (their addresses mean nothing any more).
@@ -108,6 +109,14 @@ class PythonDecoder {
   // from its entry to its exit, while samples and calls inside it come and go: a few per thread.
   static constexpr size_t kPendingPerThread = 8;
   std::unordered_map<uint32_t, std::vector<PendingStack>> pending_;
+  // by tid: the stack the thread's last outermost call took, which the BPF side lets the
+  // thread's next calls refer to while their frames are the same (PY_STACK_REUSED)
+  struct LastCallStack {
+    uint32_t pid = 0;
+    uint64_t call_ts = 0;
+    int64_t id = 0;
+  };
+  std::unordered_map<uint32_t, LastCallStack> last_call_;
   // by tid: its open pending calls, outermost first (empty for a thread after its first
   // moments: at most one per depth)
   std::unordered_map<uint32_t, std::vector<OpenPending>> open_pending_;

@@ -202,6 +202,30 @@ TEST_F(RecordTorch, OperatorsAreAttributedToTheirPythonCallers) {
             8 * kSteps);
 }
 
+// Without --python-calls (the default), a thread's outermost operators whose Python frames are
+// those of its previous one (the backward kernels of one loss.backward()) refer to that stack
+// record instead of reading and sending their own: each still gets its stack, and the stacks
+// that differ only in a caller's line (the block's linears) are still told apart.
+TEST_F(RecordTorch, OperatorsWithTheSameFramesShareOneStackRecord) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "torch,python", "--", kPython,
+                kTinyGpt, std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls WHERE py_stack IS NULL"), 0);
+  // the backward kernels: 15 outermost ones a step, all called from loss.backward()
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM torch_calls t JOIN python_stacks s ON "
+                      "s.id = t.py_stack AND s.depth = 0 WHERE t.name LIKE '%backward%' AND "
+                      "s.name = 'torch.autograd.backward'"),
+            db.scalar("SELECT count(*) FROM torch_calls WHERE name LIKE '%backward%'"));
+  EXPECT_GE(std::stoll(db.text("SELECT value FROM meta WHERE key = 'python_stacks_reused'")),
+            10 * kSteps);
+  EXPECT_EQ(db.pairs("SELECT s.line, count(*) FROM torch_calls t JOIN python_stacks s "
+                     "ON s.id = t.py_stack WHERE t.name = 'aten::linear' AND "
+                     "s.name = 'tiny_gpt.Block.forward' GROUP BY 1"),
+            (std::map<std::string, int64_t>{
+                {"26", 2 * kSteps}, {"28", 2 * kSteps}, {"29", 4 * kSteps}}));
+}
+
 // An exception thrown through a uretprobe's trampoline aborts a C++ program (the trampoline has
 // no unwind info): operators are probed at their exit instructions instead.
 TEST_F(RecordTorch, OperatorsThatThrowKeepWorking) {

@@ -420,8 +420,15 @@ TEST(PythonDecoder, CallsInsideAnotherShareItsStackWhileSamplesComeAndGo) {
   EXPECT_NE(nested, sample);
   EXPECT_EQ(decoder.stack_of_call(7, 8, 130, 100), nested);  // and another
   EXPECT_EQ(decoder.stack_of_call(7, 8, 100, 100), nested);  // aten::linear returns: taken
-  EXPECT_EQ(decoder.stack_of_call(7, 8, 140, 100), 0);       // gone
-  EXPECT_EQ(decoder.stack_of_call(7, 8, 200, 0), 0);         // no stack read
+  // the thread's next call whose frames were the same refers to it (PY_STACK_REUSED)
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 140, 100), nested);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 200, 0), 0);  // no stack read
+  stack(300, 0x6000);  // a call elsewhere reads its own: the one before is gone
+  int64_t other = decoder.stack_of_call(7, 8, 300, 300);
+  EXPECT_GT(other, 0);
+  EXPECT_NE(other, nested);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 310, 300), other);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 320, 100), 0);
   EXPECT_EQ(decoder.take_stack(7, 9, 100), 0);               // another thread's
   // stacks whose records never came (a full ring) do not pile up: the oldest go
   for (uint64_t ts = 1000; ts < 1020; ++ts) stack(ts, 0x1000);
