@@ -19,6 +19,7 @@ add_custom_command(
 add_custom_target(bpf_vmlinux DEPENDS ${EACGM_BPF_OUT}/vmlinux.h)
 add_custom_target(bpf_skeletons)
 
+# Extra clang flags after the name (host: -mcpu=v3, for the atomic exchanges of its scan).
 function(eacgm_bpf_skeleton name)
   set(src ${CMAKE_SOURCE_DIR}/bpf/${name}.bpf.c)
   set(obj ${EACGM_BPF_OUT}/${name}.bpf.o)
@@ -26,7 +27,7 @@ function(eacgm_bpf_skeleton name)
   file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86
+    COMMAND ${BPF_CLANG} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86 ${ARGN}
             -I${EACGM_BPF_OUT} -I${CMAKE_SOURCE_DIR}/src -I${CMAKE_SOURCE_DIR}/bpf
             -c ${src} -o ${obj}
     DEPENDS ${src} ${EACGM_BPF_OUT}/vmlinux.h ${CMAKE_SOURCE_DIR}/src/events.h ${bpf_headers}

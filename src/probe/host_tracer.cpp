@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -89,9 +90,7 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
                   {skel_->progs.host_memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end",
                    "reclaim_ns (cgroup limits)"},
                   {skel_->progs.host_page_cache_add, "mm_filemap_add_to_page_cache",
-                   "pagein_bytes"},
-                  {skel_->progs.host_runtime, "sched_stat_runtime",
-                   "oncpu_ns as it accrues (counted when a thread leaves the CPU instead)"}};
+                   "pagein_bytes"}};
   btf* vmlinux = btf__load_vmlinux_btf();
   for (auto& o : optional) {
     std::string type = std::string("btf_trace_") + o.tracepoint;
@@ -130,6 +129,13 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
     if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, errno_text(errno));
     links_.emplace_back(link);
   }
+  // The task scan, run at each sample: running threads' CPU time up to the sample. Without it
+  // a thread's time is counted when it leaves the CPU.
+  scan_.reset(bpf_program__attach_iter(skel_->progs.host_scan, nullptr));
+  if (!scan_)
+    unavailable_.push_back(fmt::format(
+        "oncpu_ns as it accrues (no BPF task iterator: {}; counted when a thread leaves the CPU)",
+        errno_text(errno)));
   ncpu_ = std::max(1, libbpf_num_possible_cpus());
   // The maps start empty: everything counted from here on belongs to the recording.
   timespec ts{};
@@ -157,6 +163,7 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   // New epoch first: updates from here on belong to the next interval's maxima.
   uint64_t epoch = skel_->data->epoch;
   skel_->data->epoch = epoch + 1;
+  scan_tasks();  // before the change counts: what it counted moves them
   uint64_t procs = 0, nets = 0, disks = 0;
   // Slot = CPU number modulo the slot count: only the first ncpu_ slots are ever written, and
   // reading all 256 cache lines at every pass costs more than the rest of an idle pass.
@@ -179,6 +186,17 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   }
   last_ns_ = now_ns;
   return out;
+}
+
+// Runs host_scan over every task: the running traced threads' CPU time up to now.
+void HostTracer::scan_tasks() {
+  if (!scan_) return;
+  int fd = bpf_iter_create(bpf_link__fd(scan_.get()));
+  if (fd < 0) return;  // (this sample's running time then lands at the threads' switch-out)
+  char buf[64];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+  close(fd);
 }
 
 void HostTracer::sample_processes(uint64_t, uint64_t epoch, std::vector<HostSampleRow>& out) {

@@ -48,6 +48,7 @@ class HostTracer {
   struct LinkDeleter {
     void operator()(bpf_link* l) const;
   };
+  void scan_tasks();
   void sample_processes(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
@@ -55,6 +56,7 @@ class HostTracer {
 
   std::unique_ptr<host_bpf, Deleter> skel_;
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
+  std::unique_ptr<bpf_link, LinkDeleter> scan_;  // the task iterator (host_scan)
   int ncpu_ = 1;
   uint64_t last_ns_ = 0;
   // Whether a map is to be walked: its programs wrote to it since the last look (the sum of

@@ -312,6 +312,29 @@ class VethPair {
   bool ok_ = false;
 };
 
+// A thread that never leaves the CPU has its CPU time in each interval it ran in: the host
+// layer counts running threads' time up to each sample (a task iterator), not only at their
+// switch-out (which put one 800 ms burst into the last interval).
+TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryInterval) {
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "--interval", "50", "-o", db_, "--",
+                kWorkloads + "/sched_probe", "0", "800", "800"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  std::vector<double> share;  // CPU time over the interval, in the burst's order
+  db.each("SELECT oncpu_ns * 1.0 / interval_ns FROM host_samples WHERE name = 'sched_probe' "
+          "AND scope = 'process' ORDER BY ts_ns",
+          [&](sqlite3_stmt* st) { share.push_back(sqlite3_column_double(st, 0)); });
+  // (on an idle machine the burst is never switched out: without the scan its 800 ms land in
+  // one row; on a busy one, preemptions split it either way)
+  ASSERT_GE(share.size(), 10u) << "one burst of 800 ms, sampled every 50 ms";
+  for (size_t i = 0; i < share.size(); ++i)
+    EXPECT_LE(share[i], 1.1) << "interval " << i << " of " << share.size();
+  EXPECT_GE(db.scalar("SELECT sum(oncpu_ns) FROM host_samples WHERE name = 'sched_probe' AND "
+                      "scope = 'process'"),
+            300'000'000)
+      << "the burst's CPU time, even on a machine busy with other work";
+}
+
 TEST_F(RecordHost, VethTrafficMatchesTheInterfaceCounters) {
   VethPair veth;
   ASSERT_TRUE(veth.ok()) << "could not create a veth pair in a new network namespace";
