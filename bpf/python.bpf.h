@@ -87,11 +87,30 @@ struct py_frame_memo {
 	__u32 pad;
 };
 
-/* A frame of the thread's last stack read for a call: what the next call's walk compares. */
+/* A frame of a stack the thread read for a call: what its next calls' walks compare. */
 struct py_last_frame {
 	__u64 frame;
 	__u64 code;
 	__u64 instr;
+};
+
+/*
+ * The thread's last call stacks: a call whose frames are all those of one of them (frame, code
+ * and instruction; e.g. the backward operators of one loss.backward(), or the operators of one
+ * line in a loop, which alternate with those of the next) refers to that stack record instead
+ * of reading and sending its own. Least recently used goes first: the decoder keeps more of the
+ * stacks calls took, least recently used first too, so it still has every one referred to.
+ */
+#define PY_LAST_STACKS 4
+
+struct py_last_stack {
+	__u64 ts;   /* its record's call_ts; 0: none */
+	__u64 end;  /* the frame the walk stopped at */
+	__u64 gen;  /* py_code_gen then */
+	__u64 used; /* when it was sent or last referred to */
+	__u32 n;
+	__u32 pad;
+	struct py_last_frame f[EACGM_PY_MAX_STACK];
 };
 
 struct py_task {
@@ -100,18 +119,7 @@ struct py_task {
 	__u32 evals; /* the eval probe has run on this thread (see struct py_frame_memo) */
 	struct py_open_call calls[PY_MAX_DEPTH];
 	struct py_frame_memo memo[PY_MEMO_SLOTS];
-	/*
-	 * The stack read at the thread's last call entry: a call whose frames are all the same
-	 * (frame, code and instruction; e.g. the backward operators of one loss.backward(), or
-	 * the operators of one line in a loop) refers to that stack record instead of reading
-	 * and sending its own (the decoder keeps the last one a call took, per thread).
-	 */
-	__u64 last_ts;  /* its call_ts; 0: none */
-	__u64 last_end; /* the frame the walk stopped at */
-	__u64 last_gen; /* py_code_gen then */
-	__u32 last_n;
-	__u32 pad2;
-	struct py_last_frame last[EACGM_PY_MAX_STACK];
+	struct py_last_stack last[PY_LAST_STACKS];
 };
 
 /* Bumped each time a code object is named for the first time (see struct py_frame_memo). */
@@ -623,8 +631,9 @@ struct py_walk {
 	__u32 n;
 	__u32 depth;     /* frames wanted */
 	bool gen_exact;  /* every call passes the eval probe: the memo needs no time bound */
-	bool for_call;   /* a call's stack: compared with and kept as the thread's last one */
-	bool same;       /* so far, the frames of the thread's last call stack */
+	bool for_call;   /* a call's stack: compared with the thread's last ones, and kept */
+	__u32 same;      /* bit k: so far, the frames of the thread's last stack k */
+	__u32 victim;    /* the last stack this one's frames are written over */
 };
 
 /* One frame of the walk (a bpf_loop callback: the verifier checks it once, whatever the
@@ -650,10 +659,15 @@ static long py_walk_frame(__u32 i, void *ctx)
 	f->code = code;
 	struct py_task *t = w->t;
 	if (t && w->for_call) {
-		struct py_last_frame *lf = &t->last[w->n & (EACGM_PY_MAX_STACK - 1)];
-		if (w->same && (w->n >= t->last_n || lf->frame != frame || lf->code != code ||
-				lf->instr != ff.instr))
-			w->same = false;
+		__u32 i = w->n & (EACGM_PY_MAX_STACK - 1);
+		for (int k = 0; k < PY_LAST_STACKS; k++) {
+			struct py_last_frame *lf = &t->last[k].f[i];
+			if ((w->same & (1u << k)) &&
+			    (w->n >= t->last[k].n || lf->frame != frame || lf->code != code ||
+			     lf->instr != ff.instr))
+				w->same &= ~(1u << k);
+		}
+		struct py_last_frame *lf = &t->last[w->victim & (PY_LAST_STACKS - 1)].f[i];
 		lf->frame = frame;
 		lf->code = code;
 		lf->instr = ff.instr;
@@ -735,7 +749,7 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	if (!frame)
 		return 0;
 	__u64 gen = *(volatile __u64 *)&py_code_gen;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = call_ts; /* every caller stamps its record with the time it reads the stack */
 	struct py_walk w = {.s = s,
 			    .l = l,
 			    .t = t,
@@ -750,30 +764,49 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 			    .gen_exact = t && t->evals &&
 					 (l->version == 310 || p->hook == EACGM_PY_HOOK_OURS),
 			    .for_call = t && for_call};
-	w.same = t && for_call && t->last_ts && t->last_gen == gen &&
-		 (w.gen_exact || now - t->last_ts < PY_MEMO_TTL_NS);
+	if (t && for_call) {
+		__u64 oldest = ~0ull;
+		for (int k = 0; k < PY_LAST_STACKS; k++) {
+			struct py_last_stack *ls = &t->last[k];
+			if (ls->ts && ls->gen == gen && (w.gen_exact || now - ls->ts < PY_MEMO_TTL_NS))
+				w.same |= 1u << k;
+			__u64 used = (w.same & (1u << k)) ? ls->used : 0; /* empty or stale first */
+			if (used < oldest) {
+				oldest = used;
+				w.victim = k;
+			}
+		}
+	}
 	/* shim frames (3.12+) are skipped without counting: room for some */
 	bpf_loop(EACGM_PY_MAX_STACK + 8, py_walk_frame, &w, 0);
 	__u32 n = w.n;
+	struct py_last_stack *victim = t ? &t->last[w.victim & (PY_LAST_STACKS - 1)] : NULL;
 	if (n == 0 || n > EACGM_PY_MAX_STACK) {
-		if (t && for_call)
-			t->last_ts = 0;
+		if (victim && for_call)
+			victim->ts = 0; /* its frames were written over */
 		return 0;
 	}
 	s->kind = EACGM_REC_PY_STACK;
 	s->pid = pid;
 	s->tid = tid;
 	s->depth = n;
-	if (t && for_call) {
-		if (w.same && n == t->last_n && w.frame == t->last_end) {
+	if (victim && for_call) {
+		for (int k = 0; k < PY_LAST_STACKS; k++) {
+			struct py_last_stack *ls = &t->last[k];
+			if (!(w.same & (1u << k)) || n != ls->n || w.frame != ls->end)
+				continue;
+			if (ls != victim)
+				victim->ts = 0; /* its frames were written over */
+			ls->used = now;
 			count(EACGM_CNT_PY_STACKS_REUSED);
-			s->call_ts = t->last_ts;
+			s->call_ts = ls->ts;
 			return n | PY_STACK_REUSED;
 		}
-		t->last_ts = call_ts;
-		t->last_end = w.frame;
-		t->last_gen = gen;
-		t->last_n = n;
+		victim->ts = call_ts;
+		victim->end = w.frame;
+		victim->gen = gen;
+		victim->used = now;
+		victim->n = n;
 	}
 	s->call_ts = call_ts;
 	return n;

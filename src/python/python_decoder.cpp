@@ -243,20 +243,33 @@ int64_t PythonDecoder::stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns,
   if (!py_stack_ts) return 0;
   if (py_stack_ts == ts_ns) {
     int64_t id = take_stack(pid, tid, ts_ns);
-    if (id) last_call_[tid] = {pid, ts_ns, id};
+    if (id) {
+      auto& last = last_call_[tid];
+      if (last.size() == kLastCallStacks) last.erase(last.begin());
+      last.push_back({pid, ts_ns, id});
+    }
     return id;
   }
   if (auto it = pending_.find(tid); it != pending_.end())
     for (const auto& s : it->second)
       if (s.call_ts == py_stack_ts) return s.id;
-  if (auto it = last_call_.find(tid); it != last_call_.end() && it->second.call_ts == py_stack_ts)
-    return it->second.id;
+  if (auto it = last_call_.find(tid); it != last_call_.end()) {
+    auto& last = it->second;
+    for (auto s = last.begin(); s != last.end(); ++s)
+      if (s->call_ts == py_stack_ts) {
+        LastCallStack used = *s;  // now the most recently used
+        last.erase(s);
+        last.push_back(used);
+        return used.id;
+      }
+  }
   return 0;
 }
 
 void PythonDecoder::forget(uint32_t pid) {
   std::erase_if(codes_, [pid](const auto& kv) { return kv.first.pid == pid; });
-  std::erase_if(last_call_, [pid](const auto& kv) { return kv.second.pid == pid; });
+  std::erase_if(last_call_,
+                [pid](const auto& kv) { return kv.second.empty() || kv.second[0].pid == pid; });
   std::erase_if(open_pending_,
                 [pid](const auto& kv) { return kv.second.empty() || kv.second[0].key.pid == pid; });
 }

@@ -109,14 +109,17 @@ class PythonDecoder {
   // from its entry to its exit, while samples and calls inside it come and go: a few per thread.
   static constexpr size_t kPendingPerThread = 8;
   std::unordered_map<uint32_t, std::vector<PendingStack>> pending_;
-  // by tid: the stack the thread's last outermost call took, which the BPF side lets the
-  // thread's next calls refer to while their frames are the same (PY_STACK_REUSED)
+  // by tid: the stacks the thread's last outermost calls took, least recently used first,
+  // which the BPF side lets the thread's next calls refer to while their frames are the same
+  // (its PY_LAST_STACKS, also least recently used first: keeping more here, in the same order,
+  // keeps every one it can refer to)
   struct LastCallStack {
     uint32_t pid = 0;
     uint64_t call_ts = 0;
     int64_t id = 0;
   };
-  std::unordered_map<uint32_t, LastCallStack> last_call_;
+  static constexpr size_t kLastCallStacks = 8;
+  std::unordered_map<uint32_t, std::vector<LastCallStack>> last_call_;
   // by tid: its open pending calls, outermost first (empty for a thread after its first
   // moments: at most one per depth)
   std::unordered_map<uint32_t, std::vector<OpenPending>> open_pending_;

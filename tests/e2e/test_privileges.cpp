@@ -74,6 +74,11 @@ TEST_F(LeastPrivilege, CapBpfAndCapPerfmonAloneRecordEveryLayerOfOnesOwnCommand)
   EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
             (std::map<std::string, int64_t>{{"cudaMalloc", 50}, {"cudaFree", 20}}));
   EXPECT_GT(db.scalar("SELECT count(*) FROM host_samples"), 0);
+  // the host layer's task scan (running threads' CPU time at each sample) too
+  EXPECT_EQ(db.text("SELECT COALESCE((SELECT value FROM meta WHERE key = "
+                    "'host_unavailable_metrics'), '')")
+                .find("oncpu_ns"),
+            std::string::npos);
   // the CPU profile's perf events need no more than CAP_PERFMON
   EXPECT_EQ(r.err.find("CPU profile off"), std::string::npos) << r.err;
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'sample_hz'"), "99");

@@ -423,12 +423,21 @@ TEST(PythonDecoder, CallsInsideAnotherShareItsStackWhileSamplesComeAndGo) {
   // the thread's next call whose frames were the same refers to it (PY_STACK_REUSED)
   EXPECT_EQ(decoder.stack_of_call(7, 8, 140, 100), nested);
   EXPECT_EQ(decoder.stack_of_call(7, 8, 200, 0), 0);  // no stack read
-  stack(300, 0x6000);  // a call elsewhere reads its own: the one before is gone
+  stack(300, 0x6000);  // a call elsewhere reads its own; the two alternate
   int64_t other = decoder.stack_of_call(7, 8, 300, 300);
   EXPECT_GT(other, 0);
   EXPECT_NE(other, nested);
-  EXPECT_EQ(decoder.stack_of_call(7, 8, 310, 300), other);
-  EXPECT_EQ(decoder.stack_of_call(7, 8, 320, 100), 0);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 310, 100), nested);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 320, 300), other);
+  // the least recently used goes first: 7 more stacks of calls keep 300 (used last) and drop
+  // 100, as the BPF side's fewer slots, in the same order, dropped it before
+  for (uint64_t ts = 400; ts < 470; ts += 10) {
+    stack(ts, 0x7000 + ts);
+    EXPECT_GT(decoder.stack_of_call(7, 8, ts, ts), 0);
+  }
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 480, 300), other);
+  EXPECT_EQ(decoder.stack_of_call(7, 8, 490, 100), 0);
+  EXPECT_EQ(decoder.stack_of_call(7, 9, 500, 300), 0);  // another thread's
   EXPECT_EQ(decoder.take_stack(7, 9, 100), 0);               // another thread's
   // stacks whose records never came (a full ring) do not pile up: the oldest go
   for (uint64_t ts = 1000; ts < 1020; ++ts) stack(ts, 0x1000);
