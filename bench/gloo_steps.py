@@ -1,6 +1,7 @@
 """Steps per second of a two-rank Gloo data-parallel loop (each step: a little compute, then an
-all_reduce of 64 KiB), for bench/layers_auto_overhead.sh. Run through
-tests/e2e/workloads/launch_ranks.py 2 gloo_steps.py STEPS; rank 0 prints 'steps_per_s=X'."""
+all_reduce of 64 KiB), for bench/layers_auto_overhead.sh and bench/step_cost.sh. Run through
+tests/e2e/workloads/launch_ranks.py 2 gloo_steps.py STEPS; rank 0 prints 'warm' after its
+warm-up, then 'steps_per_s=X cpu_ms_per_step=Y' (Y: its training thread's own CPU time)."""
 import sys
 import time
 
@@ -23,12 +24,17 @@ def main():
 
     for _ in range(20):  # warm-up: connections, first-call initialisation
         step()
+    if dist.get_rank() == 0:
+        print("warm", flush=True)
     t0 = time.perf_counter()
+    c0 = time.thread_time()
     for _ in range(steps):
         step()
+    cpu = time.thread_time() - c0
     elapsed = time.perf_counter() - t0
     if dist.get_rank() == 0:
-        print(f"steps_per_s={steps / elapsed:.2f}", flush=True)
+        print(f"steps_per_s={steps / elapsed:.2f} cpu_ms_per_step={1e3 * cpu / steps:.4f}",
+              flush=True)
     dist.destroy_process_group()
 
 

@@ -23,6 +23,8 @@ def main():
     size = sys.argv[3] if len(sys.argv) > 3 else "small"
     if size == "medium":  # the model reads these module globals when it runs
         tiny_gpt.V, tiny_gpt.D, tiny_gpt.T, tiny_gpt.B = 512, 256, 64, 8
+    elif size == "gpt":  # issue 32's shape: three blocks, ~20 ms of CPU per step
+        tiny_gpt.V, tiny_gpt.D, tiny_gpt.T, tiny_gpt.B, tiny_gpt.L = 512, 128, 64, 5, 3
     elif size != "small":
         sys.exit(f"unknown size {size}")
     V, B, T = tiny_gpt.V, tiny_gpt.B, tiny_gpt.T

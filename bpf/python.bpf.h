@@ -824,38 +824,41 @@ static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u3
 		count(EACGM_CNT_RING_DROPS);
 }
 
+/* Reads the calling thread's stack (py_read_stack) and sends it, unless it is one of the
+ * thread's last call stacks again; *ts: the stamp of the STACK record it is (call_ts, or the
+ * earlier one's), 0 when none. Returns as py_read_stack does. */
+static __always_inline int py_send_stack(__u64 pid_tid, __u64 call_ts, __u32 depth, int for_call,
+					 __u64 *ts)
+{
+	__u32 zero = 0;
+	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
+	*ts = 0;
+	if (!s)
+		return 0;
+	int n = py_read_stack(pid_tid, call_ts, depth, s, for_call);
+	if (n > 0 && !(n & PY_STACK_REUSED))
+		py_output_stack(s, n);
+	if (n > 0)
+		*ts = s->call_ts;
+	return n;
+}
+
 /* The innermost `depth` Python frames of the calling thread, as a STACK record stamped call_ts
  * (sent before the records that refer to it); returns as py_read_stack does. For samples. */
 static __always_inline int py_emit_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
-	__u32 zero = 0;
-	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
-	if (!s)
-		return 0;
-	int n = py_read_stack((__u64)pid << 32 | tid, call_ts, depth, s, 0);
-	if (n > 0)
-		py_output_stack(s, n);
-	return n;
+	__u64 ts;
+	return py_send_stack((__u64)pid << 32 | tid, call_ts, depth, 0, &ts);
 }
 
-/* A call's Python stack, at its entry: the stamp of its STACK record (call_ts, sent now; or the
- * thread's last call stack's, when the frames are the same), 0 when there is none, -1 when the
- * process is not a known Python process. */
+/* A call's Python stack, at its entry: the stamp of its STACK record (call_ts, sent now; or one
+ * of the thread's last call stacks', when the frames are the same), 0 when there is none, -1
+ * when the process is not a known Python process. */
 static __always_inline __s64 py_call_stack(__u32 pid, __u32 tid, __u64 call_ts, __u32 depth)
 {
-	__u32 zero = 0;
-	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
-	if (!s)
-		return 0;
-	int n = py_read_stack((__u64)pid << 32 | tid, call_ts, depth, s, 1);
-	if (n < 0)
-		return -1;
-	if (n == 0)
-		return 0;
-	if (n & PY_STACK_REUSED)
-		return (__s64)s->call_ts;
-	py_output_stack(s, n);
-	return (__s64)call_ts;
+	__u64 ts;
+	int n = py_send_stack((__u64)pid << 32 | tid, call_ts, depth, 1, &ts);
+	return n < 0 ? -1 : (__s64)ts;
 }
 
 #endif
