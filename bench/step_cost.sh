@@ -42,6 +42,10 @@ BASELINE=${BASELINE:-}
 ACCOUNT=${ACCOUNT:-1}
 PORT=${PORT:-19477}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+for v in ROUNDS STEPS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive whole number, not '${!v}'"; exit 2; }
+done
+case "$WORKLOAD" in gpt|gloo) ;; *) echo "WORKLOAD is gpt or gloo, not '$WORKLOAD'"; exit 2 ;; esac
 $PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scripts/setup.sh)"; exit 1; }
 [ -x "$EACGM" ] || { echo "no $EACGM: run scripts/build.sh first"; exit 1; }
 out=$(mktemp -d)
@@ -164,7 +168,7 @@ sysctl -qw kernel.bpf_stats_enabled=1
 WIN=${WINDOW_S:-4}
 long=$((STEPS * 4))
 # shellcheck disable=SC2046
-MODE=none $EACGM record -f -o "$out/a.db" -- $(MODE=none workload "$long") >"$out/a.out" 2>&1 &
+$EACGM record -f -o "$out/a.db" -- $(MODE=none workload "$long") >"$out/a.out" 2>&1 &
 rec=$!
 for _ in $(seq 600); do grep -qx warm "$out/a.out" && break; sleep 0.1; done
 grep -qx warm "$out/a.out" || { echo "the training printed no 'warm' in 60 s:"; cat "$out/a.out"; exit 1; }
@@ -202,5 +206,5 @@ awk -v a="$c0" -v b="$c1" -v w="$WIN" -v sps="$sps" 'BEGIN{printf "  training th
 awk -v a="$e0" -v b="$e1" -v w="$WIN" -v sps="$sps" -v hz="$hz" \
   'BEGIN{printf "  eacgm record (its own threads: reader, decoder, writer, samplers): %.0f us CPU per step (%.1f%% of a core)\n", (b - a) / hz / w / sps * 1e6, (b - a) / hz / w * 100}'
 sqlite3 "$out/a.db" "select 'recording: ' || (select count(*) from torch_calls) || ' torch calls, ' ||
-  (select value from meta where key = 'python_stacks_reused') || ' of their Python stacks reused (the thread''s last), ' ||
+  (select value from meta where key = 'python_stacks_reused') || ' of their Python stacks reused (one of the thread''s last), ' ||
   (select count(*) from stack_samples) || ' CPU samples, ' || (select value from meta where key = 'dropped_events') || ' dropped'"

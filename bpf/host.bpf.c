@@ -180,7 +180,7 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
 
 /*
  * On-CPU time as it accrues, from a task iterator that userspace runs at each sample over every
- * task of the host: a traced thread on a CPU right now has its time up to now counted, so one
+ * task of the host: a traced thread on a CPU right now has its time up to the sample counted, so one
  * that runs for seconds without being switched out has its time in each sampling interval it
  * ran in, not all of it in the one where it finally left the CPU (which put 630 ms into a 100
  * ms interval). Switch-out adds what is left since. This was the sched_stat_runtime
@@ -188,6 +188,11 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
  * idle OpenBLAS worker of a PyTorch training, CUDA's spin-wait) 700,000 times a second, 15% of
  * a core at 200 ns each; the scan costs a few hundred ns per traced task per sample.
  */
+/* Set by userspace before each scan: the sample's timestamp. Time is counted up to it, not up
+ * to when the scan reaches the task, so each interval holds its own time however late the
+ * sampler runs. */
+volatile __u64 scan_until = 0;
+
 SEC("iter/task")
 int host_scan(struct bpf_iter__task *ctx)
 {
@@ -198,7 +203,7 @@ int host_scan(struct bpf_iter__task *ctx)
 	if (!t) /* made at its first switch while traced */
 		return 0;
 	__u64 since = t->on_since;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = scan_until;
 	if (!since || now <= since || !is_traced(task->tgid))
 		return 0;
 	/* the switch-out exchanges on_since for 0 on the task's CPU: counted once either way */

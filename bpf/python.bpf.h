@@ -63,8 +63,9 @@ struct py_open_call {
  * frame address. An entry holds only while py_code_gen has not moved since it was made: a frame
  * at the same address running code at the same address is the same code object unless that one
  * was freed and a new one made there, and a new code object bumps py_code_gen when it is first
- * named, at its first call through the eval probe. Used only where every call goes through the
- * eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could run unseen.
+ * named, at its first call through the eval probe. That is exact where every call goes through
+ * the eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could run unseen,
+ * and entries hold for PY_MEMO_TTL_NS only. Code made from a string is never remembered.
  */
 #define PY_MEMO_SLOTS 32
 
@@ -688,7 +689,7 @@ static long py_walk_frame(__u32 i, void *ctx)
 		 * time (the name's print tells them apart, checked above): never taken as the same */
 		if ((verdict & EACGM_PY_VOLATILE) ||
 		    (verdict & EACGM_PY_VERDICT_MASK) == EACGM_PY_PENDING)
-			w->same = false;
+			w->same = 0;
 		/* remembered once userspace has its name (a PENDING one may have been lost) */
 		else if (m) {
 			m->frame = frame;
@@ -711,16 +712,16 @@ static long py_walk_frame(__u32 i, void *ctx)
 	return 0;
 }
 
-/* py_read_stack's result for a call whose stack is the thread's last call stack: the frame
- * count with this bit, s->call_ts that stack's stamp, nothing in s->frames to send. */
+/* py_read_stack's result for a call whose stack is one of the thread's last call stacks: the
+ * frame count with this bit, s->call_ts that stack's stamp, nothing in s->frames to send. */
 #define PY_STACK_REUSED 0x10000
 
 /* Reads the innermost `depth` Python frames of the calling thread (pid_tid: pid << 32 | tid)
  * into `s` (pid, tid, depth and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames
  * read, 0 for none, -1 when the process is not a known Python process. Names come from CODE records, sent first for code
- * not yet seen. for_call: the stack of a call at its entry, which may be the thread's last call
- * stack again (PY_STACK_REUSED); the thread's storage is made for it (its memo, the cached
- * thread state and the last stack make the next read cheap). Samples and off-CPU waits pass 0:
+ * not yet seen. for_call: the stack of a call at its entry, which may be one of the thread's last
+ * call stacks again (PY_STACK_REUSED); the thread's storage is made for it (its memo, the cached
+ * thread state and the last stacks make the next read cheap). Samples and off-CPU waits pass 0:
  * storage is not made inside the scheduler or a perf interrupt, and their stacks are not kept. */
 __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 			     struct eacgm_py_stack_event *s, int for_call)

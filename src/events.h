@@ -187,8 +187,8 @@ enum eacgm_counter {
 	EACGM_CNT_ENTRY_OVERFLOW = 2, /* the in-flight map was full at entry */
 	EACGM_CNT_OFFCPU_LOST = 3,    /* a blocking switch whose thread had no storage for its
 					 stacks (the kernel refused to make it then) */
-	EACGM_CNT_PY_STACKS_REUSED = 4, /* calls whose Python stack was their thread's last call
-					   stack again, not read and sent anew */
+	EACGM_CNT_PY_STACKS_REUSED = 4, /* calls whose Python stack was one of their thread's last
+					   call stacks again, not read and sent anew */
 	EACGM_CNT_MAX = 5,
 };
 

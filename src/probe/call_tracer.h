@@ -30,7 +30,7 @@ struct TracerCounters {
   uint64_t entry_missing = 0;
   uint64_t entry_overflow = 0;
   uint64_t offcpu_lost = 0;  // blocking switches without storage for their stacks
-  uint64_t py_stacks_reused = 0;  // call stacks that were the thread's last one again
+  uint64_t py_stacks_reused = 0;  // call stacks that were one of the thread's last ones again
 };
 
 class CallTracer {

@@ -163,7 +163,7 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   // New epoch first: updates from here on belong to the next interval's maxima.
   uint64_t epoch = skel_->data->epoch;
   skel_->data->epoch = epoch + 1;
-  scan_tasks();  // before the change counts: what it counted moves them
+  scan_tasks(now_ns);  // before the change counts: what it counted moves them
   uint64_t procs = 0, nets = 0, disks = 0;
   // Slot = CPU number modulo the slot count: only the first ncpu_ slots are ever written, and
   // reading all 256 cache lines at every pass costs more than the rest of an idle pass.
@@ -188,9 +188,10 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   return out;
 }
 
-// Runs host_scan over every task: the running traced threads' CPU time up to now.
-void HostTracer::scan_tasks() {
+// Runs host_scan over every task: the running traced threads' CPU time up to the sample.
+void HostTracer::scan_tasks(uint64_t now_ns) {
   if (!scan_) return;
+  skel_->bss->scan_until = now_ns;
   int fd = bpf_iter_create(bpf_link__fd(scan_.get()));
   if (fd < 0) return;  // (this sample's running time then lands at the threads' switch-out)
   char buf[64];

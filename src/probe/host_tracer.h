@@ -48,7 +48,7 @@ class HostTracer {
   struct LinkDeleter {
     void operator()(bpf_link* l) const;
   };
-  void scan_tasks();
+  void scan_tasks(uint64_t now_ns);
   void sample_processes(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);

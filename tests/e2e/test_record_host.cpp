@@ -325,7 +325,9 @@ TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryInterval) {
           "AND scope = 'process' ORDER BY ts_ns",
           [&](sqlite3_stmt* st) { share.push_back(sqlite3_column_double(st, 0)); });
   // (on an idle machine the burst is never switched out: without the scan its 800 ms land in
-  // one row; on a busy one, preemptions split it either way)
+  // one row, 16 cores' worth; on a busy one, preemptions split it either way). The scan counts
+  // up to the sample's timestamp (idle: exactly 1.0 a row); only a switch-out between that
+  // timestamp and the sampler's read of the counters can add to a row (1.1: 5 ms of it).
   ASSERT_GE(share.size(), 10u) << "one burst of 800 ms, sampled every 50 ms";
   for (size_t i = 0; i < share.size(); ++i)
     EXPECT_LE(share[i], 1.1) << "interval " << i << " of " << share.size();
