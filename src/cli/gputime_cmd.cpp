@@ -65,10 +65,12 @@ int write_library(const std::string& dir) {
   }
   printf("%s\n", path.c_str());
   fprintf(stderr,
-          "eacgm: wrote the gputime layer's injection library; in the job's environment:\n"
+          "eacgm: wrote the gputime layer's library; in the job's environment:\n"
           "  CUDA_INJECTION64_PATH=%s\n"
-          "then eacgm agent (or record -p) on its node records when its kernels ran on the GPU\n",
-          path.c_str());
+          "  NCCL_PROFILER_PLUGIN=%s\n"
+          "then eacgm agent (or record -p) on its node records when its kernels and NCCL "
+          "operations ran on the GPU\n",
+          path.c_str(), path.c_str());
   return 0;
 }
 
@@ -77,11 +79,12 @@ int write_library(const std::string& dir) {
 std::function<int()> add_gputime_library(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "gputime-library",
-      "Write the gputime layer's CUDA injection library (libeacgm_cupti.so) into DIR, for jobs "
-      "eacgm does not launch: set CUDA_INJECTION64_PATH=DIR/libeacgm_cupti.so in the job (a pod "
-      "spec, a torchrun wrapper), and the agent or record -p sees when its kernels, copies and "
-      "memsets ran on the GPU. record -- CMD needs none of this: it gives its command the "
-      "library itself.");
+      "Write the gputime layer's library (libeacgm_cupti.so: CUDA's injection library and NCCL's "
+      "profiler plugin) into DIR, for jobs eacgm does not launch: set "
+      "CUDA_INJECTION64_PATH=DIR/libeacgm_cupti.so and NCCL_PROFILER_PLUGIN=DIR/libeacgm_cupti.so "
+      "in the job (a pod spec, a torchrun wrapper), and the agent or record -p sees when its "
+      "kernels, copies, memsets and NCCL operations ran on the GPU. record -- CMD needs none of "
+      "this: it gives its command the library itself.");
   auto dir = std::make_shared<std::string>();
   cmd->add_option("DIR", *dir, "an existing folder the job can read (e.g. /opt/eacgm)")
       ->required();

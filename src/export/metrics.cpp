@@ -78,6 +78,17 @@ MetricsSink::MetricsSink(std::string hostname)
                        .Help("Kernels of the traced process that ran on the GPU, by CUDA device "
                              "(gputime layer: CUPTI)")
                        .Register(*registry_)),
+      collective_gpu_seconds_(BuildCounter()
+                                  .Name("eacgm_collective_gpu_seconds_total")
+                                  .Help("Time the traced process's NCCL operations ran on the "
+                                        "GPU, by operation and rank (gputime layer: NCCL's "
+                                        "profiler plugin)")
+                                  .Register(*registry_)),
+      collectives_on_gpu_(BuildCounter()
+                              .Name("eacgm_collectives_on_gpu_total")
+                              .Help("NCCL operations of the traced process timed on the GPU, by "
+                                    "operation and rank (gputime layer)")
+                              .Register(*registry_)),
       gpu_util_(BuildGauge()
                     .Name("DCGM_FI_DEV_GPU_UTIL")
                     .Help("GPU utilization (in %).")
@@ -287,6 +298,17 @@ void MetricsSink::add(const GpuActivityRow& r) {
   track(gpu_kernel_seconds_, gpu_kernel_seconds_.Add(labels), r.pid)
       .Increment(double(r.dur_ns) / 1e9);
   track(gpu_kernels_, gpu_kernels_.Add(labels), r.pid).Increment();
+}
+
+// NCCL's operations on the GPU, by operation (a bounded set: NCCL's API) and rank.
+void MetricsSink::add(const GpuCollectiveRow& r) {
+  if (!r.has_gpu_time) return;
+  prometheus::Labels labels = process_labels(r.pid, false);
+  labels["op"] = std::string(r.name);
+  if (r.rank >= 0) labels["rank"] = std::to_string(r.rank);
+  track(collective_gpu_seconds_, collective_gpu_seconds_.Add(labels), r.pid)
+      .Increment(double(r.gpu_dur_ns) / 1e9);
+  track(collectives_on_gpu_, collectives_on_gpu_.Add(labels), r.pid).Increment();
 }
 
 std::string MetricsSink::job_of(uint32_t pid) {

@@ -54,6 +54,7 @@ class MetricsSink final : public Sink {
   void add(const GpuSample& r) override;
   void add(const GpuXidEvent& r) override;
   void add(const GpuActivityRow& r) override;
+  void add(const GpuCollectiveRow& r) override;
 
   // Where a traced process's job identity comes from (the agent: /proc/PID); asked once per
   // process, at its first call. Without it, the job labels stay empty.
@@ -130,6 +131,8 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Counter>& reclaim_;
   prometheus::Family<prometheus::Counter>& gpu_kernel_seconds_;
   prometheus::Family<prometheus::Counter>& gpu_kernels_;
+  prometheus::Family<prometheus::Counter>& collective_gpu_seconds_;
+  prometheus::Family<prometheus::Counter>& collectives_on_gpu_;
   prometheus::Family<prometheus::Gauge>& gpu_util_;
   prometheus::Family<prometheus::Gauge>& fb_used_;
   prometheus::Family<prometheus::Gauge>& power_;

@@ -83,6 +83,20 @@ void ActivityBatcher::add(const CUpti_Activity* record) {
   }
 }
 
+void ActivityBatcher::add(GpuCollective c, const char* func, const char* datatype,
+                          const char* algo, const char* proto, uint64_t now_ns) {
+  Lock lock(mu_);
+  c.h = {uint16_t(EntryKind::collective), uint16_t(sizeof(GpuCollective))};
+  c.func_id = name_id(func);
+  c.datatype_id = name_id(datatype);
+  c.algo_id = name_id(algo);
+  c.proto_id = name_id(proto);
+  if (used_ + sizeof(c) > kGpuBatchBytes) flush_locked();
+  if (!held_since_ns_) held_since_ns_ = now_ns ? now_ns : 1;
+  put(&c, sizeof(c));
+  if (now_ns >= held_since_ns_ + kMaxHoldNs) flush_locked();
+}
+
 uint32_t ActivityBatcher::name_id(const char* name) {
   if (!name) return 0;
   uint32_t slot = uint32_t((reinterpret_cast<uintptr_t>(name) >> 3) * 2654435761u) % kNameSlots;
@@ -143,6 +157,7 @@ void ActivityBatcher::flush_locked() {
   tail[kGpuBatchBytes - 1] = 0;
   eacgm_gputime_batch(buffer_, used_);
   used_ = 0;
+  held_since_ns_ = 0;
 }
 
 }  // namespace eacgm::gputime

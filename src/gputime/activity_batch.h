@@ -25,6 +25,13 @@ class ActivityBatcher {
   // One CUPTI record: kernels (CONCURRENT_KERNEL, KERNEL), copies, memsets and runtime API
   // records are packed; other kinds are ignored. Thread-safe, as are the others.
   void add(const CUpti_Activity* record);
+  // An NCCL operation (nccl_profiler.cpp), completed at `now_ns`: NCCL's strings get name ids
+  // as kernel names do (they are NCCL's static strings). What is packed is handed over at once
+  // when the batch's first entry is kMaxHoldNs old, so that a job of few collectives is not
+  // seen only at its end.
+  void add(GpuCollective c, const char* func, const char* datatype, const char* algo,
+           const char* proto, uint64_t now_ns);
+  static constexpr uint64_t kMaxHoldNs = 100'000'000;
   void note(const char* text);
   void dropped(uint64_t records);
   // Hands what is packed to eacgm_gputime_batch.
@@ -39,6 +46,7 @@ class ActivityBatcher {
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   alignas(8) unsigned char buffer_[kGpuBatchBytes] = {};
   uint32_t used_ = 0;
+  uint64_t held_since_ns_ = 0;  // the oldest collective waiting in the buffer; 0: none
   // CUPTI shares one name string among the records of one kernel: its address is the key
   // (open addressing; when full, a name is sent again with each use under a new id).
   static constexpr uint32_t kNameSlots = 8192;

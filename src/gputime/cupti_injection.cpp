@@ -26,12 +26,14 @@
 
 #include "gputime/activity_batch.h"
 #include "gputime/cupti_api.h"
+#include "gputime/library.h"
+
+eacgm::gputime::ActivityBatcher eacgm::gputime::library_batcher;
 
 namespace {
 
 eacgm::gputime::CuptiApi cupti;
-// Static, never destroyed before CUPTI's last callback (at exit): constant-initialised.
-eacgm::gputime::ActivityBatcher batcher;
+eacgm::gputime::ActivityBatcher& batcher = eacgm::gputime::library_batcher;
 
 uint64_t CUPTIAPI monotonic_ns() {
   timespec ts;

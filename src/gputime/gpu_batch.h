@@ -27,6 +27,8 @@ enum class EntryKind : uint16_t {
   name = 5,     // GpuText: a kernel name's id, before the first execution that uses it
   note = 6,     // GpuText: what the library says about itself (CUPTI found, an error)
   dropped = 7,  // GpuDropped: records CUPTI dropped (its buffers full)
+  collective = 8,  // GpuCollective: an NCCL collective or point-to-point operation (the library
+                   // as NCCL's profiler plugin, nccl_profiler.cpp)
 };
 
 struct EntryHeader {
@@ -78,6 +80,37 @@ struct GpuDropped {
   uint32_t reserved;
   uint64_t records;
 };
+
+// An NCCL operation as NCCL's profiler plugin saw it: enqueued by a thread of the process, run
+// by its kernel on every channel, seen complete by NCCL's proxy thread. Host times are
+// CLOCK_MONOTONIC ns; GPU times are the GPU's globaltimer (which NCCL reads on the device, and
+// which the driver keeps on the host's wall clock) moved onto CLOCK_MONOTONIC by the library
+// with the wall-to-monotonic offset of the moment the channel stopped; 0 where no channel said.
+struct GpuCollective {
+  EntryHeader h;
+  uint32_t tid;        // the enqueuing thread
+  uint64_t comm_hash;  // NCCL's communicator hash, the same on every rank
+  uint64_t seq;        // collectives: NCCL's sequence number in the communicator; p2p: ~0
+  uint64_t enqueue_ns;   // NCCL started the operation (inside the API call or its group end)
+  uint64_t enqueued_ns;  // NCCL had enqueued it
+  uint64_t start_ns;     // the GPU: the first channel's kernel started on it
+  uint64_t end_ns;       // the last channel's kernel stopped
+  uint64_t completed_ns;  // the proxy thread saw the last channel stop (host)
+  uint64_t count;         // elements, as NCCL describes the operation
+  int32_t rank, nranks;
+  int32_t root_or_peer;  // collectives: the root (-1 none); p2p: the peer
+  uint32_t func_id;      // GpuText ids of NCCL's strings: "AllReduce", "Send", ...
+  uint32_t datatype_id;  // "ncclFloat32", ...
+  uint32_t algo_id;      // "RING", "TREE", ...; 0 for p2p
+  uint32_t proto_id;     // "LL", "LL128", "SIMPLE"; 0 for p2p
+  uint8_t channels;       // channels NCCL planned for it
+  uint8_t channels_seen;  // channels whose kernel said it stopped
+  uint8_t warps;
+  uint8_t flags;  // kCollectiveP2p, kCollectiveGpuClock
+};
+static_assert(sizeof(GpuCollective) == 104, "entry layout");
+inline constexpr uint8_t kCollectiveP2p = 1;       // a send or recv
+inline constexpr uint8_t kCollectiveGpuClock = 2;  // start/end from the GPU's timer (else none)
 
 inline constexpr uint16_t entry_bytes(uint32_t payload) { return uint16_t((payload + 7u) & ~7u); }
 

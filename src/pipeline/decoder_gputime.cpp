@@ -6,7 +6,9 @@
 
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
+#include "probe/comm_ops.h"
 #include "probe/demangle.h"
+#include "util/interner.h"
 
 namespace eacgm {
 namespace {
@@ -61,6 +63,74 @@ GpuActivityRow execution_row(const GpuExecution& x, EntryKind kind, uint32_t pid
     row.kind = kind == EntryKind::memcpy ? "memcpy" : "memset";
     if (kind == EntryKind::memcpy) row.name = copy_kind_name(x.copy_kind);
     row.bytes = int64_t(x.bytes);
+  }
+  return row;
+}
+
+// NCCL's datatype strings (ncclFloat32, ncclBfloat16, ...) as comm_calls names them, and their
+// sizes; "" and 0 for a string NCCL does not define.
+std::pair<std::string_view, uint32_t> nccl_datatype(std::string_view nccl) {
+  static constexpr std::pair<std::string_view, std::pair<std::string_view, uint32_t>> kTypes[] = {
+      {"ncclInt8", {"int8", 1}},         {"ncclUint8", {"uint8", 1}},
+      {"ncclInt32", {"int32", 4}},       {"ncclUint32", {"uint32", 4}},
+      {"ncclInt64", {"int64", 8}},       {"ncclUint64", {"uint64", 8}},
+      {"ncclFloat16", {"float16", 2}},   {"ncclFloat32", {"float32", 4}},
+      {"ncclFloat64", {"float64", 8}},   {"ncclBfloat16", {"bfloat16", 2}},
+      {"ncclFloat8e4m3", {"float8e4m3", 1}}, {"ncclFloat8e5m2", {"float8e5m2", 1}}};
+  for (const auto& [name, type] : kTypes)
+    if (name == nccl) return type;
+  return {"", 0};
+}
+
+// NCCL's operation names ("AllReduce", "Send") as the API's (ncclAllReduce, ncclSend), and
+// what the nccl-tests formulas call them.
+std::pair<std::string_view, Collective> nccl_api_of(std::string_view func) {
+  for (const CommOp& op : comm_ops())
+    if (op.kind == CommKind::Collective && op.symbol.size() == func.size() + 4 &&
+        op.symbol.starts_with("nccl") && op.symbol.substr(4) == func)
+      return {op.symbol, op.collective};
+  return {"", Collective::None};
+}
+
+// The library's GpuCollective as a row: names from the process's name ids, bandwidths over the
+// GPU's time by the formulas comm_calls uses over the call's.
+GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid,
+                                const std::unordered_map<uint32_t, std::string_view>& names,
+                                Interner& interned) {
+  auto text = [&](uint32_t id) -> std::string_view {
+    auto it = names.find(id);
+    return id && it != names.end() ? it->second : std::string_view();
+  };
+  GpuCollectiveRow row;
+  row.ts_ns = c.enqueue_ns;
+  row.dur_ns = c.completed_ns > c.enqueue_ns ? c.completed_ns - c.enqueue_ns : 0;
+  row.pid = pid, row.tid = c.tid;
+  std::string_view func = text(c.func_id);
+  auto [api, collective] = nccl_api_of(func);
+  row.name = !api.empty() ? api : interned.intern("nccl" + std::string(func.empty() ? "?" : func));
+  row.comm_hash = c.comm_hash;
+  bool p2p = c.flags & kCollectiveP2p;
+  row.seq = p2p ? -1 : int64_t(c.seq);
+  row.rank = c.rank, row.nranks = c.nranks;
+  row.peer = c.root_or_peer >= 0 ? c.root_or_peer : -1;
+  row.count = int64_t(c.count);
+  auto [datatype, size] = nccl_datatype(text(c.datatype_id));
+  row.datatype = !datatype.empty() ? datatype : text(c.datatype_id);
+  if (size) row.bytes = row.count * int64_t(size);
+  row.algo = text(c.algo_id), row.proto = text(c.proto_id);
+  row.channels = c.channels, row.channels_seen = c.channels_seen, row.warps = c.warps;
+  row.enqueue_ns = c.enqueued_ns > c.enqueue_ns ? c.enqueued_ns - c.enqueue_ns : 0;
+  if ((c.flags & kCollectiveGpuClock) && c.end_ns >= c.start_ns) {
+    row.has_gpu_time = true;
+    row.gpu_start_ns = c.start_ns;
+    row.gpu_dur_ns = c.end_ns - c.start_ns;
+  }
+  uint32_t n = row.nranks > 0 ? uint32_t(row.nranks) : 0;
+  if (row.has_gpu_time && row.gpu_dur_ns && row.bytes >= 0 && collective != Collective::None &&
+      (n || collective == Collective::Broadcast || collective == Collective::Reduce ||
+       collective == Collective::Send || collective == Collective::Recv)) {
+    row.algbw_gbps = nccl_algo_bytes(collective, uint64_t(row.bytes), n) / double(row.gpu_dur_ns);
+    row.busbw_gbps = row.algbw_gbps * nccl_bus_factor(collective, n);
   }
   return row;
 }
@@ -121,6 +191,21 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
       row.name = launch_api_name(l.cbid);
       ++stats_.gpu_activity;
       out_.add(row);
+      return;
+    }
+    case EntryKind::collective: {
+      if (bytes < sizeof(GpuCollective)) return;
+      GpuCollective c;
+      std::memcpy(&c, entry, sizeof(c));
+      if (!on_our_clock(c.enqueue_ns, e.ts_ns)) {
+        ++stats_.gpu_off_clock;
+        return;
+      }
+      if ((c.flags & kCollectiveGpuClock) &&
+          (!on_our_clock(c.start_ns, e.ts_ns) || !on_our_clock(c.end_ns, e.ts_ns)))
+        c.flags &= uint8_t(~kCollectiveGpuClock);  // a GPU timer off the host's wall clock
+      ++stats_.gpu_collectives;
+      out_.add(collective_row(c, e.pid, st.gpu_names, names_));
       return;
     }
     case EntryKind::name:

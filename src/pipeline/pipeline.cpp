@@ -425,6 +425,7 @@ void Pipeline::finish() {
   if (choice_.armed("gputime")) {
     const DecoderStats& d = decoder_->stats();
     out_.set_meta("gpu_activity_rows", std::to_string(d.gpu_activity));
+    out_.set_meta("gpu_collective_rows", std::to_string(d.gpu_collectives));
     if (d.gpu_dropped) out_.set_meta("gpu_activity_dropped", std::to_string(d.gpu_dropped));
     if (d.gpu_off_clock) out_.set_meta("gpu_activity_off_clock", std::to_string(d.gpu_off_clock));
     if (!gpu_notes_.empty()) out_.set_meta("gputime_notes", gpu_notes_);

@@ -111,15 +111,22 @@ class RecordSession {
 };
 
 // The gputime layer in the command eacgm launches: CUDA loads the injection library that
-// CUDA_INJECTION64_PATH names at the command's first CUDA call. One set already (another
-// profiler's library, or ours) is left as it is.
+// CUDA_INJECTION64_PATH names at the command's first CUDA call, NCCL the profiler plugin that
+// NCCL_PROFILER_PLUGIN names at its first communicator; eacgm's one library is both. A variable
+// set already (another profiler's library, or ours) is left as it is, and the other still set.
 std::vector<std::string> RecordSession::gputime_environment() {
-  if (const char* set = getenv("CUDA_INJECTION64_PATH"); set && *set) {
-    if (!looks_like_gputime_library(set))
-      pipeline_.gputime_off(fmt::format(
-          "CUDA_INJECTION64_PATH is already set ({}, another tool's injection library): left as "
-          "it is",
-          set));
+  std::vector<std::string> taken;  // the variables another tool holds
+  std::vector<const char*> ours;
+  for (const char* var : {"CUDA_INJECTION64_PATH", "NCCL_PROFILER_PLUGIN"}) {
+    const char* set = getenv(var);
+    if (!set || !*set)
+      ours.push_back(var);
+    else if (!looks_like_gputime_library(set))
+      taken.push_back(fmt::format("{} is already set ({}, another tool's library): left as it is",
+                                  var, set));
+  }
+  if (ours.empty()) {
+    if (!taken.empty()) pipeline_.gputime_off(join(taken, "; "));
     return {};
   }
   gputime_ = std::make_unique<gputime::LibraryFile>();
@@ -127,7 +134,10 @@ std::vector<std::string> RecordSession::gputime_environment() {
     pipeline_.gputime_off(gputime_->why());
     return {};
   }
-  return {"CUDA_INJECTION64_PATH=" + gputime_->path()};
+  for (const std::string& why : taken) fprintf(stderr, "eacgm: layer gputime: %s\n", why.c_str());
+  std::vector<std::string> env;
+  for (const char* var : ours) env.push_back(std::string(var) + "=" + gputime_->path());
+  return env;
 }
 
 // Says what is traced; returns it for the recording's meta.

@@ -190,6 +190,13 @@ void check_cupti(Doctor& d) {
   else
     d.ok("CUPTI", cupti.front() + " (gputime layer: record gives its command eacgm's CUDA "
                                   "injection library)");
+  // NCCL loads its profiler plugin itself (2.26+); the library is the plugin too
+  if (const char* plugin = getenv("NCCL_PROFILER_PLUGIN"); plugin && *plugin)
+    d.ok("NCCL GPU time", std::string("NCCL_PROFILER_PLUGIN is set here (") + plugin +
+                              "): record leaves it to the command and eacgm's NCCL plugin off");
+  else
+    d.ok("NCCL GPU time", "record gives its command eacgm's library as NCCL's profiler plugin "
+                          "(interfaces v5 and v4: NCCL 2.26 and newer; an older NCCL ignores it)");
 }
 
 // glibc's detached debug file: where profiles' threads block (its internal futex wait) and

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "report/report.h"
@@ -43,6 +44,46 @@ uint64_t covered_ns(std::vector<std::pair<uint64_t, uint64_t>>& spans) {
   }
   if (open) total += end - start;
   return total;
+}
+
+std::vector<GpuCollectiveTime> collective_times(const RecordingReader& rec) {
+  struct Acc {
+    GpuCollectiveTime t;
+    std::vector<uint64_t> durations, starts;
+    std::vector<double> busbw;
+  };
+  std::map<std::tuple<std::string, int64_t, int64_t>, Acc> by_kind;
+  each_gpu_collective(rec, [&](const GpuCollectiveRow& r) {
+    Acc& a = by_kind[{std::string(r.name), r.rank, r.nranks}];
+    ++a.t.operations;
+    a.t.bytes += std::max<int64_t>(r.bytes, 0);
+    if (!r.has_gpu_time) return;
+    a.durations.push_back(r.gpu_dur_ns);
+    if (r.gpu_start_ns >= r.ts_ns) a.starts.push_back(r.gpu_start_ns - r.ts_ns);
+    if (r.busbw_gbps >= 0) a.busbw.push_back(r.busbw_gbps);
+  });
+  std::vector<GpuCollectiveTime> out;
+  for (auto& [key, a] : by_kind) {
+    GpuCollectiveTime t = a.t;
+    std::tie(t.name, t.rank, t.nranks) = key;
+    std::sort(a.durations.begin(), a.durations.end());
+    std::sort(a.starts.begin(), a.starts.end());
+    std::sort(a.busbw.begin(), a.busbw.end());
+    t.timed = a.durations.size();
+    for (uint64_t d : a.durations) t.total_ns += d;
+    t.p50_ns = percentile(a.durations, 50);
+    t.max_ns = a.durations.empty() ? 0 : a.durations.back();
+    t.start_p50_ns = percentile(a.starts, 50);
+    if (!a.busbw.empty()) t.busbw_p50_gbps = a.busbw[a.busbw.size() / 2];
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string bandwidth_text(double gbps) {
+  if (gbps < 0) return "-";
+  if (gbps < 0.1) return fmt::format("{:.1f} MB/s", gbps * 1e3);
+  return fmt::format("{:.2f} GB/s", gbps);
 }
 
 }  // namespace
@@ -116,7 +157,24 @@ GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.kernel < b.kernel;
   });
   if (s.kernels.size() > top) s.kernels.resize(top);
+  s.collectives = collective_times(rec);
   return s;
+}
+
+static void print_collective_times(const std::vector<GpuCollectiveTime>& ops, FILE* out) {
+  if (ops.empty()) return;
+  fmt::print(out, "  NCCL on the GPU (its profiler plugin: each operation's kernels, all channels):\n");
+  fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}  {}\n", "operations", "GPU time",
+             "p50", "max", "start p50", "busbw p50", "operation");
+  for (const auto& c : ops) {
+    std::string what = c.name + (c.rank >= 0 ? fmt::format(" (rank {} of {})", c.rank, c.nranks) : "");
+    if (c.timed < c.operations) what += fmt::format(", {} without GPU time", c.operations - c.timed);
+    fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}  {}\n", c.operations,
+               ns_text(double(c.total_ns)), c.timed ? ns_text(double(c.p50_ns)) : "-",
+               c.timed ? ns_text(double(c.max_ns)) : "-",
+               c.timed ? ns_text(double(c.start_p50_ns)) : "-",
+               bandwidth_text(c.busbw_p50_gbps), what);
+  }
 }
 
 void print_gpu_time(const GpuTimeSummary& s, FILE* out) {
@@ -134,6 +192,7 @@ void print_gpu_time(const GpuTimeSummary& s, FILE* out) {
                ns_text(double(s.queue_p50_ns)), ns_text(double(s.queue_p95_ns)),
                ns_text(double(s.queue_p99_ns)), ns_text(double(s.queue_max_ns)),
                s.unlinked ? fmt::format(" (kernels without their launch: {})", s.unlinked) : "");
+  print_collective_times(s.collectives, out);
   if (s.kernels.empty()) return;
   fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "executions", "GPU time", "p50",
              "max", "queue p50", "kernel");
@@ -158,6 +217,19 @@ nlohmann::json gpu_time_json(const GpuTimeSummary& s) {
   j["queue_delay_ns"] = {{"linked", s.linked},    {"unlinked", s.unlinked},
                          {"p50", s.queue_p50_ns}, {"p95", s.queue_p95_ns},
                          {"p99", s.queue_p99_ns}, {"max", s.queue_max_ns}};
+  j["collectives"] = nlohmann::json::array();
+  for (const auto& c : s.collectives)
+    j["collectives"].push_back({{"name", c.name},
+                                {"rank", c.rank},
+                                {"nranks", c.nranks},
+                                {"operations", c.operations},
+                                {"timed", c.timed},
+                                {"gpu_ns", c.total_ns},
+                                {"p50_ns", c.p50_ns},
+                                {"max_ns", c.max_ns},
+                                {"start_p50_ns", c.start_p50_ns},
+                                {"bytes", c.bytes},
+                                {"busbw_p50_gbps", c.busbw_p50_gbps}});
   j["top_kernels"] = nlohmann::json::array();
   for (const auto& k : s.kernels)
     j["top_kernels"].push_back({{"kernel", k.kernel},

@@ -27,16 +27,28 @@ struct GpuDeviceTime {
   int64_t copy_bytes = 0;
 };
 
+// NCCL operations of one kind and rank, as NCCL's profiler plugin saw them on the GPU.
+struct GpuCollectiveTime {
+  std::string name;  // ncclAllReduce, ...
+  int64_t rank = -1, nranks = -1;
+  uint64_t operations = 0, timed = 0;  // timed: with the GPU's time
+  uint64_t total_ns = 0, p50_ns = 0, max_ns = 0;  // time on the GPU
+  uint64_t start_p50_ns = 0;  // enqueue to GPU start
+  int64_t bytes = 0;
+  double busbw_p50_gbps = -1;  // nccl-tests' bus bandwidth over the GPU's time
+};
+
 struct GpuTimeSummary {
   std::vector<GpuDeviceTime> devices;  // by device id
+  std::vector<GpuCollectiveTime> collectives;  // by name, then rank
   std::vector<GpuKernelTime> kernels;  // the most GPU time first
   // queue delay of the kernels linked to their launch (same pid and correlation id)
   uint64_t linked = 0, unlinked = 0;
   uint64_t queue_p50_ns = 0, queue_p95_ns = 0, queue_p99_ns = 0, queue_max_ns = 0;
-  bool empty() const { return devices.empty(); }
+  bool empty() const { return devices.empty() && collectives.empty(); }
 };
 
-// From gpu_activity; empty where the recording has none. `top`: how many kernels to keep.
+// From gpu_activity and gpu_collectives; empty where the recording has neither. `top`: how many kernels to keep.
 GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top);
 void print_gpu_time(const GpuTimeSummary& s, FILE* out);
 nlohmann::json gpu_time_json(const GpuTimeSummary& s);

@@ -79,6 +79,21 @@ CREATE TABLE gpu_activity(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid I
                           grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER,
                           block_y INTEGER, block_z INTEGER, shared_mem INTEGER,
                           registers INTEGER);
+-- gputime layer (NCCL's profiler plugin: eacgm's library): each NCCL collective and
+-- point-to-point operation, from when NCCL started enqueueing it on thread tid (ts_ns) to when
+-- its proxy thread saw the last channel's kernel stop (dur_ns; 0: never seen), and its time on
+-- the GPU (gpu_start_ns, gpu_dur_ns: the channels' kernels by the GPU's own timer; NULL: no
+-- channel said). comm_hash is NCCL's communicator hash and seq its sequence number there, both
+-- the same on every rank: (comm_hash, seq) is one collective on all ranks. Its API call is the
+-- comm_calls row of the same pid and tid whose span holds ts_ns (ncclAllReduce, or the
+-- ncclGroupEnd of its group). algbw/busbw: nccl-tests formulas over gpu_dur_ns.
+CREATE TABLE gpu_collectives(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
+                             pid INTEGER NOT NULL, tid INTEGER NOT NULL, name TEXT NOT NULL,
+                             comm_hash INTEGER, seq INTEGER, rank INTEGER, nranks INTEGER,
+                             peer INTEGER, count INTEGER, datatype TEXT, bytes INTEGER,
+                             algo TEXT, proto TEXT, channels INTEGER, channels_seen INTEGER,
+                             warps INTEGER, enqueue_ns INTEGER, gpu_start_ns INTEGER,
+                             gpu_dur_ns INTEGER, algbw_gbps REAL, busbw_gbps REAL);
 -- NCCL calls. dur_ns is host-side (enqueue time for collectives); algbw/busbw follow nccl-tests
 -- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
 -- creation, when it was traced. PyTorch c10d rows (gloo:*): dur_ns lasts until the collective
@@ -450,6 +465,7 @@ void RecordingWriter::write_batch(const Batch& b) {
   if (!write_gpu_rows(st, b.gpu_devices, b.gpu_samples, b.gpu_process_samples, b.gpu_xids))
     return failed("GPU samples");
   if (!write_gpu_activity(st, b.gpu_activity)) return failed("GPU activity");
+  if (!write_gpu_collectives(st, b.gpu_collectives)) return failed("GPU collectives");
   if (!write_exits(st, b.exits)) return failed("process exits");
   if (!exec_sql(db_, "COMMIT").empty()) return failed("a batch");
   std::lock_guard lock(mu_);

@@ -47,6 +47,31 @@ struct GpuActivityRow {
   uint32_t registers = 0;   // kernels: per thread
 };
 
+// An NCCL collective or point-to-point operation as NCCL's profiler plugin saw it (the gputime
+// layer: eacgm's library as the plugin): enqueued by thread `tid`, run by the GPU on its
+// channels, seen complete by NCCL's proxy thread. Times are on the recording's clock.
+struct GpuCollectiveRow {
+  uint64_t ts_ns = 0;   // NCCL started enqueueing it (inside the API call or its group's end)
+  uint64_t dur_ns = 0;  // until the proxy thread saw its last channel stop; 0: never seen
+  uint32_t pid = 0, tid = 0;
+  std::string_view name;  // as comm_calls names the API: ncclAllReduce, ncclSend, ...
+  uint64_t comm_hash = 0;  // NCCL's communicator hash, the same on every rank
+  int64_t seq = -1;        // collectives: NCCL's sequence number in the communicator; p2p: -1
+  int64_t rank = -1, nranks = -1;
+  int64_t peer = -1;   // the root of a rooted collective, the peer of a send or recv
+  int64_t count = -1;  // elements
+  std::string_view datatype;  // as comm_calls: float32, bfloat16, ...
+  int64_t bytes = -1;         // count x datatype size
+  std::string_view algo, proto;  // collectives: RING, TREE, ...; LL, LL128, SIMPLE
+  uint32_t channels = 0, channels_seen = 0, warps = 0;
+  uint64_t enqueue_ns = 0;  // how long NCCL took to enqueue it
+  bool has_gpu_time = false;
+  uint64_t gpu_start_ns = 0;  // the first channel's kernel started on the GPU
+  uint64_t gpu_dur_ns = 0;    // to the last channel's stop
+  double algbw_gbps = -1;  // nccl-tests formulas over gpu_dur_ns; -1: unknown
+  double busbw_gbps = -1;
+};
+
 // One traced communication call (NCCL). Durations are host-side: for collectives, which NCCL
 // enqueues on a stream, the enqueue time; bandwidths from them are not the wire's.
 struct CommCallRow {

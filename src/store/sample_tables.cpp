@@ -234,4 +234,46 @@ bool write_gpu_activity(Statements& db, const std::vector<GpuActivityRow>& rows)
   return true;
 }
 
+bool write_gpu_collectives(Statements& db, const std::vector<GpuCollectiveRow>& rows) {
+  if (rows.empty()) return true;
+  Statement& insert = db("INSERT INTO gpu_collectives VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                         "?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)");
+  auto known = [&](int column, int64_t v) {
+    if (v >= 0) insert.bind(column, v);
+  };
+  auto text = [&](int column, std::string_view v) {
+    if (!v.empty()) insert.bind(column, v);
+  };
+  for (const auto& r : rows) {
+    insert.bind(1, static_cast<int64_t>(r.ts_ns));
+    insert.bind(2, static_cast<int64_t>(r.dur_ns));
+    insert.bind(3, int64_t(r.pid));
+    insert.bind(4, int64_t(r.tid));
+    insert.bind(5, r.name);
+    // NCCL's hash uses all 64 bits; SQLite integers are signed: stored as the same bits
+    insert.bind(6, static_cast<int64_t>(r.comm_hash));
+    known(7, r.seq);
+    known(8, r.rank);
+    known(9, r.nranks);
+    known(10, r.peer);
+    known(11, r.count);
+    text(12, r.datatype);
+    known(13, r.bytes);
+    text(14, r.algo);
+    text(15, r.proto);
+    insert.bind(16, int64_t(r.channels));
+    insert.bind(17, int64_t(r.channels_seen));
+    insert.bind(18, int64_t(r.warps));
+    insert.bind(19, static_cast<int64_t>(r.enqueue_ns));
+    if (r.has_gpu_time) {
+      insert.bind(20, static_cast<int64_t>(r.gpu_start_ns));
+      insert.bind(21, static_cast<int64_t>(r.gpu_dur_ns));
+    }
+    if (r.algbw_gbps >= 0) insert.bind_double(22, r.algbw_gbps);
+    if (r.busbw_gbps >= 0) insert.bind_double(23, r.busbw_gbps);
+    if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
 }  // namespace eacgm

@@ -517,6 +517,41 @@ void each_gpu_activity(const RecordingReader& rec,
             });
 }
 
+void each_gpu_collective(const RecordingReader& rec,
+                         const std::function<void(const GpuCollectiveRow&)>& row) {
+  if (!rec.has_table("gpu_collectives")) return;
+  rec.query(select(rec, "gpu_collectives",
+                   {"ts_ns", "dur_ns", "pid", "tid", "name", "comm_hash", "seq", "rank", "nranks",
+                    "peer", "count", "datatype", "bytes", "algo", "proto", "channels",
+                    "channels_seen", "warps", "enqueue_ns", "gpu_start_ns", "gpu_dur_ns",
+                    "algbw_gbps", "busbw_gbps"},
+                   "ORDER BY ts_ns"),
+            [&](Statement& s) {
+              GpuCollectiveRow r;
+              read_call(s, r);
+              r.comm_hash = uint64_t(s.int_at(5));
+              r.seq = or_unknown(s, 6);
+              r.rank = or_unknown(s, 7);
+              r.nranks = or_unknown(s, 8);
+              r.peer = or_unknown(s, 9);
+              r.count = or_unknown(s, 10);
+              r.datatype = s.text_at(11);
+              r.bytes = or_unknown(s, 12);
+              r.algo = s.text_at(13);
+              r.proto = s.text_at(14);
+              r.channels = uint32_t(s.int_at(15));
+              r.channels_seen = uint32_t(s.int_at(16));
+              r.warps = uint32_t(s.int_at(17));
+              r.enqueue_ns = uint64_t(s.ns_at(18));
+              r.has_gpu_time = !s.null_at(19);
+              r.gpu_start_ns = uint64_t(s.ns_at(19));
+              r.gpu_dur_ns = uint64_t(s.ns_at(20));
+              r.algbw_gbps = s.null_at(21) ? -1 : s.double_at(21);
+              r.busbw_gbps = s.null_at(22) ? -1 : s.double_at(22);
+              row(r);
+            });
+}
+
 void each_gpu_xid(const RecordingReader& rec, const std::function<void(const GpuXidEvent&)>& row) {
   if (!rec.has_table("gpu_events")) return;
   rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {

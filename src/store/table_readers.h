@@ -61,6 +61,9 @@ void each_gpu_xid(const RecordingReader& rec, const std::function<void(const Gpu
 // GPU-side time (the gputime layer): executions and launches, in time order.
 void each_gpu_activity(const RecordingReader& rec,
                        const std::function<void(const GpuActivityRow&)>& row);
+// NCCL operations as NCCL's profiler plugin saw them (the gputime layer), by enqueue time.
+void each_gpu_collective(const RecordingReader& rec,
+                         const std::function<void(const GpuCollectiveRow&)>& row);
 
 // The anomalies of `eacgm detect`, the strongest (lowest score against its threshold) first.
 std::vector<AnomalyRow> strongest_anomalies(const RecordingReader& rec, size_t limit);

@@ -82,28 +82,45 @@ TEST_F(GpuTime, BatchesOfTheInjectionLibraryBecomeGpuActivityRows) {
 }
 
 TEST_F(GpuTime, RecordGivesItsCommandTheInjectionLibraryAndLeavesAnotherTools) {
-  // the command sees a private copy of the library, removed (with its folder) at the end
+  // the command sees a private copy of the library, removed (with its folder) at the end; CUDA
+  // loads it as its injection library, NCCL as its profiler plugin
   const std::string show =
       "echo \"$CUDA_INJECTION64_PATH\"; test -f \"$CUDA_INJECTION64_PATH\" "
-      "&& stat -c %a \"$(dirname \"$CUDA_INJECTION64_PATH\")\"";
+      "&& stat -c %a \"$(dirname \"$CUDA_INJECTION64_PATH\")\"; echo \"$NCCL_PROFILER_PLUGIN\"";
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--", "/bin/sh", "-c", show});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string path = r.out.substr(0, r.out.find('\n'));
   EXPECT_TRUE(path.ends_with("/libeacgm_cupti.so")) << r.out;
+  EXPECT_TRUE(r.out.ends_with("\n" + path + "\n")) << "NCCL_PROFILER_PLUGIN: " << r.out;
   EXPECT_NE(r.out.find("\n700\n"), std::string::npos) << "a folder of its own: " << r.out;
   EXPECT_FALSE(std::filesystem::exists(path)) << path;
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(path).parent_path())) << path;
-  // another tool's library is left in place, and the layers line says why GPU time is off
+  // another tool's library is left in place (and said), NCCL's plugin still eacgm's
+  const std::string both = "echo \"$CUDA_INJECTION64_PATH|$NCCL_PROFILER_PLUGIN\"";
   auto other = run({kEacgm, "record", "-q", "-o", db_, "--force", "--layers", "auto,gputime", "--",
-                    "/bin/sh", "-c", "echo \"$CUDA_INJECTION64_PATH\""},
+                    "/bin/sh", "-c", both},
                    {"CUDA_INJECTION64_PATH=/opt/nsight/libToolsInjection64.so"});
   ASSERT_EQ(other.exit_code, 0) << other.err;
-  EXPECT_EQ(other.out, "/opt/nsight/libToolsInjection64.so\n");
+  EXPECT_TRUE(other.out.starts_with("/opt/nsight/libToolsInjection64.so|/")) << other.out;
+  EXPECT_TRUE(other.out.ends_with("/libeacgm_cupti.so\n")) << other.out;
+  EXPECT_NE(other.err.find("eacgm: layer gputime: CUDA_INJECTION64_PATH is already set "
+                           "(/opt/nsight/libToolsInjection64.so, another tool's library): left "
+                           "as it is"),
+            std::string::npos)
+      << other.err;
+  // both held by other tools: the layers line says why GPU time is off
+  auto taken = run({kEacgm, "record", "-q", "-o", db_, "--force", "--layers", "auto,gputime", "--",
+                    "/bin/sh", "-c", both},
+                   {"CUDA_INJECTION64_PATH=/opt/nsight/libToolsInjection64.so",
+                    "NCCL_PROFILER_PLUGIN=inspector"});
+  ASSERT_EQ(taken.exit_code, 0) << taken.err;
+  EXPECT_EQ(taken.out, "/opt/nsight/libToolsInjection64.so|inspector\n");
   EXPECT_NE(Db(db_)
                 .text("SELECT value FROM meta WHERE key = 'layers_why'")
                 .find("gputime (CUDA_INJECTION64_PATH is already set "
-                      "(/opt/nsight/libToolsInjection64.so, another tool's injection library): "
-                      "left as it is)"),
+                      "(/opt/nsight/libToolsInjection64.so, another tool's library): left as it "
+                      "is; NCCL_PROFILER_PLUGIN is already set (inspector, another tool's "
+                      "library): left as it is)"),
             std::string::npos);
   // without the layer, the command's environment is its own
   auto without = run({kEacgm, "record", "-q", "-o", db_, "--force", "--layers", "cuda,host", "--",
@@ -126,6 +143,8 @@ TEST_F(GpuTime, TheLibraryIsWrittenForJobsEacgmDoesNotLaunch) {
   auto nm = run({"/usr/bin/nm", "-D", "--defined-only", lib});
   EXPECT_NE(nm.out.find(" T InitializeInjection"), std::string::npos) << nm.out;
   EXPECT_NE(nm.out.find(" T eacgm_gputime_batch"), std::string::npos) << nm.out;
+  EXPECT_NE(nm.out.find(" D ncclProfiler_v5"), std::string::npos) << nm.out;
+  EXPECT_NE(nm.out.find(" D ncclProfiler_v4"), std::string::npos) << nm.out;
   auto ldd = run({"/usr/bin/readelf", "-d", lib});
   EXPECT_EQ(ldd.out.find("libstdc++"), std::string::npos) << "libc only:\n" << ldd.out;
   EXPECT_EQ(run({kEacgm, "gputime-library", dir_}).exit_code, 0);  // its own copy: replaced
@@ -174,6 +193,68 @@ TEST_F(GpuTime, DetectNamesASlowKernel) {
       << r.out;
   EXPECT_EQ(db.scalar("SELECT count(*) FROM anomalies WHERE layer = 'gpu' AND dur_ns = 5000000"),
             5);
+}
+
+// NCCL's profiler plugin (the same library): a fake libnccl drives it as NCCL 2.28 (v5) and 2.26
+// (v4) do, with GPU timer values it knows (workloads/fake_libnccl.c); each operation becomes a
+// gpu_collectives row with its GPU time exactly as the GPU timer said, on the recording's clock,
+// on the thread that called NCCL (not the proxy thread that reported the kernels), within the
+// comm_calls row of its API call.
+TEST_F(GpuTime, NcclOperationsAsTheProfilerPluginSawThemLieInTheirCalls) {
+#ifndef EACGM_HAVE_FAKE_NCCL
+  GTEST_SKIP() << "built without the CUDA toolkit's nccl.h (no fake libnccl)";
+#endif
+  for (const char* version : {"5", "4"}) {
+    SCOPED_TRACE(std::string("plugin interface v") + version);
+    auto r = run({kEacgm, "record", "-q", "-o", db_, "--force", "--",
+                  kWorkloads + "/nccl_gpu_collectives"},
+                 {"LD_LIBRARY_PATH=" + kWorkloads + "/fakenccl",
+                  std::string("FAKE_NCCL_PROFILER=") + version});
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    ASSERT_EQ(r.err.find("fake nccl"), std::string::npos) << r.err;
+    Db db(db_);
+    EXPECT_EQ(db.pairs("SELECT name || '|' || rank || '/' || nranks || '|' || channels_seen || '/' "
+                       "|| channels || '|' || COALESCE(algo, '-') || '|' || COALESCE(proto, '-') "
+                       "|| '|' || datatype || '|' || bytes || '|' || COALESCE(peer, '-') || '|' || "
+                       "gpu_dur_ns, count(*) FROM gpu_collectives GROUP BY 1"),
+              (std::map<std::string, int64_t>{
+                  {"ncclAllReduce|1/4|2/2|RING|SIMPLE|float32|1048576|-|1100000", 40},
+                  {"ncclAllGather|1/4|2/2|RING|SIMPLE|float32|262144|-|1100000", 1},
+                  {"ncclSend|1/4|1/1|-|-|float16|4096|2|1000000", 3}}));
+    // NCCL's sequence numbers, one communicator hash (all 64 bits kept)
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_collectives WHERE name = 'ncclAllReduce' AND "
+                        "seq BETWEEN 0 AND 39"),
+              40);
+    EXPECT_EQ(db.scalar("SELECT seq FROM gpu_collectives WHERE name = 'ncclAllGather'"), 40);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_collectives WHERE name = 'ncclSend' AND seq IS "
+                        "NULL"),
+              3);
+    EXPECT_EQ(db.scalar("SELECT count(DISTINCT comm_hash) FROM gpu_collectives"), 1);
+    // each inside its API call, on the calling thread: one call row each
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_collectives g JOIN comm_calls c ON c.pid = g.pid "
+                        "AND c.tid = g.tid AND c.name = g.name AND g.ts_ns BETWEEN c.ts_ns AND "
+                        "c.ts_ns + c.dur_ns"),
+              44);
+    // on the recording's clock: the GPU started 300 us (+50 us on the second channel) after
+    // enqueue by its own timer; the proxy saw it complete after the 2 ms call and its 0.5 ms
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_collectives WHERE gpu_start_ns - ts_ns BETWEEN "
+                        "250000 AND 350000"),
+              44);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_collectives WHERE dur_ns >= 2500000 AND "
+                        "enqueue_ns >= 2000000 AND enqueue_ns < dur_ns"),
+              44);
+    // nccl-tests' formulas over the GPU's time: all-reduce busbw = algbw x 2(n-1)/n
+    db.each("SELECT algbw_gbps, busbw_gbps FROM gpu_collectives WHERE name = 'ncclAllReduce'",
+            [&](sqlite3_stmt* st) {
+              EXPECT_NEAR(sqlite3_column_double(st, 0), 1048576.0 / 1100000.0, 1e-9);
+              EXPECT_NEAR(sqlite3_column_double(st, 1), 1048576.0 / 1100000.0 * 1.5, 1e-9);
+            });
+    EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'gpu_collective_rows'"), "44");
+    EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'gputime_notes'")
+                  .find(std::string("NCCL profiler plugin v") + version +
+                        " (first communicator: rank 1 of 4)"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include "events.h"
 #include "export/chrome_json.h"
 #include "export/exporter.h"
+#include <fmt/format.h>
+
 #include "gputime/embedded.h"
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
@@ -174,6 +176,88 @@ TEST_F(GpuTimeDecode, EveryKindOfEntryBecomesItsRow) {
   EXPECT_EQ(decoder_->stats().gpu_activity, 4u);
   EXPECT_EQ(decoder_->stats().gpu_dropped, 11u);
   EXPECT_EQ(decoder_->stats().malformed, 0u);
+}
+
+// NCCL's profiler plugin's entries: NCCL's strings as comm_calls names them, the GPU's time
+// and the bandwidths over it; a GPU time off the host's clock is dropped, the row kept; an
+// operation no channel reported has no GPU time; the report sums them per operation and rank.
+TEST_F(GpuTimeDecode, NcclOperationsBecomeGpuCollectiveRowsAndReportLines) {
+  auto op = [](uint64_t seq, uint64_t start, uint64_t gpu_start, uint64_t gpu_dur) {
+    GpuCollective c{};
+    c.h.kind = uint16_t(EntryKind::collective);
+    c.tid = 77, c.comm_hash = 0xfedcba9876543210ull, c.seq = seq;
+    c.enqueue_ns = start, c.enqueued_ns = start + 2'000, c.completed_ns = start + 900'000;
+    c.start_ns = gpu_start, c.end_ns = gpu_start + gpu_dur;
+    c.count = 1 << 18, c.rank = 1, c.nranks = 4, c.root_or_peer = -1;
+    c.func_id = 1, c.datatype_id = 2, c.algo_id = 3, c.proto_id = 4;
+    c.channels = 2, c.channels_seen = 2, c.warps = 8;
+    c.flags = kCollectiveGpuClock;
+    return c;
+  };
+  GpuCollective late_clock = op(2, kNow + 3'000'000, kNow + 700'000'000'000ull, 1'000);
+  GpuCollective unseen = op(3, kNow + 4'000'000, 0, 0);
+  unseen.flags = 0, unseen.channels_seen = 0, unseen.completed_ns = 0;
+  GpuCollective send = op(~0ull, kNow + 5'000'000, kNow + 5'100'000, 500'000);
+  send.flags |= kCollectiveP2p, send.func_id = 5, send.algo_id = send.proto_id = 0;
+  send.root_or_peer = 3, send.channels = send.channels_seen = 1;
+  feed(Batch()
+           .text(EntryKind::name, 1, "AllReduce")
+           .text(EntryKind::name, 2, "ncclBfloat16")
+           .text(EntryKind::name, 3, "RING")
+           .text(EntryKind::name, 4, "LL128")
+           .text(EntryKind::name, 5, "Send")
+           .add(op(0, kNow + 1'000'000, kNow + 1'300'000, 250'000))
+           .add(op(1, kNow + 2'000'000, kNow + 2'300'000, 750'000))
+           .add(late_clock)
+           .add(unseen)
+           .add(send));
+  EXPECT_EQ(decoder_->stats().gpu_collectives, 5u);
+  writer_->flush();
+  ASSERT_EQ(writer_->close(), "");
+  RecordingReader r(path_);
+  std::vector<std::string> got;
+  each_gpu_collective(r, [&](const GpuCollectiveRow& g) {
+    got.push_back(fmt::format("{} tid={} seq={} {}/{} peer={} {} {}B {}/{} {}/{} ts={} dur={} "
+                              "gpu={} {}+{} busbw={:.4f} hash={:x}",
+                              g.name, g.tid, g.seq, g.rank, g.nranks, g.peer, g.datatype, g.bytes,
+                              g.algo, g.proto, g.channels_seen, g.channels, g.ts_ns - kNow,
+                              g.dur_ns, g.has_gpu_time, g.has_gpu_time ? g.gpu_start_ns - kNow : 0,
+                              g.gpu_dur_ns, g.busbw_gbps, g.comm_hash));
+  });
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "ncclAllReduce tid=77 seq=0 1/4 peer=-1 bfloat16 524288B RING/LL128 2/2 "
+                     "ts=1000000 dur=900000 gpu=true 1300000+250000 busbw=3.1457 "
+                     "hash=fedcba9876543210",
+                     "ncclAllReduce tid=77 seq=1 1/4 peer=-1 bfloat16 524288B RING/LL128 2/2 "
+                     "ts=2000000 dur=900000 gpu=true 2300000+750000 busbw=1.0486 "
+                     "hash=fedcba9876543210",
+                     "ncclAllReduce tid=77 seq=2 1/4 peer=-1 bfloat16 524288B RING/LL128 2/2 "
+                     "ts=3000000 dur=900000 gpu=false 0+0 busbw=-1.0000 hash=fedcba9876543210",
+                     "ncclAllReduce tid=77 seq=3 1/4 peer=-1 bfloat16 524288B RING/LL128 0/2 "
+                     "ts=4000000 dur=0 gpu=false 0+0 busbw=-1.0000 hash=fedcba9876543210",
+                     "ncclSend tid=77 seq=-1 1/4 peer=3 bfloat16 524288B / 1/1 ts=5000000 "
+                     "dur=900000 gpu=true 5100000+500000 busbw=1.0486 hash=fedcba9876543210"}));
+  GpuTimeSummary s = gpu_time_summary(r, 10);
+  ASSERT_EQ(s.collectives.size(), 2u);
+  const GpuCollectiveTime& ar = s.collectives[0];
+  EXPECT_EQ(ar.name, "ncclAllReduce");
+  EXPECT_EQ(ar.operations, 4u);
+  EXPECT_EQ(ar.timed, 2u);
+  EXPECT_EQ(ar.total_ns, 1'000'000u);
+  EXPECT_EQ(ar.max_ns, 750'000u);
+  EXPECT_EQ(ar.start_p50_ns, 300'000u);
+  EXPECT_EQ(ar.bytes, 4 * 524288);
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* out = open_memstream(&text, &len);
+  print_gpu_time(s, out);
+  fclose(out);
+  std::string printed(text, len);
+  free(text);
+  EXPECT_NE(printed.find("NCCL on the GPU"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("ncclAllReduce (rank 1 of 4), 2 without GPU time"), std::string::npos)
+      << printed;
+  EXPECT_EQ(gpu_time_json(s)["collectives"][1]["name"], "ncclSend");
 }
 
 TEST_F(GpuTimeDecode, NamesArePerProcessAndACutNameIsStillNamed) {
