@@ -128,8 +128,11 @@ void DetectionSink::add(const CudaCallRow& r) {
 void DetectionSink::add(const CommCallRow& r) {
   CallGroup* g = add_call("comm", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, r.bytes);
   // (the name's kind once per group: its rows need no string of their own)
-  if (g && !g->collective && collectives_ && r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks &&
-      is_collective(std::string(r.name)))
+  // NCCL's ranks are known from their creation calls, or, where the agent attached after those,
+  // from NCCL's profiler plugin (the gputime layer)
+  bool ranked = (r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks) ||
+                (collectives_ && r.name.starts_with("nccl") && collectives_->gpu_timed(r.pid));
+  if (g && !g->collective && collectives_ && ranked && is_collective(std::string(r.name)))
     g->collective = true;
 }
 
@@ -252,7 +255,7 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
       // collective's wait for the last rank, whose straggling part is a feature of its own
       const PeerWait* w = g.collective ? waits[i] : nullptr;
       int64_t net = int64_t(g.dur[i]) - std::max<int64_t>(g.runq[i], 0);
-      if (w) net -= int64_t(w->wait_ns);
+      if (w && !w->on_gpu) net -= int64_t(w->wait_ns);  // NCCL's GPU wait is not in its call
       Eigen::Index c = 0;
       t.values(Eigen::Index(i), c++) = std::log(double(std::max<int64_t>(net, 1)) / 1e3);
       if (g.bytes) t.values(Eigen::Index(i), c++) = g.log_bytes[i];

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
+#include <type_traits>
 
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
 #include "store/recording.h"
@@ -226,7 +227,10 @@ std::string FlightRecorder::write_snapshot(const std::string& path, const Snapsh
       std::visit(
           [&](const auto& r) {
             w.add(r);
-            if constexpr (requires { r.dur_ns; }) ++calls;
+            using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
+            if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
+                          !std::is_same_v<R, GpuCollectiveRow>)
+              ++calls;
           },
           h.row);
     for (const auto& r : c.exits) w.add(r);

@@ -41,6 +41,8 @@ class FlightRecorder final : public Sink {
   void add(const GpuSample& r) override { keep(r, r.ts_ns); }
   void add(const GpuProcessSample& r) override { keep(r, r.ts_ns); }
   void add(const GpuXidEvent& r) override { keep(r, r.ts_ns); }
+  void add(const GpuActivityRow& r) override { keep(r, r.ts_ns); }
+  void add(const GpuCollectiveRow& r) override { keep(r, r.ts_ns); }
   void add(const PythonStackFrameRow& r) override;
   void add(const ProcessRow& r) override { processes_[r.pid] = r; }
   void add(const ProcessExitRow& r) override;
@@ -68,7 +70,8 @@ class FlightRecorder final : public Sink {
 
  private:
   using Row = std::variant<CudaCallRow, CommCallRow, TorchCallRow, PythonCallRow, HostSampleRow,
-                           GpuSample, GpuProcessSample, GpuXidEvent>;
+                           GpuSample, GpuProcessSample, GpuXidEvent, GpuActivityRow,
+                           GpuCollectiveRow>;
   struct Held {
     uint64_t ts_ns;
     Row row;

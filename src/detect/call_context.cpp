@@ -85,8 +85,9 @@ void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a) {
     // rank (detect's and the agent's models alike): its own time stood out, not the lateness,
     // which its wait feature would have named.
     if (a.cause.starts_with("slow collective")) return;
-    a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late (straggler)", w.last_rank,
-                           w.last_pid, on_host, double(w.straggling_ns()) / 1e6);
+    a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late{} (straggler)", w.last_rank,
+                           w.last_pid, on_host, double(w.straggling_ns()) / 1e6,
+                           w.on_gpu ? " on the GPU" : "");
   } else if (double(w.cpu_ns) >= quarter) {
     a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late, kept off a CPU (CPU "
                            "interference)",

@@ -46,7 +46,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
         g.has_peer_wait |= w != nullptr;
         g.log_peer_wait.push_back(
             w ? std::log1p(double(w->straggling_ns()) / 1e3 / kStragglerWaitUnitUs) : 0.0);
-        if (w) dur -= int64_t(w->wait_ns);
+        if (w && !w->on_gpu) dur -= int64_t(w->wait_ns);  // NCCL's GPU wait is not in its call
         g.log_dur.push_back(std::log(double(std::max<int64_t>(dur, 1)) / 1e3));
         bool bytes = c.bytes >= 0;
         g.has_bytes |= bytes;

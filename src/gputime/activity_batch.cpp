@@ -87,10 +87,15 @@ void ActivityBatcher::add(GpuCollective c, const char* func, const char* datatyp
                           const char* algo, const char* proto, uint64_t now_ns) {
   Lock lock(mu_);
   c.h = {uint16_t(EntryKind::collective), uint16_t(sizeof(GpuCollective))};
-  c.func_id = name_id(func);
-  c.datatype_id = name_id(datatype);
-  c.algo_id = name_id(algo);
-  c.proto_id = name_id(proto);
+  auto copy = [](char* to, size_t size, const char* from) {
+    size_t n = from ? strnlen(from, size - 1) : 0;
+    memcpy(to, from ? from : "", n);
+    memset(to + n, 0, size - n);
+  };
+  copy(c.func, sizeof(c.func), func);
+  copy(c.datatype, sizeof(c.datatype), datatype);
+  copy(c.algo, sizeof(c.algo), algo);
+  copy(c.proto, sizeof(c.proto), proto);
   if (used_ + sizeof(c) > kGpuBatchBytes) flush_locked();
   if (!held_since_ns_) held_since_ns_ = now_ns ? now_ns : 1;
   put(&c, sizeof(c));

@@ -25,8 +25,7 @@ class ActivityBatcher {
   // One CUPTI record: kernels (CONCURRENT_KERNEL, KERNEL), copies, memsets and runtime API
   // records are packed; other kinds are ignored. Thread-safe, as are the others.
   void add(const CUpti_Activity* record);
-  // An NCCL operation (nccl_profiler.cpp), completed at `now_ns`: NCCL's strings get name ids
-  // as kernel names do (they are NCCL's static strings). What is packed is handed over at once
+  // An NCCL operation (nccl_profiler.cpp), completed at `now_ns`, with NCCL's strings. What is packed is handed over at once
   // when the batch's first entry is kMaxHoldNs old, so that a job of few collectives is not
   // seen only at its end.
   void add(GpuCollective c, const char* func, const char* datatype, const char* algo,

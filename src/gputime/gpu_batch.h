@@ -99,16 +99,18 @@ struct GpuCollective {
   uint64_t count;         // elements, as NCCL describes the operation
   int32_t rank, nranks;
   int32_t root_or_peer;  // collectives: the root (-1 none); p2p: the peer
-  uint32_t func_id;      // GpuText ids of NCCL's strings: "AllReduce", "Send", ...
-  uint32_t datatype_id;  // "ncclFloat32", ...
-  uint32_t algo_id;      // "RING", "TREE", ...; 0 for p2p
-  uint32_t proto_id;     // "LL", "LL128", "SIMPLE"; 0 for p2p
   uint8_t channels;       // channels NCCL planned for it
   uint8_t channels_seen;  // channels whose kernel said it stopped
   uint8_t warps;
   uint8_t flags;  // kCollectiveP2p, kCollectiveGpuClock
+  // NCCL's strings, NUL-terminated (cut to fit), in the entry itself: a probe attached after a
+  // process's first batch (the agent) would have missed name entries sent once
+  char func[24];      // "AllReduce", "Send", ...
+  char datatype[16];  // "ncclFloat32", ...
+  char algo[16];      // "RING", "TREE", ...; "" for p2p
+  char proto[16];     // "LL", "LL128", "SIMPLE"; "" for p2p
 };
-static_assert(sizeof(GpuCollective) == 104, "entry layout");
+static_assert(sizeof(GpuCollective) == 160, "entry layout");
 inline constexpr uint8_t kCollectiveP2p = 1;       // a send or recv
 inline constexpr uint8_t kCollectiveGpuClock = 2;  // start/end from the GPU's timer (else none)
 

@@ -94,18 +94,17 @@ std::pair<std::string_view, Collective> nccl_api_of(std::string_view func) {
 
 // The library's GpuCollective as a row: names from the process's name ids, bandwidths over the
 // GPU's time by the formulas comm_calls uses over the call's.
-GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid,
-                                const std::unordered_map<uint32_t, std::string_view>& names,
-                                Interner& interned) {
-  auto text = [&](uint32_t id) -> std::string_view {
-    auto it = names.find(id);
-    return id && it != names.end() ? it->second : std::string_view();
+GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid, Interner& interned) {
+  auto text = [&](const char* field, size_t size) -> std::string_view {
+    size_t n = strnlen(field, size);
+    return n ? interned.intern(std::string_view(field, n)) : std::string_view();
   };
+#define EACGM_FIELD_TEXT(f) text(c.f, sizeof(c.f))
   GpuCollectiveRow row;
   row.ts_ns = c.enqueue_ns;
   row.dur_ns = c.completed_ns > c.enqueue_ns ? c.completed_ns - c.enqueue_ns : 0;
   row.pid = pid, row.tid = c.tid;
-  std::string_view func = text(c.func_id);
+  std::string_view func = EACGM_FIELD_TEXT(func);
   auto [api, collective] = nccl_api_of(func);
   row.name = !api.empty() ? api : interned.intern("nccl" + std::string(func.empty() ? "?" : func));
   row.comm_hash = c.comm_hash;
@@ -114,10 +113,12 @@ GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid,
   row.rank = c.rank, row.nranks = c.nranks;
   row.peer = c.root_or_peer >= 0 ? c.root_or_peer : -1;
   row.count = int64_t(c.count);
-  auto [datatype, size] = nccl_datatype(text(c.datatype_id));
-  row.datatype = !datatype.empty() ? datatype : text(c.datatype_id);
+  std::string_view nccl_type = EACGM_FIELD_TEXT(datatype);
+  auto [datatype, size] = nccl_datatype(nccl_type);
+  row.datatype = !datatype.empty() ? datatype : nccl_type;
   if (size) row.bytes = row.count * int64_t(size);
-  row.algo = text(c.algo_id), row.proto = text(c.proto_id);
+  row.algo = EACGM_FIELD_TEXT(algo), row.proto = EACGM_FIELD_TEXT(proto);
+#undef EACGM_FIELD_TEXT
   row.channels = c.channels, row.channels_seen = c.channels_seen, row.warps = c.warps;
   row.enqueue_ns = c.enqueued_ns > c.enqueue_ns ? c.enqueued_ns - c.enqueue_ns : 0;
   if ((c.flags & kCollectiveGpuClock) && c.end_ns >= c.start_ns) {
@@ -205,7 +206,7 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
           (!on_our_clock(c.start_ns, e.ts_ns) || !on_our_clock(c.end_ns, e.ts_ns)))
         c.flags &= uint8_t(~kCollectiveGpuClock);  // a GPU timer off the host's wall clock
       ++stats_.gpu_collectives;
-      out_.add(collective_row(c, e.pid, st.gpu_names, names_));
+      out_.add(collective_row(c, e.pid, names_));
       return;
     }
     case EntryKind::name:

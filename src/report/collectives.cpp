@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "report/gpu_collective_calls.h"
 #include "report/report.h"
 #include "store/reader.h"
 #include "store/rows.h"
@@ -22,6 +23,7 @@ struct Stream {  // one process's calls of one collective on one communicator
   int64_t rank = -1;
   uint32_t pid = 0;
   std::vector<Call> calls;
+  bool completes = false;  // its calls last until the collective completed (c10d, the GPU's)
 };
 
 // Clocks of probes on different threads (a c10d call ends on a worker thread) may disagree by
@@ -49,7 +51,7 @@ std::vector<PeerWait> instance_waits(const std::vector<const RankCall*>& calls) 
     return r->has_prev && r->prev_end <= r->ts;
   });
   for (const RankCall* c : calls) {
-    PeerWait w{last->ts - c->ts, 0, 0, last->rank, last->pid};
+    PeerWait w{last->ts - c->ts, 0, 0, last->rank, last->pid, c->on_gpu};
     if (in_turn && last->prev_end > c->prev_end)
       w.carried_ns = std::min(last->prev_end - c->prev_end, w.wait_ns);
     if (late_cpu > 0 && c != last) {
@@ -63,11 +65,21 @@ std::vector<PeerWait> instance_waits(const std::vector<const RankCall*>& calls) 
 }
 
 std::vector<CollectiveMatcher::Instance> CollectiveMatcher::add(const CommCallRow& r) {
-  std::vector<Instance> done;
-  std::string name(r.name);
-  if (r.rank < 0 || r.nranks < 2 || r.rank >= r.nranks || !is_collective(name)) return done;
   RankCall c{r.rank, r.pid, r.ts_ns, r.ts_ns + r.dur_ns, int64_t(r.tid), r.entry_run_delay_ns,
-             r.seq};
+             r.seq, r.ts_ns};
+  return add(std::string(r.name), r.nranks, r.comm, r.comm_id, c);
+}
+
+std::vector<CollectiveMatcher::Instance> CollectiveMatcher::add(const std::string& name,
+                                                                int64_t nranks, uint64_t comm,
+                                                                uint64_t comm_id, RankCall c) {
+  std::vector<Instance> done;
+  struct {
+    int64_t rank, nranks;
+    uint32_t pid;
+    uint64_t comm, comm_id;
+  } r{c.rank, nranks, c.pid, comm, comm_id};
+  if (r.rank < 0 || r.nranks < 2 || r.rank >= r.nranks || !is_collective(name)) return done;
   std::pair<uint32_t, uint64_t> stream{r.pid, r.comm};
   if (auto p = previous_.find(stream); p != previous_.end())
     c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
@@ -85,9 +97,14 @@ std::vector<CollectiveMatcher::Instance> CollectiveMatcher::add(const CommCallRo
   // it: once each rank seen has 3 calls waiting, a rank not seen yet is not traced here (a
   // rank on another node), and the ranks seen are matched among themselves from then on.
   // Before that, matching fewer ranks than the communicator has could pair a rank whose first
-  // rows come a moment later with its peers' next instance, for good.
+  // rows come a moment later with its peers' next instance, for good. NCCL's times on the GPU
+  // come in each process's batches (up to 0.1 s of operations at once): there, a rank not seen
+  // while each seen one holds calls 5 s old.
+  auto waiting = [&](const std::deque<RankCall>& q) {
+    return q.size() >= 3 && (!c.on_gpu || c.ts >= q.front().ts + 5'000'000'000ull);
+  };
   if (by_rank.size() < size_t(r.nranks) && !partial_.count(key) && by_rank.size() >= 2 &&
-      std::all_of(by_rank.begin(), by_rank.end(), [](const auto& q) { return q.second.size() >= 3; }))
+      std::all_of(by_rank.begin(), by_rank.end(), [&](const auto& q) { return waiting(q.second); }))
     partial_.insert(key);
   while ((by_rank.size() == size_t(r.nranks) || partial_.count(key)) &&
          std::all_of(by_rank.begin(), by_rank.end(), [](const auto& q) { return !q.second.empty(); })) {
@@ -128,28 +145,47 @@ using Groups = std::map<std::tuple<std::string, int64_t, int64_t>, std::map<Stre
 // c10d process groups with sequence numbers: (pid, communicator) -> (size, first, last)
 using Sequenced = std::map<StreamId, std::tuple<int64_t, int64_t, int64_t>>;
 
-// Each process's calls of each collective on each communicator, in time order.
+// One call appended to its stream, with its process's previous call on that communicator.
+void append(Groups& groups, std::map<StreamId, Call>& previous, const std::string& name,
+            int64_t nranks, int64_t identity, StreamId id, Call c, bool completes) {
+  Stream& st = groups[{name, nranks, identity}][id];
+  st.rank = c.rank;
+  st.pid = id.first;
+  st.completes = completes;
+  if (auto p = previous.find(id); p != previous.end())
+    c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
+    c.prev_run_delay = p->second.run_delay;
+  previous[id] = c;
+  st.calls.push_back(c);
+}
+
+// Each process's calls of each collective on each communicator, in time order; NCCL's from
+// their times on the GPU where the recording has them (gpu_collective_calls.h).
 Groups read_streams(const RecordingReader& rec, Sequenced& sequenced) {
   Groups groups;
   std::map<StreamId, Call> previous;  // (pid, communicator) -> last call
+  GpuTimedCollectives gpu(rec);
   each_comm_call(rec, [&](const CommCallRow& r) {
+    if (gpu.covers(r.pid) && r.name.starts_with("nccl")) {
+      gpu.add_call(r);
+      return;
+    }
     if (r.rank < 0 || r.nranks <= 1 || !is_collective(r.name)) return;
     StreamId id{r.pid, r.comm};
-    Stream& st = groups[{std::string(r.name), r.nranks, int64_t(r.comm_id)}][id];
-    st.rank = r.rank;
-    st.pid = id.first;
-    Call c{st.rank, st.pid, r.ts_ns, r.ts_ns + r.dur_ns, r.tid, r.entry_run_delay_ns, r.seq};
-    if (auto p = previous.find(id); p != previous.end())
-      c.has_prev = true, c.prev_end = p->second.end, c.prev_tid = p->second.tid,
-      c.prev_run_delay = p->second.run_delay;
-    previous[id] = c;
-    st.calls.push_back(c);
+    Call c{r.rank, r.pid, r.ts_ns, r.ts_ns + r.dur_ns, r.tid, r.entry_run_delay_ns, r.seq, r.ts_ns};
+    append(groups, previous, std::string(r.name), r.nranks, int64_t(r.comm_id), id, c,
+           r.name.find(':') != std::string_view::npos);
     if (c.seq >= 0) {
       auto [it, fresh] = sequenced.try_emplace(id, r.nranks, c.seq, c.seq);
       std::get<1>(it->second) = std::min(std::get<1>(it->second), c.seq);
       std::get<2>(it->second) = std::max(std::get<2>(it->second), c.seq);
     }
   });
+  // NCCL's hash tells communicators apart by itself (no regrouping by sequence needed)
+  std::map<StreamId, Call> previous_on_gpu;
+  for (const GpuTimedCall& g : gpu.calls())
+    append(groups, previous_on_gpu, g.name, g.nranks, g.comm_hash ? int64_t(g.comm_hash) : 1,
+           {g.call.pid, g.comm_hash}, g.call, true);
   return groups;
 }
 
@@ -220,7 +256,7 @@ void align_by_sequence(const std::string& name, int64_t nranks, std::vector<cons
   size_t dropped = 0;
   aligned.reserve(ranks.size());
   for (auto& r : ranks) {
-    aligned.push_back({r->rank, r->pid, {}});
+    aligned.push_back({r->rank, r->pid, {}, r->completes});
     for (const Call& c : r->calls)
       if (ranks_with[c.seq] == nranks)
         aligned.back().calls.push_back(c);
@@ -249,7 +285,7 @@ std::optional<std::vector<char>> instances_to_line_up(const std::string& name,
                                 name, counts));
     return std::nullopt;
   }
-  bool completes = name.find(':') != std::string::npos;
+  bool completes = ranks[0]->completes;
   size_t broken = 0;
   std::vector<char> ok(n, 1);
   for (size_t k = 0; k < n && completes; ++k) {
@@ -293,7 +329,7 @@ void add_instances(const Key& key, const std::vector<const Stream*>& ranks,
       const Stream* r = ranks[i];
       const Call& c = r->calls[k];
       const PeerWait& w = waits[i];
-      waits_by_call[{r->pid, c.ts}] = w;
+      waits_by_call[{r->pid, c.row_ts}] = w;
       inst.ts_ns = std::min(inst.ts_ns, c.ts);
       inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
       inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());

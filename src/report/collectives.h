@@ -29,6 +29,7 @@ struct PeerWait {
   uint64_t cpu_ns = 0;      // the last rank waited this much longer for a CPU since then
   int64_t last_rank = -1;   // the rank that joined last
   uint32_t last_pid = 0;
+  bool on_gpu = false;  // measured on the GPU (NCCL's kernels): not part of the call's duration
   uint64_t straggling_ns() const { return wait_ns - carried_ns - cpu_ns; }
 };
 
@@ -40,7 +41,9 @@ struct RankCall {
   uint32_t pid = 0;
   uint64_t ts = 0, end = 0;
   int64_t tid = -1, run_delay = -1;  // the thread's whole wait for a CPU at entry; -1: unknown
-  int64_t seq = -1;                  // c10d: its sequence number in the process group; -1: unknown
+  int64_t seq = -1;  // c10d, NCCL on the GPU: its sequence number, the same on every rank; -1: unknown
+  uint64_t row_ts = 0;  // the comm_calls row it belongs to (its ts_ns): ts, but for GPU times
+  bool on_gpu = false;  // ts and end are when NCCL's kernels ran on the GPU (gpu_collectives)
   bool has_prev = false;
   uint64_t prev_end = 0;
   int64_t prev_tid = -1, prev_run_delay = -1;
@@ -66,6 +69,10 @@ class CollectiveMatcher {
   // Adds a call (collectives of a known rank and size only: others are ignored) and returns the
   // instances it completed.
   std::vector<Instance> add(const CommCallRow& r);
+  // The same for a call given as a RankCall (NCCL's times on the GPU: ts/end there, row_ts its
+  // API call's), of collective `name` on communicator `comm` (its identity `comm_id`).
+  std::vector<Instance> add(const std::string& name, int64_t nranks, uint64_t comm,
+                            uint64_t comm_id, RankCall c);
 
  private:
   // (name, nranks, communicator identity) -> rank -> calls not yet matched
@@ -99,7 +106,10 @@ struct RankWaits {
 // (is_collective: store/rows.h, beside the comm_calls row)
 class Collectives {
  public:
-  // Reads comm_calls. A collective is matched where exactly one stream of calls per rank
+  // Reads comm_calls, and for the processes with NCCL operations timed on the GPU
+  // (gpu_collectives) those instead of their NCCL calls: each rank joins when its kernels
+  // started on the GPU and leaves when they ended, and its waits belong to its API call's row
+  // (find()). A collective is matched where exactly one stream of calls per rank
   // 0..nranks-1 exists for it (one communicator of that size), the streams hold the same
   // number of calls, and, for c10d calls (whose durations run to completion), no rank finished
   // an instance before another had joined it. Otherwise it is left unmatched, and why is in

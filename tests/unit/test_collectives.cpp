@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "agent/node_collectives.h"
 #include "detect/call_context.h"
 #include "detect/detector.h"
 #include "detect/features.h"
@@ -249,6 +250,83 @@ TEST(Collectives, MatchedAsTheyComeAsInTheRecording) {
   EXPECT_EQ(straggled.cause,
             "straggling rank: gloo:all_reduce waited for a peer; rank 1 (pid 200 on host h) "
             "joined 10.0 ms late (straggler)");
+  fs::remove(path);
+}
+
+// NCCL with its kernels' times (gpu_collectives): two ranks whose host calls are on time, rank
+// 1's GPU 8 ms late to the all-reduce of step 10 (busy with other work). Matched by the GPU's
+// times, offline (Collectives) and online (NodeCollectives, the GPU rows coming in each
+// process's batches after the calls), the waits belong to the API calls' rows, and the host
+// calls of those processes are not matched by themselves.
+TEST(Collectives, NcclOnTheGpuIsMatchedByItsKernelsOfflineAndOnline) {
+  std::string path = temp_path("nccl_gpu");
+  std::vector<CommCallRow> calls;
+  std::vector<GpuCollectiveRow> gpu[2];
+  for (int k = 0; k < 30; ++k) {
+    uint64_t t = kStart + uint64_t(k) * 5 * ms;
+    uint64_t start[2] = {t + 50 * us, t + 60 * us + (k == 10 ? 8 * ms : 0)};
+    for (int r = 0; r < 2; ++r) {
+      CommCallRow c;
+      c.ts_ns = t + uint64_t(r) * 10 * us;
+      c.dur_ns = 20 * us;
+      c.pid = c.tid = r == 0 ? 100 : 200;
+      c.name = "ncclAllReduce";
+      c.comm = 0xc0 + uint64_t(r), c.comm_id = 77;
+      c.rank = r, c.nranks = 2;
+      c.entry_run_delay_ns = 0;
+      calls.push_back(c);
+      GpuCollectiveRow g;
+      g.ts_ns = c.ts_ns + 5 * us;  // enqueued inside the call
+      g.dur_ns = 2 * ms;
+      g.pid = c.pid, g.tid = c.tid;
+      g.name = "ncclAllReduce";
+      g.comm_hash = 0xfeedull << 48, g.seq = k, g.rank = r, g.nranks = 2;
+      g.has_gpu_time = true;
+      g.gpu_start_ns = start[r];
+      g.gpu_dur_ns = std::max(start[0], start[1]) + ms - start[r];
+      gpu[r].push_back(g);
+    }
+  }
+  {
+    RecordingWriter w(path, true);
+    for (const auto& c : calls) w.add(c);
+    for (const auto& rank : gpu)
+      for (const auto& g : rank) w.add(g);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives offline(rec);
+  EXPECT_EQ(offline.matched_instances(), 30u);
+  // online: the calls of steps 0-4 come before either process's first GPU batch (matched by
+  // themselves, as host calls); from then on the calls come first and the GPU rows after, in
+  // each process's batch
+  NodeCollectives online([](uint32_t) { return std::string("job"); });
+  for (size_t i = 0; i < 10; ++i) online.add(calls[i]);
+  for (const auto& rank : gpu)
+    for (size_t k = 0; k < 5; ++k) online.add(rank[k]);
+  for (size_t i = 10; i < calls.size(); ++i) online.add(calls[i]);
+  for (const auto& rank : gpu)
+    for (size_t k = 5; k < rank.size(); ++k) online.add(rank[k]);
+  for (const auto& c : calls) {
+    const PeerWait* w = offline.find(c.pid, c.ts_ns);
+    ASSERT_NE(w, nullptr) << c.pid << " " << c.ts_ns;
+    EXPECT_TRUE(w->on_gpu);
+    uint64_t k = (c.ts_ns - kStart) / (5 * ms);
+    if (c.rank == 0) {
+      EXPECT_EQ(w->last_rank, 1);
+      EXPECT_EQ(w->wait_ns, k == 10 ? 8 * ms + 10 * us : 10 * us) << k;
+      EXPECT_EQ(w->straggling_ns(), w->wait_ns) << k;
+    } else {
+      EXPECT_EQ(w->wait_ns, 0u);
+    }
+    const PeerWait* o = online.find(c.pid, c.ts_ns);
+    ASSERT_NE(o, nullptr) << k;
+    EXPECT_EQ(o->on_gpu, k >= 5) << k;
+    if (k < 5) continue;
+    EXPECT_EQ(o->wait_ns, w->wait_ns) << k;
+    EXPECT_EQ(o->last_rank, w->last_rank) << k;
+  }
   fs::remove(path);
 }
 

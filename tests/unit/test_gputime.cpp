@@ -189,7 +189,8 @@ TEST_F(GpuTimeDecode, NcclOperationsBecomeGpuCollectiveRowsAndReportLines) {
     c.enqueue_ns = start, c.enqueued_ns = start + 2'000, c.completed_ns = start + 900'000;
     c.start_ns = gpu_start, c.end_ns = gpu_start + gpu_dur;
     c.count = 1 << 18, c.rank = 1, c.nranks = 4, c.root_or_peer = -1;
-    c.func_id = 1, c.datatype_id = 2, c.algo_id = 3, c.proto_id = 4;
+    strcpy(c.func, "AllReduce"), strcpy(c.datatype, "ncclBfloat16");
+    strcpy(c.algo, "RING"), strcpy(c.proto, "LL128");
     c.channels = 2, c.channels_seen = 2, c.warps = 8;
     c.flags = kCollectiveGpuClock;
     return c;
@@ -198,14 +199,9 @@ TEST_F(GpuTimeDecode, NcclOperationsBecomeGpuCollectiveRowsAndReportLines) {
   GpuCollective unseen = op(3, kNow + 4'000'000, 0, 0);
   unseen.flags = 0, unseen.channels_seen = 0, unseen.completed_ns = 0;
   GpuCollective send = op(~0ull, kNow + 5'000'000, kNow + 5'100'000, 500'000);
-  send.flags |= kCollectiveP2p, send.func_id = 5, send.algo_id = send.proto_id = 0;
+  send.flags |= kCollectiveP2p, strcpy(send.func, "Send"), send.algo[0] = send.proto[0] = 0;
   send.root_or_peer = 3, send.channels = send.channels_seen = 1;
   feed(Batch()
-           .text(EntryKind::name, 1, "AllReduce")
-           .text(EntryKind::name, 2, "ncclBfloat16")
-           .text(EntryKind::name, 3, "RING")
-           .text(EntryKind::name, 4, "LL128")
-           .text(EntryKind::name, 5, "Send")
            .add(op(0, kNow + 1'000'000, kNow + 1'300'000, 250'000))
            .add(op(1, kNow + 2'000'000, kNow + 2'300'000, 750'000))
            .add(late_clock)

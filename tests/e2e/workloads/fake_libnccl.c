@@ -6,9 +6,17 @@
  * started and stopped (= enqueued) on the caller's thread, then its channels' kernel events on a
  * proxy thread, with GPU timer values on the wall clock (the GPU's globaltimer), and finalize at
  * ncclCommDestroy. The GPU "runs" every operation on each channel c from enqueue + 300 us +
- * 50 us x c for 1000 us + 50 us x c: an operation of C channels takes 1000 + 100 (C - 1) us. */
+ * 50 us x c for 1000 us + 50 us x c: an operation of C channels takes 1000 + 100 (C - 1) us.
+ * With FAKE_NCCL_BOARD naming a file the ranks share (processes of one job), a collective's
+ * kernels instead wait for every rank's to start, as NCCL's do: each channel stops 1000 us +
+ * 50 us x c after the last rank's kernel started. A rank's kernels run one after another, as
+ * on one stream: one starts no earlier than the previous one ended. fake_nccl_wait_idle()
+ * returns once every operation's kernels were reported (a training step's synchronisation). */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <nccl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -138,7 +146,10 @@ static int ncomms;
 struct kernel_work {
 	void *ctx, *parent;
 	uint64_t enqueued_wall;
+	uint64_t busy_ns; /* not NCCL's: other work on the stream for this long (parent NULL) */
 	int channels;
+	long seq; /* collectives: the sequence number; -1: p2p */
+	int rank, nranks;
 	struct kernel_work *next;
 };
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -146,6 +157,50 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct kernel_work *head, **tail = &head;
 static int busy;
 static pthread_t proxy;
+
+/* The shared board: each rank's kernel start of each collective, by sequence number. */
+enum { BOARD_RANKS = 8, BOARD_SEQS = 4096 };
+static volatile uint64_t *board;
+
+static void open_board(void)
+{
+	const char *path = getenv("FAKE_NCCL_BOARD");
+	if (board || !path || !*path)
+		return;
+	int fd = open(path, O_RDWR | O_CREAT, 0600);
+	size_t bytes = sizeof(uint64_t) * BOARD_RANKS * BOARD_SEQS;
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
+		return;
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p != MAP_FAILED)
+		board = p;
+}
+
+/* When the collective's kernels stop: 1000 us after the last rank's started (waiting at most
+ * 5 s for it), or after this rank's own without a board. */
+static uint64_t last_start(const struct kernel_work *w, uint64_t mine)
+{
+	if (!board || w->seq < 0 || w->seq >= BOARD_SEQS || w->nranks > BOARD_RANKS)
+		return mine;
+	board[w->rank * BOARD_SEQS + w->seq] = mine;
+	uint64_t latest = mine;
+	for (int waited = 0; waited < 50000; ++waited) {
+		int all = 1;
+		latest = mine;
+		for (int r = 0; r < w->nranks; ++r) {
+			uint64_t t = board[r * BOARD_SEQS + w->seq];
+			if (!t)
+				all = 0;
+			else if (t > latest)
+				latest = t;
+		}
+		if (all)
+			break;
+		take(100000);
+	}
+	return latest;
+}
 
 static int start_event(void *ctx, void **handle, uint64_t type, void *parent, union detail *d)
 {
@@ -173,15 +228,29 @@ static void *proxy_loop(void *arg)
 			tail = &head;
 		busy = 1;
 		pthread_mutex_unlock(&mu);
+		static uint64_t stream_free; /* when this rank's previous kernels ended */
+		uint64_t start = w->enqueued_wall + 300000;
+		if (start < stream_free)
+			start = stream_free;
+		if (!w->parent) { /* other kernels on the stream */
+			stream_free = start + w->busy_ns;
+			free(w);
+			pthread_mutex_lock(&mu);
+			busy = 0;
+			pthread_cond_broadcast(&cv);
+			continue;
+		}
 		take(500000); /* the proxy sees the kernel's channels some time after the call */
+		uint64_t latest = last_start(w, start);
+		stream_free = latest + 1000000 + 100000ull * (uint64_t)(w->channels - 1);
 		for (int c = 0; c < w->channels; ++c) {
 			union detail d;
 			memset(&d, 0, sizeof(d));
 			d.ch.channel = (uint8_t)c;
-			d.ch.timer = w->enqueued_wall + 300000 + 50000ull * c;
+			d.ch.timer = start + 50000ull * c;
 			void *ch = NULL;
 			start_event(w->ctx, &ch, KERNEL_CH, w->parent, &d);
-			uint64_t stop[2] = {d.ch.timer + 1000000 + 50000ull * c, 0};
+			uint64_t stop[2] = {latest + 50000ull * c + 1000000 + 50000ull * c, 0};
 			state_of()(ch, KERNEL_CH_STOP, stop);
 			stop_of()(ch);
 		}
@@ -196,6 +265,7 @@ static void *proxy_loop(void *arg)
 static void add_comm(uintptr_t handle, uint64_t hash, int nranks, int rank)
 {
 	load_plugin();
+	open_board();
 	if (!version || ncomms == 16)
 		return;
 	struct fake_comm *c = &comms[ncomms++];
@@ -205,9 +275,6 @@ static void add_comm(uintptr_t handle, uint64_t hash, int nranks, int rank)
 			     : v4->init(&c->ctx, &c->mask, "fake", hash, 1, nranks, rank, NULL);
 	if (r != 0)
 		c->ctx = NULL;
-	static int started;
-	if (!started++)
-		pthread_create(&proxy, NULL, proxy_loop, NULL);
 }
 
 static struct fake_comm *comm_of(ncclComm_t comm)
@@ -220,7 +287,10 @@ static struct fake_comm *comm_of(ncclComm_t comm)
 
 /* An operation through the plugin: started, then NCCL's own time (2 ms), stopped (enqueued),
  * then its channels reported by the proxy thread. */
-static void run_operation(ncclComm_t comm, uint64_t type, union detail *d, int channels)
+static void enqueue(struct kernel_work *w);
+
+static void run_operation(ncclComm_t comm, uint64_t type, union detail *d, int channels,
+			  long seq)
 {
 	struct fake_comm *c = comm_of(comm);
 	if (!c || !(c->mask & type)) {
@@ -236,10 +306,8 @@ static void run_operation(ncclComm_t comm, uint64_t type, union detail *d, int c
 		return;
 	struct kernel_work *w = calloc(1, sizeof(*w));
 	w->ctx = c->ctx, w->parent = op, w->enqueued_wall = enqueued, w->channels = channels;
-	pthread_mutex_lock(&mu);
-	*tail = w, tail = &w->next;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
+	w->seq = seq, w->rank = c->rank, w->nranks = c->nranks;
+	enqueue(w);
 }
 
 static void collective(ncclComm_t comm, const char *func, size_t count, const char *datatype,
@@ -251,7 +319,7 @@ static void collective(ncclComm_t comm, const char *func, size_t count, const ch
 	d.coll.seq = c ? c->seq++ : 0;
 	d.coll.func = func, d.coll.count = count, d.coll.root = root, d.coll.datatype = datatype;
 	d.coll.channels = 2, d.coll.warps = 16, d.coll.algo = "RING", d.coll.proto = "SIMPLE";
-	run_operation(comm, COLL, &d, 2);
+	run_operation(comm, COLL, &d, 2, c ? (long)d.coll.seq : -1);
 }
 
 static const char *type_name(ncclDataType_t t)
@@ -288,15 +356,40 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 	return ncclSuccess;
 }
 
+static void enqueue(struct kernel_work *w)
+{
+	static int started;
+	pthread_mutex_lock(&mu);
+	if (!started++)
+		pthread_create(&proxy, NULL, proxy_loop, NULL);
+	*tail = w, tail = &w->next;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Other work the GPU runs on this rank's stream before what comes next (a slow kernel): the host
+ * is not held up, the stream is. */
+void fake_nccl_gpu_busy(uint64_t ns)
+{
+	struct kernel_work *w = calloc(1, sizeof(*w));
+	w->enqueued_wall = wall_ns(), w->busy_ns = ns;
+	enqueue(w);
+}
+
+void fake_nccl_wait_idle(void)
+{
+	pthread_mutex_lock(&mu);
+	while (head || busy)
+		pthread_cond_wait(&cv, &mu);
+	pthread_mutex_unlock(&mu);
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
 	struct fake_comm *c = comm_of(comm);
 	if (!c)
 		return ncclSuccess;
-	pthread_mutex_lock(&mu); /* the proxy's work for it done first */
-	while (head || busy)
-		pthread_cond_wait(&cv, &mu);
-	pthread_mutex_unlock(&mu);
+	fake_nccl_wait_idle(); /* the proxy's work for it done first */
 	(version == 5 ? v5->finalize : v4->finalize)(c->ctx);
 	c->ctx = NULL;
 	return ncclSuccess;
@@ -327,6 +420,6 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
 	memset(&d, 0, sizeof(d));
 	d.p2p.func = "Send", d.p2p.count = count, d.p2p.datatype = type_name(datatype);
 	d.p2p.peer = peer, d.p2p.channels = 1;
-	run_operation(comm, P2P, &d, 1);
+	run_operation(comm, P2P, &d, 1, -1);
 	return ncclSuccess;
 }
