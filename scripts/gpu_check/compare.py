@@ -259,6 +259,40 @@ def check_comm(rec, result):
     got = sum(row["n"] for row in rows if "allreduce" in row["name"].lower().replace("_", ""))
     if want:
         line("ok" if got >= want else "FAIL", "all_reduce calls", f"{got} recorded, {want} made")
+    if r.get("backend") == "nccl":
+        check_nccl_gpu(c, want or 0)
+
+
+def check_nccl_gpu(c, want):
+    # NCCL's profiler plugin (eacgm's library, NCCL_PROFILER_PLUGIN set by record): each
+    # all_reduce as NCCL ran it, linked to its ncclAllReduce call row
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'gpu_collectives'").fetchone():
+        line("FAIL", "NCCL on the GPU", "no gpu_collectives table (an eacgm before issue 36)")
+        return
+    n, timed = c.execute("SELECT count(*), count(gpu_dur_ns) FROM gpu_collectives "
+                         "WHERE name = 'ncclAllReduce'").fetchone()
+    notes = meta(c, "gputime_notes") or ""
+    plugin = [l for l in notes.splitlines() if "NCCL profiler plugin" in l]
+    line("ok" if plugin else "FAIL", "NCCL profiler plugin", plugin[0] if plugin else
+         f"NCCL did not load it (gputime_notes: {notes[:200]!r})")
+    line("ok" if n >= want and n > 0 else "FAIL", "NCCL all_reduce seen by the plugin",
+         f"{n} rows, {want} made")
+    linked = c.execute("SELECT count(*) FROM gpu_collectives g JOIN comm_calls k ON k.pid = g.pid "
+                       "AND k.tid = g.tid AND g.ts_ns BETWEEN k.ts_ns AND k.ts_ns + k.dur_ns "
+                       "WHERE g.name = 'ncclAllReduce'").fetchone()[0]
+    line("ok" if linked == n else "FAIL", "each inside its ncclAllReduce call", f"{linked} of {n}")
+    if timed:
+        durs = sorted(r[0] for r in c.execute(
+            "SELECT gpu_dur_ns FROM gpu_collectives WHERE gpu_dur_ns IS NOT NULL"))
+        starts = sorted(r[0] for r in c.execute(
+            "SELECT gpu_start_ns - ts_ns FROM gpu_collectives WHERE gpu_dur_ns IS NOT NULL"))
+        line("ok", "NCCL all_reduce GPU time", f"{timed} of {n} timed on the GPU, median "
+             f"{durs[len(durs) // 2] / 1e3:.1f} us, enqueue to GPU start median "
+             f"{starts[len(starts) // 2] / 1e3:.1f} us (min {starts[0] / 1e3:.1f} us: negative is "
+             f"a clock offset between the GPU timer and the host)")
+    else:
+        line("n/a", "NCCL all_reduce GPU time", f"none of {n} reported kernel channels (world size "
+             "1: NCCL may copy without a kernel)")
 
 
 def check_metrics(path, mode="gpu"):

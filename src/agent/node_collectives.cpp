@@ -12,7 +12,7 @@ const std::string& NodeCollectives::job(uint32_t pid) {
 void NodeCollectives::add(const CommCallRow& r) {
   if (gpu_timed_.count(r.pid) && r.name.starts_with("nccl")) {
     auto& calls = nccl_calls_[{r.pid, r.tid}];
-    calls.push_back({r.ts_ns, r.ts_ns + r.dur_ns, r.entry_run_delay_ns});
+    calls.push_back({r.ts_ns, r.ts_ns + r.dur_ns, r.entry_run_delay_ns, r.name});
     if (calls.size() > 256) calls.pop_front();  // GPU rows come within a second of their call
     return;
   }
@@ -26,11 +26,12 @@ void NodeCollectives::add(const GpuCollectiveRow& g) {
   c.rank = g.rank, c.pid = g.pid, c.tid = g.tid, c.seq = g.seq;
   c.ts = g.gpu_start_ns, c.end = g.gpu_start_ns + g.gpu_dur_ns;
   c.row_ts = g.ts_ns, c.on_gpu = true;
-  // its API call: the thread's last NCCL call that started by the enqueue, if it held it
+  // its API call: the thread's last NCCL call that started by the enqueue, if it held it and
+  // is this collective (as offline: an operation a group's end enqueued names no call)
   if (auto it = nccl_calls_.find({g.pid, g.tid}); it != nccl_calls_.end())
     for (auto s = it->second.rbegin(); s != it->second.rend(); ++s)
       if (s->ts <= g.ts_ns) {
-        if (g.ts_ns <= s->end) c.row_ts = s->ts, c.run_delay = s->run_delay;
+        if (g.ts_ns <= s->end && s->name == g.name) c.row_ts = s->ts, c.run_delay = s->run_delay;
         break;
       }
   std::string name(g.name);

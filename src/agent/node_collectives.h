@@ -49,6 +49,7 @@ class NodeCollectives final : public Sink {
   struct CallSpan {
     uint64_t ts, end;
     int64_t run_delay;
+    std::string_view name;  // the decoder's (it outlives the rows)
   };
   std::function<std::string(uint32_t)> job_of_;
   std::set<uint32_t> gpu_timed_;  // processes whose NCCL operations come with GPU times

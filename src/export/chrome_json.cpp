@@ -61,7 +61,8 @@ class ChromeJsonWriter final : public TimelineSink {
   void add_gpu_slice(const TimelineGpuSlice& g) override {
     uint32_t tid = kGpuTidBase + g.device * 65536 + (g.stream & 0xffff);
     if (gpu_threads_.insert({g.pid, tid}).second)
-      add_thread({g.pid, tid, fmt::format("GPU {} stream {}", g.device, g.stream)});
+      add_thread({g.pid, tid,
+                  g.track.empty() ? fmt::format("GPU {} stream {}", g.device, g.stream) : g.track});
     line_.clear();
     append(R"({{"ph":"X","name":{},"cat":{},"pid":{},"tid":{},"ts":)", cached(g.name),
            cached(g.category), g.pid, tid);

@@ -157,10 +157,81 @@ void add_gpu_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_r
   });
 }
 
+// NCCL's operations as its profiler plugin saw them on the GPU (gputime), by the thread that
+// enqueued them: the API call whose span holds an operation's enqueue starts its arrow.
+struct GpuCollectives {
+  struct Op {
+    GpuCollectiveRow row;  // its text fields cleared: they are below (ops move)
+    std::string name, algo, proto;
+    bool linked = false;
+  };
+  std::vector<Op> ops;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<uint64_t, size_t>>> by_thread;
+
+  static uint64_t flow_id(const Op& op, size_t index) {  // apart from launches' (bit 63 clear)
+    return uint64_t(1) << 63 | uint64_t(op.row.pid) << 31 | (index & 0x7fffffff);
+  }
+  // The arrow of the first operation this NCCL call enqueued, claimed once; 0: none.
+  uint64_t claim(const CommCallRow& c) {
+    auto it = by_thread.find({c.pid, c.tid});
+    if (it == by_thread.end()) return 0;
+    auto& v = it->second;  // by enqueue time
+    auto at = std::lower_bound(v.begin(), v.end(), std::pair<uint64_t, size_t>{c.ts_ns, 0});
+    if (at == v.end() || at->first > c.ts_ns + c.dur_ns) return 0;
+    size_t index = at->second;
+    v.erase(at);
+    ops[index].linked = true;
+    return flow_id(ops[index], index);
+  }
+};
+
+GpuCollectives gpu_collectives(const RecordingReader& rec) {
+  GpuCollectives g;
+  each_gpu_collective(rec, [&](const GpuCollectiveRow& r) {
+    if (!r.has_gpu_time) return;
+    GpuCollectives::Op op{r, std::string(r.name), std::string(r.algo), std::string(r.proto)};
+    op.row.name = op.row.datatype = op.row.algo = op.row.proto = {};
+    g.by_thread[{r.pid, r.tid}].emplace_back(r.ts_ns, g.ops.size());
+    g.ops.push_back(std::move(op));
+  });
+  return g;
+}
+
+// Each NCCL operation's kernels on a track of its communicator ("NCCL comm 3fa2c1 on the GPU")
+// under its process, with the arrow from its API call.
+void add_gpu_collective_slices(const GpuCollectives& g, TimelineSink& sink, int64_t to_real) {
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> lanes;  // (pid, communicator) -> its lane
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const GpuCollectives::Op& op = g.ops[i];
+    const GpuCollectiveRow& r = op.row;
+    TimelineGpuSlice slice;
+    slice.ts_ns = uint64_t(int64_t(r.gpu_start_ns) + to_real);
+    slice.dur_ns = r.gpu_dur_ns;
+    slice.pid = r.pid;
+    slice.device = 0x3fff;  // a lane of its own per communicator, beside the devices' streams
+    slice.stream = lanes.try_emplace({r.pid, r.comm_hash}, uint32_t(lanes.size())).first->second;
+    slice.track = fmt::format("NCCL comm {:06x} on the GPU", r.comm_hash & 0xffffff);
+    slice.category = "gpu";
+    slice.name = op.name;
+    if (r.seq >= 0) slice.args.push_back({"seq", r.seq});
+    if (r.rank >= 0) slice.args.push_back({"rank", r.rank});
+    if (r.nranks >= 0) slice.args.push_back({"nranks", r.nranks});
+    if (r.peer >= 0) slice.args.push_back({"root_or_peer", r.peer});
+    if (r.bytes >= 0) slice.args.push_back({"bytes", r.bytes});
+    if (!op.algo.empty()) slice.args.push_back({"algo", op.algo});
+    if (!op.proto.empty()) slice.args.push_back({"proto", op.proto});
+    slice.args.push_back({"channels", int64_t(r.channels)});
+    if (r.busbw_gbps >= 0) slice.args.push_back({"busbw_gbps", r.busbw_gbps});
+    if (op.linked) slice.flow_in = GpuCollectives::flow_id(op, i);
+    sink.add_gpu_slice(slice);
+  }
+}
+
 void add_comm_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real,
-                     const PythonStacks& stacks) {
+                     const PythonStacks& stacks, GpuCollectives& collectives) {
   each_comm_call(rec, [&](const CommCallRow& c) {
     TimelineSlice slice = call_slice(c, to_real, "comm");
+    if (c.name.starts_with("nccl")) slice.flow_out = collectives.claim(c);
     if (c.count >= 0) slice.args.push_back({"count", c.count});
     if (!c.datatype.empty()) slice.args.push_back({"datatype", std::string(c.datatype)});
     if (c.bytes >= 0) slice.args.push_back({"bytes", c.bytes});
@@ -377,7 +448,9 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   GpuLaunches launches = gpu_launches(rec);
   add_cuda_slices(rec, sink, to_real, stacks, launches);
   add_gpu_slices(rec, sink, to_real, launches);
-  add_comm_slices(rec, sink, to_real, stacks);
+  GpuCollectives collectives = gpu_collectives(rec);
+  add_comm_slices(rec, sink, to_real, stacks, collectives);
+  add_gpu_collective_slices(collectives, sink, to_real);
   add_torch_slices(rec, sink, to_real, stacks);
   add_python_slices(rec, sink, to_real);
   add_offcpu_slices(rec, sink, to_real, stacks);

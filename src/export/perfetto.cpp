@@ -219,7 +219,8 @@ class PerfettoWriter final : public TimelineSink {
     if (inserted) {
       // uuids with bit 60 set: apart from instant (61), counter (62), process (63) and thread
       Track t{(uint64_t{1} << 60) | tracks_.size(), g.pid, 0, false,
-              fmt::format("GPU {} stream {}", g.device, g.stream), true};
+              g.track.empty() ? fmt::format("GPU {} stream {}", g.device, g.stream) : g.track,
+              true};
       track_index_.emplace(t.uuid, tracks_.size());
       tracks_.push_back(std::move(t));
     }

@@ -42,7 +42,8 @@ struct TimelineGpuSlice {
   uint64_t ts_ns = 0;  // wall clock (realtime) ns
   uint64_t dur_ns = 0;
   uint32_t pid = 0;
-  uint32_t device = 0, stream = 0;
+  uint32_t device = 0, stream = 0;  // its track's key in the process (with `track`)
+  std::string track;     // its track's name; "": "GPU {device} stream {stream}"
   std::string category;  // "gpu"
   std::string name;      // the kernel, or "memcpy HostToDevice", "memset"
   std::vector<TimelineArg> args;

@@ -109,8 +109,10 @@ struct GpuCollective {
   char datatype[16];  // "ncclFloat32", ...
   char algo[16];      // "RING", "TREE", ...; "" for p2p
   char proto[16];     // "LL", "LL128", "SIMPLE"; "" for p2p
+  uint32_t ns_pid;    // the process's pid in its own pid namespace (a container's): tid is too
+  uint32_t reserved;
 };
-static_assert(sizeof(GpuCollective) == 160, "entry layout");
+static_assert(sizeof(GpuCollective) == 168, "entry layout");
 inline constexpr uint8_t kCollectiveP2p = 1;       // a send or recv
 inline constexpr uint8_t kCollectiveGpuClock = 2;  // start/end from the GPU's timer (else none)
 

@@ -53,17 +53,22 @@ int64_t wall_minus_monotonic() {
   return best;
 }
 
+struct Operation;
+
 struct Communicator {
   uint64_t hash;
   int rank, nranks;
+  Operation* live;  // its operations not written yet (written at finalize if they never end)
 };
 
 // The plugin's handles start with their kind: NCCL hands back only the handle.
-enum class Handle : uint32_t { operation = 0x6f705f65, channel = 0x63685f65 };
+enum class Handle : uint32_t { operation = 0x6f705f65, channel = 0x63685f65, spare = 0x73705f65 };
 
 struct Operation {
   Handle kind;
   int refs;  // its own stop, its channels' completion (while it has channels), each channel
+  Communicator* comm;
+  Operation *prev, *next;  // in comm->live; `next` also chains the spares
   uint64_t gpu_first, gpu_last;  // globaltimer: the channels' earliest start, latest stop
   GpuCollective record;
   const char *func, *datatype, *algo, *proto;
@@ -84,9 +89,27 @@ struct Locked {
   ~Locked() { pthread_mutex_unlock(&state_lock); }
 };
 
-// Drops a reference (state_lock held); the last one writes the operation and frees it.
-void release(Operation* op) {
-  if (--op->refs > 0) return;
+// Operations are never given back to malloc: NCCL may still name a written one as a channel's
+// parent (a CUDA graph's replays reuse the operation it captured), and must then find a spare,
+// not freed memory. Spares are reused oldest first, only once kSpareDelay of them wait, so that
+// such a late channel almost always meets a spare (and is left out) rather than a new operation.
+constexpr size_t kSpareDelay = 1024;
+Operation *spares_head = nullptr, *spares_tail = nullptr;
+size_t spare_count = 0, outstanding = 0;
+
+Operation* take_operation() {  // state_lock held
+  if (spare_count > kSpareDelay) {
+    Operation* op = spares_head;
+    spares_head = op->next;
+    if (!spares_head) spares_tail = nullptr;
+    --spare_count;
+    *op = Operation{};
+    return op;
+  }
+  return static_cast<Operation*>(calloc(1, sizeof(Operation)));
+}
+
+void write_and_spare(Operation* op) {  // state_lock held
   if (op->gpu_first && op->gpu_last >= op->gpu_first) {
     int64_t offset = wall_minus_monotonic();
     op->record.start_ns = uint64_t(int64_t(op->gpu_first) - offset);
@@ -95,15 +118,36 @@ void release(Operation* op) {
   }
   eacgm::gputime::library_batcher.add(op->record, op->func, op->datatype, op->algo, op->proto,
                                       ns_of(CLOCK_MONOTONIC));
-  free(op);
+  (op->prev ? op->prev->next : op->comm->live) = op->next;
+  if (op->next) op->next->prev = op->prev;
+  op->kind = Handle::spare;
+  op->next = nullptr;
+  (spares_tail ? spares_tail->next : spares_head) = op;
+  spares_tail = op;
+  ++spare_count;
+  // nothing in flight (a synchronous step's end): hand the rows over now, not at the next
+  // operation, which may come minutes later (one uprobe trap per step on NCCL's proxy thread)
+  if (--outstanding == 0) eacgm::gputime::library_batcher.flush();
 }
 
-Operation* new_operation(const Communicator* comm) {
-  auto* op = static_cast<Operation*>(calloc(1, sizeof(Operation)));
+// Drops a reference (state_lock held); the last one writes the operation.
+void release(Operation* op) {
+  if (--op->refs == 0) write_and_spare(op);
+}
+
+Operation* new_operation(Communicator* comm) {
+  Locked lock;
+  Operation* op = take_operation();
   if (!op) return nullptr;
   op->kind = Handle::operation;
   op->refs = 1;
+  op->comm = comm;
+  op->next = comm->live;
+  if (comm->live) comm->live->prev = op;
+  comm->live = op;
+  ++outstanding;
   op->record.tid = uint32_t(syscall(SYS_gettid));  // gettid() is glibc 2.30+
+  op->record.ns_pid = uint32_t(getpid());
   op->record.comm_hash = comm->hash;
   op->record.rank = comm->rank;
   op->record.nranks = comm->nranks;
@@ -111,7 +155,8 @@ Operation* new_operation(const Communicator* comm) {
   return op;
 }
 
-Operation* start_collective(const Communicator* comm, const CollDescr& d) {
+// The operation's description, before NCCL has its handle (no other thread can see it yet).
+Operation* start_collective(Communicator* comm, const CollDescr& d) {
   Operation* op = new_operation(comm);
   if (!op) return nullptr;
   op->record.seq = d.seq;
@@ -124,7 +169,7 @@ Operation* start_collective(const Communicator* comm, const CollDescr& d) {
   return op;
 }
 
-Operation* start_p2p(const Communicator* comm, const P2pDescr& d) {
+Operation* start_p2p(Communicator* comm, const P2pDescr& d) {
   Operation* op = new_operation(comm);
   if (!op) return nullptr;
   op->record.seq = ~0ull;
@@ -139,13 +184,15 @@ Operation* start_p2p(const Communicator* comm, const P2pDescr& d) {
 
 Channel* start_channel(void* parent, const KernelChDescr& d) {
   auto* op = static_cast<Operation*>(parent);
-  if (!op || op->kind != Handle::operation) return nullptr;  // a parent eacgm did not make
+  if (!op) return nullptr;
+  Locked lock;
+  // a parent eacgm did not make, or one already written (a CUDA graph's replay): left out
+  if (op->kind != Handle::operation) return nullptr;
   auto* ch = static_cast<Channel*>(calloc(1, sizeof(Channel)));
   if (!ch) return nullptr;
   ch->kind = Handle::channel;
   ch->op = op;
   ch->gpu_start = d.gpu_timer;
-  Locked lock;
   ++op->refs;
   return ch;
 }
@@ -154,6 +201,11 @@ void stop_channel(Channel* ch) {
   uint64_t now = ns_of(CLOCK_MONOTONIC);
   Locked lock;
   Operation* op = ch->op;
+  ch->kind = Handle::spare;
+  if (op->kind != Handle::operation) {  // written at its communicator's finalize
+    free(ch);
+    return;
+  }
   GpuCollective& r = op->record;
   if (ch->gpu_start && ch->gpu_stop >= ch->gpu_start) {
     if (!op->gpu_first || ch->gpu_start < op->gpu_first) op->gpu_first = ch->gpu_start;
@@ -166,7 +218,7 @@ void stop_channel(Channel* ch) {
   free(ch);
 }
 
-Result start_event(const Communicator* comm, void** handle, uint64_t type, void* parent,
+Result start_event(Communicator* comm, void** handle, uint64_t type, void* parent,
                    const EventDetail& d) {
   *handle = nullptr;
   if (type == kColl && comm) {
@@ -241,8 +293,15 @@ Result init_v4(void** context, int* mask, const char*, uint64_t comm_hash, int, 
   return init(context, mask, comm_hash, nranks, rank, 4);
 }
 
+// The communicator's operations still waiting for channels NCCL will not report now (an abort,
+// a destroy before they ran) are written as they are: their rows say how many channels came.
 Result finalize(void* context) {
-  free(context);
+  auto* comm = static_cast<Communicator*>(context);
+  {
+    Locked lock;
+    while (comm && comm->live) write_and_spare(comm->live);
+  }
+  free(comm);
   eacgm::gputime::library_batcher.flush();
   return kSuccess;
 }

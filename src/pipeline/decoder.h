@@ -128,10 +128,17 @@ class EventDecoder {
     std::unordered_map<uint32_t, std::pair<uint64_t, std::string_view>> last_driver_launch;
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
     std::unordered_map<uint32_t, std::string_view> gpu_names;  // the gputime library's name ids
+    // The library names threads as the process sees them: in a container, by their ids in its
+    // own pid namespace. -1: not known yet whether it has one of its own.
+    int8_t own_pid_namespace = -1;
+    std::unordered_map<uint32_t, uint32_t> host_tids;  // namespace's tid -> the host's
+    uint64_t host_tids_read_ns = 0;
     bool called = false;                           // on_first_call was said
   };
   std::unordered_map<uint32_t, ProcessState> state_;
   ProcessState& state_of(uint32_t pid);
+  // The host's id of a thread of `pid` the gputime library named (see ProcessState).
+  uint32_t host_tid(ProcessState& st, uint32_t pid, uint32_t tid, uint64_t now_ns);
   ProcessState* last_state_ = nullptr;  // state_of's cache: the last process looked up
   uint32_t last_pid_ = 0;
   // by layer: cuda, comm, torch (a hot path: no string per call); op ~0: none yet

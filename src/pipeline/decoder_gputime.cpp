@@ -1,9 +1,16 @@
 // Decoding the gputime layer's batches (gputime/gpu_batch.h): CUPTI's records of when each
 // kernel, copy and memset ran on the GPU, and of each kernel launch, into gpu_activity rows.
+#include <fmt/format.h>
+
+#include <charconv>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
+#include <string>
 #include <utility>
 
+#include "gpu/gpu_samples.h"  // parse_ns_pid, read_ns_pid
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
 #include "probe/comm_ops.h"
@@ -138,6 +145,27 @@ GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid, Interner& 
 
 }  // namespace
 
+uint32_t EventDecoder::host_tid(ProcessState& st, uint32_t pid, uint32_t tid, uint64_t now_ns) {
+  if (st.own_pid_namespace < 0) st.own_pid_namespace = read_ns_pid(pid).has_value();
+  if (!st.own_pid_namespace) return tid;
+  auto it = st.host_tids.find(tid);
+  if (it != st.host_tids.end()) return it->second;
+  // a thread not seen yet: the process's threads read again, at most once a second
+  if (now_ns < st.host_tids_read_ns + 1'000'000'000ull && st.host_tids_read_ns) return tid;
+  st.host_tids_read_ns = now_ns;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(task.path() / "status");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint32_t host = 0;
+    std::string name = task.path().filename().string();
+    std::from_chars(name.data(), name.data() + name.size(), host);
+    if (auto inner = parse_ns_pid(text); inner && host) st.host_tids[*inner] = host;
+  }
+  it = st.host_tids.find(tid);
+  return it != st.host_tids.end() ? it->second : tid;
+}
+
 void EventDecoder::decode_gpu_batch(const eacgm_gpu_batch_event& e) {
   static_assert(sizeof(e.data) == kGpuBatchBytes, "the library's batch and the probe's copy");
   const unsigned char* at = e.data;
@@ -186,7 +214,7 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
       row.ts_ns = l.start_ns;
       row.dur_ns = l.end_ns > l.start_ns ? l.end_ns - l.start_ns : 0;
       row.pid = e.pid;
-      row.tid = l.tid;
+      row.tid = host_tid(st, e.pid, l.tid, e.ts_ns);
       row.kind = "launch";
       row.correlation = l.correlation;
       row.name = launch_api_name(l.cbid);
@@ -206,6 +234,8 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
           (!on_our_clock(c.start_ns, e.ts_ns) || !on_our_clock(c.end_ns, e.ts_ns)))
         c.flags &= uint8_t(~kCollectiveGpuClock);  // a GPU timer off the host's wall clock
       ++stats_.gpu_collectives;
+      if (c.ns_pid == e.pid) st.own_pid_namespace = 0;  // the library says: none of its own
+      c.tid = host_tid(st, e.pid, c.tid, e.ts_ns);
       out_.add(collective_row(c, e.pid, names_));
       return;
     }

@@ -88,6 +88,22 @@ GpuExecution execution(EntryKind kind, uint32_t correlation, uint64_t start, uin
   return x;
 }
 
+// A new empty folder of this test program's for a recording of `what`.
+fs::path fresh_dir(const std::string& what) {
+  fs::path dir = fs::temp_directory_path() / ("eacgm_gputime_" + what + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The recording at `path` exported as Chrome JSON into `dir`, parsed.
+nlohmann::json chrome_trace(const std::string& path, const fs::path& dir) {
+  std::string out = (dir / "run.json").string();
+  export_recording(path, out, ExportFormat::ChromeJson, false);
+  std::ifstream in(out);
+  return nlohmann::json::parse(in);
+}
+
 class GpuTimeDecode : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -312,9 +328,7 @@ void rec_meta_for_page(const std::string& path) {
 // The report's GPU time from a recording with known rows: busy time counts overlapping work
 // once, queue delays come from each kernel's launch, kernels rank by GPU time.
 TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
-  fs::path dir = fs::temp_directory_path() / ("eacgm_gputime_report_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  fs::path dir = fresh_dir("report");
   std::string path = (dir / "run.eacgm.db").string();
   {
     RecordingWriter w(path, false);
@@ -394,9 +408,7 @@ TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
 // launch call (eacgm's uprobe row) that CUPTI's launch record lies in (same thread, inside its
 // span); a kernel whose launch eacgm did not see gets no arrow.
 TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
-  fs::path dir = fs::temp_directory_path() / ("eacgm_gputime_export_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  fs::path dir = fresh_dir("export");
   std::string path = (dir / "run.eacgm.db").string();
   {
     RecordingWriter w(path, false);
@@ -419,10 +431,7 @@ TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
     w.flush();
     ASSERT_EQ(w.close(), "");
   }
-  std::string out = (dir / "run.json").string();
-  export_recording(path, out, ExportFormat::ChromeJson, false);
-  std::ifstream in(out);
-  auto trace = nlohmann::json::parse(in);
+  auto trace = chrome_trace(path, dir);
   std::map<std::string, int> phases;
   std::string gpu_thread;
   int64_t gpu_tid = -1;
@@ -446,6 +455,62 @@ TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["tid"] == gpu_tid && e["name"] == "axpy") ++kernels;
   EXPECT_EQ(kernels, 2);
+  fs::remove_all(dir);
+}
+
+// NCCL's operations on the GPU: a track per communicator under the process, each operation with
+// the arrow from the NCCL call on its thread whose span holds its enqueue; one whose call eacgm
+// did not see gets none, one without a GPU time no slice.
+TEST(GpuTimeExport, NcclOperationsOnTheirCommunicatorsTrackWithArrowsFromTheirCalls) {
+  fs::path dir = fresh_dir("nccl");
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    w.set_meta("monotonic_to_realtime_ns", "1000000000000");
+    CommCallRow call;
+    call.ts_ns = 10'000, call.dur_ns = 4'000, call.pid = 9, call.tid = 10;
+    call.name = "ncclAllReduce", call.rank = 0, call.nranks = 2;
+    w.add(call);
+    GpuCollectiveRow g;
+    g.ts_ns = 12'000, g.dur_ns = 30'000, g.pid = 9, g.tid = 10, g.name = "ncclAllReduce";
+    g.comm_hash = 0xabcdef123456ull, g.seq = 0, g.rank = 0, g.nranks = 2, g.algo = "RING";
+    g.has_gpu_time = true, g.gpu_start_ns = 20'000, g.gpu_dur_ns = 5'000;
+    w.add(g);
+    GpuCollectiveRow uncalled = g;  // its call not traced: no arrow
+    uncalled.ts_ns = 50'000, uncalled.seq = 1, uncalled.gpu_start_ns = 60'000;
+    w.add(uncalled);
+    GpuCollectiveRow untimed = g;  // no channel reported: no slice
+    untimed.ts_ns = 80'000, untimed.seq = 2, untimed.has_gpu_time = false;
+    w.add(untimed);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  auto trace = chrome_trace(path, dir);
+  int64_t lane = -1;
+  std::map<std::string, int> phases;
+  nlohmann::json start, finish;
+  std::vector<double> on_lane;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"] == "NCCL comm 123456 on the GPU")
+      lane = e["tid"];
+  ASSERT_NE(lane, -1) << trace.dump();
+  for (const auto& e : trace["traceEvents"]) {
+    ++phases[e["ph"].get<std::string>()];
+    if (e["ph"] == "s") start = e;
+    if (e["ph"] == "f") finish = e;
+    if (e["ph"] == "X" && e["tid"] == lane) on_lane.push_back(e["ts"].get<double>());
+  }
+  EXPECT_EQ(on_lane, (std::vector<double>{1000000020.0, 1000000060.0}));
+  EXPECT_EQ(phases["s"], 1);
+  EXPECT_EQ(phases["f"], 1);
+  EXPECT_EQ(start["id"], finish["id"]);
+  EXPECT_EQ(start["tid"], 10);
+  EXPECT_EQ(finish["tid"], lane);
+  EXPECT_EQ(finish["ts"], 1000000020.0);
+  // and Perfetto's format takes the same
+  export_recording(path, (dir / "run.pftrace").string(), ExportFormat::Perfetto, false);
+  EXPECT_GT(fs::file_size(dir / "run.pftrace"), 0u);
   fs::remove_all(dir);
 }
 
