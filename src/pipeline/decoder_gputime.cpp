@@ -235,7 +235,9 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
         c.flags &= uint8_t(~kCollectiveGpuClock);  // a GPU timer off the host's wall clock
       ++stats_.gpu_collectives;
       if (c.ns_pid == e.pid) st.own_pid_namespace = 0;  // the library says: none of its own
-      c.tid = host_tid(st, e.pid, c.tid, e.ts_ns);
+      // the main thread's id is the process's, in its namespace as on the host (and it is the
+      // one thread known after the process is gone: a short job's rows come at its exit)
+      c.tid = c.ns_pid && c.tid == c.ns_pid ? e.pid : host_tid(st, e.pid, c.tid, e.ts_ns);
       out_.add(collective_row(c, e.pid, names_));
       return;
     }

@@ -5,7 +5,8 @@
  * does (interface v5; v4 with FAKE_NCCL_PROFILER=4): init per communicator, each operation
  * started and stopped (= enqueued) on the caller's thread, then its channels' kernel events on a
  * proxy thread, with GPU timer values on the wall clock (the GPU's globaltimer), and finalize at
- * ncclCommDestroy. The GPU "runs" every operation on each channel c from enqueue + 300 us +
+ * ncclCommDestroy. The GPU "runs" every operation on each channel c from its start (as the
+ * plugin was told it, read just after) + 300 us +
  * 50 us x c for 1000 us + 50 us x c: an operation of C channels takes 1000 + 100 (C - 1) us.
  * With FAKE_NCCL_BOARD naming a file the ranks share (processes of one job), a collective's
  * kernels instead wait for every rank's to start, as NCCL's do: each channel stops 1000 us +
@@ -297,9 +298,9 @@ static void run_operation(ncclComm_t comm, uint64_t type, union detail *d, int c
 		take(2000000);
 		return;
 	}
-	uint64_t enqueued = wall_ns();
 	void *op = NULL;
 	start_event(c->ctx, &op, type, NULL, d);
+	uint64_t enqueued = wall_ns(); /* after the plugin stamped the start */
 	take(2000000);
 	stop_of()(op);
 	if (!op || !(c->mask & KERNEL_CH))
