@@ -130,10 +130,11 @@ void DetectionSink::add(const CommCallRow& r) {
   // (the name's kind once per group: its rows need no string of their own)
   // NCCL's ranks are known from their creation calls, or, where the agent attached after those,
   // from NCCL's profiler plugin (the gputime layer)
+  // (once per group: after that, nothing more is looked up per call)
+  if (!g || g->collective || !collectives_) return;
   bool ranked = (r.rank >= 0 && r.nranks > 1 && r.rank < r.nranks) ||
-                (collectives_ && r.name.starts_with("nccl") && collectives_->gpu_timed(r.pid));
-  if (g && !g->collective && collectives_ && ranked && is_collective(std::string(r.name)))
-    g->collective = true;
+                (r.name.starts_with("nccl") && collectives_->gpu_timed(r.pid));
+  if (ranked && is_collective(std::string(r.name))) g->collective = true;
 }
 
 void DetectionSink::explain_waits(std::vector<AgentAnomaly>& found) {

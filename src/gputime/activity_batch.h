@@ -25,9 +25,9 @@ class ActivityBatcher {
   // One CUPTI record: kernels (CONCURRENT_KERNEL, KERNEL), copies, memsets and runtime API
   // records are packed; other kinds are ignored. Thread-safe, as are the others.
   void add(const CUpti_Activity* record);
-  // An NCCL operation (nccl_profiler.cpp), completed at `now_ns`, with NCCL's strings. What is packed is handed over at once
-  // when the batch's first entry is kMaxHoldNs old, so that a job of few collectives is not
-  // seen only at its end.
+  // An NCCL operation (nccl_profiler.cpp), completed at `now_ns`, with NCCL's strings. What is
+  // packed is handed over at once when the batch's first collective is kMaxHoldNs old (the
+  // plugin also flushes whenever nothing is in flight).
   void add(GpuCollective c, const char* func, const char* datatype, const char* algo,
            const char* proto, uint64_t now_ns);
   static constexpr uint64_t kMaxHoldNs = 100'000'000;

@@ -129,8 +129,8 @@ class EventDecoder {
     std::unordered_map<uint64_t, CommInfo> comms;  // NCCL communicators created while traced
     std::unordered_map<uint32_t, std::string_view> gpu_names;  // the gputime library's name ids
     // The library names threads as the process sees them: in a container, by their ids in its
-    // own pid namespace. -1: not known yet whether it has one of its own.
-    int8_t own_pid_namespace = -1;
+    // own pid namespace. The process's pid there; 0: the host's namespace; -1: not known yet.
+    int64_t ns_pid = -1;
     std::unordered_map<uint32_t, uint32_t> host_tids;  // namespace's tid -> the host's
     uint64_t host_tids_read_ns = 0;
     bool called = false;                           // on_first_call was said

@@ -146,8 +146,11 @@ GpuCollectiveRow collective_row(const GpuCollective& c, uint32_t pid, Interner& 
 }  // namespace
 
 uint32_t EventDecoder::host_tid(ProcessState& st, uint32_t pid, uint32_t tid, uint64_t now_ns) {
-  if (st.own_pid_namespace < 0) st.own_pid_namespace = read_ns_pid(pid).has_value();
-  if (!st.own_pid_namespace) return tid;
+  if (st.ns_pid < 0) st.ns_pid = read_ns_pid(pid).value_or(0);
+  if (st.ns_pid == 0) return tid;
+  // the main thread's id is the process's (and it is the one thread still known after the
+  // process is gone: a short job's rows come at its exit)
+  if (tid == uint64_t(st.ns_pid)) return pid;
   auto it = st.host_tids.find(tid);
   if (it != st.host_tids.end()) return it->second;
   // a thread not seen yet: the process's threads read again, at most once a second
@@ -234,10 +237,8 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
           (!on_our_clock(c.start_ns, e.ts_ns) || !on_our_clock(c.end_ns, e.ts_ns)))
         c.flags &= uint8_t(~kCollectiveGpuClock);  // a GPU timer off the host's wall clock
       ++stats_.gpu_collectives;
-      if (c.ns_pid == e.pid) st.own_pid_namespace = 0;  // the library says: none of its own
-      // the main thread's id is the process's, in its namespace as on the host (and it is the
-      // one thread known after the process is gone: a short job's rows come at its exit)
-      c.tid = c.ns_pid && c.tid == c.ns_pid ? e.pid : host_tid(st, e.pid, c.tid, e.ts_ns);
+      if (c.ns_pid) st.ns_pid = c.ns_pid == e.pid ? 0 : c.ns_pid;  // the library's own word
+      c.tid = host_tid(st, e.pid, c.tid, e.ts_ns);
       out_.add(collective_row(c, e.pid, names_));
       return;
     }

@@ -191,7 +191,8 @@ void check_cupti(Doctor& d) {
     d.ok("CUPTI", cupti.front() + " (gputime layer: record gives its command eacgm's CUDA "
                                   "injection library)");
   // NCCL loads its profiler plugin itself (2.26+); the library is the plugin too
-  if (const char* plugin = getenv("NCCL_PROFILER_PLUGIN"); plugin && *plugin)
+  if (const char* plugin = getenv("NCCL_PROFILER_PLUGIN");
+      plugin && *plugin && !looks_like_gputime_library(plugin))
     d.ok("NCCL GPU time", std::string("NCCL_PROFILER_PLUGIN is set here (") + plugin +
                               "): record leaves it to the command and eacgm's NCCL plugin off");
   else
