@@ -229,7 +229,8 @@ std::string FlightRecorder::write_snapshot(const std::string& path, const Snapsh
             w.add(r);
             using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
             if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
-                          !std::is_same_v<R, GpuCollectiveRow>)
+                          !std::is_same_v<R, GpuCollectiveRow> &&
+                          !std::is_same_v<R, GpuSliceRow>)
               ++calls;
           },
           h.row);

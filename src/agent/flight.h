@@ -43,6 +43,7 @@ class FlightRecorder final : public Sink {
   void add(const GpuXidEvent& r) override { keep(r, r.ts_ns); }
   void add(const GpuActivityRow& r) override { keep(r, r.ts_ns); }
   void add(const GpuCollectiveRow& r) override { keep(r, r.ts_ns); }
+  void add(const GpuSliceRow& r) override { keep(r, r.ts_ns); }
   void add(const PythonStackFrameRow& r) override;
   void add(const ProcessRow& r) override { processes_[r.pid] = r; }
   void add(const ProcessExitRow& r) override;
@@ -71,7 +72,7 @@ class FlightRecorder final : public Sink {
  private:
   using Row = std::variant<CudaCallRow, CommCallRow, TorchCallRow, PythonCallRow, HostSampleRow,
                            GpuSample, GpuProcessSample, GpuXidEvent, GpuActivityRow,
-                           GpuCollectiveRow>;
+                           GpuCollectiveRow, GpuSliceRow>;
   struct Held {
     uint64_t ts_ns;
     Row row;

@@ -69,7 +69,8 @@ int write_library(const std::string& dir) {
           "  CUDA_INJECTION64_PATH=%s\n"
           "  NCCL_PROFILER_PLUGIN=%s\n"
           "then eacgm agent (or record -p) on its node records when its kernels and NCCL "
-          "operations ran on the GPU\n",
+          "operations ran on the GPU. Kernels, copies and memsets are collected the first 1 s of "
+          "every 10 s (CUPTI's cost); EACGM_GPUTIME_DUTY=full in the job collects everything\n",
           path.c_str(), path.c_str());
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "probe/torch_ops.h"
 #include "events.h"
+#include "gputime/duty.h"
 #include "record/recorder.h"
 #include "util/error.h"
 
@@ -176,6 +177,23 @@ std::function<int()> add_record(CLI::App& app) {
   add_layer_options(cmd, *layers, *torch_ops);
   PythonCallOptions py = add_python_options(cmd, *opts);
   add_sampling_options(cmd, *opts);
+  cmd->add_option("--gputime-duty", opts->gputime_duty,
+                  "gputime layer in the command record launches: 'full' (CUPTI's records on "
+                  "throughout: every kernel, ~3-10 us per launch on the launching thread) or "
+                  "ON/PERIOD, on for the first ON of every PERIOD (e.g. 1s/10s: a tenth of the "
+                  "cost; units ms, s, m; ON at least 10ms). A job that loads eacgm's library "
+                  "itself (the agent, -p) gets $EACGM_GPUTIME_DUTY, else " +
+                      std::string(gputime::kDefaultDuty))
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& s) {
+            gputime::Duty d;
+            return gputime::parse_duty(s.c_str(), d)
+                       ? std::string()
+                       : "'" + s + "' is not 'full' or ON/PERIOD with units, ON at least 10ms "
+                             "and shorter than PERIOD (e.g. 1s/10s, 200ms/5s)";
+          },
+          "full|ON/PERIOD", ""));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
   cmd->add_option("--duration", opts->duration_s, "stop after this many seconds (0: no limit)")
       ->check(number_in(0.0, 1e9, "a number of seconds"));

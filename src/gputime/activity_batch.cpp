@@ -132,6 +132,14 @@ void ActivityBatcher::dropped(uint64_t records) {
   put(&d, sizeof(d));
 }
 
+void ActivityBatcher::slice(uint64_t start_ns, uint64_t end_ns) {
+  Lock lock(mu_);
+  GpuSlice s{};
+  s.h = {uint16_t(EntryKind::slice), uint16_t(sizeof(GpuSlice))};
+  s.start_ns = start_ns, s.end_ns = end_ns;
+  put(&s, sizeof(s));
+}
+
 void ActivityBatcher::put_text(EntryKind kind, uint32_t id, const char* text) {
   size_t n = strnlen(text, kMaxTextBytes - 1);
   uint16_t bytes = entry_bytes(uint32_t(sizeof(GpuText) + n + 1));

@@ -29,6 +29,7 @@ enum class EntryKind : uint16_t {
   dropped = 7,  // GpuDropped: records CUPTI dropped (its buffers full)
   collective = 8,  // GpuCollective: an NCCL collective or point-to-point operation (the library
                    // as NCCL's profiler plugin, nccl_profiler.cpp)
+  slice = 9,       // GpuSlice: a span in which CUPTI's records were on (duty-cycled, duty.h)
 };
 
 struct EntryHeader {
@@ -80,6 +81,17 @@ struct GpuDropped {
   uint32_t reserved;
   uint64_t records;
 };
+
+// Duty-cycled GPU time (EACGM_GPUTIME_DUTY, duty.h): CUPTI's records were on from start_ns to
+// end_ns (CLOCK_MONOTONIC). Sent as each slice ends (and at exit); a library that keeps them on
+// all the time sends none, so a process without slices had them on throughout.
+struct GpuSlice {
+  EntryHeader h;
+  uint32_t reserved;
+  uint64_t start_ns;
+  uint64_t end_ns;
+};
+static_assert(sizeof(GpuSlice) == 24, "entry layout");
 
 // An NCCL operation as NCCL's profiler plugin saw it: enqueued by a thread of the process, run
 // by its kernel on every channel, seen complete by NCCL's proxy thread. Host times are

@@ -32,6 +32,7 @@ struct DecoderStats {
   uint64_t native_stacks = 0;    // distinct native stacks among them
   uint64_t gpu_activity = 0;     // gputime rows (executions and launches)
   uint64_t gpu_collectives = 0;  // gputime rows of NCCL operations (NCCL's profiler plugin)
+  uint64_t gpu_slices = 0;       // duty-cycled GPU time: the spans collected
   uint64_t gpu_dropped = 0;      // records CUPTI dropped (its buffers were full)
   uint64_t gpu_off_clock = 0;    // records not on the recording's clock (left out)
 };

@@ -257,6 +257,18 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
       }
       return;
     }
+    case EntryKind::slice: {
+      if (bytes < sizeof(GpuSlice)) return;
+      GpuSlice s;
+      std::memcpy(&s, entry, sizeof(s));
+      if (!on_our_clock(s.start_ns, e.ts_ns) || s.end_ns < s.start_ns) {
+        ++stats_.gpu_off_clock;
+        return;
+      }
+      ++stats_.gpu_slices;
+      out_.add(GpuSliceRow{s.start_ns, s.end_ns - s.start_ns, e.pid});
+      return;
+    }
     case EntryKind::dropped: {
       if (bytes < sizeof(GpuDropped)) return;
       GpuDropped d;

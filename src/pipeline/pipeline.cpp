@@ -87,11 +87,12 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     if (host_) host_->name_process(pid, name);
   };
   // What the injection library says: kept for the meta (a few lines); its problems said now
+  // (where its CUPTI came from and its duty cycle are facts, not problems)
   decoder_->on_gpu_note = [this](uint32_t pid, const std::string& note) {
     std::string line = fmt::format("pid {}: {}", pid, note);
     if (std::count(gpu_notes_.begin(), gpu_notes_.end(), '\n') < 20)
       gpu_notes_ += (gpu_notes_.empty() ? "" : "\n") + line;
-    if (!note.starts_with("CUPTI from") && !opts_.quiet)
+    if (!note.starts_with("CUPTI from") && !note.starts_with("GPU time on for") && !opts_.quiet)
       fprintf(stderr, "eacgm: layer gputime: %s\n", line.c_str());
   };
   decoder_->on_process_exit = [this](uint32_t pid, int) {
@@ -426,6 +427,7 @@ void Pipeline::finish() {
     const DecoderStats& d = decoder_->stats();
     out_.set_meta("gpu_activity_rows", std::to_string(d.gpu_activity));
     out_.set_meta("gpu_collective_rows", std::to_string(d.gpu_collectives));
+    if (d.gpu_slices) out_.set_meta("gpu_time_slices", std::to_string(d.gpu_slices));
     if (d.gpu_dropped) out_.set_meta("gpu_activity_dropped", std::to_string(d.gpu_dropped));
     if (d.gpu_off_clock) out_.set_meta("gpu_activity_off_clock", std::to_string(d.gpu_off_clock));
     if (!gpu_notes_.empty()) out_.set_meta("gputime_notes", gpu_notes_);

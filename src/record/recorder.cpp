@@ -137,6 +137,7 @@ std::vector<std::string> RecordSession::gputime_environment() {
   for (const std::string& why : taken) fprintf(stderr, "eacgm: layer gputime: %s\n", why.c_str());
   std::vector<std::string> env;
   for (const char* var : ours) env.push_back(std::string(var) + "=" + gputime_->path());
+  env.push_back("EACGM_GPUTIME_DUTY=" + opts_.gputime_duty);
   return env;
 }
 

@@ -15,6 +15,9 @@ struct RecordOptions : TraceOptions {
   double duration_s = 0;  // 0: until the target exits or Ctrl-C
   std::vector<uint32_t> pids;
   std::vector<std::string> command;
+  // the gputime layer's duty cycle in the command record launches (EACGM_GPUTIME_DUTY:
+  // gputime/duty.h): everything by default, as a one-off recording is for
+  std::string gputime_duty = "full";
   RecordOptions() { sample_hz = 99; }  // record profiles by default; the agent does not
 };
 

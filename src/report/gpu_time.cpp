@@ -29,21 +29,44 @@ std::string bytes_text(int64_t b) {
   return fmt::format("{:.2f} GiB", double(b) / (1 << 30));
 }
 
-// The union of intervals, sorted by start: how long at least one ran.
-uint64_t covered_ns(std::vector<std::pair<uint64_t, uint64_t>>& spans) {
+using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// The union of intervals: disjoint, sorted.
+Spans merged(Spans spans) {
   std::sort(spans.begin(), spans.end());
-  uint64_t total = 0, start = 0, end = 0;
-  bool open = false;
+  Spans out;
   for (auto [s, e] : spans) {
-    if (open && s <= end) {
-      end = std::max(end, e);
-      continue;
-    }
-    if (open) total += end - start;
-    start = s, end = e, open = true;
+    if (!out.empty() && s <= out.back().second)
+      out.back().second = std::max(out.back().second, e);
+    else
+      out.emplace_back(s, e);
   }
-  if (open) total += end - start;
+  return out;
+}
+
+uint64_t total_ns(const Spans& disjoint) {
+  uint64_t total = 0;
+  for (auto [s, e] : disjoint) total += e - s;
   return total;
+}
+
+// How long two unions (disjoint, sorted) overlap.
+uint64_t overlap_ns(const Spans& a, const Spans& b) {
+  uint64_t total = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    uint64_t s = std::max(a[i].first, b[j].first), e = std::min(a[i].second, b[j].second);
+    if (e > s) total += e - s;
+    (a[i].second < b[j].second ? i : j)++;
+  }
+  return total;
+}
+
+// Innermost frames first, as the page shows them: "func (file:line)".
+std::vector<std::string> stack_text(const RecordingReader& rec, int64_t id) {
+  std::vector<std::string> out;
+  for (const auto& f : python_stack(rec, id, 64))
+    out.push_back(fmt::format("{} ({}:{})", f.name, f.file, std::max<int64_t>(f.line, 0)));
+  return out;
 }
 
 std::vector<GpuCollectiveTime> collective_times(const RecordingReader& rec) {
@@ -130,9 +153,22 @@ GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top) {
       ++s.unlinked;
     }
   });
+  // duty-cycled: what was collected (the slices), and the busy time within it
+  Spans slices;
+  each_gpu_slice(rec, [&](const GpuSliceRow& r) { slices.emplace_back(r.ts_ns, r.ts_ns + r.dur_ns); });
+  s.slices = slices.size();
+  slices = merged(std::move(slices));
+  s.collected_ns = total_ns(slices);
+  if (!slices.empty()) s.sliced_span_ns = slices.back().second - slices.front().first;
   for (auto& [id, d] : devices) {
-    d.t.busy_ns = covered_ns(d.spans);
-    d.t.span_ns = d.last > d.first ? d.last - d.first : 0;
+    Spans busy = merged(std::move(d.spans));
+    if (slices.empty()) {
+      d.t.busy_ns = total_ns(busy);
+      d.t.span_ns = d.last > d.first ? d.last - d.first : 0;
+    } else {
+      d.t.busy_ns = overlap_ns(busy, slices);
+      d.t.span_ns = overlap_ns(Spans{{d.first, std::max(d.last, d.first)}}, slices);
+    }
     s.devices.push_back(d.t);
   }
   std::sort(queues.begin(), queues.end());
@@ -157,6 +193,13 @@ GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.kernel < b.kernel;
   });
   if (s.kernels.size() > top) s.kernels.resize(top);
+  // their Python stacks: the cuda layer's launch calls name the kernel they launched as CUPTI
+  // names its execution (both demangled)
+  if (!s.kernels.empty()) {
+    std::map<std::string, int64_t> usual = usual_python_stacks(rec, "cuda", true);
+    for (auto& k : s.kernels)
+      if (auto it = usual.find(k.kernel); it != usual.end()) k.python_stack = stack_text(rec, it->second);
+  }
   s.collectives = collective_times(rec);
   return s;
 }
@@ -181,10 +224,16 @@ void print_gpu_time(const GpuTimeSummary& s, FILE* out) {
   if (s.empty()) return;
   fmt::print(out,
              "\nGPU time (gputime layer: when the GPU ran the work, not when it was asked):\n");
+  if (s.slices)
+    fmt::print(out,
+               "  duty-cycled (EACGM_GPUTIME_DUTY): collected in {} slices, {} of {}; what "
+               "follows is what ran in them\n",
+               s.slices, ns_text(double(s.collected_ns)), ns_text(double(s.sliced_span_ns)));
   for (const auto& d : s.devices)
     fmt::print(out,
-               "  device {}: busy {} of {} ({:.1f}%); kernels {}, copies {} ({}), memsets {}\n",
+               "  device {}: busy {} of {}{} ({:.1f}%); kernels {}, copies {} ({}), memsets {}\n",
                d.device, ns_text(double(d.busy_ns)), ns_text(double(d.span_ns)),
+               s.slices ? " collected" : "",
                d.span_ns ? 100.0 * double(d.busy_ns) / double(d.span_ns) : 0.0, d.kernels, d.copies,
                bytes_text(d.copy_bytes), d.memsets);
   if (s.linked)
@@ -196,10 +245,17 @@ void print_gpu_time(const GpuTimeSummary& s, FILE* out) {
   if (s.kernels.empty()) return;
   fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "executions", "GPU time", "p50",
              "max", "queue p50", "kernel");
-  for (const auto& k : s.kernels)
+  for (const auto& k : s.kernels) {
     fmt::print(out, "  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", k.executions,
                ns_text(double(k.total_ns)), ns_text(double(k.p50_ns)), ns_text(double(k.max_ns)),
                k.queued ? ns_text(double(k.queue_p50_ns)) : "-", k.kernel);
+    // where it is launched from: the innermost frames of its usual Python stack
+    if (k.python_stack.empty()) continue;
+    std::string from;
+    for (size_t i = 0; i < k.python_stack.size() && i < 3; ++i)
+      from += (i ? " < " : "") + k.python_stack[i];
+    fmt::print(out, "  {:>58}  from {}\n", "", from);
+  }
 }
 
 nlohmann::json gpu_time_json(const GpuTimeSummary& s) {
@@ -214,6 +270,10 @@ nlohmann::json gpu_time_json(const GpuTimeSummary& s) {
                             {"copies", d.copies},
                             {"copy_bytes", d.copy_bytes},
                             {"memsets", d.memsets}});
+  if (s.slices)
+    j["duty_cycled"] = {{"slices", s.slices},
+                        {"collected_ns", s.collected_ns},
+                        {"span_ns", s.sliced_span_ns}};
   j["queue_delay_ns"] = {{"linked", s.linked},    {"unlinked", s.unlinked},
                          {"p50", s.queue_p50_ns}, {"p95", s.queue_p95_ns},
                          {"p99", s.queue_p99_ns}, {"max", s.queue_max_ns}};
@@ -237,7 +297,8 @@ nlohmann::json gpu_time_json(const GpuTimeSummary& s) {
                                 {"gpu_ns", k.total_ns},
                                 {"p50_ns", k.p50_ns},
                                 {"max_ns", k.max_ns},
-                                {"queue_p50_ns", k.queue_p50_ns}});
+                                {"queue_p50_ns", k.queue_p50_ns},
+                                {"python_stack", k.python_stack}});
   return j;
 }
 

@@ -17,12 +17,15 @@ struct GpuKernelTime {
   uint64_t total_ns = 0, p50_ns = 0, max_ns = 0;  // time on the GPU
   uint64_t queue_p50_ns = 0;                      // launch call start to GPU start
   uint64_t queued = 0;                            // executions linked to their launch
+  // the Python stack most of its launches were made from (the cuda layer's launch calls of
+  // this kernel), innermost frame first, as "func (file:line)"; empty: none recorded
+  std::vector<std::string> python_stack;
 };
 
 struct GpuDeviceTime {
   uint32_t device = 0;
   uint64_t busy_ns = 0;  // the time any kernel, copy or memset ran (overlaps counted once)
-  uint64_t span_ns = 0;  // first start to last end
+  uint64_t span_ns = 0;  // first start to last end; duty-cycled: the time collected in it
   uint64_t kernels = 0, copies = 0, memsets = 0;
   int64_t copy_bytes = 0;
 };
@@ -45,6 +48,9 @@ struct GpuTimeSummary {
   // queue delay of the kernels linked to their launch (same pid and correlation id)
   uint64_t linked = 0, unlinked = 0;
   uint64_t queue_p50_ns = 0, queue_p95_ns = 0, queue_p99_ns = 0, queue_max_ns = 0;
+  // duty-cycled GPU time (gpu_time_slices): the spans collected, their union, and from the
+  // first one's start to the last one's end; busy times count what ran inside them only
+  uint64_t slices = 0, collected_ns = 0, sliced_span_ns = 0;
   bool empty() const { return devices.empty() && collectives.empty(); }
 };
 

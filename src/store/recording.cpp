@@ -94,6 +94,11 @@ CREATE TABLE gpu_collectives(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
                              algo TEXT, proto TEXT, channels INTEGER, channels_seen INTEGER,
                              warps INTEGER, enqueue_ns INTEGER, gpu_start_ns INTEGER,
                              gpu_dur_ns INTEGER, algbw_gbps REAL, busbw_gbps REAL);
+-- gputime layer, duty-cycled (EACGM_GPUTIME_DUTY ON/PERIOD): the spans in which CUPTI's records
+-- of process pid were on. A process without rows here had them on throughout; with them,
+-- gpu_activity holds what ran in these spans only (outside them nothing was collected).
+CREATE TABLE gpu_time_slices(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
+                             pid INTEGER NOT NULL);
 -- NCCL calls. dur_ns is host-side (enqueue time for collectives); algbw/busbw follow nccl-tests
 -- over that duration, so they bound nothing on the wire. rank/nranks: from the communicator's
 -- creation, when it was traced. PyTorch c10d rows (gloo:*): dur_ns lasts until the collective
@@ -466,6 +471,7 @@ void RecordingWriter::write_batch(const Batch& b) {
     return failed("GPU samples");
   if (!write_gpu_activity(st, b.gpu_activity)) return failed("GPU activity");
   if (!write_gpu_collectives(st, b.gpu_collectives)) return failed("GPU collectives");
+  if (!write_gpu_slices(st, b.gpu_slices)) return failed("GPU time slices");
   if (!write_exits(st, b.exits)) return failed("process exits");
   if (!exec_sql(db_, "COMMIT").empty()) return failed("a batch");
   std::lock_guard lock(mu_);

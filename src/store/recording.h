@@ -52,6 +52,7 @@ class RecordingWriter final : public Sink {
   void add(const GpuXidEvent& row) override { batch_->gpu_xids.push_back(row); }
   void add(const GpuActivityRow& row) override { batch_->gpu_activity.push_back(row); }
   void add(const GpuCollectiveRow& row) override { batch_->gpu_collectives.push_back(row); }
+  void add(const GpuSliceRow& row) override { batch_->gpu_slices.push_back(row); }
   void add(const PythonCallRow& row) override { batch_->python_calls.push_back(row); }
   void add(const PythonStackFrameRow& row) override { batch_->python_frames.push_back(row); }
   void add(const StackSampleRow& row) override { batch_->stack_samples.push_back(row); }
@@ -86,6 +87,7 @@ class RecordingWriter final : public Sink {
     std::vector<GpuXidEvent> gpu_xids;
     std::vector<GpuActivityRow> gpu_activity;
     std::vector<GpuCollectiveRow> gpu_collectives;
+    std::vector<GpuSliceRow> gpu_slices;
     std::vector<PythonCallRow> python_calls;
     std::vector<PythonStackFrameRow> python_frames;
     std::vector<StackSampleRow> stack_samples;
@@ -95,7 +97,7 @@ class RecordingWriter final : public Sink {
       return meta.size() + cuda_calls.size() + comm_calls.size() + torch_calls.size() +
              processes.size() + exits.size() + threads.size() + host_samples.size() +
              gpu_devices.size() + gpu_samples.size() + gpu_process_samples.size() +
-             gpu_xids.size() + gpu_activity.size() + gpu_collectives.size() + python_calls.size() + python_frames.size() + stack_samples.size() +
+             gpu_xids.size() + gpu_activity.size() + gpu_collectives.size() + gpu_slices.size() + python_calls.size() + python_frames.size() + stack_samples.size() +
              offcpu_samples.size() + native_frames.size();
     }
   };

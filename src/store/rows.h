@@ -47,6 +47,15 @@ struct GpuActivityRow {
   uint32_t registers = 0;   // kernels: per thread
 };
 
+// Duty-cycled GPU time (the gputime layer with EACGM_GPUTIME_DUTY ON/PERIOD): a span in which
+// CUPTI's records of process `pid` were on. A process without such rows had them on throughout
+// (or had no GPU time at all); with them, outside them nothing was collected, which is not idle.
+struct GpuSliceRow {
+  uint64_t ts_ns = 0;
+  uint64_t dur_ns = 0;
+  uint32_t pid = 0;
+};
+
 // An NCCL collective or point-to-point operation as NCCL's profiler plugin saw it (the gputime
 // layer: eacgm's library as the plugin): enqueued by thread `tid`, run by the GPU on its
 // channels, seen complete by NCCL's proxy thread. Times are on the recording's clock.

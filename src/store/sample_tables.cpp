@@ -234,6 +234,18 @@ bool write_gpu_activity(Statements& db, const std::vector<GpuActivityRow>& rows)
   return true;
 }
 
+bool write_gpu_slices(Statements& db, const std::vector<GpuSliceRow>& rows) {
+  if (rows.empty()) return true;
+  Statement& insert = db("INSERT INTO gpu_time_slices VALUES(?1,?2,?3)");
+  for (const auto& r : rows) {
+    insert.bind(1, static_cast<int64_t>(r.ts_ns));
+    insert.bind(2, static_cast<int64_t>(r.dur_ns));
+    insert.bind(3, int64_t(r.pid));
+    if (insert.run() != SQLITE_DONE) return false;
+  }
+  return true;
+}
+
 bool write_gpu_collectives(Statements& db, const std::vector<GpuCollectiveRow>& rows) {
   if (rows.empty()) return true;
   Statement& insert = db("INSERT INTO gpu_collectives VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"

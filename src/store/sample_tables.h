@@ -25,5 +25,6 @@ bool write_gpu_rows(Statements& db, const std::vector<GpuDevice>& devices,
                     const std::vector<GpuXidEvent>& xids);
 bool write_gpu_activity(Statements& db, const std::vector<GpuActivityRow>& rows);
 bool write_gpu_collectives(Statements& db, const std::vector<GpuCollectiveRow>& rows);
+bool write_gpu_slices(Statements& db, const std::vector<GpuSliceRow>& rows);
 
 }  // namespace eacgm

@@ -46,6 +46,7 @@ class Sink {
   // GPU-side time (the gputime layer), as the injection library hands it over.
   virtual void add(const GpuActivityRow&) {}
   virtual void add(const GpuCollectiveRow&) {}
+  virtual void add(const GpuSliceRow&) {}
   // Facts about the session (hostname, clocks, layers, counters): `eacgm_version` first, the
   // end-of-run counters last. A later value of a key replaces the earlier one.
   virtual void set_meta(std::string key, std::string value) { (void)key, (void)value; }
@@ -81,6 +82,7 @@ class SinkFanout final : public Sink {
   void add(const GpuXidEvent& r) override { each(r); }
   void add(const GpuActivityRow& r) override { each(r); }
   void add(const GpuCollectiveRow& r) override { each(r); }
+  void add(const GpuSliceRow& r) override { each(r); }
   void set_meta(std::string key, std::string value) override {
     for (Sink* s : sinks_) s->set_meta(key, value);
   }

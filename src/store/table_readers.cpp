@@ -552,6 +552,14 @@ void each_gpu_collective(const RecordingReader& rec,
             });
 }
 
+void each_gpu_slice(const RecordingReader& rec,
+                    const std::function<void(const GpuSliceRow&)>& row) {
+  if (!rec.has_table("gpu_time_slices")) return;
+  rec.query("SELECT ts_ns, dur_ns, pid FROM gpu_time_slices ORDER BY ts_ns", [&](Statement& s) {
+    row(GpuSliceRow{uint64_t(s.ns_at(0)), uint64_t(s.ns_at(1)), uint32_t(s.int_at(2))});
+  });
+}
+
 void each_gpu_xid(const RecordingReader& rec, const std::function<void(const GpuXidEvent&)>& row) {
   if (!rec.has_table("gpu_events")) return;
   rec.query("SELECT ts_ns, gpu, xid FROM gpu_events ORDER BY ts_ns", [&](Statement& s) {

@@ -64,6 +64,8 @@ void each_gpu_activity(const RecordingReader& rec,
 // NCCL operations as NCCL's profiler plugin saw them (the gputime layer), by enqueue time.
 void each_gpu_collective(const RecordingReader& rec,
                          const std::function<void(const GpuCollectiveRow&)>& row);
+// The spans in which a duty-cycled process's GPU time was collected (gpu_time_slices), by start.
+void each_gpu_slice(const RecordingReader& rec, const std::function<void(const GpuSliceRow&)>& row);
 
 // The anomalies of `eacgm detect`, the strongest (lowest score against its threshold) first.
 std::vector<AnomalyRow> strongest_anomalies(const RecordingReader& rec, size_t limit);

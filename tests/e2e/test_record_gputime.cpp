@@ -82,6 +82,61 @@ TEST_F(GpuTime, BatchesOfTheInjectionLibraryBecomeGpuActivityRows) {
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'malformed_records'"), "0");
 }
 
+// The library as CUDA loads it (InitializeInjection), over a fake CUPTI that records a kernel
+// launched each millisecond while kernel records are on: duty-cycled (--gputime-duty 200ms/1s),
+// its records are on for the first 200 ms of every second, each slice is a gpu_time_slices row,
+// and every kernel recorded lies in one, none lost; by default (full) on throughout.
+TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
+  const std::string fake = "EACGM_CUPTI_LIB=" + kWorkloads + "/fakecupti/libcupti.so";
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--gputime-duty", "200ms/1s", "--",
+                kWorkloads + "/gputime_duty_host", "3.5"},
+               {fake});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto truth = nlohmann::json::parse(r.out);
+  int64_t launched = truth["launched"], recorded = truth["recorded"];
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'"), recorded);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'launch'"), recorded);
+  // on about 0.8 s of the 3.5 s: a fifth of the launches, give or take the loop's pace
+  EXPECT_GT(recorded, launched / 10) << launched;
+  EXPECT_LT(recorded, launched * 4 / 10) << launched;
+  // slices from the library's start: 0-0.2, 1-1.2, 2-2.2 and 3-3.2 s; each at least its 200 ms
+  // (an absolute sleep does not wake early) and short of the period
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_time_slices"), 4);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_time_slices WHERE dur_ns < 200000000 OR "
+                      "dur_ns >= 1000000000"),
+            0);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'gpu_time_slices'"), "4");
+  // every launch CUPTI recorded happened inside a slice of its process
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity g WHERE kind = 'launch' AND NOT EXISTS "
+                      "(SELECT 1 FROM gpu_time_slices s WHERE s.pid = g.pid AND g.ts_ns "
+                      "BETWEEN s.ts_ns AND s.ts_ns + s.dur_ns)"),
+            0);
+  EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'gputime_notes'")
+                .find("GPU time on for 0.2 s of every 1 s (EACGM_GPUTIME_DUTY=200ms/1s)"),
+            std::string::npos);
+  auto report = run({kEacgm, "report", db_});
+  EXPECT_NE(report.out.find("duty-cycled (EACGM_GPUTIME_DUTY): collected in 4 slices"),
+            std::string::npos)
+      << report.out;
+  // by default the command's records are on throughout: every launch recorded, no slices
+  auto full = run({kEacgm, "record", "-q", "-o", db_, "--force", "--",
+                   kWorkloads + "/gputime_duty_host", "0.5"},
+                  {fake});
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  truth = nlohmann::json::parse(full.out);
+  EXPECT_EQ(truth["recorded"], truth["launched"]);
+  Db all(db_);
+  EXPECT_EQ(all.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'"),
+            int64_t(truth["recorded"]));
+  EXPECT_EQ(all.scalar("SELECT count(*) FROM gpu_time_slices"), 0);
+  // a setting that is not one is refused before anything runs
+  auto bad = run({kEacgm, "record", "-q", "-o", db_, "--force", "--gputime-duty", "5ms/1s", "--",
+                  "/bin/true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("'5ms/1s' is not 'full' or ON/PERIOD"), std::string::npos) << bad.err;
+}
+
 TEST_F(GpuTime, RecordGivesItsCommandTheInjectionLibraryAndLeavesAnotherTools) {
   // the command sees a private copy of the library, removed (with its folder) at the end; CUDA
   // loads it as its injection library, NCCL as its profiler plugin

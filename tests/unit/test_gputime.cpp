@@ -19,6 +19,7 @@
 #include "export/exporter.h"
 #include <fmt/format.h>
 
+#include "gputime/duty.h"
 #include "gputime/embedded.h"
 #include "gputime/gpu_batch.h"
 #include "pipeline/decoder.h"
@@ -192,6 +193,53 @@ TEST_F(GpuTimeDecode, EveryKindOfEntryBecomesItsRow) {
   EXPECT_EQ(decoder_->stats().gpu_activity, 4u);
   EXPECT_EQ(decoder_->stats().gpu_dropped, 11u);
   EXPECT_EQ(decoder_->stats().malformed, 0u);
+}
+
+// A duty-cycled library's slice: its span as a gpu_time_slices row; one off the recording's
+// clock (or ending before it starts) is counted, not kept.
+TEST_F(GpuTimeDecode, SlicesBecomeGpuTimeSliceRows) {
+  GpuSlice on{};
+  on.h.kind = uint16_t(EntryKind::slice);
+  on.start_ns = kNow + 1000, on.end_ns = kNow + 201'000;
+  GpuSlice backwards = on;
+  backwards.end_ns = on.start_ns - 1;
+  GpuSlice far = on;
+  far.start_ns = 5, far.end_ns = 10;
+  feed(Batch().add(on).add(backwards).add(far));
+  writer_->flush();
+  EXPECT_EQ(writer_->close(), "");
+  std::vector<std::string> got;
+  RecordingReader r(path_);
+  each_gpu_slice(r, [&](const GpuSliceRow& g) {
+    got.push_back(fmt::format("{} {} {}", g.ts_ns - kNow, g.dur_ns, g.pid));
+  });
+  EXPECT_EQ(got, (std::vector<std::string>{"1000 200000 42"}));
+  EXPECT_EQ(decoder_->stats().gpu_slices, 1u);
+  EXPECT_EQ(decoder_->stats().gpu_off_clock, 2u);
+}
+
+// The duty cycle's setting, as the library reads it and `record --gputime-duty` checks it.
+TEST(GpuTimeDuty, SettingsParseAndNonsenseIsRefused) {
+  Duty d;
+  ASSERT_TRUE(parse_duty("full", d));
+  EXPECT_TRUE(d.full());
+  ASSERT_TRUE(parse_duty("1s/10s", d));
+  EXPECT_EQ(d.on_ns, 1'000'000'000u);
+  EXPECT_EQ(d.period_ns, 10'000'000'000u);
+  ASSERT_TRUE(parse_duty("250ms/1.5s", d));
+  EXPECT_EQ(d.on_ns, 250'000'000u);
+  EXPECT_EQ(d.period_ns, 1'500'000'000u);
+  ASSERT_TRUE(parse_duty("30s/2m", d));
+  EXPECT_EQ(d.period_ns, 120'000'000'000u);
+  ASSERT_TRUE(parse_duty(kDefaultDuty, d));
+  EXPECT_EQ(d.period_ns, 10 * d.on_ns);
+  Duty kept{7, 9};
+  for (const char* bad : {"", "1s", "10s/1s", "1s/1s", "5ms/1s", "1/10", "1s/10", "nan s/1s",
+                          "inf s/10s", "-1s/10s", "1s/10s/", "1x/10s", "1s/2d", "FULL"}) {
+    EXPECT_FALSE(parse_duty(bad, kept)) << bad;
+    EXPECT_EQ(kept.on_ns, 7u) << bad;
+  }
+  EXPECT_FALSE(parse_duty(nullptr, kept));
 }
 
 // NCCL's profiler plugin's entries: NCCL's strings as comm_calls names them, the GPU's time
@@ -401,6 +449,68 @@ TEST(GpuTimeReport, BusyQueueDelayAndTopKernels) {
   EXPECT_EQ(page["top"]["gpu_kernels"][0]["kernel"], "c");
   EXPECT_EQ(page["top"]["gpu_kernels"][0]["gpu_ms"], 0.002);
   EXPECT_EQ(page["top"]["gpu_devices"][0]["busy_pct"], 70.0);
+  fs::remove_all(dir);
+}
+
+// Duty-cycled GPU time: busy counts what ran inside the slices collected (a kernel across a
+// slice's end, its part inside), against the time collected, not the time between; each kernel
+// carries the Python stack its launches were made from (the cuda layer's launch calls).
+TEST(GpuTimeReport, DutyCycledBusyCountsTheSlicesAndKernelsCarryTheirPythonStack) {
+  fs::path dir = fresh_dir("duty");
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    w.add(GpuSliceRow{0, 1000, 9});
+    w.add(GpuSliceRow{10'000, 1000, 9});
+    auto kernel = [&](uint64_t ts, uint64_t dur) {
+      GpuActivityRow r;
+      r.ts_ns = ts, r.dur_ns = dur, r.pid = 9, r.kind = "kernel", r.name = "axpy";
+      w.add(r);
+    };
+    kernel(0, 500);
+    kernel(10'000, 200);
+    kernel(10'900, 200);  // 100 ns of it after the slice's end
+    for (uint64_t ts : {0, 10'000, 10'900}) {
+      CudaCallRow c;
+      c.ts_ns = ts, c.dur_ns = 5, c.pid = 9, c.tid = 10, c.name = "cudaLaunchKernel";
+      c.kernel = "axpy", c.is_launch = true, c.grid[0] = c.grid[1] = c.grid[2] = 1;
+      c.py_stack = 5;
+      w.add(c);
+    }
+    w.add(PythonStackFrameRow{5, 0, "forward", "model.py", 42});
+    w.add(PythonStackFrameRow{5, 1, "step", "train.py", 7});
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  GpuTimeSummary s = gpu_time_summary(rec, 5);
+  EXPECT_EQ(s.slices, 2u);
+  EXPECT_EQ(s.collected_ns, 2000u);
+  EXPECT_EQ(s.sliced_span_ns, 11'000u);
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].busy_ns, 500u + 200u + 100u);
+  EXPECT_EQ(s.devices[0].span_ns, 2000u);
+  ASSERT_EQ(s.kernels.size(), 1u);
+  EXPECT_EQ(s.kernels[0].python_stack,
+            (std::vector<std::string>{"forward (model.py:42)", "step (train.py:7)"}));
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  print_gpu_time(s, out);
+  fclose(out);
+  std::string report(text, size);
+  free(text);
+  EXPECT_NE(report.find("duty-cycled (EACGM_GPUTIME_DUTY): collected in 2 slices, 2.0 us of "
+                        "11.0 us"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("device 0: busy 800 ns of 2.0 us collected (40.0%)"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("from forward (model.py:42) < step (train.py:7)"), std::string::npos)
+      << report;
+  auto j = gpu_time_json(s);
+  EXPECT_EQ(j["duty_cycled"]["collected_ns"], 2000);
+  EXPECT_EQ(j["top_kernels"][0]["python_stack"][1], "step (train.py:7)");
   fs::remove_all(dir);
 }
 

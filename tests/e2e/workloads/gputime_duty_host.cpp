@@ -1,0 +1,51 @@
+// The injection library as CUDA loads it, on a machine without a GPU: loads the library that
+// CUDA_INJECTION64_PATH names and calls its InitializeInjection, as the CUDA driver does at a
+// process's first CUDA call, with the fake CUPTI (fake_libcupti.cpp) that EACGM_CUPTI_LIB names;
+// then launches a 100 us "kernel" every millisecond for SECONDS and prints how many CUPTI
+// recorded (the test's truth) as JSON.
+//   usage: gputime_duty_host SECONDS
+#include <dlfcn.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+int main(int argc, char** argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 0;
+  const char* library = getenv("CUDA_INJECTION64_PATH");
+  const char* cupti = getenv("EACGM_CUPTI_LIB");
+  if (!(seconds > 0) || !library || !cupti) {
+    fprintf(stderr,
+            "usage: CUDA_INJECTION64_PATH=LIB EACGM_CUPTI_LIB=FAKE gputime_duty_host SECONDS\n");
+    return 2;
+  }
+  void* injection = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  void* fake = dlopen(cupti, RTLD_NOW | RTLD_LOCAL);
+  auto* init = injection ? reinterpret_cast<int (*)()>(dlsym(injection, "InitializeInjection"))
+                         : nullptr;
+  auto* kernel = fake ? reinterpret_cast<int (*)(uint64_t, const char*)>(
+                            dlsym(fake, "fake_cupti_kernel"))
+                      : nullptr;
+  if (!init || !kernel) {
+    fprintf(stderr, "gputime_duty_host: %s\n", dlerror());
+    return 1;
+  }
+  if (init() != 1) {
+    fprintf(stderr, "gputime_duty_host: InitializeInjection failed\n");
+    return 1;
+  }
+  timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long launched = 0, recorded = 0;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (double(now.tv_sec - t0.tv_sec) + double(now.tv_nsec - t0.tv_nsec) / 1e9 >= seconds) break;
+    ++launched;
+    recorded += kernel(100'000, "_Z10duty_probev");
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+  printf("{\"launched\": %ld, \"recorded\": %ld}\n", launched, recorded);
+  return 0;  // exit: the library's atexit flush hands over the last records
+}
