@@ -9,6 +9,9 @@
 #   kernels-duty10 kernels written, activity on for 100 ms of every 1000 ms (a duty cycle)
 #   all            kernels, copies and memsets, written (what the GPU check's step 7 records)
 #   all+api        and the runtime and driver API records (correlation to the launching thread)
+#   eacgm-full     eacgm's own library (eacgm gputime-library), EACGM_GPUTIME_DUTY=full: what
+#                  `eacgm record -- CMD` gives its command (no eacgm attached: CUPTI and packing)
+#   eacgm-duty     the same at 1s/10s, the default of jobs eacgm does not launch (the agent's)
 # ROUNDS rounds (default 2), interleaved, DURATION seconds each (default 8); prints steps/s per run and
 # each variant's median against the untraced median of the same run, and the added time per
 # kernel. VARIANTS picks some (untraced first). Needs nvcc and a python3 with CUDA PyTorch (PYTHON); run from the repository.
@@ -28,6 +31,7 @@ work=$(mktemp -d /tmp/eacgm-gpu-time-cost.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 "$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" -I"$cuda_home/extras/CUPTI/include" -Isrc \
   -o "$work/probe.so" scripts/gpu_check/cupti_probe.cpp -ldl || exit 2
+"${EACGM:-build/eacgm}" gputime-library "$work" >/dev/null 2>&1 || echo "gpu_time_cost.sh: no eacgm library (build first, or set EACGM): eacgm-* variants will fail" >&2
 
 run() {  # run VARIANT ROUND: one training, its steps/s on stdout
   local v="$1" r="$2" env=()
@@ -39,8 +43,14 @@ run() {  # run VARIANT ROUND: one training, its steps/s on stdout
     kernels-duty10) env=(EACGM_CUPTI_KERNELS_ONLY=1 EACGM_CUPTI_DUTY=100/1000) ;;
     all) env=() ;;
     all+api) env=(EACGM_CUPTI_API=1) ;;
+    eacgm-full) env=(EACGM_GPUTIME_DUTY=full) ;;
+    eacgm-duty) env=(EACGM_GPUTIME_DUTY=1s/10s) ;;
   esac
-  [ "$v" != untraced ] && env+=(CUDA_INJECTION64_PATH="$work/probe.so" EACGM_CUPTI_OUT="$work/$v.$r")
+  case "$v" in
+    untraced) ;;
+    eacgm-*) env+=(CUDA_INJECTION64_PATH="$work/libeacgm_cupti.so") ;;
+    *) env+=(CUDA_INJECTION64_PATH="$work/probe.so" EACGM_CUPTI_OUT="$work/$v.$r") ;;
+  esac
   env "${env[@]}" "$py" scripts/gpu_check/train.py --device cuda --seconds "$SECONDS_EACH" \
     --result "$work/$v.$r.json" >/dev/null 2>&1
   "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['steps_per_s'])" "$work/$v.$r.json" 2>/dev/null || echo nan
@@ -48,7 +58,7 @@ run() {  # run VARIANT ROUND: one training, its steps/s on stdout
   cat "$work/$v.$r".*.tsv 2>/dev/null | grep -E '^E (done|duty|cuptiActivity|dropped)' | sed "s/^E /  $v: /" >&2
   rm -f "$work/$v.$r".*.tsv
 }
-variants=(${VARIANTS:-untraced kernels-quiet kernels kernels+launch kernels-duty10 all all+api})
+variants=(${VARIANTS:-untraced kernels-quiet kernels kernels+launch kernels-duty10 all all+api eacgm-full eacgm-duty})
 declare -A got
 for r in $(seq "$ROUNDS"); do
   for v in "${variants[@]}"; do

@@ -12,7 +12,7 @@
 #   5. eacgm agent for 30 s beside the training (given the injection library by gputime-library):
 #      /metrics' DCGM_FI_DEV_*, call counters and GPU kernel seconds
 #   6. cost: training steps/s untraced, under plain `eacgm record` (and without its gputime
-#      layer), under torch.profiler
+#      layer, and with it duty-cycled as jobs eacgm does not launch get it), under torch.profiler
 #   7. GPU-side time (issue 36's questions): a CUPTI injection library (cupti_probe.cpp) loaded
 #      through CUDA_INJECTION64_PATH into the CUDA program under eacgm record: what ran on the
 #      GPU against what was launched, GPU durations against cudaEvents, each linked to its
@@ -290,9 +290,12 @@ run_train "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_untraced
 # the same without the gputime layer (CUPTI in the job): what GPU-side time adds
 [ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost0.eacgm.db" --layers auto,-gputime \
   -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded_no_gputime.json"
+# and duty-cycled, as a job eacgm does not launch gets it (the agent's): 1 s of every 10 s
+[ "$bpf" = 1 ] && run_train "$eacgm" record -o "$work/cost_duty.eacgm.db" --gputime-duty 1s/10s \
+  -- "$py" "$root/scripts/gpu_check/train.py" --result "$work/cost_recorded_duty.json"
 run_train "$py" "$root/scripts/gpu_check/train.py" --profile - --result "$work/cost_profiled.json"
 judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_profiled.json" \
-  "$work/cost_recorded_no_gputime.json"
+  "$work/cost_recorded_no_gputime.json" "$work/cost_recorded_duty.json"
 fi  # step 6
 
 if want 7; then

@@ -310,15 +310,17 @@ def check_metrics(path, mode="gpu"):
          f"{len(gpu)} series, {seconds:.3f} s of kernels" + (" (no GPU here)" if mode == "dry" else ""))
 
 
-def check_cost(untraced, recorded, profiled, recorded_no_gputime):
+def check_cost(untraced, recorded, profiled, recorded_no_gputime, recorded_duty):
     u, p = json.load(open(untraced)), json.load(open(profiled))
     r = json.load(open(recorded)) if os.path.exists(recorded) else None
     r0 = json.load(open(recorded_no_gputime)) if os.path.exists(recorded_no_gputime) else None
+    rd = json.load(open(recorded_duty)) if os.path.exists(recorded_duty) else None
     print("cost: training steps/s, the same job untraced, under plain eacgm record, under torch.profiler")
     line("ok", "untraced", f"{u['steps_per_s']:.1f} steps/s ({u['steps']} steps)")
     if r is None:
         line("n/a", "eacgm record", "not run (no recording here)")
-    for what, x in (("eacgm record", r), ("record without gputime", r0), ("torch.profiler", p)):
+    for what, x in (("eacgm record", r), ("record without gputime", r0),
+                    ("record, gputime 1s/10s", rd), ("torch.profiler", p)):
         if x is None:
             continue
         line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
@@ -460,7 +462,7 @@ def check_gpucost(untraced, probed, probed_api, prefix):
 
 def main(argv):
     cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
-            "comm": (check_comm, 2), "metrics": (check_metrics, 2), "cost": (check_cost, 4),
+            "comm": (check_comm, 2), "metrics": (check_metrics, 2), "cost": (check_cost, 5),
             "gputime": (check_gputime, 4), "gpucost": (check_gpucost, 4)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__.split("\n\n")[1], file=sys.stderr)

@@ -5,6 +5,7 @@
 // injection library is.
 #pragma once
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
 #include <dlfcn.h>
 #include <link.h>
 
@@ -26,6 +27,11 @@ struct CuptiApi {
   decltype(&cuptiSetThreadIdType) thread_id_type = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
+  // detaching between duty-cycle slices (cuptiFinalize from a callback at an API's exit)
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiEnableDomain) enable_domain = nullptr;
+  decltype(&cuptiFinalize) finalize = nullptr;
+  bool can_detach() const { return subscribe && enable_domain && finalize; }
   // the activity API's essentials, without which nothing can be recorded
   bool usable() const { return register_callbacks && enable && flush_all && next_record; }
 };
@@ -87,6 +93,9 @@ inline CuptiApi cupti_api(void* h) {
   EACGM_CUPTI_SYM(thread_id_type, cuptiSetThreadIdType);
   EACGM_CUPTI_SYM(dropped, cuptiActivityGetNumDroppedRecords);
   EACGM_CUPTI_SYM(result_string, cuptiGetResultString);
+  EACGM_CUPTI_SYM(subscribe, cuptiSubscribe);
+  EACGM_CUPTI_SYM(enable_domain, cuptiEnableDomain);
+  EACGM_CUPTI_SYM(finalize, cuptiFinalize);
 #undef EACGM_CUPTI_SYM
   return c;
 }

@@ -30,6 +30,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>  // header-only: the library links no libstdc++
 
 #include "gputime/activity_batch.h"
 #include "gputime/cupti_api.h"
@@ -115,6 +116,84 @@ void set_records(bool on, bool say) {
         note_error("cuptiActivityEnableRuntimeApi", r);
 }
 
+// CUPTI on this process: its clock, thread ids and our buffers. Again after each detach (CUPTI
+// forgets everything at cuptiFinalize). False when it would not take our buffers.
+bool attach(bool say) {
+  CUptiResult r;
+  if (!cupti.timestamp_callback) {
+    if (say)
+      batcher.note(
+          "no cuptiActivityRegisterTimestampCallback (CUPTI before 12.6?): GPU times "
+          "are on CUPTI's clock, not the recording's");
+  } else if ((r = cupti.timestamp_callback(monotonic_ns)) != CUPTI_SUCCESS && say) {
+    note_error("cuptiActivityRegisterTimestampCallback", r);
+  }
+  if (cupti.thread_id_type &&
+      (r = cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)) != CUPTI_SUCCESS && say)
+    note_error("cuptiSetThreadIdType", r);
+  if ((r = cupti.register_callbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
+    note_error("cuptiActivityRegisterCallbacks", r);
+    return false;
+  }
+  return true;
+}
+
+// Detaching between slices. On an H200, turning the records off (cuptiActivityDisable) gave back
+// only a third of CUPTI's cost (a tenth of the kernels recorded, the job still 11% slower:
+// bench/README.md): what costs the launching thread is CUPTI being attached. So at a slice's end
+// the library detaches CUPTI (cuptiFinalize), where CUPTI says it is safe: at the exit of a CUDA
+// runtime or driver call, in a callback of ours that is subscribed only while attached; the
+// next slice attaches it again. The state moves attached -> wanted (the slice ended) ->
+// detaching (a callback took it) -> detached -> attached (the next slice), by atomic exchanges:
+// neither side holds a lock of ours while CUPTI runs the other's code. EACGM_GPUTIME_DETACH=0
+// (or a CUPTI without the callback API, or another subscriber such as Nsight) keeps it attached
+// and turns the records off instead.
+enum : int { kAttached, kDetachWanted, kDetaching, kDetached };
+int detach_state = kAttached;  // __atomic_*
+bool detach_between = false;   // set before the duty thread starts
+CUpti_SubscriberHandle subscriber = nullptr;
+uint64_t detaches = 0;  // the duty thread's count, said at exit
+
+int state() { return __atomic_load_n(&detach_state, __ATOMIC_SEQ_CST); }
+bool move(int from, int to) {
+  return __atomic_compare_exchange_n(&detach_state, &from, to, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST);
+}
+
+void CUPTIAPI at_api_exit(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  if (static_cast<const CUpti_CallbackData*>(data)->callbackSite != CUPTI_API_EXIT) return;
+  if (state() != kDetachWanted || !move(kDetachWanted, kDetaching)) return;
+  cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // the slice's records, before CUPTI forgets
+  batcher.flush();
+  cupti.finalize();
+  __atomic_store_n(&detach_state, kDetached, __ATOMIC_SEQ_CST);
+}
+
+bool subscribe(bool say) {
+  CUptiResult r = cupti.subscribe(&subscriber, at_api_exit, nullptr);
+  if (r != CUPTI_SUCCESS) {
+    if (say) note_error("cuptiSubscribe (detaching between slices; records turned off instead)", r);
+    return false;
+  }
+  for (auto domain : {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API})
+    if ((r = cupti.enable_domain(1, subscriber, domain)) != CUPTI_SUCCESS) {
+      if (say) note_error("cuptiEnableDomain", r);
+      return false;
+    }
+  return true;
+}
+
+// Waits out a callback that is detaching CUPTI; returns the state after.
+int settled() {
+  int s;
+  while ((s = state()) == kDetaching) {
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+  return s;
+}
+
 eacgm::gputime::Duty duty;
 pthread_mutex_t duty_mu = PTHREAD_MUTEX_INITIALIZER;
 bool collecting = false, exiting = false;  // under duty_mu
@@ -126,36 +205,54 @@ void sleep_until(uint64_t t_ns) {
   }
 }
 
-// Ends the slice in progress (under duty_mu): its span handed over with its records.
+// Ends the slice in progress (under duty_mu): its records off, its span handed over with them,
+// and CUPTI to be detached at the next CUDA call's exit.
 void end_slice_locked(bool say) {
   if (!collecting) return;
   set_records(false, say);
   collecting = false;
   batcher.slice(slice_start_ns, monotonic_ns());
+  if (detach_between) __atomic_store_n(&detach_state, kDetachWanted, __ATOMIC_SEQ_CST);
+}
+
+// Starts a slice (under duty_mu): CUPTI attached again where it was detached. False when it
+// would not attach (said once): no more slices then.
+bool start_slice_locked() {
+  slice_start_ns = monotonic_ns();  // before its records can come: the slice holds them all
+  if (detach_between && !move(kDetachWanted, kAttached)) {  // no CUDA call since: still attached
+    if (settled() == kDetached) {
+      if (!attach(false) || !subscribe(false)) {
+        batcher.note("CUPTI would not attach again after detaching: no more GPU time");
+        return false;
+      }
+      ++detaches;
+      __atomic_store_n(&detach_state, kAttached, __ATOMIC_SEQ_CST);
+    }
+  }
+  set_records(true, false);
+  collecting = true;
+  return true;
 }
 
 void* duty_loop(void*) {
   bool said = false;
   for (uint64_t period = slice_start_ns;;) {
-    sleep_until(period + duty.on_ns);
+    sleep_until(slice_start_ns + duty.on_ns);  // (written by this thread only: each lasts ON)
     pthread_mutex_lock(&duty_mu);
     if (!exiting) end_slice_locked(!said);
     bool done = exiting;
     pthread_mutex_unlock(&duty_mu);
     said = true;
     if (done) return nullptr;
-    cupti.flush_all(0);  // the slice's records now, not when a buffer fills periods later
-    batcher.flush();
+    if (!detach_between) {  // (detaching, the callback hands them over: no CUPTI call here)
+      cupti.flush_all(0);  // the slice's records now, not when a buffer fills periods later
+      batcher.flush();
+    }
     period += duty.period_ns;
     if (uint64_t now = monotonic_ns(); period < now) period = now;  // a stalled process
     sleep_until(period);
     pthread_mutex_lock(&duty_mu);
-    if (!exiting) {  // the slice starts before its records can: it holds them all
-      slice_start_ns = monotonic_ns();
-      set_records(true, false);
-      collecting = true;
-    }
-    done = exiting;
+    done = exiting || !start_slice_locked();
     pthread_mutex_unlock(&duty_mu);
     if (done) return nullptr;
   }
@@ -165,7 +262,7 @@ void* duty_loop(void*) {
 // records went on at `first_on_ns`.
 void start_duty(uint64_t first_on_ns) {
   const char* set = getenv("EACGM_GPUTIME_DUTY");
-  char text[256];
+  char text[320];
   if (set && !eacgm::gputime::parse_duty(set, duty)) {
     eacgm::gputime::parse_duty(eacgm::gputime::kDefaultDuty, duty);
     snprintf(text, sizeof(text),
@@ -181,9 +278,13 @@ void start_duty(uint64_t first_on_ns) {
     batcher.note("this libcupti has no cuptiActivityDisable: GPU time on throughout");
     return;
   }
-  snprintf(text, sizeof(text), "GPU time on for %.3g s of every %.3g s (EACGM_GPUTIME_DUTY=%s)",
+  const char* keep = getenv("EACGM_GPUTIME_DETACH");
+  detach_between = cupti.can_detach() && !(keep && !strcmp(keep, "0")) && subscribe(true);
+  snprintf(text, sizeof(text),
+           "GPU time on for %.3g s of every %.3g s (EACGM_GPUTIME_DUTY=%s), CUPTI %s between",
            double(duty.on_ns) / 1e9, double(duty.period_ns) / 1e9,
-           set && strcmp(set, "full") ? set : eacgm::gputime::kDefaultDuty);
+           set && strcmp(set, "full") ? set : eacgm::gputime::kDefaultDuty,
+           detach_between ? "detached" : "attached, its records off,");
   batcher.note(text);
   collecting = true;
   slice_start_ns = first_on_ns;
@@ -206,8 +307,16 @@ void at_exit() {
     collecting = false;
     batcher.slice(slice_start_ns, monotonic_ns());
   }
+  // no detach from here on; one under way is waited out (it hands its records over itself)
+  bool detached = detach_between && !move(kDetachWanted, kAttached) && settled() == kDetached;
   pthread_mutex_unlock(&duty_mu);
-  if (cupti.flush_all) cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (!detached && cupti.flush_all) cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (detaches) {
+    char text[96];
+    snprintf(text, sizeof(text), "CUPTI detached and attached again %llu times",
+             (unsigned long long)detaches);
+    batcher.note(text);
+  }
   batcher.flush();
 }
 
@@ -217,22 +326,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   static bool once = false;
   if (once) return 1;
   once = true;
-  if (!load_cupti()) {
-    batcher.flush();
-    return 0;
-  }
-  CUptiResult r;
-  if (!cupti.timestamp_callback)
-    batcher.note(
-        "no cuptiActivityRegisterTimestampCallback (CUPTI before 12.6?): GPU times "
-        "are on CUPTI's clock, not the recording's");
-  else if ((r = cupti.timestamp_callback(monotonic_ns)) != CUPTI_SUCCESS)
-    note_error("cuptiActivityRegisterTimestampCallback", r);
-  if (cupti.thread_id_type &&
-      (r = cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)) != CUPTI_SUCCESS)
-    note_error("cuptiSetThreadIdType", r);
-  if ((r = cupti.register_callbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
-    note_error("cuptiActivityRegisterCallbacks", r);
+  if (!load_cupti() || !attach(true)) {
     batcher.flush();
     return 0;
   }

@@ -92,7 +92,8 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     std::string line = fmt::format("pid {}: {}", pid, note);
     if (std::count(gpu_notes_.begin(), gpu_notes_.end(), '\n') < 20)
       gpu_notes_ += (gpu_notes_.empty() ? "" : "\n") + line;
-    if (!note.starts_with("CUPTI from") && !note.starts_with("GPU time on for") && !opts_.quiet)
+    if (!note.starts_with("CUPTI from") && !note.starts_with("GPU time on for") &&
+        !note.starts_with("CUPTI detached and attached") && !opts_.quiet)
       fprintf(stderr, "eacgm: layer gputime: %s\n", line.c_str());
   };
   decoder_->on_process_exit = [this](uint32_t pid, int) {

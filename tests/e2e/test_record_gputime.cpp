@@ -85,7 +85,10 @@ TEST_F(GpuTime, BatchesOfTheInjectionLibraryBecomeGpuActivityRows) {
 // The library as CUDA loads it (InitializeInjection), over a fake CUPTI that records a kernel
 // launched each millisecond while kernel records are on: duty-cycled (--gputime-duty 200ms/1s),
 // its records are on for the first 200 ms of every second, each slice is a gpu_time_slices row,
-// and every kernel recorded lies in one, none lost; by default (full) on throughout.
+// every kernel recorded lies in one and none is lost, and CUPTI is detached between slices (at a
+// CUDA call's exit, its records handed over first), so the launches between pay nothing; with
+// EACGM_GPUTIME_DETACH=0 it stays attached with its records off; by default (full) it records
+// throughout.
 TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
   const std::string fake = "EACGM_CUPTI_LIB=" + kWorkloads + "/fakecupti/libcupti.so";
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--gputime-duty", "200ms/1s", "--",
@@ -94,6 +97,12 @@ TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto truth = nlohmann::json::parse(r.out);
   int64_t launched = truth["launched"], recorded = truth["recorded"];
+  // attached for the slices' launches, and a few at their edges (the call whose exit detaches
+  // CUPTI, the ones between attaching and the records going on); detached after each slice
+  EXPECT_GE(int64_t(truth["attached"]), recorded) << r.out;
+  EXPECT_LE(int64_t(truth["attached"]), recorded + 20) << r.out;
+  EXPECT_EQ(truth["detached"], 4) << r.out;
+  EXPECT_EQ(truth["lost"], 0) << r.out;
   Db db(db_);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'"), recorded);
   EXPECT_EQ(db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'launch'"), recorded);
@@ -112,13 +121,27 @@ TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
                       "(SELECT 1 FROM gpu_time_slices s WHERE s.pid = g.pid AND g.ts_ns "
                       "BETWEEN s.ts_ns AND s.ts_ns + s.dur_ns)"),
             0);
-  EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'gputime_notes'")
-                .find("GPU time on for 0.2 s of every 1 s (EACGM_GPUTIME_DUTY=200ms/1s)"),
-            std::string::npos);
+  std::string notes = db.text("SELECT value FROM meta WHERE key = 'gputime_notes'");
+  EXPECT_NE(notes.find("GPU time on for 0.2 s of every 1 s (EACGM_GPUTIME_DUTY=200ms/1s), CUPTI "
+                       "detached between"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("CUPTI detached and attached again 3 times"), std::string::npos) << notes;
   auto report = run({kEacgm, "report", db_});
   EXPECT_NE(report.out.find("duty-cycled (EACGM_GPUTIME_DUTY): collected in 4 slices"),
             std::string::npos)
       << report.out;
+  // kept attached, the records off between slices: every launch pays for CUPTI
+  auto kept = run({kEacgm, "record", "-q", "-o", db_, "--force", "--gputime-duty", "200ms/1s",
+                   "--", kWorkloads + "/gputime_duty_host", "1.5"},
+                  {fake, "EACGM_GPUTIME_DETACH=0"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  truth = nlohmann::json::parse(kept.out);
+  EXPECT_EQ(truth["attached"], truth["launched"]) << kept.out;
+  EXPECT_EQ(truth["detached"], 0) << kept.out;
+  EXPECT_LT(int64_t(truth["recorded"]), int64_t(truth["launched"]) / 2) << kept.out;
+  EXPECT_EQ(Db(db_).scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'"),
+            int64_t(truth["recorded"]));
   // by default the command's records are on throughout: every launch recorded, no slices
   auto full = run({kEacgm, "record", "-q", "-o", db_, "--force", "--",
                    kWorkloads + "/gputime_duty_host", "0.5"},
@@ -126,6 +149,7 @@ TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
   ASSERT_EQ(full.exit_code, 0) << full.err;
   truth = nlohmann::json::parse(full.out);
   EXPECT_EQ(truth["recorded"], truth["launched"]);
+  EXPECT_EQ(truth["detached"], 0);
   Db all(db_);
   EXPECT_EQ(all.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'"),
             int64_t(truth["recorded"]));

@@ -1,11 +1,15 @@
-// A stand-in for libcupti (the activity API's functions eacgm's injection library calls), for
-// the gputime layer's tests on a machine without a GPU, where the real CUPTI refuses to start.
-// It keeps what the library turns on and off, and makes a kernel record (with its runtime launch
-// record) for each fake_cupti_kernel() call while kernel records are on, in buffers the library
-// hands it, given back at cuptiActivityFlushAll or when full, as CUPTI does. The injection
-// library loads it through EACGM_CUPTI_LIB; the test program (gputime_duty_host.cpp) calls
-// fake_cupti_kernel.
+// A stand-in for libcupti (the activity and callback API functions eacgm's injection library
+// calls), for the gputime layer's tests on a machine without a GPU, where the real CUPTI
+// refuses to start. It keeps what the library turns on and off, and makes a kernel record (with
+// its runtime launch record) for each fake_cupti_kernel() call while kernel records are on, in
+// buffers the library hands it, given back at cuptiActivityFlushAll or when full, as CUPTI does.
+// Each such call is a runtime API call to a subscriber's callback (entry and exit). As CUPTI,
+// it is attached from any call of its API until cuptiFinalize, which forgets everything (records
+// still in its buffer are lost, and counted). The injection library loads it through
+// EACGM_CUPTI_LIB; the test program (gputime_duty_host.cpp) calls fake_cupti_kernel and reads
+// fake_cupti_counts.
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
 #include <pthread.h>
 
 #include <cstring>
@@ -20,6 +24,13 @@ bool kernels_on = false, launches_on = false;
 uint8_t* buffer = nullptr;
 size_t size = 0, used = 0;
 uint32_t correlation = 0;
+CUpti_CallbackFunc callback = nullptr;
+bool runtime_domain = false;
+bool attached = false;
+long attached_launches = 0, finalizes = 0, lost = 0;
+
+// Any call of CUPTI's API attaches it (CUPTI initialises lazily).
+void attach_locked() { attached = true; }
 
 // Records lie back to back at this stride (GetNextRecord walks them by their kind).
 constexpr size_t kStride = (sizeof(CUpti_ActivityKernel10) + 7) & ~size_t(7);
@@ -53,8 +64,24 @@ uint8_t* slot_locked() {
 
 extern "C" {
 
-// One kernel of `dur_ns` launched now on stream 7: 1 when CUPTI would have recorded it.
+// What CUPTI saw: launches while it was attached, its detaches, records lost to them.
+__attribute__((visibility("default"))) void fake_cupti_counts(long* attached_calls,
+                                                              long* detached, long* lost_records) {
+  pthread_mutex_lock(&mu);
+  *attached_calls = attached_launches, *detached = finalizes, *lost_records = lost;
+  pthread_mutex_unlock(&mu);
+}
+
+// A cudaLaunchKernel of a `dur_ns` kernel, now, on stream 7: 1 when CUPTI recorded it. A
+// subscriber's callback runs at its entry and exit (outside our lock: it may call CUPTI).
 __attribute__((visibility("default"))) int fake_cupti_kernel(uint64_t dur_ns, const char* name) {
+  CUpti_CallbackData site{};
+  pthread_mutex_lock(&mu);
+  CUpti_CallbackFunc cb = runtime_domain ? callback : nullptr;
+  if (attached) ++attached_launches;
+  pthread_mutex_unlock(&mu);
+  site.callbackSite = CUPTI_API_ENTER;
+  if (cb) cb(nullptr, CUPTI_CB_DOMAIN_RUNTIME_API, 211, &site);
   pthread_mutex_lock(&mu);
   int recorded = 0;
   if (kernels_on && timestamp) {
@@ -83,24 +110,70 @@ __attribute__((visibility("default"))) int fake_cupti_kernel(uint64_t dur_ns, co
     }
   }
   pthread_mutex_unlock(&mu);
+  site.callbackSite = CUPTI_API_EXIT;
+  if (cb) cb(nullptr, CUPTI_CB_DOMAIN_RUNTIME_API, 211, &site);
   return recorded;
+}
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc cb, void*) {
+  pthread_mutex_lock(&mu);
+  attach_locked();
+  CUptiResult r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  if (!callback) {
+    callback = cb;
+    *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(&callback);
+    r = CUPTI_SUCCESS;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                              CUpti_CallbackDomain domain) {
+  pthread_mutex_lock(&mu);
+  attach_locked();
+  CUptiResult r = subscriber == reinterpret_cast<CUpti_SubscriberHandle>(&callback) && callback
+                      ? CUPTI_SUCCESS
+                      : CUPTI_ERROR_INVALID_PARAMETER;
+  if (r == CUPTI_SUCCESS && domain == CUPTI_CB_DOMAIN_RUNTIME_API) runtime_domain = enable;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+// Detaches: every registration and setting forgotten, what is still buffered lost.
+CUptiResult cuptiFinalize() {
+  pthread_mutex_lock(&mu);
+  if (buffer) lost += long(used / kStride);
+  buffer = nullptr, used = 0;  // (the library's memory: leaked, as a real detach would)
+  request_buffer = nullptr, complete_buffer = nullptr, timestamp = nullptr;
+  kernels_on = launches_on = runtime_domain = false;
+  callback = nullptr;
+  attached = false;
+  ++finalizes;
+  pthread_mutex_unlock(&mu);
+  return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
                                            CUpti_BuffersCallbackCompleteFunc complete) {
   pthread_mutex_lock(&mu);
+  attach_locked();
   request_buffer = request, complete_buffer = complete;
   pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;
 }
 
-CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc callback) {
-  timestamp = callback;
+CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc cb) {
+  pthread_mutex_lock(&mu);
+  attach_locked();
+  timestamp = cb;
+  pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
   pthread_mutex_lock(&mu);
+  attach_locked();
   if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) kernels_on = true;
   pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;
@@ -108,6 +181,7 @@ CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
 
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
   pthread_mutex_lock(&mu);
+  attach_locked();
   if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) kernels_on = false;
   pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;
@@ -116,6 +190,7 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
 CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
   if (cbid >= 500) return CUPTI_ERROR_INVALID_PARAMETER;  // as CUDA 12's CUPTI answers
   pthread_mutex_lock(&mu);
+  attach_locked();
   if (cbid == 211) launches_on = enable;
   pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;
@@ -123,6 +198,7 @@ CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable)
 
 CUptiResult cuptiActivityFlushAll(uint32_t) {
   pthread_mutex_lock(&mu);
+  attach_locked();
   complete_locked();
   pthread_mutex_unlock(&mu);
   return CUPTI_SUCCESS;

@@ -2,7 +2,8 @@
 // CUDA_INJECTION64_PATH names and calls its InitializeInjection, as the CUDA driver does at a
 // process's first CUDA call, with the fake CUPTI (fake_libcupti.cpp) that EACGM_CUPTI_LIB names;
 // then launches a 100 us "kernel" every millisecond for SECONDS and prints how many CUPTI
-// recorded (the test's truth) as JSON.
+// recorded, how many it saw while attached and how often it was detached (the test's truth),
+// as JSON; the last two after exit handlers ran (the library's flush at exit).
 //   usage: gputime_duty_host SECONDS
 #include <dlfcn.h>
 #include <time.h>
@@ -10,6 +11,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+
+using Counts = void (*)(long*, long*, long*);
+Counts counts = nullptr;
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 0;
@@ -27,7 +31,8 @@ int main(int argc, char** argv) {
   auto* kernel = fake ? reinterpret_cast<int (*)(uint64_t, const char*)>(
                             dlsym(fake, "fake_cupti_kernel"))
                       : nullptr;
-  if (!init || !kernel) {
+  counts = fake ? reinterpret_cast<Counts>(dlsym(fake, "fake_cupti_counts")) : nullptr;
+  if (!init || !kernel || !counts) {
     fprintf(stderr, "gputime_duty_host: %s\n", dlerror());
     return 1;
   }
@@ -46,6 +51,16 @@ int main(int argc, char** argv) {
     timespec ms{0, 1'000'000};
     nanosleep(&ms, nullptr);
   }
-  printf("{\"launched\": %ld, \"recorded\": %ld}\n", launched, recorded);
-  return 0;  // exit: the library's atexit flush hands over the last records
+  printf("{\"launched\": %ld, \"recorded\": %ld, ", launched, recorded);
+  fflush(stdout);
+  // registered after the library's (at its InitializeInjection): runs before it, so the
+  // counts are read in a destructor that runs after every atexit handler
+  return 0;
+}
+
+__attribute__((destructor)) static void print_counts() {
+  if (!counts) return;
+  long attached = 0, detached = 0, lost = 0;
+  counts(&attached, &detached, &lost);
+  printf("\"attached\": %ld, \"detached\": %ld, \"lost\": %ld}\n", attached, detached, lost);
 }
