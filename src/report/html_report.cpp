@@ -13,6 +13,7 @@
 
 #include "report/collectives.h"
 #include "report/gpu_time.h"
+#include "report/html_gpu_time.h"
 #include "report/html_json.h"
 #include "report/profile.h"
 #include "report/report.h"
@@ -662,6 +663,8 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
         (rec.meta_or("gpu_unavailable_metrics", "").empty()
              ? std::string()
              : ": " + rec.meta_or("gpu_unavailable_metrics", "")));
+  data["gpu_time"] = gpu_timeline_section(rec, tb.t0, std::llround(tb.span_s * 1e9),
+                                          opt.gpu_time, notes);
   data["profile"] = profile_section(rec, notes, ProfileKind::Cpu);
   data["offcpu_profile"] = profile_section(rec, notes, ProfileKind::OffCpu);
   data["host"] = host_section(rec, tb, opt, notes);
