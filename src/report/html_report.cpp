@@ -13,6 +13,8 @@
 
 #include "report/collectives.h"
 #include "report/gpu_time.h"
+#include "report/html_gpu_time.h"
+#include "report/html_json.h"
 #include "report/profile.h"
 #include "report/report.h"
 #include "store/anomalies.h"
@@ -40,16 +42,6 @@ using nlohmann::json;
 
 std::string_view embedded(const char* begin, const char* end) {
   return {begin, size_t(end - begin)};
-}
-
-// Rounded to `digits` decimals as the decimal it stands for: an integer divided by a power of
-// ten is the double nearest that decimal, which JSON then prints short ("12.345", not
-// "12.345000000000001"). Not finite: null (a damaged recording's NaN draws nothing).
-json rounded(double v, int digits = 3) {
-  if (!std::isfinite(v)) return nullptr;
-  double scale = std::pow(10.0, digits);
-  if (std::fabs(v) * scale >= 9e15) return v;
-  return std::round(v * scale) / scale;
 }
 
 // Per column of the time axis, the lowest and the highest value with their times: drawn at the
@@ -671,6 +663,8 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
         (rec.meta_or("gpu_unavailable_metrics", "").empty()
              ? std::string()
              : ": " + rec.meta_or("gpu_unavailable_metrics", "")));
+  data["gpu_time"] = gpu_timeline_section(rec, tb.t0, std::llround(tb.span_s * 1e9),
+                                          opt.gpu_time, notes);
   data["profile"] = profile_section(rec, notes, ProfileKind::Cpu);
   data["offcpu_profile"] = profile_section(rec, notes, ProfileKind::OffCpu);
   data["host"] = host_section(rec, tb, opt, notes);

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "report/html_gpu_time.h"
+
 namespace eacgm {
 
 class RecordingReader;
@@ -17,6 +19,7 @@ struct HtmlReportOptions {
   size_t top_operations = 6;     // per layer, drawn over time (by total time)
   size_t max_anomalies = 20000;  // the strongest, when detect found more
   size_t max_subjects = 8;       // host processes drawn (the most CPU time; a note says so)
+  GpuTimelineOptions gpu_time;   // the gputime layer's time line and kernel charts
 };
 
 // Everything the page draws, as the JSON its script reads (also what tests check).

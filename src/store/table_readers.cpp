@@ -333,7 +333,8 @@ std::pair<int64_t, int64_t> recorded_extent(const RecordingReader& rec) {
       last = std::max(last, s.ns_at(1));
     });
   };
-  for (const char* t : {"cuda_calls", "comm_calls", "torch_calls", "python_calls"})
+  for (const char* t :
+       {"cuda_calls", "comm_calls", "torch_calls", "python_calls", "gpu_activity", "gpu_collectives"})
     extent(t, "ts_ns + dur_ns");
   for (const char* t : {"host_samples", "gpu_samples"}) extent(t, "ts_ns");
   return {first, last};

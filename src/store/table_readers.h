@@ -96,8 +96,8 @@ std::vector<KernelLaunches> kernel_launches(const RecordingReader& rec);
 // their layer, time, thread, name and duration only.
 void each_call_in_layer(const RecordingReader& rec, const std::string& layer,
                         const std::function<void(const TracedCall&)>& row);
-// The first and last times of the recording's calls (their ends) and samples; {INT64_MAX, 0}
-// where it has none.
+// The first and last times of the recording's calls and GPU executions (their ends) and samples;
+// {INT64_MAX, 0} where it has none.
 std::pair<int64_t, int64_t> recorded_extent(const RecordingReader& rec);
 size_t anomaly_count(const RecordingReader& rec);
 

@@ -5,11 +5,15 @@
 // recording, and keep a screenshot under build/test-artifacts/html/.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "chromium.h"
 #include "e2e_util.h"
+#include "store/recording.h"
+#include "store/rows.h"
 
 namespace e2e {
 namespace {
@@ -228,6 +232,174 @@ TEST_F(ReportHtml, WhatARecordingLacksIsSaidAndBadOutputsAreRefused) {
   auto missing = run({kEacgm, "report", dir_ + "/nope.eacgm.db", "--html", dir_ + "/x.html"});
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.html"));
+}
+
+// Per bucket [t0 + i * width, t0 + (i + 1) * width): how long any of `intervals` covered it
+// (overlapping ones counted once), as the page must say.
+std::vector<int64_t> busy_per_bucket(std::vector<std::pair<int64_t, int64_t>> intervals, int64_t t0,
+                                     int64_t width, size_t n) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& iv : intervals)
+    if (!merged.empty() && iv.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, iv.second);
+    else
+      merged.push_back(iv);
+  std::vector<int64_t> busy(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t lo = t0 + int64_t(i) * width, hi = lo + width;
+    for (const auto& [s, e] : merged)
+      busy[i] += std::max<int64_t>(0, std::min(e, hi) - std::max(s, lo));
+  }
+  return busy;
+}
+
+void write_gputime_meta(eacgm::RecordingWriter& w, uint64_t t0, uint64_t span) {
+  w.set_meta("start_monotonic_ns", std::to_string(t0));
+  w.set_meta("end_monotonic_ns", std::to_string(t0 + span));
+  w.set_meta("monotonic_to_realtime_ns", "0");
+  w.set_meta("recording_state", "complete");
+  w.set_meta("layers", "gputime");
+}
+
+// The gputime layer's executions on two streams of a GPU, and an NCCL communicator's operations:
+// the time line has a lane for each, each bucket's busy time is what its rows covered of it, the
+// GPU's busy share counts the streams' overlap once, the kernels' GPU time is drawn by name, and
+// hovering a bucket names what ran longest in it.
+TEST_F(ReportHtml, GpuTimelineHasALanePerStreamBusyAsTheRowsSay) {
+  const int64_t t0 = 1'000'000'000'000, ms = 1'000'000, span = 2000 * ms;
+  std::map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> by_stream;
+  {
+    eacgm::RecordingWriter w(db_, false);
+    write_gputime_meta(w, uint64_t(t0), uint64_t(span));
+    auto add = [&](const char* kind, const char* name, uint32_t stream, int64_t at, int64_t dur) {
+      eacgm::GpuActivityRow r;
+      r.ts_ns = uint64_t(at), r.dur_ns = uint64_t(dur), r.pid = 77, r.kind = kind, r.name = name;
+      r.stream = stream, r.device = 0, r.context = 1;
+      w.add(r);
+      if (std::string_view(kind) != "launch") by_stream[stream].push_back({at, at + dur});
+    };
+    // every 10 ms: gemm 0.3-2.8 ms on stream 7; softmax 2.0-2.4 ms (over the gemm) and a copy
+    // 5.5-6.5 ms on stream 9; a launch record, which is no execution
+    for (int k = 0; k < 200; ++k) {
+      int64_t at = t0 + k * 10 * ms;
+      add("launch", "cudaLaunchKernel", 0, at, 5000);
+      add("kernel", "gemm_a(float*)", 7, at + 300'000, 2'500'000);
+      add("kernel", "softmax(float*)", 9, at + 2 * ms, 400'000);
+      add("memcpy", "HostToDevice", 9, at + 5'500'000, 1 * ms);
+    }
+    for (int k = 0; k < 5; ++k) {
+      eacgm::GpuCollectiveRow c;
+      c.ts_ns = uint64_t(t0 + 1500 * ms + k * 20 * ms), c.dur_ns = 4 * ms, c.pid = 77;
+      c.name = "ncclAllReduce", c.comm_hash = 0xabc123def, c.rank = 0, c.nranks = 2;
+      c.has_gpu_time = true, c.gpu_start_ns = c.ts_ns + 500'000, c.gpu_dur_ns = 3 * ms;
+      w.add(c);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  std::string page = dir_ + "/report.html";
+  auto r = run({kEacgm, "report", db_, "--html", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Rendered p = render(page, "gpu_timeline");
+  expect_drawn(p, {"gpu_timeline", "gpu_busy", "gpu_kernel_time"});
+  ASSERT_TRUE(p.data.is_object());
+  const auto& g = p.data.at("gpu_time");
+  ASSERT_TRUE(g.is_object()) << p.data.at("notes").dump();
+  ASSERT_EQ(g.at("buckets"), 2000);
+  EXPECT_EQ(g.at("executions"), 600) << "launch records are no executions";
+  std::vector<std::string> labels;
+  for (const auto& lane : g.at("lanes")) labels.push_back(lane.at("label"));
+  EXPECT_EQ(labels, (std::vector<std::string>{"GPU 0 stream 7", "GPU 0 stream 9",
+                                              "NCCL comm 123def rank 0/2"}));
+  // each stream's buckets: busy as its rows cover them (1 ms buckets), to the nanosecond
+  for (const auto& lane : g.at("lanes")) {
+    if (lane.at("kind") != "stream") continue;
+    uint32_t stream = lane.at("stream");
+    SCOPED_TRACE(lane.at("label").get<std::string>());
+    auto want = busy_per_bucket(by_stream[stream], t0, ms, 2000);
+    std::map<size_t, double> got;
+    for (const auto& c : lane.at("cells")) got[c.at(0).get<size_t>()] = c.at(1).get<double>();
+    size_t nonzero = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      nonzero += want[i] > 0;
+      EXPECT_NEAR(got.count(i) ? got[i] : 0.0, double(want[i]) / 1e3, 1e-3) << "bucket " << i;
+    }
+    EXPECT_EQ(got.size(), nonzero);
+    EXPECT_EQ(lane.at("executions"), stream == 7 ? 200 : 400);
+  }
+  // hovering stream 9's bucket 2 (2-3 ms) names the softmax; bucket 5 the copy
+  const auto& names = g.at("names");
+  std::map<size_t, std::string> top;
+  for (const auto& c : g.at("lanes").at(1).at("cells"))
+    top[c.at(0).get<size_t>()] = names.at(c.at(2).at(0).at(0).get<size_t>());
+  EXPECT_EQ(top[2], "softmax(float*)");
+  EXPECT_EQ(top[5], "memcpy HostToDevice");
+  // the GPU's busy share: both streams' union per bucket (the softmax runs within the gemm)
+  std::vector<std::pair<int64_t, int64_t>> all = by_stream[7];
+  all.insert(all.end(), by_stream[9].begin(), by_stream[9].end());
+  auto want = busy_per_bucket(all, t0, ms, 2000);
+  ASSERT_EQ(g.at("busy").size(), 1u);
+  const auto& values = g.at("busy").at(0).at("values");
+  ASSERT_EQ(values.size(), 2000u);
+  for (size_t i = 0; i < 2000; ++i)
+    EXPECT_NEAR(values.at(i).get<double>(), 100.0 * double(want[i]) / double(ms), 0.006) << i;
+  int64_t total = 0;
+  for (int64_t v : want) total += v;
+  EXPECT_NEAR(g.at("busy").at(0).at("busy_pct").get<double>(), 100.0 * double(total) / double(span),
+              0.006);
+  // the kernels' GPU time by name: exactly what ran
+  std::map<std::string, double> gpu_ms;
+  for (const auto& k : g.at("kernels")) gpu_ms[k.at("name")] = k.at("gpu_ms").get<double>();
+  EXPECT_EQ(gpu_ms,
+            (std::map<std::string, double>{
+                {"gemm_a(float*)", 500}, {"softmax(float*)", 80}, {"copies and memsets", 200}}));
+  EXPECT_NE(p.dom.find("600 executions merged per lane into 2000 buckets"), std::string::npos);
+}
+
+// 200,000 kernels on 30 streams: the page's GPU time stays within its buckets (each lane at most
+// one cell per bucket with three names, 24 lanes, the top 8 kernels by name and the rest as one),
+// a note says what was merged and left out, and the page draws it without an error.
+TEST_F(ReportHtml, GpuTimelineOfManyKernelsStaysBounded) {
+  const uint64_t t0 = 1'000'000'000'000, span = 4'000'000'000;
+  std::vector<std::string> kernels;
+  for (int i = 0; i < 50; ++i) kernels.push_back("kernel_" + std::to_string(i) + "(float*, int)");
+  {
+    eacgm::RecordingWriter w(db_, false);
+    write_gputime_meta(w, t0, span);
+    for (uint64_t i = 0; i < 200'000; ++i) {
+      eacgm::GpuActivityRow r;
+      r.ts_ns = t0 + i * (span / 200'000), r.dur_ns = 15'000 + i % 7 * 1000, r.pid = 88;
+      r.kind = "kernel", r.name = kernels[i * 7919 % kernels.size()];
+      r.stream = uint32_t(i % 30), r.device = uint32_t(i % 2), r.context = 1;
+      w.add(r);
+      if (i % 50'000 == 0) w.flush();
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  std::string page = dir_ + "/report.html";
+  auto r = run({kEacgm, "report", db_, "--html", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Rendered p = render(page, "gpu_timeline_200k");
+  expect_drawn(p, {"gpu_timeline", "gpu_busy", "gpu_kernel_time"});
+  ASSERT_TRUE(p.data.is_object());
+  const auto& g = p.data.at("gpu_time");
+  EXPECT_EQ(g.at("executions"), 200000);
+  const size_t buckets = g.at("buckets");
+  EXPECT_EQ(buckets, 2000u);
+  EXPECT_EQ(g.at("lanes").size(), 24u);
+  for (const auto& lane : g.at("lanes")) {
+    EXPECT_LE(lane.at("cells").size(), buckets);
+    for (const auto& c : lane.at("cells")) EXPECT_LE(c.at(2).size(), 3u);
+  }
+  EXPECT_EQ(g.at("kernels").size(), 9u) << "8 kernels by name and the other kernels";
+  EXPECT_EQ(g.at("busy").size(), 2u);
+  for (const auto& b : g.at("busy")) EXPECT_EQ(b.at("values").size(), buckets);
+  size_t bytes = g.dump().size();
+  printf("gpu_time: %zu bytes of JSON for 200000 kernels\n", bytes);
+  EXPECT_LT(bytes, 24 * buckets * 64 + 200'000);
+  EXPECT_NE(p.dom.find("24 of 30 streams drawn"), std::string::npos) << p.data.at("notes").dump();
 }
 
 }  // namespace

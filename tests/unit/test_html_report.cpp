@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <map>
 
 #include "report/html_report.h"
 #include "store/anomalies.h"
@@ -338,6 +339,50 @@ TEST(HtmlReport, TheProfileIsATreeOfSamplesFromTheOutermostFrame) {
   EXPECT_EQ(bt.at(0).at("pct"), 90.0);
   EXPECT_EQ(bt.at(0).at("python"), "m.a");
   EXPECT_EQ(bt.at(1).at("native"), "spin");
+  fs::remove(path);
+}
+
+// The GPU time line's buckets: concurrent kernels of one stream are its busy time once (and
+// their GPU time twice), an execution across buckets fills each, launch records are no
+// executions, and only the busiest streams get a lane (a note says how many).
+TEST(HtmlReport, GpuTimelineBucketsCountOverlapsOnceAndLeaveLaunchesOut) {
+  std::string path = temp_path("gputime");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    w.set_meta("end_monotonic_ns", std::to_string(kStart + 10 * ms));
+    auto add = [&](const char* kind, uint32_t stream, uint64_t at, uint64_t dur) {
+      GpuActivityRow r;
+      r.ts_ns = kStart + at, r.dur_ns = dur, r.pid = 5, r.kind = kind, r.name = "k";
+      r.stream = stream;
+      w.add(r);
+    };
+    add("kernel", 1, 1 * ms, 2 * ms);    // 1-3 ms
+    add("kernel", 1, 2 * ms, 500 * us);  // 2-2.5 ms: within the first
+    add("launch", 1, 4 * ms, 1 * ms);    // no execution
+    add("memset", 1, 9 * ms, 1 * ms);    // 9-10 ms
+    add("kernel", 2, 5 * ms, 1 * ms);    // stream 2, less time
+    w.flush();
+  }
+  RecordingReader rec(path);
+  HtmlReportOptions opt;
+  opt.gpu_time.buckets = 10;
+  opt.gpu_time.lanes = 1;
+  json d = html_report_data(rec, opt);
+  const json& g = d.at("gpu_time");
+  ASSERT_TRUE(g.is_object()) << d.at("notes").dump();
+  EXPECT_EQ(g.at("executions"), 4);
+  ASSERT_EQ(g.at("lanes").size(), 1u);
+  EXPECT_EQ(g.at("lanes").at(0).at("label"), "GPU 0 stream 1");
+  std::map<int, double> busy;
+  for (const auto& c : g.at("lanes").at(0).at("cells")) busy[c.at(0).get<int>()] = c.at(1);
+  EXPECT_EQ(busy, (std::map<int, double>{{1, 1000}, {2, 1000}, {9, 1000}}));
+  EXPECT_EQ(g.at("busy").at(0).at("values"), json({0, 100, 100, 0, 0, 100, 0, 0, 0, 100}));
+  // the GPU time of the kernel "k": each execution's (3.5 ms)
+  std::map<std::string, double> gpu_ms;
+  for (const auto& k : g.at("kernels")) gpu_ms[k.at("name")] = k.at("gpu_ms");
+  EXPECT_EQ(gpu_ms, (std::map<std::string, double>{{"k", 3.5}, {"copies and memsets", 1}}));
+  EXPECT_TRUE(notes_say(d, "GPU time: 1 of 2 streams drawn"));
   fs::remove(path);
 }
 

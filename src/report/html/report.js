@@ -227,6 +227,82 @@
     if (flat.length) sec.append(el('p', { class: 'intro' }, 'Zero throughout, not drawn: ' + flat.join('; ') + '.'));
   }
 
+  // ---- GPU time (gputime layer) ------------------------------------------------------------
+  // A time line per GPU stream and NCCL communicator (each bucket shaded by the share of it the
+  // lane was busy), each GPU's busy share over time and the top kernels' GPU time, stacked.
+  const LANE_COLORS = ['#3b6fd1', '#2a9d5b', '#e0a100', '#18a3b8', '#c25b9e'];
+  function shorten(name, n) {
+    return name.length <= n ? name : name.slice(0, n - 25) + '…' + name.slice(-24);
+  }
+  function anomalyBands(bands) {
+    return bands.length ? { silent: false, itemStyle: { color: 'rgba(224,0,0,0.12)' }, label: { show: false }, data: bands,
+      tooltip: { formatter: (p) => 'window anomaly: ' + esc(p.name) } } : undefined;
+  }
+  function drawGpuTimeline(sec, G, bands) {
+    const w = G.bucket_s;
+    const items = [];
+    G.lanes.forEach((L, row) => {
+      for (const c of L.cells) items.push([c[0] * w, (c[0] + 1) * w, row, Math.min(1, c[1] / (w * 1e6)), c[2]]);
+    });
+    const entry = makeChart(sec, 'gpu_timeline', 96 + 26 * G.lanes.length);
+    const opt = timeOption('when each stream and communicator was busy (shade: share of the bucket)', [{
+      name: 'busy', type: 'custom', data: items, progressive: 0, encode: { x: [0, 1], y: 2 },
+      markArea: anomalyBands(bands),
+      renderItem: (params, api) => {
+        const L = G.lanes[api.value(2)];
+        const a = api.coord([api.value(0), api.value(2)]), b = api.coord([api.value(1), api.value(2)]);
+        const h = api.size([0, 1])[1] * 0.7;
+        const cs = params.coordSys;
+        const shape = echarts.graphic.clipRectByRect({ x: a[0], y: a[1] - h / 2, width: Math.max(b[0] - a[0], 1), height: h },
+          { x: cs.x, y: cs.y, width: cs.width, height: cs.height });
+        const color = L.kind === 'nccl' ? '#8a4fbf' : LANE_COLORS[(L.device || 0) % LANE_COLORS.length];
+        return shape && { type: 'rect', shape: shape, style: { fill: color, opacity: 0.25 + 0.75 * api.value(3) } };
+      },
+      tooltip: { formatter: (p) => {
+        const [from, to, row, busy, ran] = p.data;
+        return '<b>' + esc(G.lanes[row].label) + '</b><br>' + num(from, 4) + ' - ' + num(to, 4) + ' s: busy ' + num(100 * busy, 1) + '%' +
+          ran.map(([name, t]) => '<br>' + us(t) + ' ' + esc(shorten(G.names[name], 110))).join('');
+      } },
+    }]);
+    opt.yAxis = { type: 'category', data: G.lanes.map((L) => L.label), inverse: true, axisLabel: { fontSize: 11 } };
+    opt.grid = Object.assign({}, GRID, { left: 190, top: 34 });
+    opt.legend = { show: false };
+    entry.chart.setOption(opt);
+  }
+  function drawGpuTime() {
+    const G = data.gpu_time;
+    const sec = section('gputime', 'GPU time', G ? 'What the GPUs ran, as they timed it (gputime layer: CUPTI, NCCL\'s profiler plugin): ' +
+      num(G.executions, 0) + ' kernels, copies and memsets merged into ' + num(G.buckets, 0) + ' buckets of ' + us(G.bucket_s * 1e6) +
+      ' per lane; hover a bucket for what ran longest in it. Red bands: time windows detect found anomalous.' : null);
+    if (!G) {
+      missing(sec, 'No GPU-side time in this recording (the gputime layer records it in processes that load CUDA).');
+      return;
+    }
+    const bands = windowBands();
+    const at = (values) => values.map((v, i) => [(i + 0.5) * G.bucket_s, v]);
+    if (G.lanes.length) drawGpuTimeline(sec, G, bands);
+    if (G.busy.length) {
+      const entry = makeChart(sec, 'gpu_busy', 240);
+      const series = G.busy.map((d, i) => ({ name: 'GPU ' + d.device + ' (' + num(d.busy_pct, 1) + '% in all)', type: 'line',
+        showSymbol: false, sampling: 'none', data: at(d.values), lineStyle: { width: 1.2 }, markArea: i ? undefined : anomalyBands(bands) }));
+      const opt = timeOption('GPU busy: the share of each bucket any kernel, copy or memset ran (%)', series);
+      opt.yAxis = { type: 'value', min: 0, max: 100 };
+      opt.tooltip = { trigger: 'axis', confine: true, valueFormatter: (v) => num(v, 1) + '%' };
+      entry.chart.setOption(opt);
+    }
+    if (G.kernels.length) {
+      const entry = makeChart(sec, 'gpu_kernel_time', 300);
+      const series = G.kernels.map((k, i) => ({ name: k.name, type: 'line', stack: 'gpu', showSymbol: false, sampling: 'none',
+        areaStyle: { opacity: 0.85 }, lineStyle: { width: 0.5 }, data: at(k.values), markArea: i ? undefined : anomalyBands(bands) }));
+      const opt = timeOption('GPU time by kernel, stacked (% of one GPU: the kernels with the most GPU time, the others as one)', series);
+      opt.legend.formatter = (name) => shorten(name, 60);
+      opt.yAxis = { type: 'value', min: 0 };
+      opt.tooltip = { trigger: 'axis', confine: true, formatter: (ps) => 'at ' + num(ps[0].value[0], 3) + ' s' +
+        ps.filter((q) => q.value[1] > 0).map((q) => '<br>' + q.marker + esc(shorten(q.seriesName, 90)) + ': ' + num(q.value[1], 1) + '%').join('') };
+      entry.chart.setOption(opt);
+    }
+  }
+
   // ---- collectives -----------------------------------------------------------------------
   function drawCollectives() {
     const C = data.collectives;
@@ -538,6 +614,7 @@
     drawSummary();
     drawLayers();
     drawSampled('gpu', 'GPU (NVML)', 'Per GPU over time; red bands: time windows detect found anomalous.', data.gpu);
+    drawGpuTime();
     drawSampled('host', 'host', 'Traced processes and network interfaces over time (per sampling interval); red bands: anomalous windows.', data.host);
     drawCollectives();
     drawTops();
