@@ -146,7 +146,10 @@ void OnlineWindows::add(const GpuSample& r) {
 
 void OnlineWindows::add(const GpuActivityRow& r) {
   if (!detect::gpu_execution(r)) return;
-  established(r.pid, r.ts_ns);  // (a process whose only rows are its GPU's is traced too)
+  // Its process is traced (the job lives while it does), but its rows make no window and count
+  // it in none: they come later than its calls and samples, which do, and only tell how busy
+  // its GPU was meanwhile.
+  traced_.try_emplace(r.pid, Traced{std::max(r.ts_ns / window_ns_, next_), false});
   gpu_idle_.add(r.pid, r.ts_ns, r.dur_ns);
 }
 
