@@ -15,6 +15,7 @@
 
 #include "detect/call_context.h"
 #include "detect/features.h"  // kStragglerWaitUnitUs
+#include "detect/gpu_time.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "probe/job_identity.h"
 #include "util/error.h"
@@ -150,6 +151,12 @@ void DetectionSink::add(const TorchCallRow& r) {
 }
 void DetectionSink::add(const PythonCallRow& r) {
   add_call("python", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);
+}
+
+void DetectionSink::add(const GpuActivityRow& r) {
+  if (JobWindows* j = windows_of(r.pid, true)) j->windows.add(r);
+  if (detect::modelled_kernel(r))
+    add_call("gpu", r.name, r.ts_ns, r.dur_ns, r.pid, detect::stream_thread(r), -1, -1);
 }
 
 void DetectionSink::add(const ProcessRow& r) {

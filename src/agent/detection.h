@@ -1,6 +1,6 @@
 // The agent's online detector as a sink: every traced call scored against its operation's
-// model, every complete window of each job on the node against that job's window model, models
-// refitted on a sliding history by a worker thread and saved in the state dir so that a restart
+// model (each kernel's GPU time against its kernel's), every complete window of each job on the
+// node against that job's window model, models refitted on a sliding history by a worker thread and saved in the state dir so that a restart
 // resumes scoring at once. What it finds goes to the agent (log line, metrics, store).
 #pragma once
 #include <condition_variable>
@@ -59,6 +59,9 @@ class DetectionSink final : public Sink {
   void add(const ProcessExitRow& r) override;
   void add(const HostSampleRow& r) override;
   void add(const GpuSample& r) override;
+  // The gputime layer: each execution in its job's windows (the GPU's idle share), and each
+  // kernel's a call of layer "gpu" in its kernel's model, as detect's (detect/gpu_time.h).
+  void add(const GpuActivityRow& r) override;
   // Scores what came since the last flush, closes complete windows, hands due refits to the
   // worker and installs finished ones.
   void flush() override;

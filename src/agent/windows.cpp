@@ -29,9 +29,10 @@ enum Feature : size_t {
   kGpuSmClock,
   kGpuPcie,
   kGpuThrottled,
+  kGpuIdle,     // not a reading: from the gputime layer's executions (detect::GpuIdle)
   kLayerCalls,  // then per layer: calls per second, mean log duration
 };
-constexpr size_t kGpuFirst = kGpuUtil, kGpuEnd = kLayerCalls;
+constexpr size_t kGpuFirst = kGpuUtil, kGpuEnd = kGpuIdle;  // NVML's levels
 const char* const kLayers[] = {"cuda", "comm", "torch", "python"};
 
 size_t layer_index(const char* layer) {
@@ -43,7 +44,7 @@ size_t layer_index(const char* layer) {
 }  // namespace
 
 OnlineWindows::OnlineWindows(uint64_t window_ns, uint64_t lag_ns)
-    : window_ns_(std::max<uint64_t>(window_ns, 1)), lag_ns_(lag_ns) {}
+    : window_ns_(std::max<uint64_t>(window_ns, 1)), lag_ns_(lag_ns), gpu_idle_(0, window_ns_) {}
 
 const std::vector<std::string>& OnlineWindows::feature_names() {
   static const std::vector<std::string> names = [] {
@@ -64,7 +65,8 @@ const std::vector<std::string>& OnlineWindows::feature_names() {
                                   "gpu_temp_c",
                                   "gpu_sm_clock_mhz",
                                   "gpu_pcie_mb_per_s",
-                                  "gpu_throttled"};
+                                  "gpu_throttled",
+                                  "gpu_idle_pct"};
     for (const char* layer : kLayers) {
       v.push_back(std::string(layer) + "_calls_per_s");
       v.push_back(std::string(layer) + "_call_log_duration_us");
@@ -142,6 +144,15 @@ void OnlineWindows::add(const GpuSample& r) {
     add_value(w, kGpuThrottled, (*r.throttle_reasons & ~uint64_t(1)) != 0 ? 1.0 : 0.0);
 }
 
+void OnlineWindows::add(const GpuActivityRow& r) {
+  if (!detect::gpu_execution(r)) return;
+  // Its process is traced (the job lives while it does), but its rows make no window and count
+  // it in none: they come later than its calls and samples, which do, and only tell how busy
+  // its GPU was meanwhile.
+  traced_.try_emplace(r.pid, Traced{std::max(r.ts_ns / window_ns_, next_), false});
+  gpu_idle_.add(r.pid, r.ts_ns, r.dur_ns);
+}
+
 // A process counts from its kEstablish-th window on: a job, not a tool that runs for a moment
 // (nvidia-smi, a health check) and would otherwise make every window a change of regime on a
 // node where such things start every second. Its first counted window is a change.
@@ -163,6 +174,7 @@ std::vector<uint32_t> OnlineWindows::pids() const {
 }
 
 void OnlineWindows::exited(uint32_t pid, uint64_t ts_ns) {
+  gpu_idle_.ended(pid);  // its GPU's rows came before its exit
   auto it = traced_.find(pid);
   if (it == traced_.end()) return;
   if (it->second.counted) at(ts_ns).changed = true;  // a job ended
@@ -192,6 +204,11 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
     held_.erase(held_.begin(), held_.begin() + std::ptrdiff_t(n));
   };
   uint64_t complete = now_ns > lag_ns_ ? (now_ns - lag_ns_) / window_ns_ : 0;  // first incomplete
+  // (the GPU's rows: up to kHoldNs later)
+  uint64_t gpu_hold = now_ns > lag_ns_ + kHoldNs ? (now_ns - lag_ns_ - kHoldNs) / window_ns_ : 0;
+  for (uint32_t pid : gpu_idle_.pids())
+    if (auto known = gpu_idle_.known_until(pid))
+      complete = std::min(complete, std::max(gpu_hold, uint64_t(std::max<int64_t>(*known + 1, 0))));
   while (!windows_.empty() && windows_.begin()->first < complete) {
     auto [index, w] = *windows_.begin();
     windows_.erase(windows_.begin());
@@ -208,6 +225,8 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
         x[f] = gpu_last_[f];
       }
     }
+    if (auto share = gpu_idle_.mean_idle_share(int64_t(index))) gpu_idle_last_ = 100 * *share;
+    x[kGpuIdle] = gpu_idle_last_;
     for (auto [f, floor] : floors) x[f] = std::max(0.0, x[f] - floor);
     // On a log scale, except the durations (already logs): a model fitted on a minute of a
     // steady job sees rates that hardly vary (3,824 calls a second, give or take 16), and on a
@@ -230,6 +249,7 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
     calls_mean_ = calls_mean_ > 0 ? 0.8 * calls_mean_ + 0.2 * calls : calls;
   }
   release_old(complete);
+  gpu_idle_.forget_before(int64_t(next_));
   for (const Held& r : rows) {
     t.ts_ns.push_back(r.index * window_ns_);
     t.dur_ns.push_back(window_ns_);

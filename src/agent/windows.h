@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "detect/features.h"
+#include "detect/gpu_time.h"
 #include "gpu/gpu_samples.h"
 #include "store/rows.h"
 
@@ -35,6 +36,9 @@ class OnlineWindows {
                 int64_t runq_ns = -1);
   void add(const HostSampleRow& r);
   void add(const GpuSample& r);
+  // An execution of the gputime layer (kernel, copy, memset): the GPU's idle share of its
+  // process's windows (detect::GpuIdle, as detect's).
+  void add(const GpuActivityRow& r);
   void exited(uint32_t pid, uint64_t ts_ns);
   // The agent itself was busy from `from_ns` to `to_ns` (writing a flight recording: on a small
   // node that takes CPUs from the jobs): the windows it overlaps count as changes, neither
@@ -54,6 +58,11 @@ class OnlineWindows {
   // write) is judged once calls resume, as before; a lull that lasts while the processes live
   // (a stalled job) is judged once it is kHoldNs old. Only lulls wait: a CPU hog that halves
   // the calls is judged at once.
+  //
+  // A job with GPU time waits for its GPU's rows too (CUPTI hands them over as its buffers
+  // fill): a window is complete once each of its processes with GPU time had an execution end
+  // after it, or it ended, or kHoldNs after the window; a window whose GPU share is still not
+  // known then keeps the last known share (missing rows are no idle GPU).
   detect::FeatureTable take_complete(uint64_t now_ns);
   static constexpr uint64_t kHoldNs = 10'000'000'000;
 
@@ -62,7 +71,7 @@ class OnlineWindows {
   uint64_t window_ns() const { return window_ns_; }
 
  private:
-  static constexpr size_t kFeatures = 26;
+  static constexpr size_t kFeatures = 27;
   struct Window {
     std::array<double, kFeatures> sum{};
     std::array<uint32_t, kFeatures> n{};
@@ -89,6 +98,8 @@ class OnlineWindows {
   double calls_mean_ = 0;   // calls per window in recent judged windows (a moving mean)
   uint64_t next_ = 0;           // the first window not handed out
   std::array<double, kFeatures> gpu_last_{};  // GPU levels persist between readings
+  detect::GpuIdle gpu_idle_;
+  double gpu_idle_last_ = 0;  // percent: the last window's known share
 };
 
 }  // namespace eacgm

@@ -200,9 +200,9 @@ bool nic_beyond_sockets(const ValueAndUsual& values) {
 // features that are no fault are taken out (their share of its score). Those are work rates
 // above usual (calls, CPU, the job's own socket traffic rising with its calls and the NIC
 // traffic its sockets make), call durations below usual, and pressures below usual (run-queue
-// wait, preemptions, retransmits, reclaim, faults, disk). More run-queue waits and preemptions
-// per second count as more work while the time spent waiting did not grow, or grew by less
-// than a quarter (the bar for naming CPU interference: threads that already queue, more
+// wait, preemptions, retransmits, reclaim, faults, disk, the GPU idle). More run-queue waits and
+// preemptions per second count as more work while the time spent waiting did not grow, or grew
+// by less than a quarter (the bar for naming CPU interference: threads that already queue, more
 // runnable than cores, queue a little longer when they have more to do). Page faults without
 // reclaim or page-ins are the job touching memory it allocated, its own work: a job that ran
 // 1.7x faster faulted 4x as often (examples/gpt_ddp.py, session 34: its torch allocator's first
@@ -225,7 +225,7 @@ Move feature_move(const std::string& f, const ValueAndUsual& value_and_usual) {
       "runq_wait_ms_per_s", "runq_waits_per_s", "involuntary_switches_per_s",
       "tcp_retransmits_per_s",
       "page_faults_per_s",  "reclaim_ms_per_s",           "pagein_mb_per_s",
-      "block_mb_per_s"};
+      "block_mb_per_s",     "gpu_idle_pct"};
   bool busier = up ? f.ends_with("_calls_per_s") ||
                          (f == "socket_mb_per_s" && !socket_beyond_calls(value_and_usual)) ||
                          f == "cpu_cores" ||
@@ -708,7 +708,7 @@ std::string layer_symptom(const std::vector<std::pair<std::string, double>>& top
     const std::string& feature = top_feature;  // clang 14: no structured binding in a lambda
     bool down = lowered.count(feature) > 0;
     if ((feature.ends_with("_calls_per_s") && !down) ||
-        (feature.ends_with("_call_log_duration_us") && down))
+        (feature.ends_with("_call_log_duration_us") && down) || (feature == "gpu_idle_pct" && down))
       continue;
     auto has = [&](const char* s) { return feature.find(s) != std::string::npos; };
     if (has("comm_")) return "slow collectives";
@@ -716,6 +716,9 @@ std::string layer_symptom(const std::vector<std::pair<std::string, double>>& top
     if (has("torch_")) return "slow operators";
     if (has("python_")) return "slow Python code";
     if (has("gpu_util")) return "GPU utilization change";
+    // The GPU waited for work (its job waiting on data, the host, a peer): a symptom, after any
+    // resource that explains it (a CPU hog starves the GPU too)
+    if (feature == "gpu_idle_pct") return "GPU idle";
   }
   return "";
 }
@@ -867,7 +870,7 @@ const std::vector<std::pair<std::string, std::string>>& cause_kinds() {
          {"CPU interference", "network packet loss", "memory pressure", "network contention",
           "GPU thermal or power throttling", "GPU memory pressure", "PCIe pressure", "storage I/O",
           "slow collectives", "slow CUDA calls", "slow operators", "slow Python code",
-          "GPU utilization change", "unusual window"})
+          "GPU utilization change", "GPU idle", "unusual window"})
       k.emplace_back("window", w);
     return k;
   }();

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "detect/gpu_time.h"
 #include "report/collectives.h"
 #include "store/reader.h"
 #include "store/table_readers.h"
@@ -55,14 +56,13 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
       true);
   // GPU time (the gputime layer): each kernel's time on the GPU, one model per kernel (a slow
   // kernel: throttling, contention for the GPU).
+  // (the agent's DetectionSink takes them the same way: detect/gpu_time.h)
   each_gpu_activity(rec, [&](const GpuActivityRow& r) {
-    if (r.kind != "kernel") return;
+    if (!modelled_kernel(r)) return;
     CallGroup& g = groups[{"gpu", std::string(r.name)}];
     g.ts.push_back(r.ts_ns);
     g.pid.push_back(r.pid);
-    // its stream as its "thread": work on one stream never overlaps, so no kernel is taken for
-    // one nested in another; no real thread has such an id (Linux tids stay below 2^22)
-    g.tid.push_back(0x40000000u + r.device * 65536u + (r.stream & 0xffffu));
+    g.tid.push_back(stream_thread(r));
     g.runq.push_back(-1);
     g.dur.push_back(r.dur_ns);
     g.log_dur.push_back(std::log(double(std::max<uint64_t>(r.dur_ns, 1)) / 1e3));
@@ -197,6 +197,24 @@ void add_gpu_samples(const RecordingReader& rec, int64_t start, uint64_t window_
   });
 }
 
+// The GPU's idle share (percent) of each window, the mean over the processes with GPU time
+// (the gputime layer's executions) in it; a level, carried over windows where no process had
+// its GPU span (GpuIdle says which windows count).
+void add_gpu_idle(const RecordingReader& rec, int64_t start, uint64_t window_ns,
+                  WindowMetrics& m) {
+  GpuIdle idle(start, window_ns);
+  each_gpu_activity(rec, [&](const GpuActivityRow& r) {
+    if (gpu_execution(r)) idle.add(r.pid, r.ts_ns, r.dur_ns);
+  });
+  for (uint32_t pid : idle.pids()) idle.ended(pid);  // (a recording: every row is in)
+  auto range = idle.window_range();
+  if (!range) return;
+  WindowMetric& wm = m["gpu_idle_pct"];
+  wm.level = true;
+  for (int64_t w = std::max<int64_t>(range->first, 0); w <= range->second; ++w)
+    if (auto share = idle.mean_idle_share(w)) wm.add(w, 100 * *share);
+}
+
 // Each layer's call rate and mean log duration. Returns (first call, last call's end).
 std::pair<int64_t, int64_t> add_calls(const RecordingReader& rec, int64_t start,
                                       uint64_t window_ns, WindowMetrics& m) {
@@ -260,6 +278,7 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   WindowMetrics m;
   add_host_samples(rec, start, window_ns, m);
   add_gpu_samples(rec, start, window_ns, m);
+  add_gpu_idle(rec, start, window_ns, m);
   auto [first_call, last_call_end] = add_calls(rec, start, window_ns, m);
   // Whole windows only, up to the last traced call: what follows is the job's exit (rates
   // falling to nothing, exit paths paging in code never run before), not its behaviour;

@@ -48,7 +48,9 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec,
 
 // Fixed windows over the recording (whole windows only): per window, the traced processes' run-queue wait, CPU,
 // involuntary switches, socket and block throughput; interface throughput; GPU utilization,
-// memory, power, temperature, clocks; call counts and mean log durations per layer. Features
+// memory, power, temperature, clocks; the GPU's idle share where the gputime layer recorded
+// executions (detect::GpuIdle, as the agent's windows); call counts and mean log durations per
+// layer. Features
 // that never vary are dropped; a window without samples of a metric gets 0 for counts and the
 // last value for levels (GPU state persists between readings).
 // Host samples count over their interval, and each window gets the share it overlaps.

@@ -454,7 +454,8 @@ void MetricsSink::zero_anomalies(const std::vector<std::pair<std::string, std::s
 
 void MetricsSink::set_models(const std::vector<ModelState>& models, size_t fitted) {
   for (const auto& m : models) {
-    if (m.layer == "python") continue;
+    // (Python functions and kernels are unbounded sets of names: no series per model)
+    if (m.layer == "python" || m.layer == "gpu") continue;
     prometheus::Labels labels{{"layer", m.layer}, {"op", m.name}};
     model_score_.Add(labels).Set(m.last_score);
     model_threshold_.Add(labels).Set(m.threshold);

@@ -51,7 +51,8 @@ const std::map<std::string, std::pair<const char*, const char*>>& window_feature
       {"gpu_temp_c", {"GPU temperature", " C"}},
       {"gpu_sm_clock_mhz", {"SM clock", " MHz"}},
       {"gpu_pcie_mb_per_s", {"PCIe traffic", " MB/s"}},
-      {"gpu_throttled", {"GPU throttled", ""}}};
+      {"gpu_throttled", {"GPU throttled", ""}},
+      {"gpu_idle_pct", {"GPU idle", "%"}}};
   return named;
 }
 }  // namespace
@@ -70,6 +71,8 @@ std::string describe_feature(const std::string& f, double value, double usual) {
   if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
   if (f.ends_with("_call_log_duration_us")) return pair(feature_title(f) + " took", us_text);
   if (f.ends_with("_calls_per_s")) return pair(feature_title(f), rate("/s"));
+  if (f == "gpu_idle_pct")  // "GPU idle 62% of the window (usual 8%)"
+    return fmt::format("GPU idle {} of the window (usual {})", rate("%")(value), rate("%")(usual));
   if (auto it = window_features_named().find(f); it != window_features_named().end())
     return pair(it->second.first, rate(it->second.second));
   return pair(f, rate(""));

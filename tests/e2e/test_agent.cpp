@@ -304,6 +304,37 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
       << agent_err;
 }
 
+// The agent models each kernel's time on the GPU by its name, as detect does (the gputime layer
+// without a GPU: workloads/gputime_emitter.cpp's made-up CUPTI records through the injection
+// library's batcher and eacgm's uprobe, in real time): 14 s of two kernels at 0.2 ms, then 4 s
+// in which every 20th execution of one of them takes 5 ms. The slow ones are named, by the
+// kernel, and nothing else is; no kernel name becomes a /metrics label.
+TEST_F(Agent, ASlowKernelIsNamedOnlineAsDetectNamesIt) {
+#ifndef EACGM_HAVE_GPUTIME
+  GTEST_SKIP() << "eacgm was built without CUPTI's headers (no gputime layer)";
+#endif
+  stop_agent();
+  start_agent({"--warm-up", "2", "--train-seconds", "8"});
+  auto r = run({kWorkloads + "/gputime_emitter", "--paced", "14", "4"}, {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto truth = nlohmann::json::parse(r.out);
+  ASSERT_GT(truth["slow"].get<int>(), 50) << r.out;
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // the last flush and burst window
+  auto metrics = get_when_up(port_, "/metrics", 10);
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->find("eacgm_plain_c_kernel"), std::string::npos);
+  EXPECT_EQ(metrics->find("eacgm_test_axpy"), std::string::npos);
+  stop_agent();
+  Db db(dir_ + "/state/anomalies.db");
+  const std::string slow_from = std::to_string(truth["slow_from_ns"].get<int64_t>());
+  // (cause, duration, in the slow phase) -> anomalies
+  auto found = db.pairs("SELECT cause || ' ' || dur_ns || ' ' || (ts_ns >= " + slow_from +
+                        "), count(*) FROM anomalies WHERE layer = 'gpu' GROUP BY 1");
+  ASSERT_EQ(found.size(), 1u) << found.size() << " kinds; first: " << found.begin()->first;
+  EXPECT_EQ(found.begin()->first, "slow kernel: eacgm_plain_c_kernel 5000000 1");
+  EXPECT_GE(found.begin()->second, 5);
+}
+
 TEST_F(Agent, MatchLeavesOtherProcessesOut) {
   E2E_REQUIRE_CUDA();
   if (!std::filesystem::exists(EACGM_DEMO_TRAIN)) GTEST_SKIP() << "no demo_train (needs nvcc)";

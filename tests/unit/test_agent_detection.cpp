@@ -331,7 +331,7 @@ TEST(CauseKind, EveryCauseIsOfAKnownKind) {
       "socket_mb_per_s", "gpu_temp_c", "gpu_throttled", "gpu_power_w", "gpu_sm_clock_mhz",
       "gpu_mem_used_mb", "pcie_mb_per_s", "block_mb_per_s", "comm_calls_per_s",
       "cuda_call_log_duration_us", "torch_calls_per_s", "python_calls_per_s", "gpu_util",
-      "cpu_cores", "something_else"};
+      "gpu_idle_pct", "cpu_cores", "something_else"};
   for (const auto& f : window_features)
     for (bool lowered : {false, true}) {
       std::set<std::string> low;

@@ -1,0 +1,76 @@
+// GPU time (the gputime layer's rows) as the detector sees it, one implementation for `detect`
+// and the agent: which executions are modelled per kernel name and on which "thread", and each
+// process's GPU idle share per window (a window feature).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "store/rows.h"
+
+namespace eacgm::detect {
+
+// A kernel's execution is a call of layer "gpu" named by the kernel (a slow kernel: throttling,
+// contention for the GPU); copies, memsets and launch records are not modelled.
+inline bool modelled_kernel(const GpuActivityRow& r) { return r.kind == "kernel"; }
+
+// An execution's stream as its "thread": work on one stream never overlaps, so no kernel is taken
+// for one nested in another; no real thread has such an id (Linux tids stay below 2^22).
+inline uint32_t stream_thread(const GpuActivityRow& r) {
+  return 0x40000000u + r.device * 65536u + (r.stream & 0xffffu);
+}
+
+// Whether a row is GPU work that makes the GPU busy (kernels, copies, memsets; not launches,
+// which are the host's API calls).
+inline bool gpu_execution(const GpuActivityRow& r) { return r.kind != "launch"; }
+
+// Per process, the share of each window (index from start_ns, of window_ns) in which none of its
+// executions ran on the GPU: 1 - the union of their spans in the window / the window's length,
+// on any of its devices. Only over the process's GPU span: from its first execution's start
+// (its first window counts from there, not from the window's start: a job starting mid-window
+// is not idle before it began), to the end of its last execution once its rows are all in
+// (ended(): at its exit, or the recording's end), so its last window counts only up to there.
+// While rows may still come (the agent: CUPTI hands over buffers when they fill), a window is
+// known only once an execution of the process that ends at or after the window's end came: a
+// window without executions before that one is idle 100%.
+class GpuIdle {
+ public:
+  GpuIdle(int64_t start_ns, uint64_t window_ns);
+
+  void add(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns);
+  // No more rows of `pid` will come.
+  void ended(uint32_t pid);
+
+  // The idle share of window `w` for `pid` (0-1), nullopt where the window is outside its GPU
+  // span or not known yet.
+  std::optional<double> idle_share(uint32_t pid, int64_t w);
+  // The mean idle share of window `w` over the processes where it is known.
+  std::optional<double> mean_idle_share(int64_t w);
+  // Whether `pid` has GPU time and rows of it may still come; then the last window index
+  // known (its latest execution's end), to hold later windows for.
+  std::optional<int64_t> known_until(uint32_t pid) const;
+  std::vector<uint32_t> pids() const;
+  // The windows with a known share of any process: [first, last], or nullopt.
+  std::optional<std::pair<int64_t, int64_t>> window_range() const;
+  // Drops the spans of windows before `w` (handed out), and the processes that ended before it.
+  void forget_before(int64_t w);
+
+ private:
+  struct Process {
+    int64_t first_ns = INT64_MAX, last_end_ns = INT64_MIN;
+    bool ended = false;
+    // per window, spans clipped to it (merged when the list grows: busy stretches only)
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> spans;
+  };
+  int64_t window_of(int64_t ts) const;
+  static int64_t merge(
+      std::vector<std::pair<int64_t, int64_t>>& spans);  // returns the union's length
+
+  int64_t start_ns_;
+  int64_t window_ns_;
+  std::map<uint32_t, Process> processes_;
+};
+
+}  // namespace eacgm::detect
