@@ -159,6 +159,10 @@ void DetectionSink::add(const GpuActivityRow& r) {
     add_call("gpu", r.name, r.ts_ns, r.dur_ns, r.pid, detect::stream_thread(r), -1, -1);
 }
 
+void DetectionSink::add(const GpuSliceRow& r) {
+  if (JobWindows* j = windows_of(r.pid, true)) j->windows.add(r);
+}
+
 void DetectionSink::add(const ProcessRow& r) {
   names_[r.pid] = r.name;
   places_[r.pid] = {r.ppid, r.job_id};

@@ -62,6 +62,7 @@ class DetectionSink final : public Sink {
   // The gputime layer: each execution in its job's windows (the GPU's idle share), and each
   // kernel's a call of layer "gpu" in its kernel's model, as detect's (detect/gpu_time.h).
   void add(const GpuActivityRow& r) override;
+  void add(const GpuSliceRow& r) override;
   // Scores what came since the last flush, closes complete windows, hands due refits to the
   // worker and installs finished ones.
   void flush() override;

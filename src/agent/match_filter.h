@@ -39,6 +39,7 @@ class MatchFilter final : public Sink {
   void add(const GpuXidEvent& r) override { next_.add(r); }
   void add(const GpuActivityRow& r) override { pass(r.pid, r); }
   void add(const GpuCollectiveRow& r) override { pass(r.pid, r); }
+  void add(const GpuSliceRow& r) override { pass(r.pid, r); }
   void set_meta(std::string key, std::string value) override { next_.set_meta(key, value); }
   void flush() override { next_.flush(); }
   std::string error() const override { return next_.error(); }

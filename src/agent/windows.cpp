@@ -153,6 +153,11 @@ void OnlineWindows::add(const GpuActivityRow& r) {
   gpu_idle_.add(r.pid, r.ts_ns, r.dur_ns);
 }
 
+void OnlineWindows::add(const GpuSliceRow& r) {
+  traced_.try_emplace(r.pid, Traced{std::max(r.ts_ns / window_ns_, next_), false});
+  gpu_idle_.collected(r.pid, r.ts_ns, r.dur_ns, r.next_ns);
+}
+
 // A process counts from its kEstablish-th window on: a job, not a tool that runs for a moment
 // (nvidia-smi, a health check) and would otherwise make every window a change of regime on a
 // node where such things start every second. Its first counted window is a change.

@@ -39,6 +39,7 @@ class OnlineWindows {
   // An execution of the gputime layer (kernel, copy, memset): the GPU's idle share of its
   // process's windows (detect::GpuIdle, as detect's).
   void add(const GpuActivityRow& r);
+  void add(const GpuSliceRow& r);  // a duty-cycled process's GPU time collected
   void exited(uint32_t pid, uint64_t ts_ns);
   // The agent itself was busy from `from_ns` to `to_ns` (writing a flight recording: on a small
   // node that takes CPUs from the jobs): the windows it overlaps count as changes, neither

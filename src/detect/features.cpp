@@ -203,6 +203,8 @@ void add_gpu_samples(const RecordingReader& rec, int64_t start, uint64_t window_
 void add_gpu_idle(const RecordingReader& rec, int64_t start, uint64_t window_ns,
                   WindowMetrics& m) {
   GpuIdle idle(start, window_ns);
+  // duty-cycled processes: only what was collected counts (slices by start: in order)
+  each_gpu_slice(rec, [&](const GpuSliceRow& r) { idle.collected(r.pid, r.ts_ns, r.dur_ns, 0); });
   each_gpu_activity(rec, [&](const GpuActivityRow& r) {
     if (gpu_execution(r)) idle.add(r.pid, r.ts_ns, r.dur_ns);
   });

@@ -35,11 +35,18 @@ inline bool gpu_execution(const GpuActivityRow& r) { return r.kind != "launch"; 
 // While rows may still come (the agent: CUPTI hands over buffers when they fill), a window is
 // known only once an execution of the process that ends at or after the window's end came: a
 // window without executions before that one is idle 100%.
+// A duty-cycled process (its GpuSliceRows: EACGM_GPUTIME_DUTY) counts only over what was
+// collected: a window's share is 1 - its executions inside the slices / the slices' time in
+// it, and a window no slice covers has none (not collected is not idle). Its windows are known
+// up to its last slice's end, and up to the next slice once one says when that is due.
 class GpuIdle {
  public:
   GpuIdle(int64_t start_ns, uint64_t window_ns);
 
   void add(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns);
+  // A slice in which `pid`'s GPU time was collected; next_ns: when the next one is due (0:
+  // unknown or none).
+  void collected(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns, uint64_t next_ns);
   // No more rows of `pid` will come.
   void ended(uint32_t pid);
 
@@ -63,7 +70,15 @@ class GpuIdle {
     bool ended = false;
     // per window, spans clipped to it (merged when the list grows: busy stretches only)
     std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> spans;
+    // duty-cycled: the slices collected (by start), and until when nothing more will come
+    std::vector<std::pair<int64_t, int64_t>> slices;
+    int64_t known_ns = INT64_MIN;
+    // what its rows say of the GPU up to (executions' ends; a duty-cycled one's slices too)
+    int64_t known_to() const { return std::max(last_end_ns, known_ns); }
   };
+  // The part of [from, to) in the process's slices, and the busy `spans` (merged) inside it.
+  static std::pair<int64_t, int64_t> collected_in(const Process& p, int64_t from, int64_t to,
+                                                  const std::vector<std::pair<int64_t, int64_t>>* spans);
   int64_t window_of(int64_t ts) const;
   static int64_t merge(
       std::vector<std::pair<int64_t, int64_t>>& spans);  // returns the union's length

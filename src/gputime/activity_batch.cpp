@@ -132,11 +132,11 @@ void ActivityBatcher::dropped(uint64_t records) {
   put(&d, sizeof(d));
 }
 
-void ActivityBatcher::slice(uint64_t start_ns, uint64_t end_ns) {
+void ActivityBatcher::slice(uint64_t start_ns, uint64_t end_ns, uint64_t next_ns) {
   Lock lock(mu_);
   GpuSlice s{};
   s.h = {uint16_t(EntryKind::slice), uint16_t(sizeof(GpuSlice))};
-  s.start_ns = start_ns, s.end_ns = end_ns;
+  s.start_ns = start_ns, s.end_ns = end_ns, s.next_ns = next_ns;
   put(&s, sizeof(s));
 }
 

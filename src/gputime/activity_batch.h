@@ -33,8 +33,9 @@ class ActivityBatcher {
   static constexpr uint64_t kMaxHoldNs = 100'000'000;
   void note(const char* text);
   void dropped(uint64_t records);
-  // A span in which CUPTI's records were on (duty-cycled; gpu_batch.h's GpuSlice).
-  void slice(uint64_t start_ns, uint64_t end_ns);
+  // A span in which CUPTI's records were on (duty-cycled; gpu_batch.h's GpuSlice), the next due
+  // at next_ns (0: none).
+  void slice(uint64_t start_ns, uint64_t end_ns, uint64_t next_ns);
   // Hands what is packed to eacgm_gputime_batch.
   void flush();
 

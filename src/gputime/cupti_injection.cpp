@@ -148,6 +148,29 @@ bool attach(bool say) {
 // neither side holds a lock of ours while CUPTI runs the other's code. EACGM_GPUTIME_DETACH=0
 // (or a CUPTI without the callback API, or another subscriber such as Nsight) keeps it attached
 // and turns the records off instead.
+// The slice that ended, handed over after its records (so that a reader that has the slice has
+// its records): by the duty thread, or by the callback that detaches (which takes it over
+// through detach_state's exchange, as it takes CUPTI).
+struct Pending {
+  uint64_t start_ns = 0, end_ns = 0, next_ns = 0;
+  bool set = false;
+} pending;  // under pending_mu (taken last: only the batcher's lock is taken inside it)
+pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void set_pending(uint64_t start_ns, uint64_t end_ns, uint64_t next_ns) {
+  pthread_mutex_lock(&pending_mu);
+  pending = {start_ns, end_ns, next_ns, true};
+  pthread_mutex_unlock(&pending_mu);
+}
+
+void hand_over_slice() {
+  pthread_mutex_lock(&pending_mu);
+  if (pending.set) batcher.slice(pending.start_ns, pending.end_ns, pending.next_ns);
+  pending.set = false;
+  batcher.flush();
+  pthread_mutex_unlock(&pending_mu);
+}
+
 enum : int { kAttached, kDetachWanted, kDetaching, kDetached };
 int detach_state = kAttached;  // __atomic_*
 bool detach_between = false;   // set before the duty thread starts
@@ -165,7 +188,7 @@ void CUPTIAPI at_api_exit(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, 
   if (static_cast<const CUpti_CallbackData*>(data)->callbackSite != CUPTI_API_EXIT) return;
   if (state() != kDetachWanted || !move(kDetachWanted, kDetaching)) return;
   cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // the slice's records, before CUPTI forgets
-  batcher.flush();
+  hand_over_slice();
   cupti.finalize();
   __atomic_store_n(&detach_state, kDetached, __ATOMIC_SEQ_CST);
 }
@@ -205,13 +228,13 @@ void sleep_until(uint64_t t_ns) {
   }
 }
 
-// Ends the slice in progress (under duty_mu): its records off, its span handed over with them,
-// and CUPTI to be detached at the next CUDA call's exit.
-void end_slice_locked(bool say) {
+// Ends the slice in progress (under duty_mu): its records off, its span to be handed over after
+// them, and CUPTI to be detached at the next CUDA call's exit; the next slice is due at next_ns.
+void end_slice_locked(bool say, uint64_t next_ns) {
   if (!collecting) return;
   set_records(false, say);
   collecting = false;
-  batcher.slice(slice_start_ns, monotonic_ns());
+  set_pending(slice_start_ns, monotonic_ns(), next_ns);
   if (detach_between) __atomic_store_n(&detach_state, kDetachWanted, __ATOMIC_SEQ_CST);
 }
 
@@ -219,7 +242,10 @@ void end_slice_locked(bool say) {
 // would not attach (said once): no more slices then.
 bool start_slice_locked() {
   slice_start_ns = monotonic_ns();  // before its records can come: the slice holds them all
-  if (detach_between && !move(kDetachWanted, kAttached)) {  // no CUDA call since: still attached
+  if (detach_between && move(kDetachWanted, kAttached)) {  // no CUDA call since: still attached
+    cupti.flush_all(0);  // (so the last slice's records, and then the slice, are handed over)
+    hand_over_slice();
+  } else if (detach_between) {
     if (settled() == kDetached) {
       if (!attach(false) || !subscribe(false)) {
         batcher.note("CUPTI would not attach again after detaching: no more GPU time");
@@ -238,18 +264,18 @@ void* duty_loop(void*) {
   bool said = false;
   for (uint64_t period = slice_start_ns;;) {
     sleep_until(slice_start_ns + duty.on_ns);  // (written by this thread only: each lasts ON)
+    period += duty.period_ns;
+    if (uint64_t now = monotonic_ns(); period < now) period = now;  // a stalled process
     pthread_mutex_lock(&duty_mu);
-    if (!exiting) end_slice_locked(!said);
+    if (!exiting) end_slice_locked(!said, period);
     bool done = exiting;
     pthread_mutex_unlock(&duty_mu);
     said = true;
     if (done) return nullptr;
     if (!detach_between) {  // (detaching, the callback hands them over: no CUPTI call here)
       cupti.flush_all(0);  // the slice's records now, not when a buffer fills periods later
-      batcher.flush();
+      hand_over_slice();
     }
-    period += duty.period_ns;
-    if (uint64_t now = monotonic_ns(); period < now) period = now;  // a stalled process
     sleep_until(period);
     pthread_mutex_lock(&duty_mu);
     done = exiting || !start_slice_locked();
@@ -303,14 +329,15 @@ void start_duty(uint64_t first_on_ns) {
 void at_exit() {
   pthread_mutex_lock(&duty_mu);
   exiting = true;
-  if (collecting) {  // the slice in progress ends here, its records on to the end
-    collecting = false;
-    batcher.slice(slice_start_ns, monotonic_ns());
-  }
   // no detach from here on; one under way is waited out (it hands its records over itself)
   bool detached = detach_between && !move(kDetachWanted, kAttached) && settled() == kDetached;
+  if (collecting) {  // the slice in progress ends here, its records on to the end
+    collecting = false;
+    set_pending(slice_start_ns, monotonic_ns(), 0);
+  }
   pthread_mutex_unlock(&duty_mu);
   if (!detached && cupti.flush_all) cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  hand_over_slice();
   if (detaches) {
     char text[96];
     snprintf(text, sizeof(text), "CUPTI detached and attached again %llu times",

@@ -83,15 +83,16 @@ struct GpuDropped {
 };
 
 // Duty-cycled GPU time (EACGM_GPUTIME_DUTY, duty.h): CUPTI's records were on from start_ns to
-// end_ns (CLOCK_MONOTONIC). Sent as each slice ends (and at exit); a library that keeps them on
-// all the time sends none, so a process without slices had them on throughout.
+// end_ns (CLOCK_MONOTONIC). Sent after each slice's records (and at exit); a library that keeps
+// them on all the time sends none, so a process without slices had them on throughout.
 struct GpuSlice {
   EntryHeader h;
   uint32_t reserved;
   uint64_t start_ns;
   uint64_t end_ns;
+  uint64_t next_ns;  // when the next slice is due (nothing is collected until then); 0: none
 };
-static_assert(sizeof(GpuSlice) == 24, "entry layout");
+static_assert(sizeof(GpuSlice) == 32, "entry layout");
 
 // An NCCL operation as NCCL's profiler plugin saw it: enqueued by a thread of the process, run
 // by its kernel on every channel, seen complete by NCCL's proxy thread. Host times are

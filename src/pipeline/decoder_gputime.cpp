@@ -266,7 +266,8 @@ void EventDecoder::decode_gpu_entry(const eacgm_gpu_batch_event& e, uint16_t kin
         return;
       }
       ++stats_.gpu_slices;
-      out_.add(GpuSliceRow{s.start_ns, s.end_ns - s.start_ns, e.pid});
+      out_.add(GpuSliceRow{s.start_ns, s.end_ns - s.start_ns, e.pid,
+                           s.next_ns > s.end_ns && on_our_clock(s.next_ns, e.ts_ns) ? s.next_ns : 0});
       return;
     }
     case EntryKind::dropped: {

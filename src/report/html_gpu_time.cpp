@@ -271,15 +271,45 @@ json lane_json(const Lane& lane, const Timeline& t, std::map<uint32_t, size_t>& 
   return j;
 }
 
-// Per bucket, ns as a share of the bucket (100: one GPU all of it).
-json percent_of_buckets(const std::vector<uint64_t>& ns, const Buckets& b) {
+// Per bucket, ns as a share of the bucket (100: one GPU all of it); duty-cycled (`collected`,
+// per bucket, not empty): of the time collected in it, null where none was (a gap, not idle).
+json percent_of_buckets(const std::vector<uint64_t>& ns, const Buckets& b,
+                        const std::vector<uint64_t>& collected) {
   json out = json::array();
-  for (size_t i = 0; i < ns.size(); ++i)
-    out.push_back(rounded(100.0 * double(ns[i]) / double(std::max<int64_t>(b.width(i), 1)), 2));
+  for (size_t i = 0; i < ns.size(); ++i) {
+    double of = collected.empty() ? double(std::max<int64_t>(b.width(i), 1)) : double(collected[i]);
+    if (of > 0)
+      out.push_back(rounded(std::min(100.0 * double(ns[i]) / of, collected.empty() ? 1e9 : 100.0), 2));
+    else
+      out.push_back(nullptr);
+  }
   return out;
 }
 
-json to_json(const Timeline& t, int64_t span_ns) {
+// Per bucket, the time in which some process's GPU time was collected (gpu_time_slices, their
+// union); empty when no process was duty-cycled.
+std::vector<uint64_t> collected_per_bucket(const RecordingReader& rec, const Buckets& b,
+                                           size_t& slices) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  each_gpu_slice(rec, [&](const GpuSliceRow& r) {
+    spans.emplace_back(int64_t(r.ts_ns), int64_t(r.ts_ns + r.dur_ns));
+  });
+  slices = spans.size();
+  std::vector<uint64_t> out;
+  if (spans.empty()) return out;
+  out.assign(b.size(), 0);
+  Coverage c;  // (by start: each_gpu_slice's order)
+  for (auto [s, e] : spans) {
+    auto [from, to] = c.fresh(s, e);
+    if (to > from) b.overlap(from, to, [&](size_t i, uint64_t ns) { out[i] += ns; });
+  }
+  return out;
+}
+
+json to_json(const Timeline& t, int64_t span_ns, const std::vector<uint64_t>& collected) {
+  uint64_t collected_ns = 0;
+  for (uint64_t ns : collected) collected_ns += ns;
+  double of_ns = collected.empty() ? double(span_ns) : double(std::max<uint64_t>(collected_ns, 1));
   json names = json::array(), lanes = json::array();
   std::map<uint32_t, size_t> shown;
   for (const auto& [key, lane] : t.streams) lanes.push_back(lane_json(lane, t, shown, names));
@@ -289,8 +319,8 @@ json to_json(const Timeline& t, int64_t span_ns) {
     uint64_t total = 0;
     for (uint64_t ns : d.second) total += ns;
     busy.push_back({{"device", device},
-                    {"busy_pct", rounded(100.0 * double(total) / double(span_ns), 2)},
-                    {"values", percent_of_buckets(d.second, t.buckets)}});
+                    {"busy_pct", rounded(100.0 * double(total) / of_ns, 2)},
+                    {"values", percent_of_buckets(d.second, t.buckets, collected)}});
   }
   for (const auto& [name, ns] : t.series) {
     uint64_t total = 0;
@@ -298,7 +328,7 @@ json to_json(const Timeline& t, int64_t span_ns) {
     if (total == 0) continue;
     kernels.push_back({{"name", name},
                        {"gpu_ms", rounded(double(total) / 1e6, 3)},
-                       {"values", percent_of_buckets(ns, t.buckets)}});
+                       {"values", percent_of_buckets(ns, t.buckets, collected)}});
   }
   return {{"buckets", t.buckets.size()},
           {"bucket_s", rounded(double(span_ns) / double(t.buckets.size()) / 1e9, 9)},
@@ -331,6 +361,14 @@ json gpu_timeline_section(const RecordingReader& rec, int64_t t0_ns, int64_t spa
     return nullptr;
   }
   label_streams(t);
+  size_t slices = 0;
+  std::vector<uint64_t> collected = collected_per_bucket(rec, t.buckets, slices);
+  if (slices)
+    notes.push_back(fmt::format(
+        "GPU time: duty-cycled (EACGM_GPUTIME_DUTY), collected in {} slices; GPU busy and kernel "
+        "time are shares of the time collected, and the gaps between are times nothing was "
+        "collected (not an idle GPU)",
+        slices));
   notes.push_back(fmt::format(
       "GPU time: {} executions merged per lane into {} buckets of {} (a bucket's busy time is "
       "the union of what ran in it; hovering names the {} that ran longest)",
@@ -346,7 +384,7 @@ json gpu_timeline_section(const RecordingReader& rec, int64_t t0_ns, int64_t spa
         fmt::format("GPU time: {} of {} NCCL communicators' ranks drawn (the most GPU "
                     "time); all are in the gpu_collectives table",
                     t.comms.size(), t.comms_seen));
-  return to_json(t, span_ns);
+  return to_json(t, span_ns, collected);
 }
 
 }  // namespace eacgm

@@ -54,6 +54,7 @@ struct GpuSliceRow {
   uint64_t ts_ns = 0;
   uint64_t dur_ns = 0;
   uint32_t pid = 0;
+  uint64_t next_ns = 0;  // when the library's next slice is due; 0: none or unknown (not stored)
 };
 
 // An NCCL collective or point-to-point operation as NCCL's profiler plugin saw it (the gputime

@@ -52,6 +52,29 @@ TEST(GpuIdle, SharesOverTheProcessesGpuSpan) {
   EXPECT_EQ(idle.pids(), std::vector<uint32_t>{7}) << "9 ended before window 2";
 }
 
+// A duty-cycled process (its GPU time collected in slices) counts over what was collected only:
+// a window no slice covers has no share (not collected is not idle), one partly covered counts
+// over the covered part; its windows are known up to when the next slice is due.
+TEST(GpuIdle, ADutyCycledProcessCountsOverWhatWasCollected) {
+  detect::GpuIdle idle(0, kSecond);
+  idle.collected(7, 0, 200 * kMs, 2 * kSecond);  // 0-0.2 s, the next at 2 s
+  idle.add(7, 50 * kMs, 50 * kMs);               // busy 50 of the 200 ms collected
+  EXPECT_NEAR(*idle.idle_share(7, 0), 0.75, 1e-9);
+  EXPECT_FALSE(idle.idle_share(7, 1)) << "nothing collected in window 1";
+  EXPECT_EQ(idle.known_until(7), 1) << "nothing will come before 2 s";
+  idle.collected(7, 2 * kSecond, 200 * kMs, 4 * kSecond);
+  idle.add(7, 2150 * kMs, 100 * kMs);  // runs 50 ms past the slice's end: 50 ms count
+  EXPECT_NEAR(*idle.idle_share(7, 2), 0.75, 1e-9);
+  EXPECT_EQ(idle.known_until(7), 3);
+  EXPECT_NEAR(*idle.mean_idle_share(2), 0.75, 1e-9);
+  EXPECT_FALSE(idle.mean_idle_share(3));
+  idle.forget_before(3);
+  idle.collected(7, 4 * kSecond, 200 * kMs, 0);  // the last: at the process's exit
+  idle.ended(7);
+  EXPECT_NEAR(*idle.idle_share(7, 4), 1.0, 1e-9) << "collected, and nothing ran";
+  EXPECT_FALSE(idle.idle_share(7, 5));
+}
+
 // One second of a training job as both drivers see it: 20 CUDA calls and 10 executions on its
 // GPU, each `busy_ms` long (about 90 ms: 10% idle; 20 ms while it waits on data: 80%).
 struct JobSecond {

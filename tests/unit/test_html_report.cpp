@@ -386,5 +386,36 @@ TEST(HtmlReport, GpuTimelineBucketsCountOverlapsOnceAndLeaveLaunchesOut) {
   fs::remove(path);
 }
 
+// Duty-cycled GPU time: busy is a share of the time collected in each bucket, and a bucket
+// nothing was collected in is a gap (null), not an idle GPU.
+TEST(HtmlReport, ADutyCycledGpuIsBusyOverWhatWasCollected) {
+  std::string path = temp_path("gpuduty");
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(kStart));
+    w.set_meta("end_monotonic_ns", std::to_string(kStart + 10 * ms));
+    w.add(GpuSliceRow{kStart, 2 * ms, 5});
+    w.add(GpuSliceRow{kStart + 5 * ms, 1500 * us, 5});  // half of bucket 6
+    GpuActivityRow r;
+    r.ts_ns = kStart + 500 * us, r.dur_ns = 500 * us, r.pid = 5, r.kind = "kernel", r.name = "k";
+    w.add(r);  // half of bucket 0
+    r.ts_ns = kStart + 6 * ms, r.dur_ns = 250 * us;
+    w.add(r);  // half of what was collected in bucket 6
+    r.ts_ns = kStart + 9 * ms, r.dur_ns = 1 * ms;
+    w.add(r);  // (a kernel 10 ms in: the time line's end)
+    w.flush();
+  }
+  RecordingReader rec(path);
+  HtmlReportOptions opt;
+  opt.gpu_time.buckets = 10;
+  json d = html_report_data(rec, opt);
+  const json& g = d.at("gpu_time");
+  ASSERT_TRUE(g.is_object()) << d.at("notes").dump();
+  EXPECT_EQ(g.at("busy").at(0).at("values"),
+            json({50, 0, nullptr, nullptr, nullptr, 0, 50, nullptr, nullptr, nullptr}));
+  EXPECT_TRUE(notes_say(d, "GPU time: duty-cycled (EACGM_GPUTIME_DUTY), collected in 2 slices"));
+  fs::remove(path);
+}
+
 }  // namespace
 }  // namespace eacgm
