@@ -93,8 +93,10 @@ void DetectionSink::worker() {
 
 DetectionSink::CallGroup* DetectionSink::add_call(const char* layer, std::string_view name,
                                                  uint64_t ts, uint64_t dur, uint32_t pid,
-                                                 uint32_t tid, int64_t runq, int64_t bytes) {
-  if (JobWindows* j = windows_of(pid, true)) j->windows.add_call(layer, pid, ts, dur, runq);
+                                                 uint32_t tid, int64_t runq, int64_t bytes,
+                                                 bool in_windows) {
+  if (JobWindows* j = in_windows ? windows_of(pid, true) : nullptr)
+    j->windows.add_call(layer, pid, ts, dur, runq);
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
   if (it == by_name.end()) {
@@ -157,6 +159,16 @@ void DetectionSink::add(const GpuActivityRow& r) {
   if (JobWindows* j = windows_of(r.pid, true)) j->windows.add(r);
   if (detect::modelled_kernel(r))
     add_call("gpu", r.name, r.ts_ns, r.dur_ns, r.pid, detect::stream_thread(r), -1, -1);
+}
+
+void DetectionSink::add(const GpuCollectiveRow& r) {
+  if (!detect::modelled_collective(r) || !collectives_) return;
+  auto name = on_gpu_names_.find(r.name.data());
+  if (name == on_gpu_names_.end())
+    name = on_gpu_names_.emplace(r.name.data(), detect::gpu_collective_name(r.name)).first;
+  CallGroup* g = add_call("comm", name->second, r.gpu_start_ns, r.gpu_dur_ns, r.pid,
+                          detect::communicator_thread(r), -1, r.bytes, false);
+  if (g) g->collective = g->on_gpu = true;
 }
 
 void DetectionSink::add(const GpuSliceRow& r) {
@@ -246,8 +258,9 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     std::vector<const PeerWait*> waits(g.collective ? n : 0, nullptr);  // (no allocation else)
     if (g.collective)
       for (size_t i = 0; i < n; ++i) {
-        waits[i] = collectives_->find(g.pid[i], g.ts[i]);
-        g.peers |= waits[i] != nullptr;
+        waits[i] = g.on_gpu ? collectives_->find_on_gpu(g.pid[i], g.ts[i])
+                            : collectives_->find(g.pid[i], g.ts[i]);
+        g.peers |= waits[i] != nullptr && !g.on_gpu;
         if (!waits[i] && now < g.ts[i] + g.dur[i] + kPeerWaitGraceNs) {
           n = i;
           break;
@@ -267,7 +280,8 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
       // collective's wait for the last rank, whose straggling part is a feature of its own
       const PeerWait* w = g.collective ? waits[i] : nullptr;
       int64_t net = int64_t(g.dur[i]) - std::max<int64_t>(g.runq[i], 0);
-      if (w && !w->on_gpu) net -= int64_t(w->wait_ns);  // NCCL's GPU wait is not in its call
+      // (NCCL's GPU wait is not in its API call's duration; it is in its GPU time)
+      if (w && w->on_gpu == g.on_gpu) net -= int64_t(w->wait_ns);
       Eigen::Index c = 0;
       t.values(Eigen::Index(i), c++) = std::log(double(std::max<int64_t>(net, 1)) / 1e3);
       if (g.bytes) t.values(Eigen::Index(i), c++) = g.log_bytes[i];

@@ -63,6 +63,9 @@ class DetectionSink final : public Sink {
   // kernel's a call of layer "gpu" in its kernel's model, as detect's (detect/gpu_time.h).
   void add(const GpuActivityRow& r) override;
   void add(const GpuSliceRow& r) override;
+  // NCCL's collectives on the GPU: each one's own time there in a model of its own ("ncclAllReduce
+  // on the GPU"), as detect's (detect/gpu_time.h).
+  void add(const GpuCollectiveRow& r) override;
   // Scores what came since the last flush, closes complete windows, hands due refits to the
   // worker and installs finished ones.
   void flush() override;
@@ -95,6 +98,9 @@ class DetectionSink final : public Sink {
     // kPeerWaitGraceNs) for their instance, and once one was matched, the straggling wait is a
     // feature and the duration is net of the wait for the last rank (as detect's)
     bool collective = false, peers = false;
+    // NCCL's collectives on the GPU (detect/gpu_time.h): waits found by GPU start, subtracted
+    // from their GPU time; the straggling is their API call's group's feature, not theirs
+    bool on_gpu = false;
     // the calls not scored yet
     std::vector<uint64_t> ts, dur;
     std::vector<uint32_t> pid, tid;
@@ -103,9 +109,11 @@ class DetectionSink final : public Sink {
     double last_score = 0;
     bool scored = false;
   };
-  // the call's group (nullptr: not modelled)
+  // the call's group (nullptr: not modelled); in_windows: counted in its job's windows (a call
+  // of a traced layer: detect's windows count those, not GPU rows)
   CallGroup* add_call(const char* layer, std::string_view name, uint64_t ts, uint64_t dur,
-                      uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes);
+                      uint32_t pid, uint32_t tid, int64_t runq, int64_t bytes,
+                      bool in_windows = true);
   void score_calls(std::vector<AgentAnomaly>& out);
   // When the flight recorder last wrote (on CLOCK_MONOTONIC; to `now` while it writes), whose
   // calls and windows are not judged; (0, 0) for none.
@@ -148,6 +156,8 @@ class DetectionSink final : public Sink {
   std::unordered_map<uint32_t, uint64_t> gone_;  // pids that exited: when (late rows ignored)
   // by the layer's and the name's addresses (static and interned: stable for the pipeline's life)
   std::unordered_map<const char*, std::unordered_map<const char*, size_t>> index_;
+  // "<API name> on the GPU" by the decoder's name (whose pointer outlives the rows)
+  std::unordered_map<const char*, std::string> on_gpu_names_;
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids

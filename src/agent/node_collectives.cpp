@@ -54,13 +54,25 @@ void NodeCollectives::matched(std::string_view op,
     for (size_t i = 0; i < inst.calls.size() && inst.all_ranks; ++i) {
       std::pair<uint32_t, uint64_t> key{inst.calls[i].pid, inst.calls[i].row_ts};
       if (peer_waits_.insert_or_assign(key, inst.waits[i]).second) order_.push_back(key);
+      if (!inst.calls[i].on_gpu) continue;
+      key.second = inst.calls[i].ts;
+      if (gpu_waits_.insert_or_assign(key, inst.waits[i]).second) gpu_order_.push_back(key);
     }
+  }
+  while (!gpu_order_.empty() && gpu_order_.front().second + 60'000'000'000ull < now_ns) {
+    gpu_waits_.erase(gpu_order_.front());
+    gpu_order_.pop_front();
   }
   // a minute of calls is kept: a reported anomaly is at most a burst window old
   while (!order_.empty() && order_.front().second + 60'000'000'000ull < now_ns) {
     peer_waits_.erase(order_.front());
     order_.pop_front();
   }
+}
+
+const PeerWait* NodeCollectives::find_on_gpu(uint32_t pid, uint64_t gpu_start_ns) const {
+  auto it = gpu_waits_.find({pid, gpu_start_ns});
+  return it == gpu_waits_.end() ? nullptr : &it->second;
 }
 
 const PeerWait* NodeCollectives::find(uint32_t pid, uint64_t ts_ns) const {

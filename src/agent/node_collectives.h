@@ -38,6 +38,8 @@ class NodeCollectives final : public Sink {
   // The peer wait of the call that `pid` started at `ts_ns`, if its instance was matched among
   // every rank of its communicator in the last minute of calls; nullptr otherwise.
   const PeerWait* find(uint32_t pid, uint64_t ts_ns) const;
+  // The same for an NCCL operation timed on the GPU, by when its kernels started there.
+  const PeerWait* find_on_gpu(uint32_t pid, uint64_t gpu_start_ns) const;
   // Whether `pid`'s NCCL operations come with their GPU times (its ranks known from them, even
   // where the agent did not see its communicators created).
   bool gpu_timed(uint32_t pid) const { return gpu_timed_.count(pid) > 0; }
@@ -59,6 +61,8 @@ class NodeCollectives final : public Sink {
   std::map<std::string, CollectiveMatcher> matchers_;  // by job
   std::map<std::pair<uint32_t, uint64_t>, PeerWait> peer_waits_;  // (pid, start)
   std::deque<std::pair<uint32_t, uint64_t>> order_;  // as they came, to forget them
+  std::map<std::pair<uint32_t, uint64_t>, PeerWait> gpu_waits_;  // (pid, GPU start), likewise
+  std::deque<std::pair<uint32_t, uint64_t>> gpu_order_;
 };
 
 }  // namespace eacgm

@@ -69,6 +69,36 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     g.log_peer_wait.push_back(0.0);
     g.log_bytes.push_back(0.0);
   });
+  // NCCL's collectives on the GPU: each one's own time there, net of its wait for the last rank
+  // (as the agent: detect/gpu_time.h), in the order they ran
+  std::vector<GpuCollectiveRow> on_gpu;
+  std::vector<std::string> on_gpu_names;  // (the rows' strings live only in the callback)
+  each_gpu_collective(rec, [&](const GpuCollectiveRow& r) {
+    if (!modelled_collective(r)) return;
+    on_gpu.push_back(r);
+    on_gpu_names.push_back(gpu_collective_name(r.name));
+  });
+  std::vector<size_t> order(on_gpu.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return on_gpu[a].gpu_start_ns < on_gpu[b].gpu_start_ns;
+  });
+  for (size_t i : order) {
+    const GpuCollectiveRow& r = on_gpu[i];
+    const PeerWait* w = collectives ? collectives->find_on_gpu(r.pid, r.gpu_start_ns) : nullptr;
+    uint64_t own = own_gpu_time(r, w ? w->wait_ns : 0);
+    CallGroup& g = groups[{"comm", on_gpu_names[i]}];
+    g.ts.push_back(r.gpu_start_ns);
+    g.pid.push_back(r.pid);
+    g.tid.push_back(communicator_thread(r));
+    g.runq.push_back(-1);
+    g.dur.push_back(r.gpu_dur_ns);
+    g.log_dur.push_back(std::log(double(own) / 1e3));
+    g.log_peer_wait.push_back(0.0);
+    bool bytes = r.bytes >= 0;
+    g.has_bytes |= bytes;
+    g.log_bytes.push_back(bytes ? std::log2(1.0 + double(r.bytes)) : 0.0);
+  }
   std::vector<FeatureTable> out;
   for (auto& [key, g] : groups) {
     FeatureTable t;

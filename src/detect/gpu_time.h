@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,25 @@ inline bool modelled_kernel(const GpuActivityRow& r) { return r.kind == "kernel"
 // for one nested in another; no real thread has such an id (Linux tids stay below 2^22).
 inline uint32_t stream_thread(const GpuActivityRow& r) {
   return 0x40000000u + r.device * 65536u + (r.stream & 0xffffu);
+}
+
+// An NCCL collective's time on the GPU (NCCL's profiler plugin) is a call of its own, of layer
+// "comm", named "<API name> on the GPU" (a slow collective there: the network, a link, the
+// GPU; not the host's enqueue, which its API call's row times): from its kernels' start to
+// their end, net of its wait there for the last rank to join (which the straggler rule judges,
+// from its API call's row). Sends, receives and operations without a GPU time are not modelled.
+inline bool modelled_collective(const GpuCollectiveRow& r) { return r.has_gpu_time && r.seq >= 0; }
+inline std::string gpu_collective_name(std::string_view api) {
+  return std::string(api) + " on the GPU";
+}
+// A communicator as the operations' "thread" (one communicator's run one after another); above
+// the streams' ids (stream_thread).
+inline uint32_t communicator_thread(const GpuCollectiveRow& r) {
+  return 0x50000000u | (uint32_t(r.comm_hash ^ (r.comm_hash >> 32)) & 0x0fffffffu);
+}
+// Its time on the GPU net of `wait_ns` (the wait for the last rank), at least 1 ns.
+inline uint64_t own_gpu_time(const GpuCollectiveRow& r, uint64_t wait_ns) {
+  return r.gpu_dur_ns > wait_ns ? r.gpu_dur_ns - wait_ns : 1;
 }
 
 // Whether a row is GPU work that makes the GPU busy (kernels, copies, memsets; not launches,

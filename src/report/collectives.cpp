@@ -310,6 +310,7 @@ using Key = std::pair<std::string, int64_t>;  // (collective name, number of ran
 // Each instance lined up: every rank's wait for the last, and who was last.
 void add_instances(const Key& key, const std::vector<const Stream*>& ranks,
                    const std::vector<char>& ok, std::map<StreamId, PeerWait>& waits_by_call,
+                   std::map<StreamId, PeerWait>& waits_on_gpu,
                    std::map<Key, std::vector<RankWaits>>& rank_waits,
                    std::map<Key, std::vector<CollectiveInstance>>& instances) {
   std::vector<RankWaits>& sides = rank_waits[key];
@@ -330,6 +331,7 @@ void add_instances(const Key& key, const std::vector<const Stream*>& ranks,
       const Call& c = r->calls[k];
       const PeerWait& w = waits[i];
       waits_by_call[{r->pid, c.row_ts}] = w;
+      if (c.on_gpu) waits_on_gpu[{r->pid, c.ts}] = w;
       inst.ts_ns = std::min(inst.ts_ns, c.ts);
       inst.wait_ns = std::max(inst.wait_ns, w.wait_ns);
       inst.straggling_ns = std::max(inst.straggling_ns, w.straggling_ns());
@@ -371,13 +373,18 @@ Collectives::Collectives(const RecordingReader& rec) {
     align_by_sequence(name, nranks, ranks, aligned, notes_);
     std::optional<std::vector<char>> ok = instances_to_line_up(name, ranks, notes_);
     if (!ok) continue;
-    add_instances({name, nranks}, ranks, *ok, waits_, rank_waits_, instances_);
+    add_instances({name, nranks}, ranks, *ok, waits_, waits_on_gpu_, rank_waits_, instances_);
   }
 }
 
 const PeerWait* Collectives::find(uint32_t pid, uint64_t ts_ns) const {
   auto it = waits_.find({pid, ts_ns});
   return it == waits_.end() ? nullptr : &it->second;
+}
+
+const PeerWait* Collectives::find_on_gpu(uint32_t pid, uint64_t gpu_start_ns) const {
+  auto it = waits_on_gpu_.find({pid, gpu_start_ns});
+  return it == waits_on_gpu_.end() ? nullptr : &it->second;
 }
 
 size_t Collectives::matched_instances() const {

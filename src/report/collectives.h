@@ -118,6 +118,9 @@ class Collectives {
 
   // The peer wait of the call that `pid` started at `ts_ns`; nullptr if it was not matched.
   const PeerWait* find(uint32_t pid, uint64_t ts_ns) const;
+  // The same for an NCCL operation timed on the GPU, by when its kernels started there
+  // (gpu_collectives.gpu_start_ns).
+  const PeerWait* find_on_gpu(uint32_t pid, uint64_t gpu_start_ns) const;
 
   const std::vector<std::string>& notes() const { return notes_; }
   // " on host NAME" for a process of a merged recording (eacgm merge), else "".
@@ -135,6 +138,7 @@ class Collectives {
 
  private:
   std::map<std::pair<uint32_t, uint64_t>, PeerWait> waits_;  // (pid, ts_ns)
+  std::map<std::pair<uint32_t, uint64_t>, PeerWait> waits_on_gpu_;  // (pid, GPU start)
   std::map<std::pair<std::string, int64_t>, std::vector<CollectiveInstance>> instances_;
   std::map<std::pair<std::string, int64_t>, std::vector<RankWaits>> rank_waits_;
   std::vector<std::string> notes_;

@@ -7,14 +7,17 @@
 #include <filesystem>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "agent/detection.h"
+#include "agent/node_collectives.h"
 #include "detect/detector.h"
 #include "detect/features.h"
 #include "detect/gpu_time.h"
 #include "export/metrics.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
+#include "report/collectives.h"
 #include "store/reader.h"
 #include "store/recording.h"
 
@@ -257,6 +260,119 @@ TEST(DetectionSink, ASlowKernelIsNamedAsDetectNamesIt) {
   std::string text = metrics.text();
   EXPECT_EQ(text.find("relu_kernel"), std::string::npos) << text;
   EXPECT_NE(text.find("eacgm_detector_models 2"), std::string::npos) << text;
+}
+
+// NCCL's all_reduce on the GPU, two ranks: rank 1's kernels start 0-20 ms after rank 0's (its
+// wait), both end ~0.5 ms after rank 1 joined; in every 10th of the steps after `slow_from`
+// the collective itself takes 8 ms there (a slow link). Which steps were slow is `faulty`.
+struct GpuAllReduce {
+  std::vector<GpuCollectiveRow> rows;  // in enqueue order, rank 0 first
+  std::set<uint64_t> faulty;           // their rank 0 GPU start
+};
+GpuAllReduce gpu_all_reduce(uint64_t start, int steps, int slow_from) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint64_t> late(0, 20 * kMs), own(450'000, 550'000);
+  GpuAllReduce out;
+  for (int k = 0; k < steps; ++k) {
+    uint64_t t = start + uint64_t(k) * 25 * kMs, joined = t + late(rng);
+    bool slow = k >= slow_from && k % 10 == 0;
+    uint64_t end = joined + (slow ? 8 * kMs : own(rng));
+    if (slow) out.faulty.insert(t);
+    for (int rank : {0, 1}) {
+      GpuCollectiveRow r;
+      r.name = "ncclAllReduce";
+      r.pid = r.tid = uint32_t(100 + rank);
+      r.comm_hash = 0xfeedbeefcafe0001ull, r.seq = k, r.rank = rank, r.nranks = 2;
+      r.bytes = 4 << 20;
+      r.ts_ns = t - 100'000;  // enqueued 100 us before rank 0's kernels started
+      r.has_gpu_time = true;
+      r.gpu_start_ns = rank == 0 ? t : joined;
+      r.gpu_dur_ns = end - r.gpu_start_ns;
+      r.dur_ns = end + 50'000 - r.ts_ns;
+      out.rows.push_back(r);
+    }
+  }
+  return out;
+}
+
+// detect models each NCCL collective's own time on the GPU, net of its wait for the last rank:
+// the steps slow on the GPU are "slow collective: ncclAllReduce on the GPU", the ones where
+// rank 0 only waited (up to 20 ms, far longer than the slow steps' 8 ms) are not.
+TEST(GpuCollectiveModels, DetectNamesACollectiveSlowOnTheGpuAndNotAWaitForAPeer) {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("eacgm_gpu_nccl_" + std::to_string(getpid()) + ".eacgm.db"))
+                         .string();
+  const uint64_t start = 1000 * kSecond;
+  GpuAllReduce job = gpu_all_reduce(start, 3000, 2000);
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("start_monotonic_ns", std::to_string(start));
+    w.set_meta("end_monotonic_ns", std::to_string(start + 80 * kSecond));
+    for (const auto& r : job.rows) w.add(r);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives collectives(rec);
+  std::vector<detect::FeatureTable> tables = detect::call_features(rec, &collectives);
+  std::filesystem::remove(path);
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].group, "comm/ncclAllReduce on the GPU");
+  uint64_t train_end = start + 2000 * 25 * kMs;
+  detect::DetectorModel model =
+      detect::train_detector(tables, train_end, detect::DetectOptions{}, nullptr);
+  auto found = detect::find_anomalies(model, tables, train_end);
+  ASSERT_FALSE(found.empty());
+  size_t faulty = 0;
+  for (const auto& a : found) {
+    EXPECT_EQ(a.cause, "slow collective: ncclAllReduce on the GPU");
+    // rank 0's row starts at the step's start, rank 1's when it joined
+    uint64_t step = start + (a.ts_ns - start) / (25 * kMs) * (25 * kMs);
+    EXPECT_TRUE(job.faulty.count(step)) << "a step that was not slow on the GPU: " << a.ts_ns;
+    faulty += job.faulty.count(step);
+  }
+  EXPECT_GE(faulty, job.faulty.size()) << "of " << job.faulty.size() << " slow steps' 2 ranks";
+}
+
+// The agent the same online: NodeCollectives matches the ranks' GPU rows, the detector's model
+// of "ncclAllReduce on the GPU" judges each one's own time there.
+TEST(GpuCollectiveModels, TheAgentNamesACollectiveSlowOnTheGpuAsDetectDoes) {
+  DetectionOptions o;
+  o.warm_up_ns = 0;
+  o.train_span_ns = 5 * kSecond;
+  std::vector<detect::Anomaly> found;
+  DetectionSink sink(o, [&](std::vector<AgentAnomaly>& a) {
+    for (auto& x : a) found.push_back(x.anomaly);
+  });
+  NodeCollectives collectives([](uint32_t) { return std::string(); });
+  sink.use_collectives(collectives);
+  const uint64_t start = monotonic_now_ns() - 200 * kSecond;  // all ended long ago
+  GpuAllReduce job = gpu_all_reduce(start, 3000, 2000);
+  auto feed = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      collectives.add(job.rows[i]);  // first, as in the agent's fanout
+      sink.add(job.rows[i]);
+      if (i % 80 == 79) sink.flush();
+    }
+    sink.flush();
+  };
+  feed(0, 4000);  // 2,000 healthy steps
+  for (int i = 0; i < 3000 && sink.models() == 0; ++i) {  // (for the refit thread, not a bound)
+    sink.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sink.models(), 1u);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  feed(4000, job.rows.size());
+  ASSERT_FALSE(found.empty());
+  size_t faulty = 0;
+  for (const auto& a : found) {
+    EXPECT_EQ(a.cause, "slow collective: ncclAllReduce on the GPU");
+    uint64_t step = start + (a.ts_ns - start) / (25 * kMs) * (25 * kMs);
+    EXPECT_TRUE(job.faulty.count(step)) << "a step that was not slow on the GPU: " << a.ts_ns;
+    faulty += job.faulty.count(step);
+  }
+  EXPECT_GE(faulty, job.faulty.size() / 2) << "of " << job.faulty.size() << " slow steps";
 }
 
 }  // namespace
