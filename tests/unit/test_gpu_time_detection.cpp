@@ -105,6 +105,17 @@ JobSecond job_second(uint64_t t0, uint64_t busy_ms, std::mt19937& rng) {
 
 constexpr int kStallFrom = 70, kStallTo = 74;  // seconds in which the GPU waits on data
 
+// A window anomaly of the stall: in its seconds, "GPU idle", said in units.
+void expect_the_stall(const detect::Anomaly& a, uint64_t start) {
+  EXPECT_GE(a.ts_ns, start + kStallFrom * kSecond);
+  EXPECT_LT(a.ts_ns, start + kStallTo * kSecond);
+  EXPECT_EQ(a.cause, "GPU idle");
+  EXPECT_TRUE(std::regex_search(
+      detect::describe_measured(a),
+      std::regex(R"(^GPU idle 80% of the window \(usual ([5-9]|1[0-5])(\.[0-9]+)?%\))")))
+      << detect::describe_measured(a);
+}
+
 // detect: 90 s, trained on the first half; the 4 s in which the job's GPU went idle are window
 // anomalies of cause "GPU idle", said in units; the steady windows are not.
 TEST(GpuIdleWindows, DetectNamesAJobsGpuWaitingForWork) {
@@ -139,15 +150,7 @@ TEST(GpuIdleWindows, DetectNamesAJobsGpuWaitingForWork) {
   ASSERT_EQ(model.groups.size(), 1u);
   auto found = detect::find_anomalies(model, {t}, start + 45 * kSecond);
   ASSERT_EQ(found.size(), size_t(kStallTo - kStallFrom));
-  for (const auto& a : found) {
-    EXPECT_GE(a.ts_ns, start + kStallFrom * kSecond);
-    EXPECT_LT(a.ts_ns, start + kStallTo * kSecond);
-    EXPECT_EQ(a.cause, "GPU idle");
-    EXPECT_TRUE(std::regex_search(
-        detect::describe_measured(a),
-        std::regex(R"(^GPU idle 80% of the window \(usual ([5-9]|1[0-5])(\.[0-9]+)?%\))")))
-        << detect::describe_measured(a);
-  }
+  for (const auto& a : found) expect_the_stall(a, start);
 }
 
 // The agent, the same job online: a window model of its 60 steady seconds, judged windows of 10
@@ -195,15 +198,7 @@ TEST(GpuIdleWindows, TheAgentNamesAJobsGpuWaitingForWorkAsDetectDoes) {
   ASSERT_TRUE(found.empty()) << found.front().anomaly.cause;
   for (; s < 80; ++s) second(s);
   ASSERT_FALSE(found.empty());
-  for (const auto& [a, process] : found) {
-    EXPECT_GE(a.ts_ns, start + kStallFrom * kSecond);
-    EXPECT_LT(a.ts_ns, start + kStallTo * kSecond);
-    EXPECT_EQ(a.cause, "GPU idle");
-    EXPECT_TRUE(std::regex_search(
-        detect::describe_measured(a),
-        std::regex(R"(^GPU idle 80% of the window \(usual ([5-9]|1[0-5])(\.[0-9]+)?%\))")))
-        << detect::describe_measured(a);
-  }
+  for (const auto& [a, process] : found) expect_the_stall(a, start);
 }
 
 // The agent models each kernel's GPU time by its name, as detect does: a burst of executions of
@@ -295,6 +290,20 @@ GpuAllReduce gpu_all_reduce(uint64_t start, int steps, int slow_from) {
   return out;
 }
 
+// How many of `found` are slow steps' ranks (each must be one, named as such).
+size_t slow_steps_named(const std::vector<detect::Anomaly>& found, const GpuAllReduce& job,
+                        uint64_t start) {
+  size_t n = 0;
+  for (const auto& a : found) {
+    EXPECT_EQ(a.cause, "slow collective: ncclAllReduce on the GPU");
+    // rank 0's row starts at the step's start, rank 1's when it joined (within the step)
+    uint64_t step = start + (a.ts_ns - start) / (25 * kMs) * (25 * kMs);
+    EXPECT_TRUE(job.faulty.count(step)) << "a step that was not slow on the GPU: " << a.ts_ns;
+    n += job.faulty.count(step);
+  }
+  return n;
+}
+
 // detect models each NCCL collective's own time on the GPU, net of its wait for the last rank:
 // the steps slow on the GPU are "slow collective: ncclAllReduce on the GPU", the ones where
 // rank 0 only waited (up to 20 ms, far longer than the slow steps' 8 ms) are not.
@@ -323,15 +332,8 @@ TEST(GpuCollectiveModels, DetectNamesACollectiveSlowOnTheGpuAndNotAWaitForAPeer)
       detect::train_detector(tables, train_end, detect::DetectOptions{}, nullptr);
   auto found = detect::find_anomalies(model, tables, train_end);
   ASSERT_FALSE(found.empty());
-  size_t faulty = 0;
-  for (const auto& a : found) {
-    EXPECT_EQ(a.cause, "slow collective: ncclAllReduce on the GPU");
-    // rank 0's row starts at the step's start, rank 1's when it joined
-    uint64_t step = start + (a.ts_ns - start) / (25 * kMs) * (25 * kMs);
-    EXPECT_TRUE(job.faulty.count(step)) << "a step that was not slow on the GPU: " << a.ts_ns;
-    faulty += job.faulty.count(step);
-  }
-  EXPECT_GE(faulty, job.faulty.size()) << "of " << job.faulty.size() << " slow steps' 2 ranks";
+  EXPECT_GE(slow_steps_named(found, job, start), job.faulty.size())
+      << "of " << job.faulty.size() << " slow steps' 2 ranks";
 }
 
 // The agent the same online: NodeCollectives matches the ranks' GPU rows, the detector's model
@@ -365,14 +367,8 @@ TEST(GpuCollectiveModels, TheAgentNamesACollectiveSlowOnTheGpuAsDetectDoes) {
   ASSERT_TRUE(found.empty()) << found.front().cause;
   feed(4000, job.rows.size());
   ASSERT_FALSE(found.empty());
-  size_t faulty = 0;
-  for (const auto& a : found) {
-    EXPECT_EQ(a.cause, "slow collective: ncclAllReduce on the GPU");
-    uint64_t step = start + (a.ts_ns - start) / (25 * kMs) * (25 * kMs);
-    EXPECT_TRUE(job.faulty.count(step)) << "a step that was not slow on the GPU: " << a.ts_ns;
-    faulty += job.faulty.count(step);
-  }
-  EXPECT_GE(faulty, job.faulty.size() / 2) << "of " << job.faulty.size() << " slow steps";
+  EXPECT_GE(slow_steps_named(found, job, start), job.faulty.size() / 2)
+      << "of " << job.faulty.size() << " slow steps";
 }
 
 }  // namespace
