@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <fmt/ranges.h>
@@ -100,14 +101,16 @@ DetectionSink::CallGroup* DetectionSink::add_call(const char* layer, std::string
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
   if (it == by_name.end()) {
-    if (groups_.size() >= options_.max_groups) {
-      if (!warned_groups_)
-        fprintf(stderr,
-                "eacgm: agent: %zu operations have models; later new ones are not modelled\n",
-                groups_.size());
-      warned_groups_ = true;
+    bool kernel = !strcmp(layer, "gpu");
+    if ((kernel ? kernel_groups_ : groups_.size() - kernel_groups_) >= options_.max_groups) {
+      bool& warned = kernel ? warned_kernel_groups_ : warned_groups_;
+      if (!warned)
+        fprintf(stderr, "eacgm: agent: %zu %s have models; later new ones are not modelled\n",
+                options_.max_groups, kernel ? "kernels" : "operations");
+      warned = true;
       return nullptr;
     }
+    kernel_groups_ += kernel;
     CallGroup g;
     g.layer = layer;
     g.name = std::string(name);

@@ -36,7 +36,9 @@ struct DetectionOptions {
   uint64_t burst_window_ns = 10'000'000'000;  // call anomalies only in bursts (online.h)
   uint64_t sample_interval_ns = 100'000'000;  // of the host and gpu layers
   std::string models_path;   // where models are saved and resumed from; "": nowhere
-  size_t max_groups = 2000;  // operations modelled; the first ones win
+  // operations modelled, the first ones win; as many again for kernels (layer gpu: a PyTorch
+  // job runs hundreds to thousands of templated kernels, which must not crowd out its calls)
+  size_t max_groups = 2000;
 };
 
 // An anomaly as the agent reports it.
@@ -158,6 +160,8 @@ class DetectionSink final : public Sink {
   std::unordered_map<const char*, std::unordered_map<const char*, size_t>> index_;
   // "<API name> on the GPU" by the decoder's name (whose pointer outlives the rows)
   std::unordered_map<const char*, std::string> on_gpu_names_;
+  size_t kernel_groups_ = 0;  // of groups_, layer gpu's
+  bool warned_kernel_groups_ = false;
   std::vector<CallGroup> groups_;
   bool warned_groups_ = false;
   std::unordered_map<uint32_t, std::string> names_;  // process names of live pids

@@ -231,7 +231,7 @@ void add_gpu_samples(const RecordingReader& rec, int64_t start, uint64_t window_
 // (the gputime layer's executions) in it; a level, carried over windows where no process had
 // its GPU span (GpuIdle says which windows count).
 void add_gpu_idle(const RecordingReader& rec, int64_t start, uint64_t window_ns,
-                  WindowMetrics& m) {
+                  int64_t windows, WindowMetrics& m) {
   GpuIdle idle(start, window_ns);
   // duty-cycled processes: only what was collected counts (slices by start: in order)
   each_gpu_slice(rec, [&](const GpuSliceRow& r) { idle.collected(r.pid, r.ts_ns, r.dur_ns, 0); });
@@ -243,7 +243,8 @@ void add_gpu_idle(const RecordingReader& rec, int64_t start, uint64_t window_ns,
   if (!range) return;
   WindowMetric& wm = m["gpu_idle_pct"];
   wm.level = true;
-  for (int64_t w = std::max<int64_t>(range->first, 0); w <= range->second; ++w)
+  // (the recording's windows only: a row's time far off it, a damaged one, asks for nothing)
+  for (int64_t w = std::max<int64_t>(range->first, 0); w <= std::min(range->second, windows); ++w)
     if (auto share = idle.mean_idle_share(w)) wm.add(w, 100 * *share);
 }
 
@@ -310,14 +311,15 @@ FeatureTable window_features(const RecordingReader& rec, uint64_t window_ns) {
   WindowMetrics m;
   add_host_samples(rec, start, window_ns, m);
   add_gpu_samples(rec, start, window_ns, m);
-  add_gpu_idle(rec, start, window_ns, m);
+  constexpr int64_t kMaxWindows = 10'000'000;  // (a day at 0.1 s is 864,000)
+  add_gpu_idle(rec, start, window_ns,
+               end > start ? std::min((end - start) / int64_t(window_ns), kMaxWindows) : 0, m);
   auto [first_call, last_call_end] = add_calls(rec, start, window_ns, m);
   // Whole windows only, up to the last traced call: what follows is the job's exit (rates
   // falling to nothing, exit paths paging in code never run before), not its behaviour;
   if (last_call_end > start) end = std::min(end, last_call_end);
   int64_t windows = end > start ? (end - start) / int64_t(window_ns) : 0;
-  // A day at 0.1 s is 864,000 windows; more than this is a damaged recording or a tiny --window.
-  constexpr int64_t kMaxWindows = 10'000'000;
+  // More than kMaxWindows is a damaged recording or a tiny --window.
   if (windows > kMaxWindows)
     fail("{}: {:.0f} s from its start to its last traced call make {} windows of {:g} s, more "
          "than {} (is the recording damaged? else pass a larger --window)",

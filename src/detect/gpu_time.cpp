@@ -51,8 +51,8 @@ void GpuIdle::add(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) {
 void GpuIdle::collected(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns, uint64_t next_ns) {
   Process& p = processes_[pid];
   int64_t from = int64_t(ts_ns), to = int64_t(ts_ns + dur_ns);
-  p.first_ns = std::min(p.first_ns, from);
-  // (slices come in time order, each after the last one ended)
+  // (its GPU span still starts at its first execution: its first slice starts when CUDA loaded
+  // the library, before a model's loading; slices come in time order, each after the last one ended)
   if (!p.slices.empty() && from < p.slices.back().second)
     p.slices.back().second = std::max(p.slices.back().second, to);
   else

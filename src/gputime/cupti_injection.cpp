@@ -24,6 +24,7 @@
 // so in a note and does nothing). EACGM_CUPTI_LIB names a libcupti to use instead.
 #include <cupti_activity.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -218,6 +219,7 @@ int settled() {
 }
 
 eacgm::gputime::Duty duty;
+constexpr uint64_t kGraceNs = 100'000'000;  // for a slice's last kernels to complete
 pthread_mutex_t duty_mu = PTHREAD_MUTEX_INITIALIZER;
 bool collecting = false, exiting = false;  // under duty_mu
 uint64_t slice_start_ns = 0;
@@ -229,13 +231,32 @@ void sleep_until(uint64_t t_ns) {
 }
 
 // Ends the slice in progress (under duty_mu): its records off, its span to be handed over after
-// them, and CUPTI to be detached at the next CUDA call's exit; the next slice is due at next_ns.
+// them (hand_over_late); the next slice is due at next_ns.
 void end_slice_locked(bool say, uint64_t next_ns) {
   if (!collecting) return;
   set_records(false, say);
   collecting = false;
   set_pending(slice_start_ns, monotonic_ns(), next_ns);
-  if (detach_between) __atomic_store_n(&detach_state, kDetachWanted, __ATOMIC_SEQ_CST);
+}
+
+// A grace after a slice's end (its kernels still queued or running then complete: CUPTI hands
+// over only buffers whose records are complete, and forgets the rest at a detach), then its
+// records and its span handed over by this thread, whether or not the job calls CUDA (a stalled
+// job's slice comes now, not at the next), and only then CUPTI to be detached at the next CUDA
+// call's exit. False when the process is exiting (at_exit hands them over).
+bool hand_over_late(uint64_t next_start_ns) {
+  uint64_t now = monotonic_ns(), grace = kGraceNs;
+  if (next_start_ns > now && (next_start_ns - now) / 2 < grace) grace = (next_start_ns - now) / 2;
+  sleep_until(now + grace);  // (at most half the time to the next slice)
+  pthread_mutex_lock(&duty_mu);
+  bool go_on = !exiting;
+  if (go_on) {
+    cupti.flush_all(0);
+    hand_over_slice();
+    if (detach_between) __atomic_store_n(&detach_state, kDetachWanted, __ATOMIC_SEQ_CST);
+  }
+  pthread_mutex_unlock(&duty_mu);
+  return go_on;
 }
 
 // Starts a slice (under duty_mu): CUPTI attached again where it was detached. False when it
@@ -271,11 +292,7 @@ void* duty_loop(void*) {
     bool done = exiting;
     pthread_mutex_unlock(&duty_mu);
     said = true;
-    if (done) return nullptr;
-    if (!detach_between) {  // (detaching, the callback hands them over: no CUPTI call here)
-      cupti.flush_all(0);  // the slice's records now, not when a buffer fills periods later
-      hand_over_slice();
-    }
+    if (done || !hand_over_late(period)) return nullptr;
     sleep_until(period);
     pthread_mutex_lock(&duty_mu);
     done = exiting || !start_slice_locked();
@@ -326,7 +343,12 @@ void start_duty(uint64_t first_on_ns) {
   pthread_attr_destroy(&attr);
 }
 
+pid_t owner = 0;  // the process that loaded the library (a forked child inherits at_exit only)
+
 void at_exit() {
+  // A child forked from the job has no duty thread, and its copies of our locks may have been
+  // held by the parent's threads at the fork: it leaves CUPTI and our state alone.
+  if (getpid() != owner) return;
   pthread_mutex_lock(&duty_mu);
   exiting = true;
   // no detach from here on; one under way is waited out (it hands its records over itself)
@@ -359,6 +381,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   }
   uint64_t on_ns = monotonic_ns();
   set_records(true, true);
+  owner = getpid();
   atexit(at_exit);
   start_duty(on_ns);
   batcher.flush();

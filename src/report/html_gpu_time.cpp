@@ -189,9 +189,10 @@ void fill(const RecordingReader& rec, Timeline& t) {
     if (!is_execution(r)) return;
     int64_t s = int64_t(r.ts_ns), e = s + int64_t(r.dur_ns);
     uint32_t id = t.names.id(r.kind, r.name);
-    auto& [covered, busy] = t.devices[r.device];
+    auto& device = t.devices[r.device];  // (clang 14: no structured binding in a lambda)
+    std::vector<uint64_t>& busy = device.second;
     if (busy.empty()) busy.assign(b.size(), 0);
-    auto [from, to] = covered.fresh(s, e);
+    auto [from, to] = device.first.fresh(s, e);
     b.overlap(from, to, [&](size_t i, uint64_t ns) { busy[i] += ns; });
     size_t k = r.kind != "kernel"                                ? t.series.size() - 1
                : id < t.series_of.size() && t.series_of[id] >= 0 ? size_t(t.series_of[id])

@@ -61,8 +61,9 @@ TEST(GpuIdle, SharesOverTheProcessesGpuSpan) {
 TEST(GpuIdle, ADutyCycledProcessCountsOverWhatWasCollected) {
   detect::GpuIdle idle(0, kSecond);
   idle.collected(7, 0, 200 * kMs, 2 * kSecond);  // 0-0.2 s, the next at 2 s
-  idle.add(7, 50 * kMs, 50 * kMs);               // busy 50 of the 200 ms collected
-  EXPECT_NEAR(*idle.idle_share(7, 0), 0.75, 1e-9);
+  EXPECT_FALSE(idle.idle_share(7, 0)) << "its GPU span starts at its first execution";
+  idle.add(7, 50 * kMs, 50 * kMs);  // busy 50 of the 150 ms collected from then
+  EXPECT_NEAR(*idle.idle_share(7, 0), 2.0 / 3, 1e-9);
   EXPECT_FALSE(idle.idle_share(7, 1)) << "nothing collected in window 1";
   EXPECT_EQ(idle.known_until(7), 1) << "nothing will come before 2 s";
   idle.collected(7, 2 * kSecond, 200 * kMs, 4 * kSecond);
