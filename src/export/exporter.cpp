@@ -197,6 +197,23 @@ GpuCollectives gpu_collectives(const RecordingReader& rec) {
   return g;
 }
 
+// Duty-cycled GPU time (gpu_time_slices): each slice collected on a track of its own under its
+// process ("GPU time collected"), so that the gaps between its kernels' bursts read as what was
+// not collected, not as an idle GPU.
+void add_gpu_time_slices(const RecordingReader& rec, TimelineSink& sink, int64_t to_real) {
+  each_gpu_slice(rec, [&](const GpuSliceRow& r) {
+    TimelineGpuSlice slice;
+    slice.ts_ns = uint64_t(int64_t(r.ts_ns) + to_real);
+    slice.dur_ns = r.dur_ns;
+    slice.pid = r.pid;
+    slice.device = 0x3ffe, slice.stream = 0;  // a lane of its own, beside the GPUs' and NCCL's
+    slice.track = "GPU time collected (EACGM_GPUTIME_DUTY)";
+    slice.category = "gpu";
+    slice.name = "collecting";
+    sink.add_gpu_slice(slice);
+  });
+}
+
 // Each NCCL operation's kernels on a track of its communicator ("NCCL comm 3fa2c1 on the GPU")
 // under its process, with the arrow from its API call.
 void add_gpu_collective_slices(const GpuCollectives& g, TimelineSink& sink, int64_t to_real) {
@@ -448,6 +465,7 @@ void emit_timeline(const RecordingReader& rec, TimelineSink& sink) {
   GpuLaunches launches = gpu_launches(rec);
   add_cuda_slices(rec, sink, to_real, stacks, launches);
   add_gpu_slices(rec, sink, to_real, launches);
+  add_gpu_time_slices(rec, sink, to_real);
   GpuCollectives collectives = gpu_collectives(rec);
   add_comm_slices(rec, sink, to_real, stacks, collectives);
   add_gpu_collective_slices(collectives, sink, to_real);

@@ -568,6 +568,41 @@ TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
   fs::remove_all(dir);
 }
 
+// Duty-cycled GPU time: each slice collected on a lane of its own under its process, so that
+// the gaps between kernel bursts read as not collected.
+TEST(GpuTimeExport, DutyCycleSlicesOnALaneOfTheirOwn) {
+  fs::path dir = fresh_dir("slices");
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    w.set_meta("monotonic_to_realtime_ns", "1000000000000");
+    w.add(GpuSliceRow{10'000, 2'000, 9});
+    w.add(GpuSliceRow{50'000, 2'000, 9});
+    GpuActivityRow k;
+    k.ts_ns = 10'500, k.dur_ns = 100, k.pid = 9, k.kind = "kernel", k.name = "axpy";
+    w.add(k);
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  auto trace = chrome_trace(path, dir);
+  int64_t lane = -1;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"] == "GPU time collected (EACGM_GPUTIME_DUTY)")
+      lane = e["tid"];
+  ASSERT_NE(lane, -1) << trace.dump();
+  std::vector<std::pair<double, double>> on_lane;  // (ts, dur) in us
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == lane) {
+      EXPECT_EQ(e["pid"], 9);
+      EXPECT_EQ(e["name"], "collecting");
+      on_lane.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+    }
+  EXPECT_EQ(on_lane, (std::vector<std::pair<double, double>>{{1000000010.0, 2.0},
+                                                              {1000000050.0, 2.0}}));
+  fs::remove_all(dir);
+}
+
 // NCCL's operations on the GPU: a track per communicator under the process, each operation with
 // the arrow from the NCCL call on its thread whose span holds its enqueue; one whose call eacgm
 // did not see gets none, one without a GPU time no slice.
