@@ -191,7 +191,7 @@ std::function<int()> add_record(CLI::App& app) {
             return gputime::parse_duty(s.c_str(), d)
                        ? std::string()
                        : "'" + s + "' is not 'full' or ON/PERIOD with units, ON at least 10ms "
-                             "and shorter than PERIOD (e.g. 1s/10s, 200ms/5s)";
+                             "and shorter than PERIOD, each at most a day (e.g. 1s/10s, 200ms/5s)";
           },
           "full|ON/PERIOD", ""));
   cmd->add_option("--perfetto", opts->perfetto, "also write a Perfetto trace to this file");
