@@ -303,6 +303,10 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     t.tid = take(g.tid);
     t.runq_ns = take(g.runq);
     take(g.log_bytes);
+    if (g.peers) {  // (who joined last: find_anomalies tells a straggler from lateness in turns)
+      t.late_pid.resize(n);
+      for (size_t i = 0; i < n; ++i) t.late_pid[i] = waits[i] ? waits[i]->last_pid : 0;
+    }
     std::vector<bool> judged(t.ts_ns.size(), true);
     for (size_t i = 0; i < t.ts_ns.size(); ++i) {
       // a process's first call as this flush's batches show it (within a flush of the truth)

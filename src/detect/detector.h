@@ -76,8 +76,9 @@ struct GroupModel {
   double wait_tail_us = 0;
   // What all but the threshold's quantile of the training calls' straggling waits stayed under
   // (in us; models saved before session 35: their wait_tail_us). A call that waited twice that,
-  // and min_excess_us more, is a straggler where a call of the same process (another instance)
-  // among its 20 neighbours either side did too (a rank late again nearby).
+  // and min_excess_us more, is a straggler where the same rank was as late in another instance
+  // among its 20 neighbours either side, and was late there more than three times as often as
+  // it waited that long itself (a rank late again nearby, not ranks late in turns).
   double wait_quantile_us = 0;
   // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
   // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models

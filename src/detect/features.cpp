@@ -17,7 +17,7 @@ namespace {
 
 struct CallGroup {
   std::vector<uint64_t> ts, dur;
-  std::vector<uint32_t> pid, tid;
+  std::vector<uint32_t> pid, tid, late_pid;
   std::vector<int64_t> runq;
   std::vector<double> log_dur, log_bytes, log_peer_wait;
   bool has_bytes = false, has_peer_wait = false;
@@ -45,6 +45,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
         const PeerWait* w =
             collectives && c.layer == "comm" ? collectives->find(c.pid, c.ts_ns) : nullptr;
         g.has_peer_wait |= w != nullptr;
+        g.late_pid.push_back(w ? w->last_pid : 0);
         g.log_peer_wait.push_back(
             w ? std::log1p(double(w->straggling_ns()) / 1e3 / kStragglerWaitUnitUs) : 0.0);
         if (w && !w->on_gpu) dur -= int64_t(w->wait_ns);  // NCCL's GPU wait is not in its call
@@ -67,6 +68,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     g.dur.push_back(r.dur_ns);
     g.log_dur.push_back(std::log(double(std::max<uint64_t>(r.dur_ns, 1)) / 1e3));
     g.log_peer_wait.push_back(0.0);
+    g.late_pid.push_back(0);
     g.log_bytes.push_back(0.0);
   });
   // NCCL's collectives on the GPU: each one's own time there, net of its wait for the last rank
@@ -95,6 +97,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     g.dur.push_back(r.gpu_dur_ns);
     g.log_dur.push_back(std::log(double(own) / 1e3));
     g.log_peer_wait.push_back(0.0);
+    g.late_pid.push_back(0);
     bool bytes = r.bytes >= 0;
     g.has_bytes |= bytes;
     g.log_bytes.push_back(bytes ? std::log2(1.0 + double(r.bytes)) : 0.0);
@@ -120,6 +123,7 @@ std::vector<FeatureTable> call_features(const RecordingReader& rec, const Collec
     t.pid = std::move(g.pid);
     t.tid = std::move(g.tid);
     t.runq_ns = std::move(g.runq);
+    if (g.has_peer_wait) t.late_pid = std::move(g.late_pid);
     out.push_back(std::move(t));
   }
   return out;

@@ -27,6 +27,9 @@ struct FeatureTable {
   std::vector<uint32_t> pid;      // calls: the process of each row (empty for windows)
   std::vector<uint32_t> tid;      // calls: and its thread
   std::vector<int64_t> runq_ns;   // calls: the thread's wait for a CPU during it; -1: unknown
+  // collectives matched across ranks: the pid of the rank that joined last (0: unmatched);
+  // empty where no row was matched (find_anomalies then takes the waiting process for it)
+  std::vector<uint32_t> late_pid;
   Eigen::MatrixXd values;  // rows x features
   // The window features other than durations are log(1 + rate) (the agent's windows), not
   // rates: for saying what was measured in its units (detect::Measured)
