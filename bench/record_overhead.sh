@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build
 LOOP=$B/bench/cuda_call_loop
-EACGM=$B/eacgm
+EACGM=${EACGM:-$B/eacgm}  # another build: EACGM=/path/to/eacgm
 N=${N:-1000000}
 LIB=$(ldconfig -p | awk '/libcudart.so.13 / {print $NF; exit}')
 out=$(mktemp -d)
