@@ -1607,6 +1607,42 @@ FeatureTable two_rank_table(size_t n, std::mt19937_64& rng, const std::function<
 // Two steps a rank: rank 1's call 1 ms after rank 0's, a step every 50 ms.
 uint64_t step_of_50ms(size_t i) { return 1'000'000'000 + i / 2 * 50'000'000 + (i % 2) * 1'000'000; }
 
+// A two-rank job of n calls (row 2k + r: rank r's call of step k, which waited for the other):
+// in the first quarter of the steps either rank last by a heavy-tailed wait, then quiet, and
+// the rows in `late` waited late_us.
+FeatureTable two_rank_job_late_at(size_t n, std::mt19937_64& rng, const std::set<size_t>& late,
+                                  double late_us) {
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<double> late_by(n, 0);
+  for (size_t k = 0; k < n / 4; ++k) late_by[2 * k + (u(rng) < 0.5)] = 150 * std::pow(1 - u(rng), -0.76);
+  for (size_t k = n / 4; k < n / 2; ++k) late_by[2 * k + k % 2] = 100;
+  for (size_t r : late) late_by[r] = late_us;
+  std::vector<double> waits;
+  return two_rank_table(n, rng, [&](size_t i) { return late_by[i]; }, step_of_50ms, waits);
+}
+
+// A model of `t` trained on its first half (`half`: where the second starts), with late_us
+// beyond twice the wait quantile's rule and within the extrapolated tail's: where a wait is a
+// straggle only as a rank late again nearby.
+void train_within_tail(const FeatureTable& t, double late_us, DetectorModel& m, uint64_t& half) {
+  half = t.ts_ns[t.ts_ns.size() / 2];
+  m = train_detector({t}, half, DetectOptions{}, nullptr);
+  ASSERT_EQ(m.groups.size(), 1u);
+  const GroupModel& g = m.groups[0];
+  printf("wait quantile %.0f us, extrapolated tail %.0f us\n", g.wait_quantile_us, g.wait_tail_us);
+  ASSERT_GT(late_us, std::max(2 * g.wait_quantile_us, g.wait_quantile_us + 1000));
+  ASSERT_LT(late_us, std::max(2 * g.wait_tail_us, g.wait_tail_us + 1000));
+}
+
+// The rows of `t` that find_anomalies names stragglers in, judged from from_ns on.
+std::set<size_t> straggler_rows(const DetectorModel& m, const FeatureTable& t, uint64_t from_ns) {
+  std::set<size_t> named;
+  for (const auto& a : find_anomalies(m, {t}, from_ns, 3, 1000))
+    if (a.cause.starts_with("straggling rank"))
+      named.insert(size_t(std::find(t.ts_ns.begin(), t.ts_ns.end(), a.ts_ns) - t.ts_ns.begin()));
+  return named;
+}
+
 // Healthy late joins with a heavy tail (a loaded 2-core machine: most waits tens of us, one
 // in a few hundred 1-4 ms, as a Pareto of index 1/0.7), the same before and after the training
 // split. The training calls' (1 - q) quantile is their 3rd-longest wait, and twice it is
@@ -1715,35 +1751,18 @@ TEST(DetectStragglers, ARankLateAgainNearbyIsAStragglerWithinTheHealthyTail) {
 TEST(DetectStragglers, TwoRanksLateInTurnsAreNoStragglerOneRankLateAgainIs) {
   const size_t n = 2400;
   std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> u(0, 1);
-  // row 2k + r: rank r's call of step k, carrying how late it was (the last rank's wait)
   auto row = [](size_t step, size_t rank) { return 2 * step + rank; };
-  std::vector<double> late_by(n, 0);
-  for (size_t k = 0; k < n / 4; ++k)  // training: either rank last, a heavy-tailed wait
-    late_by[row(k, u(rng) < 0.5)] = 150 * std::pow(1 - u(rng), -0.76);
-  for (size_t k = n / 4; k < n / 2; ++k) late_by[row(k, k % 2)] = 100;  // then quiet
   const double late_us = 25'000;
   const std::set<size_t> in_turns = {row(700, 0), row(703, 1)}, again = {row(900, 1), row(903, 1)};
   const size_t alone = row(1100, 0);
-  for (size_t r : in_turns) late_by[r] = late_us;
-  for (size_t r : again) late_by[r] = late_us;
-  late_by[alone] = late_us;
-  std::vector<double> waits;
-  FeatureTable t = two_rank_table(n, rng, [&](size_t i) { return late_by[i]; }, step_of_50ms, waits);
-  uint64_t half = t.ts_ns[n / 2];
-  std::vector<FeatureTable> tables = {t};
-  DetectorModel m = train_detector(tables, half, DetectOptions{}, nullptr);
-  ASSERT_EQ(m.groups.size(), 1u);
-  const GroupModel& g = m.groups[0];
-  printf("wait quantile %.0f us, extrapolated tail %.0f us\n", g.wait_quantile_us, g.wait_tail_us);
-  // the premise: beyond the quantile's rule, within the tail's
-  ASSERT_GT(late_us, std::max(2 * g.wait_quantile_us, g.wait_quantile_us + 1000));
-  ASSERT_LT(late_us, std::max(2 * g.wait_tail_us, g.wait_tail_us + 1000));
-  std::set<size_t> named;
-  for (const auto& a : find_anomalies(m, tables, half, 3, 1000))
-    if (a.cause.starts_with("straggling rank"))
-      named.insert(size_t(std::find(t.ts_ns.begin(), t.ts_ns.end(), a.ts_ns) - t.ts_ns.begin()));
-  EXPECT_EQ(named, again) << "rank 1 late twice is named; ranks late in turns, or once, are not";
+  std::set<size_t> late = in_turns;
+  late.insert(again.begin(), again.end());
+  late.insert(alone);
+  FeatureTable t = two_rank_job_late_at(n, rng, late, late_us);
+  DetectorModel m;
+  uint64_t half = 0;
+  ASSERT_NO_FATAL_FAILURE(train_within_tail(t, late_us, m, half));  // the premise
+  EXPECT_EQ(straggler_rows(m, t, half), again) << "rank 1 late twice is named; ranks late in turns, or once, are not";
 }
 
 // A loaded stretch of a healthy 2-rank job: ranks late in turns, each more than once within 20
@@ -1753,42 +1772,26 @@ TEST(DetectStragglers, TwoRanksLateInTurnsAreNoStragglerOneRankLateAgainIs) {
 TEST(DetectStragglers, RanksLateInTurnsOnALoadedStretchAreNoStragglers) {
   const size_t n = 2400;
   std::mt19937_64 rng(11);
-  std::uniform_real_distribution<double> u(0, 1);
   auto row = [](size_t step, size_t rank) { return 2 * step + rank; };  // (rank's call: it waited)
-  std::vector<double> late_by(n, 0);
-  for (size_t k = 0; k < n / 4; ++k) late_by[row(k, u(rng) < 0.5)] = 150 * std::pow(1 - u(rng), -0.76);
-  for (size_t k = n / 4; k < n / 2; ++k) late_by[row(k, k % 2)] = 100;
   const double late_us = 25'000;
   // steps 700-709: rank 1 late at 700, 704, 709 (rank 0 waited), rank 0 at 702, 706
   const std::set<size_t> in_turns = {row(700, 0), row(702, 1), row(704, 0), row(706, 1), row(709, 0)};
   // steps 900-909: rank 1 late at 900, 903, 906, 909; rank 0 late once, at 905
   const std::set<size_t> straggler = {row(900, 0), row(903, 0), row(906, 0), row(909, 0)};
-  const size_t once = row(905, 1);
-  for (size_t r : in_turns) late_by[r] = late_us;
-  for (size_t r : straggler) late_by[r] = late_us;
-  late_by[once] = late_us;
-  std::vector<double> waits;
-  FeatureTable t = two_rank_table(n, rng, [&](size_t i) { return late_by[i]; }, step_of_50ms, waits);
-  uint64_t half = t.ts_ns[n / 2];
-  DetectorModel m = train_detector({t}, half, DetectOptions{}, nullptr);
-  ASSERT_EQ(m.groups.size(), 1u);
-  const GroupModel& g = m.groups[0];
-  ASSERT_GT(late_us, std::max(2 * g.wait_quantile_us, g.wait_quantile_us + 1000));
-  ASSERT_LT(late_us, std::max(2 * g.wait_tail_us, g.wait_tail_us + 1000));
-  auto named_in = [&](const FeatureTable& table) {
-    std::set<size_t> named;
-    for (const auto& a : find_anomalies(m, {table}, half, 3, 1000))
-      if (a.cause.starts_with("straggling rank"))
-        named.insert(size_t(std::find(t.ts_ns.begin(), t.ts_ns.end(), a.ts_ns) - t.ts_ns.begin()));
-    return named;
-  };
+  std::set<size_t> late = in_turns;
+  late.insert(straggler.begin(), straggler.end());
+  late.insert(row(905, 1));
+  FeatureTable t = two_rank_job_late_at(n, rng, late, late_us);
+  DetectorModel m;
+  uint64_t half = 0;
+  ASSERT_NO_FATAL_FAILURE(train_within_tail(t, late_us, m, half));
   // the premise: with the waiting process standing for the late one, the turns are named
-  std::set<size_t> by_waiter = named_in(t);
+  std::set<size_t> by_waiter = straggler_rows(m, t, half);
   EXPECT_TRUE(std::includes(by_waiter.begin(), by_waiter.end(), straggler.begin(), straggler.end()));
   EXPECT_GE(by_waiter.size(), straggler.size() + 3);
   // with the matched late rank: each row's other rank joined last
   for (size_t i = 0; i < n; ++i) t.late_pid.push_back(1000 + uint32_t(1 - i % 2));
-  EXPECT_EQ(named_in(t), straggler) << "rank 1 late four times is named; ranks late in turns are not";
+  EXPECT_EQ(straggler_rows(m, t, half), straggler) << "rank 1 late four times is named; ranks late in turns are not";
 }
 
 // Four ranks: a rank late in two instances nearby is three waiting calls each, which outweighs
@@ -1824,18 +1827,11 @@ TEST(DetectStragglers, AStragglerOfFourRanksIsNamedBesideOneWaitOfItsOwn) {
       t.late_pid.push_back(1000 + uint32_t(last));
     }
   }
-  uint64_t half = t.ts_ns[n / 2];
-  DetectorModel m = train_detector({t}, half, DetectOptions{}, nullptr);
-  ASSERT_EQ(m.groups.size(), 1u);
-  const GroupModel& g = m.groups[0];
-  // the premise: beyond the quantile's rule, within the tail's
-  ASSERT_GT(late_us, std::max(2 * g.wait_quantile_us, g.wait_quantile_us + 1000));
-  ASSERT_LT(late_us, std::max(2 * g.wait_tail_us, g.wait_tail_us + 1000));
-  std::set<size_t> named;
-  for (const auto& a : find_anomalies(m, {t}, half, 3, 1000))
-    if (a.cause.starts_with("straggling rank"))
-      named.insert(size_t(std::find(t.ts_ns.begin(), t.ts_ns.end(), a.ts_ns) - t.ts_ns.begin()));
-  EXPECT_EQ(named, expected) << "rank 3's two late steps, six waiting calls; not rank 1's one";
+  DetectorModel m;
+  uint64_t half = 0;
+  ASSERT_NO_FATAL_FAILURE(train_within_tail(t, late_us, m, half));  // the premise
+  EXPECT_EQ(straggler_rows(m, t, half), expected)
+      << "rank 3's two late steps, six waiting calls; not rank 1's one";
 }
 
 TEST(SplitByCount, EachGroupLearnsFromItsOwnFirstCalls) {
