@@ -716,9 +716,14 @@ static long py_walk_frame(__u32 i, void *ctx)
  * frame count with this bit, s->call_ts that stack's stamp, nothing in s->frames to send. */
 #define PY_STACK_REUSED 0x10000
 
+/* py_read_stack's result for a thread of a Python process that has no thread state (a C++
+ * thread: Gloo's, OpenBLAS's): nothing read, after a walk of the interpreter's thread list. */
+#define PY_NO_THREAD_STATE (-2)
+
 /* Reads the innermost `depth` Python frames of the calling thread (pid_tid: pid << 32 | tid)
  * into `s` (pid, tid, depth and call_ts filled in, kind EACGM_REC_PY_STACK); returns the frames
- * read, 0 for none, -1 when the process is not a known Python process. Names come from CODE records, sent first for code
+ * read, 0 for none, -1 when the process is not a known Python process, PY_NO_THREAD_STATE for a
+ * thread without a Python thread state. Names come from CODE records, sent first for code
  * not yet seen. for_call: the stack of a call at its entry, which may be one of the thread's last
  * call stacks again (PY_STACK_REUSED); the thread's storage is made for it (its memo, the cached
  * thread state and the last stacks make the next read cheap). Samples and off-CPU waits pass 0:
@@ -741,7 +746,7 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 						 for_call ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 	__u64 tstate = py_thread_state(p, l, tid, task, t);
 	if (!tstate)
-		return 0;
+		return PY_NO_THREAD_STATE;
 	if (t && for_call)
 		t->tstate = tstate;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);
@@ -837,6 +842,8 @@ static __always_inline int py_send_stack(__u64 pid_tid, __u64 call_ts, __u32 dep
 	if (!s)
 		return 0;
 	int n = py_read_stack(pid_tid, call_ts, depth, s, for_call);
+	if (n == PY_NO_THREAD_STATE)
+		n = 0; /* (a call's thread may get one later: looked up again at its next call) */
 	if (n > 0 && !(n & PY_STACK_REUSED))
 		py_output_stack(s, n);
 	if (n > 0)

@@ -189,7 +189,9 @@ enum eacgm_counter {
 					 stacks (the kernel refused to make it then) */
 	EACGM_CNT_PY_STACKS_REUSED = 4, /* calls whose Python stack was one of their thread's last
 					   call stacks again, not read and sent anew */
-	EACGM_CNT_MAX = 5,
+	EACGM_CNT_OFFCPU_STACKS_REUSED = 5, /* blocking switches at the same place as their
+					       thread's last: its native stack kept, not walked */
+	EACGM_CNT_MAX = 6,
 };
 
 /* Writes to the host layer's process, network and disk maps, per CPU slot (host.bpf.c's

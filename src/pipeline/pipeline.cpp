@@ -370,7 +370,9 @@ void Pipeline::finish_python() {
   out_.set_meta("python_calls", std::to_string(s.calls));
   out_.set_meta("python_code_objects", std::to_string(s.code_objects));
   out_.set_meta("python_calls_pending", std::to_string(s.pending));
-  out_.set_meta("python_stacks_reused", std::to_string(tracer_->counters().py_stacks_reused));
+  TracerCounters counters = tracer_->counters();
+  out_.set_meta("python_stacks_reused", std::to_string(counters.py_stacks_reused));
+  out_.set_meta("offcpu_stacks_reused", std::to_string(counters.offcpu_stacks_reused));
   out_.set_meta("python_calls_filtered", std::to_string(s.filtered));
   out_.set_meta("python_calls_unnamed", std::to_string(s.unnamed));
   out_.set_meta("python_hooks_restored", std::to_string(restored));

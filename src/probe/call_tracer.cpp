@@ -371,7 +371,7 @@ TracerCounters CallTracer::counters() const {
   };
   return {sum(EACGM_CNT_RING_DROPS), sum(EACGM_CNT_ENTRY_MISSING),
           sum(EACGM_CNT_ENTRY_OVERFLOW), sum(EACGM_CNT_OFFCPU_LOST),
-          sum(EACGM_CNT_PY_STACKS_REUSED)};
+          sum(EACGM_CNT_PY_STACKS_REUSED), sum(EACGM_CNT_OFFCPU_STACKS_REUSED)};
 }
 
 }  // namespace eacgm

@@ -31,6 +31,7 @@ struct TracerCounters {
   uint64_t entry_overflow = 0;
   uint64_t offcpu_lost = 0;  // blocking switches without storage for their stacks
   uint64_t py_stacks_reused = 0;  // call stacks that were one of the thread's last ones again
+  uint64_t offcpu_stacks_reused = 0;  // blocking switches whose native stack was the last one's
 };
 
 class CallTracer {
