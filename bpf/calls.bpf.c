@@ -234,12 +234,6 @@ static __always_inline bool offcpu_chain_matches(const struct offcpu_state *st, 
 	return true;
 }
 
-/* After a walk: where its chain ended (false: it cannot be followed again, no memo). */
-static __always_inline bool offcpu_chain_end(const struct offcpu_state *st, __u64 bp, __u64 *end)
-{
-	return offcpu_chain_matches(st, bp, end);
-}
-
 /* Whether a block at (ip, sp, bp) has the last walk's native stack. */
 static __always_inline bool offcpu_same_stack(const struct offcpu_state *st, __u64 ip, __u64 sp,
 					      __u64 bp)
@@ -278,7 +272,9 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 		st->at_sp = sp;
 		st->at_bp = bp;
 		st->memo_ok = ip && st->nframes && st->nframes <= OFFCPU_MEMO_FRAMES &&
-			      st->ips[0] == ip && offcpu_chain_end(st, bp, &st->at_end);
+			      st->ips[0] == ip &&
+			      /* where the chain ends: it can be followed (and gives the walk's frames) */
+			      offcpu_chain_matches(st, bp, &st->at_end);
 	}
 	st->py_frames = 0;
 	/* A C++ thread of a Python process (Gloo's, OpenBLAS's: most of a Gloo job's blocking

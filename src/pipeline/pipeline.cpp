@@ -370,9 +370,7 @@ void Pipeline::finish_python() {
   out_.set_meta("python_calls", std::to_string(s.calls));
   out_.set_meta("python_code_objects", std::to_string(s.code_objects));
   out_.set_meta("python_calls_pending", std::to_string(s.pending));
-  TracerCounters counters = tracer_->counters();
-  out_.set_meta("python_stacks_reused", std::to_string(counters.py_stacks_reused));
-  out_.set_meta("offcpu_stacks_reused", std::to_string(counters.offcpu_stacks_reused));
+  out_.set_meta("python_stacks_reused", std::to_string(tracer_->counters().py_stacks_reused));
   out_.set_meta("python_calls_filtered", std::to_string(s.filtered));
   out_.set_meta("python_calls_unnamed", std::to_string(s.unnamed));
   out_.set_meta("python_hooks_restored", std::to_string(restored));
@@ -399,6 +397,8 @@ void Pipeline::finish() {
     out_.set_meta("offcpu_samples", std::to_string(decoder_->stats().offcpu_samples));
     // waits not in the profile because the kernel would not make a thread's storage then
     out_.set_meta("offcpu_waits_lost", std::to_string(c.offcpu_lost));
+    // blocking switches whose native stack was their thread's last one, not walked again
+    out_.set_meta("offcpu_stacks_reused", std::to_string(c.offcpu_stacks_reused));
   }
   if (gpu_) {
     std::string lines;
