@@ -156,9 +156,16 @@ struct {
 	__type(value, struct py_verdict_slot);
 } py_verdicts SEC(".maps");
 
+/*
+ * Per-CPU room for what a stack read builds, in two slots: 0 for a call's stack (uprobes), 1 for
+ * samples and off-CPU waits. A CPU sample (a timer interrupt) can land inside a probe's read on
+ * the same CPU; with one slot it would write over the frames the probe was reading.
+ */
+#define PY_SCRATCH_SLOT(for_call) ((for_call) ? 0u : 1u)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct eacgm_py_stack_event);
 } py_stack_scratch SEC(".maps");
@@ -331,6 +338,24 @@ static __always_inline bool py_is_code(__u64 obj, const struct eacgm_py_layout *
 #define PY_SPAN_BUF (EACGM_PY_READ_SPAN + 8)
 #define PY_SPAN_OFF(x) ((x) & (EACGM_PY_READ_SPAN - 1))
 
+/*
+ * The span reads' buffers, per CPU and scratch slot (PY_SCRATCH_SLOT), not on the stack: a
+ * call probe's stack read nests five BPF frames (the probe, py_read_stack, its bpf_loop callback,
+ * py_read_frame or py_read_identity), and kernels that count a callback's frame with its caller's
+ * (6.18.44 does) refused the 528 bytes they took with a 136-byte buffer on the stack
+ * ("combined stack size of 4 calls is 528. Too large": the limit is 512).
+ */
+struct py_span {
+	__u8 b[PY_SPAN_BUF];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct py_span);
+} py_span_scratch SEC(".maps");
+
 /* Reads `len` bytes (at most EACGM_PY_READ_SPAN) at addr into buf; false if it could not. */
 static __always_inline bool py_read_span(__u8 *buf, __u64 len, __u64 addr)
 {
@@ -349,13 +374,15 @@ struct py_code_ident {
 };
 
 __noinline int py_read_identity(__u64 code, const struct eacgm_py_layout *l,
-				struct py_code_ident *out)
+				struct py_code_ident *out, __u32 scratch)
 {
 	if (!out || !l)
 		return -1;
-	__u8 buf[PY_SPAN_BUF] = {};
+	__u32 key = scratch & 1;
+	struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
+	__u8 *buf = span ? span->b : NULL;
 	__u64 lo = l->code_span_lo;
-	if (!py_read_span(buf, l->code_span_len, code + lo)) {
+	if (!buf || !py_read_span(buf, l->code_span_len, code + lo)) {
 		out->name_obj = py_ptr(code + l->code_name);
 		out->firstlineno = py_u32(code + l->code_firstlineno);
 		return 0;
@@ -452,7 +479,7 @@ static __always_inline int py_entry(struct pt_regs *ctx)
 	if (!py_is_code(code, l, p->runtime))
 		return PY_NOT_PUSHED;
 	struct py_code_ident ident = {};
-	py_read_identity(code, l, &ident);
+	py_read_identity(code, l, &ident, PY_SCRATCH_SLOT(1)); /* (a probe's slot) */
 	int verdict = py_register_code(code, ident.name_obj, pid, ident.firstlineno, li) &
 		      EACGM_PY_VERDICT_MASK;
 	if (verdict == EACGM_PY_SKIP)
@@ -591,15 +618,17 @@ struct py_frame_fields {
 };
 
 __noinline int py_read_frame(__u64 frame, const struct eacgm_py_layout *l,
-			     struct py_frame_fields *out)
+			     struct py_frame_fields *out, __u32 scratch)
 {
 	if (!out || !l)
 		return -1;
-	__u8 buf[PY_SPAN_BUF] = {};
+	__u32 key = scratch & 1;
+	struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
+	__u8 *buf = span ? span->b : NULL;
 	__u64 lo = l->frame_span_lo;
 	out->instr = 0;
 	out->owner = 0;
-	if (!py_read_span(buf, l->frame_span_len, frame + lo)) {
+	if (!buf || !py_read_span(buf, l->frame_span_len, frame + lo)) {
 		out->back = py_ptr(frame + l->frame_back);
 		out->code = py_ptr(frame + l->frame_code);
 		bpf_probe_read_user(&out->instr, l->version == 310 ? 4 : 8,
@@ -649,7 +678,7 @@ static long py_walk_frame(__u32 i, void *ctx)
 	if (!frame || !l || !s || w->n >= w->depth || w->n >= EACGM_PY_MAX_STACK)
 		return 1;
 	struct py_frame_fields ff = {};
-	if (py_read_frame(frame, l, &ff) != 0)
+	if (py_read_frame(frame, l, &ff, PY_SCRATCH_SLOT(w->for_call)) != 0)
 		return 1;
 	w->frame = ff.back;
 	__u64 code = ff.code;
@@ -681,7 +710,7 @@ static long py_walk_frame(__u32 i, void *ctx)
 		f->firstlineno = m->firstlineno;
 	} else {
 		struct py_code_ident ident = {};
-		py_read_identity(code, l, &ident);
+		py_read_identity(code, l, &ident, PY_SCRATCH_SLOT(w->for_call));
 		f->name_obj = ident.name_obj;
 		f->firstlineno = ident.firstlineno;
 		int verdict = py_register_code(code, f->name_obj, w->pid, f->firstlineno, w->li);
@@ -836,8 +865,8 @@ static __always_inline void py_output_stack(struct eacgm_py_stack_event *s, __u3
 static __always_inline int py_send_stack(__u64 pid_tid, __u64 call_ts, __u32 depth, int for_call,
 					 __u64 *ts)
 {
-	__u32 zero = 0;
-	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &zero);
+	__u32 key = PY_SCRATCH_SLOT(for_call);
+	struct eacgm_py_stack_event *s = bpf_map_lookup_elem(&py_stack_scratch, &key);
 	*ts = 0;
 	if (!s)
 		return 0;

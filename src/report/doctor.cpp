@@ -76,6 +76,11 @@ void check_kernel(Doctor& d) {
     try {
       CallTracerOptions options{false, 1 << 20, 4096};
       options.sample_hz = 99;  // as record does by default
+      // the programs as record loads them for a Python job (its default): the python layer's
+      // stack walk is code the verifier skips without it, and a kernel may refuse only that
+      // (6.18.44 counts a bpf_loop callback's stack with its caller's)
+      options.python = true;
+      options.off_cpu = true;
       CallTracer tracer(options);
       d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
       if (std::string why = tracer.start_sampling(); why.empty())
