@@ -334,7 +334,9 @@ void HostTracer::sample_disks(uint64_t, uint64_t epoch, std::vector<HostSampleRo
     row.io_ops = row.read_ops + row.write_ops;
     row.io_bytes = row.read_bytes + row.write_bytes;
     row.io_latency_max_ns = row.io_ops ? max_ns : 0;
-    if (row.io_ops) out.push_back(std::move(row));
+    // (bytes without a request: a request completed in parts, its last part in a later sample;
+    // a row only for requests lost those bytes, since the totals above moved on)
+    if (row.io_ops || row.io_bytes) out.push_back(std::move(row));
   }
 }
 
