@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
@@ -61,9 +62,25 @@ ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
 Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     : opts_(o), choice_(LayerChoice::parse(o.layers, !o.python_calls.empty())), out_(out) {
   if (choice_.python_calls()) PythonFilter check(o.python_calls);  // a usage error, now
-  tracer_ = std::make_unique<CallTracer>(
-      CallTracerOptions{o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(),
-                        o.python_stack_depth, o.sample_hz, o.off_cpu});
+  CallTracerOptions tracer_options{o.all, o.ring_mb << 20, 256 * 1024, choice_.python_stacks(),
+                                   o.python_stack_depth, o.sample_hz, o.off_cpu};
+  bool python = tracer_options.python;
+  try {
+    tracer_ = std::make_unique<CallTracer>(tracer_options);
+  } catch (const Error& e) {
+    // The python layer's stack walk is the largest program: a kernel whose verifier refuses it
+    // (6.18.44 refused a version of it) costs auto's Python stacks, not the recording. Asked
+    // for by name, or with --python-calls, it is the error it was.
+    if (!python || choice_.python_calls() || choice_.named.count("python")) throw;
+    tracer_options.python = false;
+    tracer_ = std::make_unique<CallTracer>(tracer_options);  // (the rest refused too: its error)
+    python = false;
+    std::string why = e.what();
+    if (const char* lead = "cannot load the BPF programs: "; why.starts_with(lead))
+      why.erase(0, strlen(lead));
+    active_.off("python-stacks", why);
+    if (!o.quiet) fprintf(stderr, "eacgm: layer python-stacks is off: %s\n", why.c_str());
+  }
   symbols_ = std::make_unique<Symbolizer>();
   decoder_ = std::make_unique<EventDecoder>(out_, *symbols_);
   torch_ops_ = std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops));
@@ -72,7 +89,7 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
       probe_set(choice_, torch_ops_, [this](const std::string& path) { use_torch_layout(path); }));
   decoder_->set_torch_ops(torch_ops_);
   if (choice_.armed("host")) start_host();
-  if (choice_.python_stacks()) start_python();
+  if (python) start_python();
   decoder_->on_code_mapped = [this](uint32_t pid) {
     // Snapshot the maps now, while the process surely runs (exec and dlopen wake the reader
     // at once): a short-lived process may be gone by the time its calls are decoded, and its

@@ -6,6 +6,7 @@
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,12 +21,32 @@
 namespace eacgm {
 namespace {
 
+// While the programs load, libbpf's warnings (the verifier's log of a refused program) are
+// kept here instead of printed: the error then says in one line what the verifier said, and a
+// caller that goes on without a layer prints no log of hundreds of lines (EACGM_DEBUG_BPF=1
+// prints them as they come).
+std::string* load_log = nullptr;
+
 // libbpf prints its own diagnostics; keep warnings and errors, and only when asked for debug.
 int libbpf_print(enum libbpf_print_level level, const char* format, va_list args) {
   static const bool debug = getenv("EACGM_DEBUG_BPF") != nullptr;
   if (level == LIBBPF_DEBUG && !debug) return 0;
   if (level == LIBBPF_INFO && !debug) return 0;
+  if (load_log && !debug) {
+    char line[1024];
+    vsnprintf(line, sizeof(line), format, args);
+    if (load_log->size() < (1u << 20)) *load_log += line;
+    return 0;
+  }
   return vfprintf(stderr, format, args);
+}
+
+// Whether the running kernel is at least major.minor.
+bool kernel_at_least(int major, int minor) {
+  utsname u{};
+  int ma = 0, mi = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2) return true;  // (unknown)
+  return ma > major || (ma == major && mi >= minor);
 }
 
 // From the kernel's uapi (6.6+); Debian 12's headers predate uprobe_multi links.
@@ -76,11 +97,22 @@ int create_multi_link(bpf_program* prog, uint32_t attach_type, const std::string
   return int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
 }
 
-std::string load_error_hint(int err) {
-  // With the privileges (checked before loading), EACCES is the verifier refusing a program.
-  if (err == EACCES && current_privileges().missing_for_tracing().empty())
-    return "the kernel's BPF verifier rejected a program (its log is above; eacgm needs "
-           "Linux 6.6 or newer: run 'eacgm doctor')";
+std::string load_error_hint(int err, const std::string& log = {}) {
+  // With the privileges (checked before loading), EACCES is the verifier refusing a program,
+  // and E2BIG its giving up on one (a million instructions verified)
+  if ((err == EACCES || err == E2BIG) && current_privileges().missing_for_tracing().empty()) {
+    std::string reason = verifier_reason(log);
+    std::string said = reason.empty() ? "" : fmt::format(" ({})", reason);
+    utsname u{};
+    uname(&u);
+    if (!kernel_at_least(6, 6))
+      return fmt::format("the kernel's BPF verifier refused a program{}: eacgm needs Linux 6.6 "
+                         "or newer, this is {} (run 'eacgm doctor')", said, u.release);
+    return fmt::format("the kernel's BPF verifier (Linux {}) refused a program{}: a bug of "
+                       "eacgm on this kernel; please report it with the log that "
+                       "EACGM_DEBUG_BPF=1 prints",
+                       u.release, said);
+  }
   if (err == EPERM || err == EACCES)
     return "permission denied (run as root, or grant CAP_BPF and CAP_PERFMON)";
   if (err == ENOENT || err == EINVAL)
@@ -90,6 +122,35 @@ std::string load_error_hint(int err) {
 }
 
 }  // namespace
+
+std::string verifier_reason(const std::string& log) {
+  std::string prog, last;
+  size_t at = 0;
+  bool in_log = false;
+  while (at < log.size()) {
+    size_t end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(at, end - at);
+    at = end + 1;
+    if (line.find("-- BEGIN PROG LOAD LOG --") != std::string::npos) {
+      in_log = true;
+      continue;
+    }
+    if (line.find("-- END PROG LOAD LOG --") != std::string::npos) {
+      if (!last.empty()) break;
+      in_log = false;
+      continue;
+    }
+    if (auto p = line.find("prog '"); prog.empty() && p != std::string::npos)
+      if (auto q = line.find('\'', p + 6); q != std::string::npos) prog = line.substr(p + 6, q - p - 6);
+    if (in_log && !line.empty() && !line.starts_with("processed ") &&
+        !line.starts_with("verification time"))
+      last = line;
+  }
+  if (last.empty()) return {};
+  if (last.size() > 200) last = last.substr(0, 200) + "...";
+  return prog.empty() ? last : fmt::format("program {}: {}", prog, last);
+}
 
 void CallTracer::SkeletonDeleter::operator()(calls_bpf* s) const { calls_bpf__destroy(s); }
 void CallTracer::RingDeleter::operator()(ring_buffer* r) const { ring_buffer__free(r); }
@@ -125,8 +186,20 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
     skel_->rodata->offcpu_period_ns = 1'000'000'000ull / sample_hz_;
   else
     bpf_program__set_autoload(skel_->progs.offcpu_switch, false);
-  if (int err = calls_bpf__load(skel_.get()); err)
-    fail("cannot load the BPF programs: {}", load_error_hint(-err));
+  std::string log;
+  load_log = &log;
+  int err = calls_bpf__load(skel_.get());
+  load_log = nullptr;
+  // (tests: the python layer's programs refused as a kernel's verifier would, to check that a
+  // recording goes on without them and says why)
+  if (!err && options.python && getenv("EACGM_TEST_REFUSE_PYTHON")) {
+    err = -EACCES;
+    log = "libbpf: prog 'call_entry': BPF program load failed: Permission denied\n"
+          "libbpf: prog 'call_entry': -- BEGIN PROG LOAD LOG --\n"
+          "refused for the test (EACGM_TEST_REFUSE_PYTHON)\n"
+          "-- END PROG LOAD LOG --\n";
+  }
+  if (err) fail("cannot load the BPF programs: {}", load_error_hint(-err, log));
 
   // The process-tree tracepoints; the uprobes are attached per library later.
   struct {

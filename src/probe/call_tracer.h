@@ -34,6 +34,11 @@ struct TracerCounters {
   uint64_t offcpu_stacks_reused = 0;  // blocking switches whose native stack was the last one's
 };
 
+// What a refused program's libbpf log says, in one line: "program NAME: " and the verifier's
+// last word before its statistics ("combined stack size of 4 calls is 528. Too large"); "" when
+// the log holds none.
+std::string verifier_reason(const std::string& log);
+
 class CallTracer {
  public:
   // Loads and verifies the BPF programs and attaches the process-tree tracepoints.

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,11 +79,24 @@ void check_kernel(Doctor& d) {
       options.sample_hz = 99;  // as record does by default
       // the programs as record loads them for a Python job (its default): the python layer's
       // stack walk is code the verifier skips without it, and a kernel may refuse only that
-      // (6.18.44 counts a bpf_loop callback's stack with its caller's)
+      // (6.18.44 refused a version of it); then, as record, without it
       options.python = true;
       options.off_cpu = true;
-      CallTracer tracer(options);
-      d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+      std::unique_ptr<CallTracer> loaded;
+      try {
+        loaded = std::make_unique<CallTracer>(options);
+        d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+      } catch (const Error& e) {
+        options.python = false;
+        loaded = std::make_unique<CallTracer>(options);  // (refused too: the error below)
+        d.ok("BPF programs", "call tracer loaded and verified without the python layer's "
+                             "programs, tracepoints attached");
+        std::string why = e.what();
+        if (const char* lead = "cannot load the BPF programs: "; why.starts_with(lead))
+          why.erase(0, std::string(lead).size());
+        d.missing("Python stacks", fmt::format("{} (record and the agent go on without them)", why));
+      }
+      CallTracer& tracer = *loaded;
       if (std::string why = tracer.start_sampling(); why.empty())
         d.ok("CPU profile", "perf events on every CPU at 99 Hz (record --sample-hz)");
       else

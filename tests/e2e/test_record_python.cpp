@@ -305,6 +305,53 @@ TEST_F(RecordingTest, NoPythonStacksWithoutThePythonLayer) {
   EXPECT_EQ(db.scalar("SELECT count(*) FROM python_stacks"), 0);
 }
 
+// A kernel whose verifier refuses the python layer's programs (6.18.44 refused a version of its
+// stack walk) costs the default recording its Python stacks, said in one line, not the recording;
+// asked for by name, the python layer is the error it was. (EACGM_TEST_REFUSE_PYTHON makes the
+// call tracer fail as such a kernel's verifier would, after loading the programs.)
+TEST_F(RecordingTest, AKernelRefusingThePythonProgramsCostsOnlyThePythonStacks) {
+  E2E_REQUIRE_CUDA();
+  const std::string python = "/usr/bin/python3.11";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << python << " is not installed";
+  const std::vector<std::string> refuse = {"EACGM_TEST_REFUSE_PYTHON=1"};
+  const std::string cudart = std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13";
+  auto r = run({kEacgm, "record", "-o", db_, "--", python, kPyWorkloads + "/cuda_stack.py", cudart},
+               refuse);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("eacgm: layer python-stacks is off: the kernel's BPF verifier"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("refused for the test (EACGM_TEST_REFUSE_PYTHON)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("BEGIN PROG LOAD LOG"), std::string::npos) << r.err;  // one line, no log
+  {
+    Db db(db_);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls"), 2);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM python_stacks"), 0);
+    EXPECT_NE(db.text("SELECT value FROM meta WHERE key = 'layers_why'").find("off: python-stacks ("),
+              std::string::npos);
+  }
+  std::string named = dir_ + "/named.eacgm.db";
+  auto asked = run({kEacgm, "record", "-o", named, "--layers", "cuda,python", "--", python,
+                    kPyWorkloads + "/cuda_stack.py", cudart},
+                   refuse);
+  EXPECT_NE(asked.exit_code, 0);
+  EXPECT_NE(asked.err.find("cannot load the BPF programs: the kernel's BPF verifier"),
+            std::string::npos)
+      << asked.err;
+  auto doctor = run({kEacgm, "doctor"}, refuse);
+  EXPECT_NE(doctor.out.find("call tracer loaded and verified without the python layer's programs"),
+            std::string::npos)
+      << doctor.out;
+  EXPECT_NE(doctor.out.find("Python stacks"), std::string::npos) << doctor.out;
+  // without the fault the same job has its stacks (the test sees what it says it sees)
+  auto plain = run({kEacgm, "record", "-f", "-o", db_, "--", python, kPyWorkloads + "/cuda_stack.py",
+                    cudart});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  Db db(db_);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE py_stack IS NOT NULL"), 2);
+}
+
 }  // namespace
 }  // namespace e2e
 

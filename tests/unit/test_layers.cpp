@@ -3,6 +3,7 @@
 
 #include "agent/agent.h"
 #include "pipeline/layers.h"
+#include "probe/call_tracer.h"
 #include "store/sink.h"
 #include "util/error.h"
 
@@ -146,6 +147,44 @@ TEST(ParseListen, HostAndPortOrAClearError) {
   for (const char* bad : {"9464", ":9464", "localhost:", "localhost:0", "localhost:65536",
                           "localhost:94x", "localhost:-1"})
     EXPECT_THROW(parse_listen(bad), UsageError) << bad;
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// The one line a refused load's error gives: the program and the verifier's last word before its
+// statistics, from libbpf's log as this kernel (6.18.44) wrote it for a refused stack walk and for
+// a walk it gave up on.
+TEST(VerifierReason, TheProgramAndTheVerifiersLastWord) {
+  const std::string stack =
+      "libbpf: prog 'call_entry': BPF program load failed: Permission denied\n"
+      "libbpf: prog 'call_entry': -- BEGIN PROG LOAD LOG --\n"
+      "Func#5 ('py_register_code') is safe for any args that match its prototype\n"
+      "combined stack size of 4 calls is 528. Too large\n"
+      "processed 198337 insns (limit 1000000) max_states_per_insn 64 total_states 5658 "
+      "peak_states 1110 mark_read 0\n"
+      "-- END PROG LOAD LOG --\n"
+      "libbpf: prog 'call_entry': failed to load: -13\n"
+      "libbpf: failed to load object 'calls_bpf'\n";
+  EXPECT_EQ(verifier_reason(stack),
+            "program call_entry: combined stack size of 4 calls is 528. Too large");
+  const std::string big =
+      "libbpf: prog 'call_entry': BPF program load failed: Argument list too long\n"
+      "libbpf: prog 'call_entry': -- BEGIN PROG LOAD LOG --\n"
+      "1515: (c7) r2 s>>= 32\n"
+      "BPF program is too large. Processed 1000001 insn\n"
+      "processed 1000001 insns (limit 1000000) max_states_per_insn 48 total_states 26906\n"
+      "-- END PROG LOAD LOG --\n";
+  EXPECT_EQ(verifier_reason(big),
+            "program call_entry: BPF program is too large. Processed 1000001 insn");
+  EXPECT_EQ(verifier_reason(""), "");
+  EXPECT_EQ(verifier_reason("libbpf: failed to load object 'calls_bpf'\n"), "");
+  // a line of any length is cut, not copied whole into a one-line error
+  std::string huge = "-- BEGIN PROG LOAD LOG --\n" + std::string(5000, 'x') + "\n-- END PROG LOAD LOG --\n";
+  EXPECT_LE(verifier_reason(huge).size(), 210u);
 }
 
 }  // namespace
