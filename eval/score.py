@@ -22,6 +22,8 @@ are those the agent stored. No baselines: they have no online form here.
   score.py --online OUT SCENARIO...            online scores
   score.py [--online] --summary OUT1,OUT2 SCENARIO...
   score.py --agent-store ANOMALIES.db T0 T1 FROM   the agent's anomalies as JSON (for eval/run)
+  score.py --false OUT SCENARIO...             online: each false window's anomalies, by time
+                                               from the fault's start (what to look at first)
 """
 import glob
 import json
@@ -192,6 +194,31 @@ def online_scores(out, name):
     return truth, res
 
 
+def false_windows(out, name):
+    """Online: the anomalies of each flagged window outside the fault, and the missed windows."""
+    d = f"{out}/{name}"
+    truth = json.load(open(f"{d}/truth.json"))
+    run = json.load(open(f"{d}/online.json"))
+    w = run["window_ns"]
+    onset = min(a for a, _ in truth["intervals"]) if truth["intervals"] else run["start_ns"]
+    first, last = run["start_ns"] // w, -(-run["end_ns"] // w)
+    ts = np.arange(first, last, dtype=np.int64) * w
+    table = {"ts_ns": ts, "dur_ns": np.full(len(ts), w, dtype=np.int64)}
+    y = labels(table, truth["intervals"])
+    test = ts >= run["scored_from_ns"]
+    flagged = flagged_by_detect(table, run["anomalies"])
+    print(f"{name}: fault {truth['fault']} at {(onset - run['start_ns']) / 1e9:.1f} s into the "
+          f"job, scored from {(run['scored_from_ns'] - run['start_ns']) / 1e9:.1f} s")
+    for i in np.flatnonzero(test & (flagged != y)):
+        what = "false" if flagged[i] else "missed"
+        print(f"  {what} window at {(ts[i] - onset) / 1e9:+.0f} s from the fault's start")
+        for a in run["anomalies"]:
+            if a["ts_ns"] < ts[i] + w and a["ts_ns"] + max(a["dur_ns"], 1) > ts[i]:
+                print(f"    {(a['ts_ns'] - onset) / 1e9:+8.3f} s {a['dur_ns'] / 1e6:9.3f} ms "
+                      f"{a['layer']:<7} {a['name'][:40]:<40} pid {a['pid']:<7} "
+                      f"score {a['score']:.1f} of {a['threshold']:.1f}: {a['cause'][:120]}")
+
+
 def summary(outs, names, scores=scores):
     """Mean and standard deviation of each score over several runs."""
     print(f"over {len(outs)} runs: mean +- standard deviation")
@@ -213,6 +240,10 @@ def main():
     args = sys.argv[1:]
     if args[0] == "--agent-store":
         return agent_store(args[1], *(int(a) for a in args[2:5]))
+    if args[0] == "--false":
+        for name in args[2:]:
+            false_windows(args[1], name)
+        return
     score = scores
     if args[0] == "--online":
         score, args = online_scores, args[1:]

@@ -75,9 +75,7 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     tracer_options.python = false;
     tracer_ = std::make_unique<CallTracer>(tracer_options);  // (the rest refused too: its error)
     python = false;
-    std::string why = e.what();
-    if (const char* lead = "cannot load the BPF programs: "; why.starts_with(lead))
-      why.erase(0, strlen(lead));
+    std::string why = load_refusal(e.what());
     active_.off("python-stacks", why);
     if (!o.quiet) fprintf(stderr, "eacgm: layer python-stacks is off: %s\n", why.c_str());
   }

@@ -123,6 +123,12 @@ std::string load_error_hint(int err, const std::string& log = {}) {
 
 }  // namespace
 
+static constexpr std::string_view kLoadLead = "cannot load the BPF programs: ";
+
+std::string load_refusal(const std::string& error) {
+  return error.starts_with(kLoadLead) ? error.substr(kLoadLead.size()) : error;
+}
+
 std::string verifier_reason(const std::string& log) {
   std::string prog, last;
   size_t at = 0;
@@ -199,7 +205,7 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
           "refused for the test (EACGM_TEST_REFUSE_PYTHON)\n"
           "-- END PROG LOAD LOG --\n";
   }
-  if (err) fail("cannot load the BPF programs: {}", load_error_hint(-err, log));
+  if (err) fail("{}{}", kLoadLead, load_error_hint(-err, log));
 
   // The process-tree tracepoints; the uprobes are attached per library later.
   struct {

@@ -39,6 +39,10 @@ struct TracerCounters {
 // the log holds none.
 std::string verifier_reason(const std::string& log);
 
+// A CallTracer construction error without its "cannot load the BPF programs: " lead, for a
+// line that names the layer it costs ("layer python-stacks is off: ...").
+std::string load_refusal(const std::string& error);
+
 class CallTracer {
  public:
   // Loads and verifies the BPF programs and attaches the process-tree tracepoints.

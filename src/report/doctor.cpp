@@ -91,9 +91,7 @@ void check_kernel(Doctor& d) {
         loaded = std::make_unique<CallTracer>(options);  // (refused too: the error below)
         d.ok("BPF programs", "call tracer loaded and verified without the python layer's "
                              "programs, tracepoints attached");
-        std::string why = e.what();
-        if (const char* lead = "cannot load the BPF programs: "; why.starts_with(lead))
-          why.erase(0, std::string(lead).size());
+        std::string why = load_refusal(e.what());
         d.missing("Python stacks", fmt::format("{} (record and the agent go on without them)", why));
       }
       CallTracer& tracer = *loaded;
