@@ -196,6 +196,8 @@ def online_scores(out, name):
 
 def false_windows(out, name):
     """Online: the anomalies of each flagged window outside the fault, and the missed windows."""
+    def num(x):
+        return "-" if x is None else f"{x:.1f}"
     d = f"{out}/{name}"
     truth = json.load(open(f"{d}/truth.json"))
     run = json.load(open(f"{d}/online.json"))
@@ -215,8 +217,8 @@ def false_windows(out, name):
         for a in run["anomalies"]:
             if a["ts_ns"] < ts[i] + w and a["ts_ns"] + max(a["dur_ns"], 1) > ts[i]:
                 print(f"    {(a['ts_ns'] - onset) / 1e9:+8.3f} s {a['dur_ns'] / 1e6:9.3f} ms "
-                      f"{a['layer']:<7} {a['name'][:40]:<40} pid {a['pid']:<7} "
-                      f"score {a['score']:.1f} of {a['threshold']:.1f}: {a['cause'][:120]}")
+                      f"{a['layer']:<7} {a['name'][:40]:<40} pid {str(a['pid'] or '-'):<7} "
+                      f"score {num(a['score'])} of {num(a['threshold'])}: {a['cause'][:120]}")
 
 
 def summary(outs, names, scores=scores):
