@@ -30,6 +30,10 @@ int64_t GpuIdle::merge(std::vector<std::pair<int64_t, int64_t>>& spans) {
 }
 
 void GpuIdle::add(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) {
+  // a damaged row (a time no clock reaches: past 2^61 ns, 73 years) is no GPU time; its window
+  // times would overflow below (the recording fuzzer's find)
+  constexpr uint64_t kLatest = uint64_t(1) << 61;
+  if (ts_ns > kLatest || dur_ns > kLatest) return;
   Process& p = processes_[pid];
   int64_t from = int64_t(ts_ns), to = int64_t(ts_ns + dur_ns);
   p.first_ns = std::min(p.first_ns, from);
