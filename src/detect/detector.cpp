@@ -488,7 +488,7 @@ ValueAndUsual window_training_range(const FeatureTable& t, uint64_t from_ns) {
 
 void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns,
                     double min_slowdown, std::vector<Anomaly>& out, double min_excess_us,
-                    WindowsNotFlagged* not_flagged) {
+                    WindowsNotFlagged* not_flagged, LateTurns* turns) {
   if (g.features != t.feature_names) return;
   std::vector<size_t> idx;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
@@ -512,7 +512,6 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   // Lateness counts rows (each late instance is a row per waiting rank), so a rank late in two
   // instances of a 4-rank job outweighs one wait of its own as it does in a 2-rank job of four.
   constexpr size_t kNearbyCalls = 20;
-  constexpr size_t kLateOverWaited = 3;
   std::vector<double> waits(idx.size(), -1);
   std::vector<char> beyond_quantile(idx.size(), 0);
   double quantile_us = g.wait_quantile_us > 0 ? g.wait_quantile_us : g.wait_tail_us;
@@ -546,11 +545,38 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     }
     return again && late_rows > kLateOverWaited * waited_rows;
   };
+  // LateTurns: row r's late rank late in turns with the others over the span before it (r
+  // included); unknown (no matched late rank) is not in turns
+  LateTurns own_turns;
+  LateTurns& recent = turns ? *turns : own_turns;
+  auto in_turns = [&](size_t r) {
+    uint64_t now = t.ts_ns[idx[r]];
+    while (!recent.seen.empty() && recent.seen.front().ts_ns + kLateTurnsSpanNs < now)
+      recent.seen.pop_front();
+    if (!by_late || !t.late_pid[idx[r]]) return false;
+    uint32_t late = t.late_pid[idx[r]];
+    if (beyond_quantile[r]) {
+      recent.seen.push_back({now, t.pid[idx[r]], late, waits[r]});
+      if (recent.seen.size() > kLateTurnsKept) recent.seen.pop_front();
+    }
+    // only waits comparable to this one count, on both sides: a rank 30 ms late that waited
+    // 1-3 ms for the other now and then (a loaded machine's) is not late in turns with it
+    double comparable_us = waits[r] * kLateTurnsComparable;
+    size_t late_rows = 0, waited_rows = 0;
+    for (const LateTurns::Late& l : recent.seen) {
+      if (l.waited_us < comparable_us) continue;
+      late_rows += l.late == late;
+      waited_rows += l.waiter == late;
+    }
+    return late_rows <= kLateOverWaited * waited_rows;
+  };
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
     double waited_us = waits[r];
-    bool straggled = wait_column >= 0 && (beyond(g.wait_tail_us, waited_us, min_excess_us) ||
-                                          (beyond_quantile[r] && late_again_nearby(r)));
+    bool turned = wait_column >= 0 && in_turns(r);
+    bool straggled = wait_column >= 0 &&
+                     ((beyond(g.wait_tail_us, waited_us, min_excess_us) && !turned) ||
+                      (beyond_quantile[r] && late_again_nearby(r)));
     if (!straggled && score >= g.threshold) continue;
     if (!straggled && not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us))
       continue;

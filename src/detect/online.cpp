@@ -78,7 +78,8 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
   if (g.features.empty()) g.features = rows.feature_names;
   // Score against the model of the moment, before the samples can shape it.
   if (g.model)
-    find_anomalies(*g.model, rows, 0, options_.min_slowdown, found, options_.min_excess_us);
+    find_anomalies(*g.model, rows, 0, options_.min_slowdown, found, options_.min_excess_us,
+                   nullptr, &g.turns);
   if (rows.feature_names != g.features) {
     // a group's features changed (e.g. a first call with bytes): start its window again
     g.features = rows.feature_names;

@@ -147,6 +147,7 @@ class OnlineDetector {
     std::vector<std::string> features;
     std::deque<Sample> window;
     std::optional<GroupModel> model;
+    LateTurns turns;  // collectives: who was late to whom in the last seconds' batches
     // A burst is of one kind of anomaly (the feature that flagged it most: the duration, the
     // size, the wait for a late rank): a run of late-rank waits says nothing of the group's
     // few usually slow calls in the same seconds, which are no more frequent than usual.
