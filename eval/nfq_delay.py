@@ -3,7 +3,7 @@
 Usage: nfq_delay.py QUEUE DELAY_MS (run as root, in the network namespace whose packets
 iptables sends to NFQUEUE number QUEUE). Packets are released in the order they came, each
 DELAY_MS after it was queued. Prints "ready" once bound. On SIGTERM or SIGINT it releases what
-it holds and exits; rules added with --queue-bypass let traffic through once it is gone.
+it holds, prints "delayed N" (the packets it held) and exits; rules added with --queue-bypass let traffic through once it is gone.
 
 Speaks nfnetlink_queue directly (linux/netfilter/nfnetlink_queue.h): the kernel only needs
 CONFIG_NETFILTER_NETLINK_QUEUE, and Python its standard library.
@@ -103,6 +103,7 @@ def main():
                               [attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, pid))]))
 
     print("ready", flush=True)
+    delayed = 0
     while not stop:
         # short when idle, so that a stop request is seen at once
         timeout = max(0.0, held[0][0] - time.monotonic()) if held else 0.1
@@ -118,8 +119,10 @@ def main():
                     pid = packet_id(payload)
                     if pid is not None:
                         held.append((now + delay, pid))
+                        delayed += 1
         release(time.monotonic())
     release(float("inf"))
+    print(f"delayed {delayed}", flush=True)  # for the truth file: did the fault take effect
 
 
 if __name__ == "__main__":
