@@ -3,7 +3,8 @@
 Usage: nfq_delay.py QUEUE DELAY_MS (run as root, in the network namespace whose packets
 iptables sends to NFQUEUE number QUEUE). Packets are released in the order they came, each
 DELAY_MS after it was queued. Prints "ready" once bound. On SIGTERM or SIGINT it releases what
-it holds, prints "delayed N" (the packets it held) and exits; rules added with --queue-bypass let traffic through once it is gone.
+it holds, prints "delayed N" (the packets it held) and exits; rules added with --queue-bypass
+let traffic through once it is gone.
 
 Speaks nfnetlink_queue directly (linux/netfilter/nfnetlink_queue.h): the kernel only needs
 CONFIG_NETFILTER_NETLINK_QUEUE, and Python its standard library.

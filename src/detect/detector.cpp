@@ -549,16 +549,18 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   // included); unknown (no matched late rank) is not in turns
   LateTurns own_turns;
   LateTurns& recent = turns ? *turns : own_turns;
-  auto in_turns = [&](size_t r) {
+  // every row keeps the span current; only a wait beyond the tail is judged against it
+  auto note_late = [&](size_t r) {
     uint64_t now = t.ts_ns[idx[r]];
     while (!recent.seen.empty() && recent.seen.front().ts_ns + kLateTurnsSpanNs < now)
       recent.seen.pop_front();
+    if (!beyond_quantile[r] || !by_late || !t.late_pid[idx[r]]) return;
+    recent.seen.push_back({now, t.pid[idx[r]], t.late_pid[idx[r]], waits[r]});
+    if (recent.seen.size() > kLateTurnsKept) recent.seen.pop_front();
+  };
+  auto in_turns = [&](size_t r) {
     if (!by_late || !t.late_pid[idx[r]]) return false;
     uint32_t late = t.late_pid[idx[r]];
-    if (beyond_quantile[r]) {
-      recent.seen.push_back({now, t.pid[idx[r]], late, waits[r]});
-      if (recent.seen.size() > kLateTurnsKept) recent.seen.pop_front();
-    }
     // only waits comparable to this one count, on both sides: a rank 30 ms late that waited
     // 1-3 ms for the other now and then (a loaded machine's) is not late in turns with it
     double comparable_us = waits[r] * kLateTurnsComparable;
@@ -573,9 +575,9 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   for (size_t r = 0; r < idx.size(); ++r) {
     double score = s.component_log_density(Eigen::Index(r));
     double waited_us = waits[r];
-    bool turned = wait_column >= 0 && in_turns(r);
+    if (wait_column >= 0) note_late(r);
     bool straggled = wait_column >= 0 &&
-                     ((beyond(g.wait_tail_us, waited_us, min_excess_us) && !turned) ||
+                     ((beyond(g.wait_tail_us, waited_us, min_excess_us) && !in_turns(r)) ||
                       (beyond_quantile[r] && late_again_nearby(r)));
     if (!straggled && score >= g.threshold) continue;
     if (!straggled && not_slow_enough(g, s, x, Eigen::Index(r), min_slowdown, min_excess_us))
