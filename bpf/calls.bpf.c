@@ -190,12 +190,14 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
  */
 const volatile __u64 offcpu_period_ns = 0; /* 1e9 / --sample-hz; 0: off (not attached) */
 
-/* A thread with no Python thread state has its next waits' Python stacks skipped this long. */
+/* A thread with no Python thread state has its next waits' Python stacks skipped at most this
+ * long, and only while its interpreter made no thread state (see offcpu_py_absent). */
 #define OFFCPU_PY_ABSENT_NS 1000000000ull
 
 struct offcpu_state {
 	__u64 since; /* blocked since; 0: not blocked */
 	__u64 py_absent_until; /* no Python thread state was found before this (ktime) */
+	__u64 py_head_at, py_head; /* where the interpreter's thread list starts, and what it held */
 	/* the last walk of the native stack: the user stack and frame pointers it started from,
 	 * and the frame pointer its chain of frame records ended at (memo_ok: known) */
 	__u64 at_sp, at_bp, at_end;
@@ -243,6 +245,23 @@ static __always_inline bool offcpu_same_stack(const struct offcpu_state *st, __u
 	       offcpu_chain_matches(st, bp, &end) && end == st->at_end;
 }
 
+/*
+ * Whether a thread found without a Python thread state still has none: within a second of that
+ * lookup, and while the interpreter's thread list starts where it did (one user read, against a
+ * walk of the list). A thread takes a state late in two ways, both caught: a native thread
+ * calling into Python (PyGILState_Ensure) pushes a new state at the list's head; a Python
+ * thread that blocked before binding the state its parent made for it (a page fault or a malloc
+ * lock in its first instants) was not marked, as the walk saw that state unbound. The second's
+ * bound covers a new state made where a freed one was (the same head pointer again).
+ */
+static __always_inline bool offcpu_py_absent(const struct offcpu_state *st, __u64 now)
+{
+	__u64 head = 0;
+	return now < st->py_absent_until &&
+	       bpf_probe_read_user(&head, sizeof(head), (void *)st->py_head_at) == 0 &&
+	       head == st->py_head;
+}
+
 static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, __u64 now)
 {
 	/* made when the thread was switched in (below), or now */
@@ -279,14 +298,21 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 	st->py_frames = 0;
 	/* A C++ thread of a Python process (Gloo's, OpenBLAS's: most of a Gloo job's blocking
 	 * switches) has no Python thread state, and finding that out walks the interpreter's thread
-	 * list; it is looked up again a second later (a thread may take one: PyGILState_Ensure).
-	 * Not the main thread: it blocks before the interpreter made its state (loading), and then
-	 * waits in Python (a launcher's whole run in waitpid lost its stack to that second). */
-	if (python_enabled && now >= st->py_absent_until) {
+	 * list; it is not walked again while offcpu_py_absent says nothing changed. Not the main
+	 * thread: it blocks before the interpreter made its state (loading), and then waits in
+	 * Python (a launcher's whole run in waitpid). */
+	if (python_enabled && !offcpu_py_absent(st, now)) {
 		int frames = py_read_stack((__u64)prev->tgid << 32 | (__u32)prev->pid, now,
 					   EACGM_PY_MAX_STACK, &st->py, 0);
-		if (frames == PY_NO_THREAD_STATE && prev->pid != prev->tgid)
+		/* the head read after the walk: a state pushed in between is another thread's (this
+		 * one's is made by its parent before it runs, or by itself) */
+		__u64 at = frames == PY_NO_THREAD_STATE && prev->pid != prev->tgid
+				   ? py_thread_list_head_at(prev->tgid)
+				   : 0;
+		if (at && bpf_probe_read_user(&st->py_head, sizeof(st->py_head), (void *)at) == 0) {
+			st->py_head_at = at;
 			st->py_absent_until = now + OFFCPU_PY_ABSENT_NS;
+		}
 		st->py_frames = frames > 0 ? frames : 0;
 	}
 	st->since = now;

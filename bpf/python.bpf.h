@@ -589,7 +589,8 @@ int py_eval_session(struct pt_regs *ctx)
  * native (kernel) id; 3.10's by pthread_self(), which on x86_64 glibc is the fs base. */
 static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
 					     const struct eacgm_py_layout *l, __u32 tid,
-					     struct task_struct *task, const struct py_task *t)
+					     struct task_struct *task, const struct py_task *t,
+					     bool *unbound)
 {
 	__u64 want = l->version == 310 ? BPF_CORE_READ(task, thread.fsbase) : tid;
 	if (t && t->tstate && py_ptr(t->tstate + l->tstate_thread_id) == want)
@@ -602,9 +603,27 @@ static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
 			thread_id &= 0xffffffff; /* native_thread_id is an unsigned long too, but a tid */
 		if (thread_id == want)
 			return ts;
+		if (!thread_id)
+			*unbound = true;
 		ts = py_ptr(ts + l->tstate_next);
 	}
 	return 0;
+}
+
+/* Where the process's main interpreter keeps the head of its thread-state list (0: not known).
+ * CPython 3.10-3.13 push every new thread state at that head, so while it holds the same
+ * pointer no thread state was made since it was read. */
+static __always_inline __u64 py_thread_list_head_at(__u32 pid)
+{
+	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!p)
+		return 0;
+	__u32 li = p->layout;
+	const struct eacgm_py_layout *l = bpf_map_lookup_elem(&py_layouts, &li);
+	if (!l || !l->version)
+		return 0;
+	__u64 interp = py_ptr(p->runtime + l->runtime_interp_main);
+	return interp ? interp + l->interp_threads_head : 0;
 }
 
 /* The fields of a frame a stack walk needs: the caller's frame, the code, the instruction (3.10:
@@ -746,7 +765,9 @@ static long py_walk_frame(__u32 i, void *ctx)
 #define PY_STACK_REUSED 0x10000
 
 /* py_read_stack's result for a thread of a Python process that has no thread state (a C++
- * thread: Gloo's, OpenBLAS's): nothing read, after a walk of the interpreter's thread list. */
+ * thread: Gloo's, OpenBLAS's): nothing read, after a walk of the interpreter's thread list that
+ * found no state still unbound (made by a parent for a thread that has not yet taken it: that
+ * may be this one's, so the walk returns 0 instead). */
 #define PY_NO_THREAD_STATE (-2)
 
 /* Reads the innermost `depth` Python frames of the calling thread (pid_tid: pid << 32 | tid)
@@ -773,9 +794,10 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0,
 						 for_call ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-	__u64 tstate = py_thread_state(p, l, tid, task, t);
+	bool unbound = false;
+	__u64 tstate = py_thread_state(p, l, tid, task, t, &unbound);
 	if (!tstate)
-		return PY_NO_THREAD_STATE;
+		return unbound ? 0 : PY_NO_THREAD_STATE;
 	if (t && for_call)
 		t->tstate = tstate;
 	__u64 frame = py_ptr(tstate + l->tstate_frame);

@@ -210,6 +210,30 @@ TEST_P(Profile, OffCpuTimeOfEachWaitIsWhereItBlocked) {
   EXPECT_NEAR(lock_ms, 1000 * measured.at("wait_lock").get<double>(), 30);
 }
 
+// A thread that blocked before it had a Python thread state (a native thread that later calls
+// into Python; a Python thread that blocks in its first instants, before the interpreter bound
+// its state) has its later Python waits where they blocked: here a native thread naps 0.1 s,
+// then sleeps 1 s in Python (late_state.py). The whole second is in late_waiter.
+TEST_P(Profile, WaitOfAThreadThatTookItsThreadStateLateHasItsPythonStack) {
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--sample-hz", "499", "--", GetParam().path,
+                std::string(EACGM_PY_WORKLOADS) + "/late_state.py", kWorkloads + "/libhot_c.so"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  auto truth = nlohmann::json::parse(r.out);
+  double slept = truth.at("late_waiter").get<double>();
+  auto rep = run({kEacgm, "report", db_, "--json"});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  auto profile = nlohmann::json::parse(rep.out).at("offcpu_profile");
+  double waited = 0;
+  for (const auto& f : profile.at("functions"))
+    if (f.at("name") == "late_state.late_waiter") waited = f.at("total_ns").get<double>() / 1e9;
+  // one wait, kept whole: what the workload measured around it, less the call itself
+  EXPECT_NEAR(waited, slept, 0.05 * slept) << profile.dump();
+  nlohmann::json thread;
+  for (const auto& t : profile.at("threads"))
+    if (t.at("tid") == truth.at("tid")) thread = t;
+  EXPECT_EQ(thread.value("python", ""), "late_state.late_waiter") << profile.dump();
+}
+
 // doctor says whether glibc's debug symbols are there (scripts/setup.sh installs libc6-dbg), by
 // the same lookup the profiles use.
 TEST_F(RecordingTest, DoctorFindsGlibcsDebugSymbols) {
