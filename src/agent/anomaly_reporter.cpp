@@ -83,7 +83,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     } else {
       ++limit.suppressed;
     }
-    if (!store_ || rows.size() >= 100) continue;
+    if (!store_) continue;  // (every one: the store keeps the newest million)
     StoredAnomaly r;
     r.ts_ns = a.ts_ns;
     r.time_ns = real;

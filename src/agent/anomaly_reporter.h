@@ -19,7 +19,7 @@ std::string unusual_text(const detect::Anomaly& a);
 
 // What the agent does with each anomaly: one log line (rate-limited per kind: a storm of slow
 // calls is one line every 10 s with the count of the others), the counter, and a row in the
-// state dir's store (at most 100 a flush).
+// state dir's store for every one.
 class AnomalyReporter {
  public:
   AnomalyReporter(MetricsSink& metrics, std::unique_ptr<AnomalyStore> store, FlightRecorder& flight,

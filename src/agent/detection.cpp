@@ -148,8 +148,16 @@ void DetectionSink::explain_waits(std::vector<AgentAnomaly>& found) {
   for (auto& [a, process] : found) {
     if (a.layer != "comm") continue;
     if (const PeerWait* w = collectives_->find(a.pid, a.ts_ns))
-      detect::explain_wait(*w, on_host_, a);
+      detect::explain_wait(*w, on_host_ + job_text(w->last_pid), a);
   }
+}
+
+std::string DetectionSink::job_text(uint32_t pid) const {
+  std::string key = job_key(pid);
+  if (key.starts_with("job ")) return ", " + key;
+  constexpr std::string_view launched = "the processes launched by pid ";
+  if (key.starts_with(launched)) return ", launched by pid " + key.substr(launched.size());
+  return {};
 }
 void DetectionSink::add(const TorchCallRow& r) {
   add_call("torch", r.name, r.ts_ns, r.dur_ns, r.pid, r.tid, r.runq_ns, -1);

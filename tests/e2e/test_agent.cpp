@@ -235,8 +235,8 @@ TEST_F(Agent, StragglingRankIsNamedPerRank) {
 // explain_wait over instances matched as they come): a two-rank Gloo loop whose rank 1 arrives
 // 30 ms late in 3% of the steps of its second half. The agent learns the first half (--warm-up 2
 // and --train-seconds 8 instead of 10 and 30 s, to keep the test short); then what it reports on
-// the collective is at late steps and names rank 1, by the pid the straggler wrote down, and the
-// host, in the store and in its log line.
+// the collective is at late steps and names rank 1, by the pid the straggler wrote down, the
+// host and the job (the launcher's run id), in the store and in its log line.
 TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   stop_agent();
   start_agent({"--warm-up", "2", "--train-seconds", "8"});
@@ -245,7 +245,7 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   auto r = run({"/usr/bin/python3", w + "/launch_ranks.py", "2",
                 std::string(EACGM_SOURCE_DIR) + "/eval/workloads/gloo_straggler.py", "12000",
                 truth, "0.5", "1.0", "0.03", "30"},
-               {}, 150);
+               {"TORCHELASTIC_RUN_ID=late-e2e"}, 150);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the last flush and burst window
   kill(agent_->pid(), SIGTERM);
@@ -270,7 +270,9 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
       if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
     at_late += hit;
     bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
-                 cause.find(named) != std::string::npos && cause.ends_with("late (straggler)");
+                 cause.find(named) != std::string::npos &&
+                 cause.find(", job late-e2e) joined ") != std::string::npos &&
+                 cause.ends_with("late (straggler)");
     naming += names;
     // (when, against the first late step: before the fault or among the late steps)
     if (!hit || !names)

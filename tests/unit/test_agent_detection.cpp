@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/anomaly_reporter.h"
 #include "store/agent_anomalies.h"
 #include "agent/detection.h"
 #include "agent/flight.h"
@@ -370,6 +371,36 @@ TEST_F(StateDir, AnomalyStoreKeepsTheNewestRowsPrivately) {
   EXPECT_EQ(st.st_mode & 077, 0u) << "anomalies name processes: not for other users";
   AnomalyStore again(path, 5);  // reopened across a restart
   EXPECT_EQ(again.rows(), 5u);
+}
+
+// A storm of anomalies: one log line for it (the rate limit), but every one counted on /metrics
+// and stored (issue 31: rate-limit the log, count and store everything).
+TEST_F(StateDir, ReporterStoresAndCountsEveryAnomalyOfAStorm) {
+  MetricsSink metrics("node-a");
+  FlightRecorder flight(FlightOptions{});  // off: no recording to name
+  AnomalyReporter reporter(metrics, std::make_unique<AnomalyStore>(dir_ + "/anomalies.db"), flight,
+                           60'000'000'000ull, 0);
+  std::vector<AgentAnomaly> found;
+  for (int i = 0; i < 250; ++i) {
+    detect::Anomaly a;
+    a.ts_ns = 1'000'000'000ull + uint64_t(i) * 1'000'000;
+    a.dur_ns = 5'000'000;
+    a.layer = "torch";
+    a.name = "aten::addmm";
+    a.pid = 42;
+    a.cause = "slow operator: aten::addmm";
+    a.score = -20;
+    a.threshold = -8;
+    found.push_back({a, "python3"});
+  }
+  testing::internal::CaptureStderr();
+  reporter(found);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_EQ(AnomalyStore(dir_ + "/anomalies.db").rows(), 250u);
+  EXPECT_NE(metrics.text().find("eacgm_anomalies_total{cause=\"slow operator\",layer=\"torch\"} 250"),
+            std::string::npos)
+      << metrics.text();
 }
 
 TEST_F(StateDir, AnomalyStoreRefusesWhatIsNotARegularFile) {
