@@ -209,6 +209,7 @@ void EventDecoder::add_process(uint32_t pid, uint32_t ppid, uint64_t ts_ns) {
   row.name = comm_of(pid, pid);
   row.command = command_line(pid);
   row.start_ns = ts_ns;
+  state_of(pid).name = row.name;
   commands_[pid] = row.command;
   note_place(row, nullptr);
   out_.add(std::move(row));
@@ -223,6 +224,7 @@ EventDecoder::ProcessState& EventDecoder::state_of(uint32_t pid) {
 void EventDecoder::note_thread(uint32_t pid, uint32_t tid) {
   if (!state_of(pid).threads.insert(tid).second) return;
   std::string name = comm_of(pid, tid);
+  if (name.empty()) name = state_of(pid).name;
   out_.add(ThreadRow{pid, tid, name.empty() ? fmt::format("thread {}", tid) : name});
 }
 
@@ -560,6 +562,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       auto parent = places_.find(e.ppid);
       if (parent != places_.end()) note_place(row, &parent->second);
       if (on_process_named) on_process_named(e.pid, row.name);
+      state_of(e.pid).name = row.name;
       out_.add(std::move(row));
       break;
     }
@@ -578,6 +581,7 @@ void EventDecoder::decode_proc(const eacgm_proc_event& e) {
       // exec leaves one thread, the pid's own, running the new program: its name follows (a
       // Python program started through a shell wrapper is that program, not "bash")
       ProcessState& st = state_of(e.pid);
+      st.name = row.name;
       bool known = st.threads.count(e.pid) != 0;
       st.threads.clear();
       if (known) {

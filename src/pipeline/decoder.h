@@ -120,6 +120,9 @@ class EventDecoder {
   };
   struct ProcessState {
     std::unordered_set<uint32_t> threads;  // threads given a row
+    // the process's name as its fork or exec said: a thread gone before its first event was
+    // decoded (its /proc entry with it) is named so, as the kernel names a new thread
+    std::string name;
     // live allocations, so that frees can say how many bytes they return
     std::unordered_map<uint64_t, int64_t> allocations;
     // driver handles (CUfunction, CUkernel) named by cuModuleGetFunction & co

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -208,6 +209,13 @@ void each_whole_offcpu_wait(const RecordingReader& rec,
 void each_host_sample(const RecordingReader& rec,
                       const std::function<void(const HostSampleRow&)>& row, SampleOrder order) {
   if (!rec.has_table("host_samples")) return;
+  // A process's samples carry its name at each sample: one that exec'd (a Python program
+  // started through a shell wrapper, as pyenv's python3) would be two processes in every
+  // table and chart, "bash" for its first interval; they all take the name it ended with.
+  std::map<uint64_t, std::string> last_name;
+  each_process(rec, [&](const RecordedProcess& p) {
+    if (!p.name.empty()) last_name[p.pid] = p.name;
+  });
   rec.query(
       select(rec, "host_samples",
              {"ts_ns", "interval_ns", "scope", "id", "netns", "name", "runq_wait_ns",
@@ -233,7 +241,8 @@ void each_host_sample(const RecordingReader& rec,
         r.interval_ns = uint64_t(s.ns_at(1));
         r.id = u(3);
         r.netns = uint32_t(s.int_at(4));
-        r.name = std::string(s.text_at(5));
+        auto named = r.scope == HostScope::Process ? last_name.find(r.id) : last_name.end();
+        r.name = named != last_name.end() ? named->second : std::string(s.text_at(5));
         uint64_t* fields[] = {&r.runq_wait_ns,   &r.runq_waits,     &r.runq_max_ns,
                               &r.voluntary_switches, &r.involuntary_switches, &r.offcpu_ns,
                               &r.oncpu_ns,       &r.tx_bytes,       &r.tx_packets,

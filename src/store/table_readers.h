@@ -47,6 +47,7 @@ void each_whole_offcpu_wait(const RecordingReader& rec,
 // name, then id; GPU: by GPU, then pid), in time order within it.
 enum class SampleOrder { by_time, by_subject };
 // Samples of the host layer: what happened in each interval (interval_ns 0: at one instant).
+// A process's rows carry the name it ended with (the processes table's latest: after an exec).
 void each_host_sample(const RecordingReader& rec,
                       const std::function<void(const HostSampleRow&)>& row,
                       SampleOrder order = SampleOrder::by_time);

@@ -234,6 +234,34 @@ TEST_P(Profile, WaitOfAThreadThatTookItsThreadStateLateHasItsPythonStack) {
   EXPECT_EQ(thread.value("python", ""), "late_state.late_waiter") << profile.dump();
 }
 
+// A Python program started through a shell wrapper (pyenv's python3 is a bash script that execs
+// the interpreter) is the interpreter in the profiles' thread tables and the report's process
+// lists, not bash: every name follows the exec. (The sleeper thread's first event comes as it
+// ends: named as its process when its /proc entry went before it was decoded.)
+TEST_F(RecordingTest, AProgramStartedThroughAShellWrapperIsNamedAsTheProgramItBecame) {
+  std::string shim = dir_ + "/py-shim";  // (its process is named after the script at first)
+  std::ofstream(shim) << "#!/bin/bash\n# like pyenv's shim\nexec /usr/bin/python3.11 \"$@\"\n";
+  std::filesystem::permissions(shim, std::filesystem::perms::owner_all);
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--sample-hz", "499", "--", shim,
+                std::string(EACGM_PY_WORKLOADS) + "/hot_split.py", kWorkloads + "/libhot_c.so",
+                "0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db db(db_);
+  // (the premise: it was the shell running the script first, in the kernel's eyes too)
+  ASSERT_EQ(db.scalar("SELECT count(*) FROM processes WHERE name = 'py-shim' AND command LIKE "
+                      "'/bin/bash %'"),
+            1);
+  auto rep = nlohmann::json::parse(run({kEacgm, "report", db_, "--json"}).out);
+  for (const char* profile : {"cpu_profile", "offcpu_profile"}) {
+    const auto& threads = rep.at(profile).at("threads");
+    ASSERT_FALSE(threads.empty()) << profile;
+    for (const auto& t : threads) EXPECT_EQ(t.at("name"), "python3.11") << profile << t.dump();
+  }
+  auto text = run({kEacgm, "report", db_});
+  EXPECT_EQ(text.out.find("py-shim (pid"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("python3.11 (pid"), std::string::npos) << text.out;
+}
+
 // doctor says whether glibc's debug symbols are there (scripts/setup.sh installs libc6-dbg), by
 // the same lookup the profiles use.
 TEST_F(RecordingTest, DoctorFindsGlibcsDebugSymbols) {
