@@ -15,6 +15,7 @@
 #include <set>
 
 #include "e2e_util.h"
+#include "node_pair.h"
 #include "report/collectives.h"
 #include "store/reader.h"
 
@@ -121,40 +122,6 @@ TEST_F(MergeHosts, TwoHostsOfOneGlooJobBecomeOneTimeline) {
   EXPECT_GE(double(found), 0.8 * double(delays)) << d.out;
   EXPECT_LE(found, int64_t(delays) + 2) << d.out;
 }
-
-// Two "nodes": network namespaces joined by a veth pair (10.232.0.1 and .2), as two hosts on
-// one switch would be.
-class NodePair {
- public:
-  NodePair() {
-    std::string id = std::to_string(getpid() % 100000);
-    for (int n = 0; n < 2; ++n) {
-      ns_[n] = "eacgm-node" + std::to_string(n) + "-" + id;
-      dev_[n] = "eacgm-n" + std::to_string(n) + "v" + id;
-    }
-    std::string cmd = "ip netns add " + ns_[0] + " && ip netns add " + ns_[1] + " && ip link add " +
-                      dev_[0] + " netns " + ns_[0] + " type veth peer name " + dev_[1] +
-                      " netns " + ns_[1];
-    for (int n = 0; n < 2; ++n)
-      cmd += " && ip -n " + ns_[n] + " addr add 10.232.0." + std::to_string(n + 1) + "/24 dev " +
-             dev_[n] + " && ip -n " + ns_[n] + " link set " + dev_[n] + " up && ip -n " + ns_[n] +
-             " link set lo up";
-    ok_ = system((cmd + " 2>/dev/null").c_str()) == 0;
-  }
-  ~NodePair() {
-    (void)system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] +
-                  " 2>/dev/null")
-                     .c_str());
-  }
-  bool ok() const { return ok_; }
-  std::string netns() const { return ns_[0] + "," + ns_[1]; }
-  std::string devs() const { return dev_[0] + "," + dev_[1]; }
-  const std::string& dev(int n) const { return dev_[n]; }
-
- private:
-  std::string ns_[2], dev_[2];
-  bool ok_ = false;
-};
 
 // The two-node job: torchrun --nnodes 2 --nproc-per-node 2 as launch_ranks.py's node
 // mode, each node in its own network and UTS namespace with one plain `eacgm record` (default
