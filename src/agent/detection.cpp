@@ -403,8 +403,14 @@ void DetectionSink::flush() {
     if (std::string e = save_models(); !e.empty()) fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
     last_save_ = now;
   }
+  // (straggler-named collectives of the last 30 s: a window is judged a window or two after its
+  // calls, in a later flush)
+  while (!recent_late_.empty() && recent_late_.front().ts_ns + 30'000'000'000ull < now)
+    recent_late_.pop_front();
   if (!found.empty()) {
     explain_waits(found);
+    for (const auto& f : found)
+      if (f.anomaly.late_pid) recent_late_.push_back(f.anomaly);
     // as detect: what the host did to the process during a slow call (its thread waited for a
     // CPU, it reclaimed memory, its sockets retransmitted), then a call around a slow call of
     // its thread reported with it (aten::linear around its aten::addmm) names the inner one,
@@ -413,6 +419,7 @@ void DetectionSink::flush() {
     for (const auto& f : found) calls.push_back(f.anomaly);
     context_.explain(calls);
     detect::attribute_nested(calls);
+    detect::attribute_windows(calls, {recent_late_.begin(), recent_late_.end()});
     for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
     report_(found);
   }

@@ -146,6 +146,8 @@ class DetectionSink final : public Sink {
   std::string job_key(uint32_t pid) const;
   // the job in a straggler's words: ", job 7", ", launched by pid 10", or "" (a process alone)
   std::string job_text(uint32_t pid) const;
+  // the collective anomalies of the last 30 s that named a late rank (attribute_windows)
+  std::deque<detect::Anomaly> recent_late_;
   JobWindows* windows_of(uint32_t pid, bool create);
   using Jobs = std::map<std::string, JobWindows>;
   Jobs job_windows_;

@@ -374,6 +374,7 @@ int run_detect(const DetectArgs& a) {
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
   detect::attribute_nested(anomalies);
+  detect::attribute_windows(anomalies, anomalies);
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies)
     rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,

@@ -3,6 +3,7 @@
 #include "detect/call_context.h"
 
 #include <algorithm>
+#include <map>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -88,6 +89,10 @@ void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a) {
     a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late{} (straggler)", w.last_rank,
                            w.last_pid, on_host, double(w.straggling_ns()) / 1e6,
                            w.on_gpu ? " on the GPU" : "");
+    a.late_rank = w.last_rank;
+    a.late_pid = w.last_pid;
+    a.late_ns = w.straggling_ns();
+    a.late_where = on_host;
   } else if (double(w.cpu_ns) >= quarter) {
     a.cause += fmt::format("; rank {} (pid {}{}) joined {:.1f} ms late, kept off a CPU (CPU "
                            "interference)",
@@ -134,6 +139,37 @@ void attribute_nested(std::vector<Anomaly>& anomalies) {
         if (inside(within[c], within[leaf])) leaf = c;
       anomalies[a].cause += "; inside it: " + base[within[leaf]];
     }
+  }
+}
+
+void attribute_windows(std::vector<Anomaly>& anomalies, const std::vector<Anomaly>& calls) {
+  for (auto& w : anomalies) {
+    if (w.layer != "window" || (w.cause != "slow collectives" && w.cause != "slow operators"))
+      continue;
+    // the late ranks of the collectives that waited in it, the one most often late first
+    struct Late {
+      size_t n = 0;
+      uint64_t max_ns = 0;
+      const Anomaly* first = nullptr;
+    };
+    std::map<std::pair<int64_t, uint32_t>, Late> late;
+    for (const auto& c : calls) {
+      if (!c.late_pid || c.ts_ns >= w.ts_ns + w.dur_ns || c.ts_ns + c.dur_ns <= w.ts_ns) continue;
+      Late& l = late[{c.late_rank, c.late_pid}];
+      ++l.n;
+      l.max_ns = std::max(l.max_ns, c.late_ns);
+      if (!l.first) l.first = &c;
+    }
+    if (late.empty()) continue;
+    auto most = std::max_element(late.begin(), late.end(), [](const auto& a, const auto& b) {
+      return a.second.n < b.second.n;
+    });
+    // (the most it was late there: one measurement, so that a summary of many windows merges
+    // them into one line with its range, as it does the collectives')
+    const Late& l = most->second;
+    w.cause += fmt::format(": rank {} (pid {}{}) joined {:.1f} ms late (straggler)",
+                           most->first.first, most->first.second, l.first->late_where,
+                           double(l.max_ns) / 1e6);
   }
 }
 

@@ -72,4 +72,11 @@ void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a);
 // are not inside it.
 void attribute_nested(std::vector<Anomaly>& anomalies);
 
+// Names the straggler behind each window flagged for slow collectives or slow operators (a job
+// held up by a late rank calls and sends less, and its collectives last longer): where
+// collectives that waited for a late rank (`calls`, explained by explain_wait) lie in the
+// window, its cause gains the rank most often late there, with the most it was late: "slow
+// collectives: rank 1 (pid 4242) joined 52.1 ms late (straggler)" (the kind stays the label).
+void attribute_windows(std::vector<Anomaly>& anomalies, const std::vector<Anomaly>& calls);
+
 }  // namespace eacgm::detect

@@ -167,6 +167,12 @@ struct Anomaly {
   size_t burst = 0;
   double burst_expected = 0;
   uint64_t burst_window_ns = 0;
+  // A collective that waited for a straggler (explain_wait): who joined last, how late, and
+  // where (" on host H, job J" or ""); late_pid 0 where none was named.
+  int64_t late_rank = -1;
+  uint32_t late_pid = 0;
+  uint64_t late_ns = 0;
+  std::string late_where;
 };
 
 // "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)"

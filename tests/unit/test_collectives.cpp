@@ -250,7 +250,50 @@ TEST(Collectives, MatchedAsTheyComeAsInTheRecording) {
   EXPECT_EQ(straggled.cause,
             "straggling rank: gloo:all_reduce waited for a peer; rank 1 (pid 200 on host h) "
             "joined 10.0 ms late (straggler)");
+  // and in fields, for the windows it held up (attribute_windows)
+  EXPECT_EQ(straggled.late_rank, 1);
+  EXPECT_EQ(straggled.late_pid, 200u);
+  EXPECT_EQ(straggled.late_ns, 10 * ms);
+  EXPECT_EQ(straggled.late_where, " on host h");
   fs::remove(path);
+}
+
+// A window flagged for slow collectives or slow operators names the straggler that held it up
+// (the late rank of the collectives that waited within it, the most often late one); a window
+// with another cause, or without such collectives, keeps its cause. (gpt_ddp.py's straggling
+// phase: 13 "slow collectives" windows, each while rank 1 was named late in the calls.)
+TEST(Collectives, AWindowHeldUpByAStragglerNamesIt) {
+  auto call = [](uint64_t ts_ms, uint64_t dur_ms, int64_t rank, uint32_t pid, uint64_t late_ms) {
+    Anomaly a;
+    a.layer = "comm", a.name = "gloo:all_reduce", a.pid = 100;
+    a.ts_ns = ts_ms * 1'000'000, a.dur_ns = dur_ms * 1'000'000;
+    a.late_rank = rank, a.late_pid = pid, a.late_ns = late_ms * 1'000'000;
+    a.late_where = " on host h";
+    return a;
+  };
+  auto window = [](uint64_t ts_ms, const char* cause) {
+    Anomaly w;
+    w.layer = w.name = "window";
+    w.ts_ns = ts_ms * 1'000'000, w.dur_ns = 1'000'000'000;
+    w.cause = cause;
+    return w;
+  };
+  std::vector<Anomaly> calls = {call(1'100, 50, 1, 201, 45), call(1'500, 60, 1, 201, 52),
+                                call(1'980, 40, 0, 200, 30),  // ends in the next window
+                                call(5'000, 50, 1, 201, 48)};
+  Anomaly slow_op = calls[0];
+  slow_op.late_pid = 0, slow_op.layer = "torch";  // a call anomaly that named no late rank
+  calls.push_back(slow_op);
+  std::vector<Anomaly> found = {window(1'000, "slow collectives"), window(2'000, "slow operators"),
+                                window(1'000, "CPU interference"), window(3'000, "slow collectives")};
+  attribute_windows(found, calls);
+  EXPECT_EQ(found[0].cause,
+            "slow collectives: rank 1 (pid 201 on host h) joined 52.0 ms late (straggler)");
+  EXPECT_EQ(found[1].cause,
+            "slow operators: rank 0 (pid 200 on host h) joined 30.0 ms late (straggler)");
+  EXPECT_EQ(found[2].cause, "CPU interference");
+  EXPECT_EQ(found[3].cause, "slow collectives");
+  EXPECT_EQ(cause_kind(found[0].cause), "slow collectives");  // the metric's label unchanged
 }
 
 // NCCL with its kernels' times (gpu_collectives): two ranks whose host calls are on time, rank
