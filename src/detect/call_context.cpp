@@ -3,8 +3,8 @@
 #include "detect/call_context.h"
 
 #include <algorithm>
-#include <map>
 #include <iterator>
+#include <map>
 
 #include <fmt/format.h>
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
