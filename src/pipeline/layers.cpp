@@ -69,7 +69,7 @@ void ActiveLayers::on(const std::string& layer, const std::string& why) {
 }
 
 void ActiveLayers::off(const std::string& layer, const std::string& why) {
-  if (!on_.count(layer)) off_[layer] = why;
+  if (!on_.count(layer)) off_.emplace(layer, why);  // the first reason stays
 }
 
 std::string ActiveLayers::names() const {

@@ -67,6 +67,14 @@ bool looks_like_gputime_library(const std::string& path) {
   return base.starts_with("libeacgm_cupti") && base.find(".so") != std::string::npos;
 }
 
+std::string no_gpu_driver(const std::string& root) {
+  std::error_code ec;
+  if (fs::exists(root + "/proc/driver/nvidia/version", ec) || fs::exists(root + "/dev/nvidiactl", ec))
+    return {};
+  return "no NVIDIA driver on this machine (no /proc/driver/nvidia/version, no /dev/nvidiactl): "
+         "CUDA calls fail before CUDA loads eacgm's injection library";
+}
+
 static bool looks_like_loader(const std::string& path) {
   std::string base = fs::path(path).filename().string();
   return base.starts_with("ld-linux") || base.starts_with("ld-musl");

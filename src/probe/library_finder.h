@@ -46,6 +46,12 @@ bool looks_like_cuda_library(const std::string& path);
 // True for eacgm's CUDA injection library (libeacgm_cupti*.so), by its name.
 bool looks_like_gputime_library(const std::string& path);
 
+// Empty where this machine has an NVIDIA kernel driver (/proc/driver/nvidia/version, or the
+// /dev/nvidiactl a container is given); else one sentence saying there is none. Without it CUDA
+// calls fail before CUDA loads an injection library, so the gputime layer can record nothing.
+// `root` prefixes both paths (tests).
+std::string no_gpu_driver(const std::string& root = "");
+
 // One function to probe wherever it is found, and the cookie its events carry.
 struct ProbeSpec {
   std::string_view symbol;

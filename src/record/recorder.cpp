@@ -305,6 +305,18 @@ int RecordSession::result(std::optional<int> status, bool write_failed) const {
 void RecordSession::finish(std::optional<int> exit_status) {
   if (!opts_.quiet && isatty(STDERR_FILENO) && last_progress_) fputc('\n', stderr);
   Sink& out = sinks_.sink();
+  // CUDA was used and no injection library reported (else the layer is on, and this is not
+  // said): why, as far as eacgm can tell (a reason said earlier stays)
+  if (!opts_.command.empty() && gputime_ && !gputime_->path().empty()) {
+    std::string none = no_gpu_driver();
+    pipeline_.gputime_off(!none.empty() ? none
+                                        : "CUDA never loaded eacgm's injection library (the job "
+                                          "made no CUDA context, or replaced "
+                                          "CUDA_INJECTION64_PATH in its own environment)");
+  } else if (opts_.command.empty()) {
+    pipeline_.gputime_off("a process eacgm did not launch gets GPU time only when its own "
+                          "environment names eacgm's library (eacgm gputime-library)");
+  }
   pipeline_.finish();
   if (exit_status) out.set_meta("exit_status", std::to_string(exit_code_of_status(*exit_status)));
   if (int sig = g_stop_signal.load()) out.set_meta("stopped_by_signal", std::to_string(sig));

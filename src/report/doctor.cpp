@@ -201,9 +201,13 @@ void check_cupti(Doctor& d) {
   for (const auto& lib : candidate_cuda_libraries(ldp ? ldp : ""))
     dirs.push_back(std::filesystem::path(lib).parent_path().string());
   auto cupti = find_files(dirs, "libcupti.so");
+  const std::string no_driver = no_gpu_driver();
   if (cupti.empty())
     d.missing("CUPTI", "no libcupti.so beside the CUDA libraries: jobs that bring their own "
                        "(a wheel's nvidia/cuda_cupti) still get GPU time (gputime layer)");
+  else if (!no_driver.empty())
+    d.missing("GPU time", no_driver + ": GPU time (kernels, copies, NCCL on the GPU) is off here; "
+                          "CUPTI is " + cupti.front() + " for when there is one");
   else
     d.ok("CUPTI", cupti.front() + " (gputime layer: record gives its command eacgm's CUDA "
                                   "injection library)");
@@ -212,7 +216,7 @@ void check_cupti(Doctor& d) {
       plugin && *plugin && !looks_like_gputime_library(plugin))
     d.ok("NCCL GPU time", std::string("NCCL_PROFILER_PLUGIN is set here (") + plugin +
                               "): record leaves it to the command and eacgm's NCCL plugin off");
-  else
+  else if (no_driver.empty())
     d.ok("NCCL GPU time", "record gives its command eacgm's library as NCCL's profiler plugin "
                           "(interfaces v5 and v4: NCCL 2.26 and newer; an older NCCL ignores it)");
 }

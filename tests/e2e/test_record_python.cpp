@@ -2,6 +2,7 @@
 // 3.10, 3.11, 3.12 and 3.13 builds): exact calls, counts and nesting, Python stacks of CUDA calls,
 // filters, attaching to a running interpreter, and unsupported versions.
 #include "e2e_util.h"
+#include "probe/library_finder.h"
 #include "python_interpreters.h"
 
 namespace e2e {
@@ -164,10 +165,14 @@ TEST_P(RecordPython, DefaultLayersGiveStacksWithoutPythonCalls) {
   EXPECT_NE(r.err.find("python-stacks (CPython 3." + std::to_string(GetParam().minor)),
             std::string::npos)
       << r.err;
-  // (gputime: CUDA was used but loaded no injection library, as where no driver runs it)
-  EXPECT_NE(r.err.find("not used by the traced processes: comm, torch, gputime;"),
-            std::string::npos)
+  // gputime: CUDA was used but loaded no injection library, and the line says why (here, where
+  // no NVIDIA driver runs, that there is none; with a driver, that CUDA never loaded it)
+  EXPECT_NE(r.err.find("not used by the traced processes: comm, torch;"), std::string::npos)
       << r.err;
+  const std::string why = eacgm::no_gpu_driver().empty()
+                              ? "off: gputime (CUDA never loaded eacgm's injection library"
+                              : "off: gputime (no NVIDIA driver on this machine";
+  EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
 }
 
 TEST_P(RecordPython, FilterChoosesTheFunctions) {

@@ -1,9 +1,14 @@
 // --layers parsing and the line that says which layers traced something and why.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "agent/agent.h"
 #include "pipeline/layers.h"
 #include "probe/call_tracer.h"
+#include "probe/library_finder.h"
 #include "store/sink.h"
 #include "util/error.h"
 
@@ -98,6 +103,37 @@ TEST(ActiveLayers, FirstReasonStaysAndOffIsOverriddenByOn) {
   EXPECT_EQ(a.describe(c),
             "layers (auto): comm (libtorch_cpu.so, pid 7), torch (libtorch_cpu.so, pid 7), host "
             "(always); not used by the traced processes: cuda, python-stacks; off: gpu (no NVML)");
+}
+
+// Why GPU time is off: the first reason given stays (record's own guess at the end does not
+// replace a variable another tool held); the layer's coming on drops it.
+TEST(ActiveLayers, GpuTimeOffSaysItsFirstReason) {
+  LayerChoice c = LayerChoice::parse({"auto"});
+  ActiveLayers a;
+  a.on("cuda", "libcudart.so.13, pid 7");
+  a.off("gputime", "CUDA_INJECTION64_PATH is already set");
+  a.off("gputime", "no NVIDIA driver on this machine");
+  EXPECT_NE(a.describe(c).find("off: gputime (CUDA_INJECTION64_PATH is already set)"),
+            std::string::npos)
+      << a.describe(c);
+  a.on("gputime", "libeacgm_cupti.so, pid 7");
+  EXPECT_EQ(a.describe(c).find("off:"), std::string::npos) << a.describe(c);
+}
+
+// A machine has an NVIDIA driver where its /proc or /dev shows one (a container is given
+// /dev/nvidiactl).
+TEST(GpuDriver, SaidMissingOnlyWithoutTheDriversFiles) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / ("eacgm-driver-" + std::to_string(getpid()));
+  fs::create_directories(root / "proc/driver/nvidia");
+  fs::create_directories(root / "dev");
+  EXPECT_NE(no_gpu_driver(root.string()).find("no NVIDIA driver"), std::string::npos);
+  std::ofstream(root / "dev/nvidiactl") << "";
+  EXPECT_EQ(no_gpu_driver(root.string()), "");
+  fs::remove(root / "dev/nvidiactl");
+  std::ofstream(root / "proc/driver/nvidia/version") << "NVRM version: 580.95\n";
+  EXPECT_EQ(no_gpu_driver(root.string()), "");
+  fs::remove_all(root);
 }
 
 TEST(ActiveLayers, NamedLayersListOnlyThemselves) {
