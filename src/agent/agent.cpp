@@ -350,6 +350,7 @@ int run_agent(const AgentOptions& given) {
       sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
       int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
   sinks.metrics().identify = read_job_identity;
+  sinks.metrics().set_kernel_names(o.gpu_kernel_names);
   sinks.metrics().zero_anomalies(detect::cause_kinds());
   if (std::string line = sinks.detection().load_models(); !line.empty())
     fprintf(stderr, "eacgm: agent: %s\n", line.c_str());

@@ -24,6 +24,7 @@ struct AgentOptions : TraceOptions {
   double dump_interval_s = 60;     // at most one flight recording on request (/dump, SIGUSR1)
   bool allow_second_agent = false;  // start beside another agent on this node
   bool all_python = false;          // Python stacks of every CPython process, not only ML jobs'
+  size_t gpu_kernel_names = 0;      // kernels with a `kernel` label of their own; 0: none
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

@@ -112,6 +112,15 @@ std::function<int()> add_agent(CLI::App& app) {
                   "where models and anomalies are kept across restarts (created 0700 if "
                   "missing); '' keeps nothing")
       ->capture_default_str();
+  cmd->add_option("--gpu-kernel-names", opts->gpu_kernel_names,
+                  "K: the K kernels with the most GPU time in a process's first 30 s of "
+                  "kernels get a `kernel` label of their own (the function's name, e.g. "
+                  "vectorized_elementwise_kernel) on eacgm_gpu_kernel_seconds_total and "
+                  "eacgm_gpu_kernels_total, kept for good; every other kernel, and every kernel "
+                  "of those first 30 s, counts under kernel=\"other\". 0 (the default) keeps the "
+                  "series per device only")
+      ->capture_default_str()
+      ->check(number_in(0, 100, "a count", true));
   add_detection_options(cmd, *opts);
   add_flight_options(cmd, *opts);
   cmd->add_option("--match", opts->match,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "export/kernel_name.h"
 #include "report/collectives.h"
 
 namespace eacgm {
@@ -24,6 +25,10 @@ const prometheus::Histogram::BucketBoundaries& duration_buckets() {
   }();
   return b;
 }
+
+// Names a tally of one set of process labels holds before its choice: a job that runs more
+// distinct kernels than this cannot grow it (later names can still take a slot left over).
+constexpr size_t kKernelTallyNames = 4096;
 
 }  // namespace
 
@@ -208,10 +213,15 @@ prometheus::Labels MetricsSink::process_labels(uint32_t pid, bool with_pid) {
 }
 
 template <class T>
-T& MetricsSink::track(prometheus::Family<T>& family, T& series, uint32_t pid) {
+T& MetricsSink::track(prometheus::Family<T>& family, T& series, uint32_t pid,
+                      std::function<void()> on_remove) {
   auto [it, fresh] = tracked_.try_emplace(&series);
   Tracked& t = it->second;
-  if (fresh) t.remove = [&family, s = &series] { family.Remove(s); };
+  if (fresh)
+    t.remove = [&family, s = &series, then = std::move(on_remove)] {
+      family.Remove(s);
+      if (then) then();
+    };
   if (gone_.contains(pid)) return series;  // counted, but not kept open by a dead pid
   if (t.pids.insert(pid).second) {
     t.idle_since_ns.reset();
@@ -290,14 +300,56 @@ void MetricsSink::add(const CommCallRow& r) {
   }
 }
 
-// GPU time, per process and CUDA device: no kernel names (unbounded), no launches.
+// GPU time, per process and CUDA device, and with --gpu-kernel-names per kernel name among a
+// bounded few (kernel_label()); no launches.
 void MetricsSink::add(const GpuActivityRow& r) {
   if (r.kind != "kernel") return;
-  prometheus::Labels labels = process_labels(r.pid, false);
+  const prometheus::Labels process = process_labels(r.pid, false);
+  prometheus::Labels labels = process;
   labels["device"] = std::to_string(r.device);
-  track(gpu_kernel_seconds_, gpu_kernel_seconds_.Add(labels), r.pid)
-      .Increment(double(r.dur_ns) / 1e9);
-  track(gpu_kernels_, gpu_kernels_.Add(labels), r.pid).Increment();
+  if (kernel_names_ > 0) labels["kernel"] = kernel_label(process, r.name, r.ts_ns, r.dur_ns);
+  kernel_series(gpu_kernel_seconds_, labels, process, r.pid).Increment(double(r.dur_ns) / 1e9);
+  kernel_series(gpu_kernels_, labels, process, r.pid).Increment();
+}
+
+std::string MetricsSink::kernel_label(const prometheus::Labels& process, std::string_view name,
+                                      uint64_t ts_ns, uint64_t dur_ns) {
+  auto [it, fresh] = kernel_choices_.try_emplace(process);
+  KernelChoice& c = it->second;
+  if (fresh) c.first_ts_ns = ts_ns;
+  std::string kernel = short_kernel_name(name);
+  if (!c.chosen) {
+    if (c.gpu_ns.size() < kKernelTallyNames || c.gpu_ns.contains(kernel))
+      c.gpu_ns[kernel] += dur_ns;
+    // the choice: the K with the most time (ties by name: the same run chooses the same)
+    if (ts_ns >= c.first_ts_ns + kernel_choice_ns_) {
+      std::vector<std::pair<std::string, uint64_t>> by_time(c.gpu_ns.begin(), c.gpu_ns.end());
+      size_t k = std::min(kernel_names_, by_time.size());
+      std::partial_sort(by_time.begin(), by_time.begin() + ptrdiff_t(k), by_time.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.second != b.second ? a.second > b.second : a.first < b.first;
+                        });
+      for (size_t i = 0; i < k; ++i) c.named.insert(by_time[i].first);
+      c.gpu_ns = {};  // from now on the names chosen are all it needs
+      c.chosen = true;
+    }
+  }
+  if (c.named.contains(kernel)) return kernel;
+  if (c.chosen && c.named.size() < kernel_names_) return *c.named.insert(kernel).first;
+  return "other";
+}
+
+// The kernel counters' series; with kernel names, each new one holds its choice open.
+prometheus::Counter& MetricsSink::kernel_series(prometheus::Family<prometheus::Counter>& family,
+                                                const prometheus::Labels& labels,
+                                                const prometheus::Labels& process, uint32_t pid) {
+  prometheus::Counter& series = family.Add(labels);
+  if (kernel_names_ == 0 || tracked_.contains(&series)) return track(family, series, pid);
+  ++kernel_choices_[process].series;
+  return track(family, series, pid, [this, process] {
+    auto it = kernel_choices_.find(process);
+    if (it != kernel_choices_.end() && --it->second.series == 0) kernel_choices_.erase(it);
+  });
 }
 
 // NCCL's operations on the GPU, by operation (a bounded set: NCCL's API) and rank.

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -65,6 +66,18 @@ class MetricsSink final : public Sink {
   // them): each rank's wait for the last one, and that one's join and straggling.
   void add_instance(std::string_view op, const CollectiveMatcher::Instance& inst);
 
+  // --gpu-kernel-names K: the GPU kernel counters get a `kernel` label (short_kernel_name()),
+  // at most K names and "other" per set of process labels. Each set counts its kernels under
+  // "other" for their first CHOOSE_AFTER_NS (by the kernels' start times), tallying each name's
+  // GPU time, then gives its own label to the K names with the most; slots left over go to
+  // later names, first come. Not simply the first K names to run: those are a job's set-up
+  // (weight fills, casts), not its steps. A name keeps its label for good: a counter must never
+  // move to another series. 0: no label. Set it before the first row.
+  static constexpr uint64_t kKernelChoiceNs = 30'000'000'000ull;  // 30 s
+  void set_kernel_names(size_t k, uint64_t choose_after_ns = kKernelChoiceNs) {
+    kernel_names_ = k, kernel_choice_ns_ = choose_after_ns;
+  }
+
   void set_agent_stats(const AgentStats& s);
   // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
   // models' last scores and thresholds (not those of Python functions: unbounded names).
@@ -107,8 +120,10 @@ class MetricsSink final : public Sink {
     std::unordered_set<uint32_t> pids;
     std::optional<uint64_t> idle_since_ns;  // set by the first expire_series() with no pid
   };
+  // ON_REMOVE: also run when expire_series() removes the series
   template <class T>
-  T& track(prometheus::Family<T>& family, T& series, uint32_t pid);
+  T& track(prometheus::Family<T>& family, T& series, uint32_t pid,
+           std::function<void()> on_remove = {});
   // PID no longer uses its series (it exited, or exec'd under another name).
   void release(uint32_t pid);
   CallMetrics& call_metrics(const char* layer, std::string_view op, uint32_t pid);
@@ -117,6 +132,21 @@ class MetricsSink final : public Sink {
   const std::string& process_name(uint32_t pid) const;
   // process name, pid (for per-process series) and the job identity's labels
   prometheus::Labels process_labels(uint32_t pid, bool with_pid);
+
+  // The kernel names of one set of process labels (all its devices) that have a label.
+  struct KernelChoice {
+    uint64_t first_ts_ns = 0;
+    std::unordered_map<std::string, uint64_t> gpu_ns;  // by short name, until the choice
+    bool chosen = false;
+    std::unordered_set<std::string> named;
+    size_t series = 0;  // its live series: the choice goes with the last one
+  };
+  // A kernel's `kernel` label value under these process labels.
+  std::string kernel_label(const prometheus::Labels& process, std::string_view name, uint64_t ts_ns,
+                           uint64_t dur_ns);
+  prometheus::Counter& kernel_series(prometheus::Family<prometheus::Counter>& family,
+                                     const prometheus::Labels& labels,
+                                     const prometheus::Labels& process, uint32_t pid);
 
   std::string hostname_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -175,6 +205,9 @@ class MetricsSink final : public Sink {
   // by the series' address (a series lives until expire_series() removes it)
   std::unordered_map<const void*, Tracked> tracked_;
   std::unordered_map<uint32_t, std::vector<const void*>> tracked_by_pid_;
+  size_t kernel_names_ = 0;
+  uint64_t kernel_choice_ns_ = kKernelChoiceNs;
+  std::map<prometheus::Labels, KernelChoice> kernel_choices_;
 };
 
 }  // namespace eacgm

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 
+#include "export/kernel_name.h"
 #include "export/metrics.h"
 #include "report/collectives.h"
 #include "store/rows.h"
@@ -224,6 +226,163 @@ TEST(MetricsSink, KernelsCountTheirGpuTimePerProcessAndDevice) {
   EXPECT_DOUBLE_EQ(*series_value(text, "eacgm_gpu_kernel_seconds_total", "device=\"1\""), 0.007);
   EXPECT_EQ(*series_value(text, "eacgm_gpu_kernels_total", "device=\"0\""), 2.0);
   EXPECT_EQ(text.find("sgemm"), std::string::npos) << "a kernel name as a label";
+  EXPECT_EQ(text.find("kernel=\""), std::string::npos) << "--gpu-kernel-names is off by default";
+}
+
+GpuActivityRow kernel_run(uint32_t pid, std::string_view name, uint64_t ts_ns, uint64_t dur_ns,
+                          uint32_t device = 0) {
+  GpuActivityRow r;
+  r.pid = pid, r.kind = "kernel", r.name = name, r.ts_ns = ts_ns, r.dur_ns = dur_ns;
+  r.device = device;
+  return r;
+}
+
+// The kernel label values of the GPU seconds series of DEVICE, with their values.
+std::map<std::string, double> kernel_seconds(const std::string& text, uint32_t device) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  const std::string dev = "device=\"" + std::to_string(device) + "\"";
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find("kernel=\"");
+    if (line.rfind("eacgm_gpu_kernel_seconds_total{", 0) != 0 || line.find(dev) == line.npos ||
+        at == line.npos)
+      continue;
+    at += 8;
+    out[line.substr(at, line.find('"', at) - at)] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return out;
+}
+
+// With --gpu-kernel-names 2: after the first second (here) of a process's kernels, the two
+// names with the most GPU time get a label, the others and that first second count as "other";
+// a name chosen keeps its series, and no device ever has more than K + 1 kernel values.
+TEST(MetricsSink, KernelNamesAreTheTopKByGpuTimeThenOther) {
+  MetricsSink m("node-a");
+  m.set_kernel_names(2, 1 * s);
+  start(m, 300, "trainer");
+  const char* gemm =
+      "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_tn>"
+      "(cutlass_80_tensorop_s1688gemm_128x128_tn::Params)";
+  const char* add =
+      "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add"
+      "<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, "
+      "at::detail::Array<char*, 3>)";
+  const char* fill =
+      "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor"
+      "<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+      "at::detail::Array<char*, 1>)";
+  const char* softmax =
+      "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>"
+      "(float*, float const*, int)";
+  const char* nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
+  // the first second: set-up first (fills: the same short name as the adds), then steps
+  m.add(kernel_run(300, fill, 0, 1 * ms));
+  m.add(kernel_run(300, softmax, 100 * ms, 2 * ms));
+  m.add(kernel_run(300, nccl, 200 * ms, 3 * ms));
+  m.add(kernel_run(300, gemm, 300 * ms, 4 * ms));
+  m.add(kernel_run(300, add, 400 * ms, 3 * ms));  // elementwise: 4 ms in all
+  std::string text = m.text();
+  auto dev0 = kernel_seconds(text, 0);
+  ASSERT_EQ(dev0.size(), 1u) << text;
+  EXPECT_NEAR(dev0["other"], 0.013, 1e-12);
+
+  // the choice, at the first kernel a second after the first: gemm (10 ms with it) and the
+  // elementwise kernels (4 ms), before NCCL's (3 ms) and softmax (2 ms)
+  m.add(kernel_run(300, gemm, 1 * s, 6 * ms));
+  m.add(kernel_run(300, nccl, 1 * s + 10 * ms, 5 * ms));
+  m.add(kernel_run(300, add, 1 * s + 20 * ms, 7 * ms));
+  m.add(kernel_run(300, softmax, 1 * s + 30 * ms, 8 * ms));
+  m.add(kernel_run(300, "triton_poi_fused_add_0", 1 * s + 40 * ms, 9 * ms));  // new: other
+  m.add(kernel_run(300, gemm, 1 * s + 50 * ms, 10 * ms, 1));                  // another device
+  m.add(kernel_run(300, nccl, 1 * s + 60 * ms, 11 * ms, 1));
+  text = m.text();
+  dev0 = kernel_seconds(text, 0);
+  ASSERT_EQ(dev0.size(), 3u) << text;
+  EXPECT_NEAR(dev0["cutlass_80_tensorop_s1688gemm_128x128_tn"], 0.006, 1e-12);
+  EXPECT_NEAR(dev0["vectorized_elementwise_kernel"], 0.007, 1e-12);
+  EXPECT_NEAR(dev0["other"], 0.013 + 0.005 + 0.008 + 0.009, 1e-12);
+  auto dev1 = kernel_seconds(text, 1);
+  ASSERT_EQ(dev1.size(), 2u) << text;
+  EXPECT_NEAR(dev1["cutlass_80_tensorop_s1688gemm_128x128_tn"], 0.010, 1e-12);
+  EXPECT_NEAR(dev1["other"], 0.011, 1e-12);
+  EXPECT_EQ(series_value(text, "eacgm_gpu_kernels_total", "device=\"0\",kernel=\"other\""), 8.0);
+  EXPECT_EQ(text.find("cunn_SoftMaxForward"), std::string::npos) << "a third name";
+}
+
+// Fewer names than K in the first second leave slots that later names take, first come; the
+// choice goes with the process's series, and the next process with its labels chooses anew.
+TEST(MetricsSink, KernelNameSlotsLeftOverGoFirstComeAndTheChoiceExpiresWithItsSeries) {
+  MetricsSink m("node-a");
+  m.set_kernel_names(2, 1 * s);
+  start(m, 300, "trainer");
+  m.add(kernel_run(300, "gemm_a", 0, 1 * ms));
+  m.add(kernel_run(300, "gemm_a", 2 * s, 1 * ms));  // chosen: gemm_a, one slot left
+  m.add(kernel_run(300, "reduce_b", 2 * s, 1 * ms));
+  m.add(kernel_run(300, "softmax_c", 2 * s, 1 * ms));
+  std::string text = m.text();
+  auto dev0 = kernel_seconds(text, 0);
+  EXPECT_EQ(dev0.size(), 3u) << text;
+  EXPECT_TRUE(dev0.contains("reduce_b") && dev0.contains("other")) << text;
+  EXPECT_NEAR(dev0["other"], 0.002, 1e-12) << "softmax_c, and gemm_a before the choice";
+
+  exit_(m, 300);
+  m.expire_series(10 * s);
+  m.expire_series(10 * s + kLinger);
+  EXPECT_EQ(m.text().find("eacgm_gpu_kernel_seconds_total{"), std::string::npos);
+  EXPECT_EQ(m.process_series(), 0u);
+  start(m, 301, "trainer");
+  m.add(kernel_run(301, "softmax_c", 100 * s, 1 * ms));
+  m.add(kernel_run(301, "softmax_c", 102 * s, 1 * ms));
+  text = m.text();
+  dev0 = kernel_seconds(text, 0);
+  ASSERT_EQ(dev0.size(), 2u) << text;
+  EXPECT_NEAR(dev0["softmax_c"], 0.001, 1e-12) << "the finished process's choice was kept";
+  EXPECT_NEAR(dev0["other"], 0.001, 1e-12);
+}
+
+TEST(KernelShortName, IsTheFunctionsOwnNameWithoutTemplatesNamespacesOrArguments) {
+  EXPECT_EQ(short_kernel_name("void at::native::vectorized_elementwise_kernel<4, "
+                              "at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, "
+                              "at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"),
+            "vectorized_elementwise_kernel");
+  EXPECT_EQ(short_kernel_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, "
+                              "unsigned int, 1, 128, 1>(float*, at::native::(anonymous "
+                              "namespace)::CatArrInputTensorMetadata<float, unsigned int, 128, 1>, "
+                              "int, unsigned int)"),
+            "CatArrayBatchedCopy");
+  EXPECT_EQ(short_kernel_name("void at::native::elementwise_kernel<128, 2, "
+                              "at::native::gpu_kernel_impl<at::native::AbsFunctor<float> "
+                              ">(at::TensorIteratorBase&, at::native::AbsFunctor<float> "
+                              "const&)::{lambda(int)#1}>(int, "
+                              "at::native::gpu_kernel_impl<at::native::AbsFunctor<float> "
+                              ">(at::TensorIteratorBase&, at::native::AbsFunctor<float> "
+                              "const&)::{lambda(int)#1})"),
+            "elementwise_kernel");
+  EXPECT_EQ(short_kernel_name("ampere_sgemm_128x64_tn"), "ampere_sgemm_128x64_tn");
+  EXPECT_EQ(short_kernel_name("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+  EXPECT_EQ(short_kernel_name(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  // mangled (a name the decoder could not demangle reaches the sink as it came)
+  EXPECT_EQ(
+      short_kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE"
+                        "NS_6detail5ArrayIPcLi1EEEEEviT0_T1_"),
+      "vectorized_elementwise_kernel");
+  // cut short (decoder: demangle_truncated)
+  EXPECT_EQ(short_kernel_name("at::native::reduce_kernel<...>"), "reduce_kernel");
+  EXPECT_EQ(short_kernel_name("_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_i"),
+            "elementwise_kernel");
+  EXPECT_EQ(short_kernel_name("at::native::..."), "at::native::...");
+  // cutlass's kernels (cuBLAS's GEMMs) are cutlass::Kernel<Op>: named by Op
+  EXPECT_EQ(short_kernel_name("_ZN7cutlass7Kernel2I62cutlass_80_wmma_tensorop_s161616gemm_f16_"
+                              "16x16_128x2_tn_align8EEvNT_6ParamsE"),
+            "cutlass_80_wmma_tensorop_s161616gemm_f16_16x16_128x2_tn_align8");
+  EXPECT_EQ(short_kernel_name("void cutlass::Kernel<cutlass::gemm::kernel::GemmUniversal<"
+                              "cutlass::gemm::GemmShape<128, 128, 32>, float> >(cutlass::gemm::"
+                              "kernel::GemmUniversal<cutlass::gemm::GemmShape<128, 128, 32>, "
+                              "float>::Params)"),
+            "GemmUniversal");
+  EXPECT_EQ(short_kernel_name("cutlass::Kernel<...>"), "Kernel");
 }
 
 }  // namespace
