@@ -13,10 +13,10 @@
 #      /metrics' DCGM_FI_DEV_*, call counters and GPU kernel seconds
 #   6. cost: training steps/s untraced, under plain `eacgm record` (and without its gputime
 #      layer, and with it duty-cycled as jobs eacgm does not launch get it), under torch.profiler
-#   7. GPU-side time (issue 36's questions): a CUPTI injection library (cupti_probe.cpp) loaded
-#      through CUDA_INJECTION64_PATH into the CUDA program under eacgm record: what ran on the
-#      GPU against what was launched, GPU durations against cudaEvents, each linked to its
-#      launch, on eacgm's clock; and its cost on the training
+#   7. GPU-side time of the training (issue 36): the gputime layer's kernels under plain `eacgm
+#      record`, per name and per step, against torch.profiler's account of the same steps
+#      (step 3's), each linked to its launch, its cuda_calls row and Python stack
+#      (the CUDA program's kernels against its cudaEvents are step 2's)
 # Where the kernel refuses BPF, it says so and goes on with what needs none.
 #
 # usage: scripts/gpu_check.sh [--dry-run] [--out DIR] [--budget SECONDS]
@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
     --only) only="${2:?--only needs step numbers, e.g. 2,7}"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -224,7 +224,7 @@ say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_train.txt" 
 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null
 if [ -f "$work/profile.json" ]; then
   cp "$work/profile.json" "$work/train.json" "$out/" 2>/dev/null
-  judge_recording train "$rec" "$work/profile.json"
+  judge_recording train "$rec" "$work/profile.json" "$work/train.json"
   judge_recording nvml "$rec" "$([ -n "$smi_pid" ] && echo "$work/smi.csv" || echo -)"
   [ -n "$smi_pid" ] && cp "$work/smi.csv" "$out/"
 else
@@ -299,41 +299,22 @@ judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_pro
 fi  # step 6
 
 if want 7; then
-section "7. GPU-side time: CUPTI activity through CUDA_INJECTION64_PATH (issue 36's questions)"
-cuda_home="$(cd "$(dirname "$(readlink -f "$(command -v "$nvcc" || echo "$nvcc")")")/.." 2>/dev/null && pwd)"
-probe="$work/cupti_probe.so"
-if ! build_known_work; then
-  say "  FAIL  nvcc could not build known_work.cu:"; tail -20 "$work/nvcc.txt" | tee -a "$report"; failed=1
-elif ! bounded 120 "$nvcc" -O2 -std=c++20 -shared -Xcompiler -fPIC -I"$cuda_home/include" \
-       -I"$cuda_home/extras/CUPTI/include" -I"$root/src" -o "$probe" "$root/scripts/gpu_check/cupti_probe.cpp" -ldl \
-       >"$work/nvcc_probe.txt" 2>&1; then
-  say "  FAIL  nvcc could not build cupti_probe.cpp:"; tail -20 "$work/nvcc_probe.txt" | tee -a "$report"; failed=1
+section "7. GPU time of the training: plain eacgm record against torch.profiler's kernels (step 3's)"
+if [ ! -f "$work/profile.json" ]; then
+  say "  n/a   GPU time of the training: no torch.profiler account (step 3 did not run or failed)"
 else
-  rec="$work/gputime.eacgm.db"
+  psteps=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$work/profile.json")
+  rec="$work/gputrain.eacgm.db"
   traced "$rec"
-  bounded 90 "${TRACE[@]}" env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_kw" \
-    EACGM_CUPTI_API=1 "$work/known_work" "$work/known_work_probed.json" >"$work/record_gputime.txt" 2>&1
-  say "eacgm record: exit $?; $(grep -E 'eacgm:' "$work/record_gputime.txt" | tail -2 | tr '\n' ' ')"
-  grep -h cupti_probe "$work/record_gputime.txt" | head -5 | sed 's/^/  /' | tee -a "$report"
-  cp "$work"/probe_kw.*.tsv "$out/" 2>/dev/null
-  if [ -f "$work/known_work_probed.json" ]; then
-    judge gputime "$work/probe_kw" "$work/known_work_probed.json" \
-      "$([ "$bpf" = 1 ] && echo "$rec" || echo -)" "$([ "$dry" = 1 ] && echo dry || echo gpu)"
+  bounded 120 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
+    --device "$device" --steps "$psteps" --result "$work/gputrain.json" >"$work/record_gputrain.txt" 2>&1
+  say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_gputrain.txt" | tail -3 | tr '\n' ' ')"
+  if [ -f "$work/gputrain.json" ]; then
+    judge_recording gputrain "$rec" "$work/gputrain.json" "$work/profile.json"
   else
-    say "  FAIL  the program wrote no result:"; tail -20 "$work/record_gputime.txt" | tee -a "$report"; failed=1
+    say "  FAIL  the training wrote no result:"; tail -20 "$work/record_gputrain.txt" | tee -a "$report"; failed=1
   fi
-  if [ "$device" = cuda ]; then
-    secs=10
-    run_probed() { bounded $((secs + 60)) "$@" --device "$device" --seconds "$secs" >/dev/null 2>&1; }
-    run_probed "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_untraced.json"
-    run_probed env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_train" \
-      "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_probed.json"
-    run_probed env CUDA_INJECTION64_PATH="$probe" EACGM_CUPTI_OUT="$work/probe_train_api" EACGM_CUPTI_API=1 \
-      "$py" "$root/scripts/gpu_check/train.py" --result "$work/gc_probed_api.json"
-    judge gpucost "$work/gc_untraced.json" "$work/gc_probed.json" "$work/gc_probed_api.json" "$work/probe_train"
-  else
-    say "  n/a   GPU time's cost: no GPU"
-  fi
+  keep "$rec"
 fi
 fi  # step 7
 

@@ -3,7 +3,8 @@ themselves (their own call counts, cudaEvents, torch.profiler, nvidia-smi), and 
 per check: "ok", "FAIL" (eacgm is wrong or lacks it) or "n/a" (this machine cannot show it).
 
 usage: compare.py cuda RECORDING KNOWN_WORK.json
-       compare.py train RECORDING PROFILE.json
+       compare.py train RECORDING PROFILE.json RESULT.json
+       compare.py gputrain RECORDING RESULT.json PROFILE.json
        compare.py nvml RECORDING SMI.csv
        compare.py comm RECORDING RESULT.json
        compare.py metrics METRICS.txt gpu|dry
@@ -158,11 +159,20 @@ def check_cuda_gputime(c, k):
         if not durs or not events:
             continue
         m, e = statistics.median(durs), statistics.median(events)
-        line("ok" if 0.2 * e <= m <= 2 * e + 0.005 else "FAIL", f"{kernel} GPU time (gputime)",
-             f"median {m:.4f} ms (gpu_activity), {e:.4f} ms (cudaEvent)")
+        if e >= 0.5:
+            # a long kernel: the events' own few us are under 1% of it, so the two clocks
+            # must agree within 5% (issue 36)
+            line("ok" if abs(m - e) <= 0.05 * e else "FAIL", f"{kernel} GPU time (gputime)",
+                 f"median {m:.4f} ms (gpu_activity), {e:.4f} ms (cudaEvent): "
+                 f"{100 * (m - e) / e:+.1f}% (within 5%)")
+        else:
+            # a short one: the events add their own time (a 4 us kernel reads ~12 us)
+            line("ok" if 0.2 * e <= m <= e + 0.005 else "FAIL", f"{kernel} GPU time (gputime)",
+                 f"median {m:.4f} ms (gpu_activity), {e:.4f} ms (cudaEvent, which adds its own "
+                 f"us to a short kernel)")
 
 
-def check_train(rec, profile):
+def check_train(rec, profile, result):
     c, p = db(rec), json.load(open(profile))
     print(f"train: {rec} against torch.profiler's account of the same run ({profile})")
     recording_head(c)
@@ -207,6 +217,116 @@ def check_train(rec, profile):
     line("ok" if not fewer else "FAIL", "kernel counts (>= the profiler's)",
          "each kernel recorded at least as often as the profiler saw it" if not fewer
          else "fewer: " + ", ".join(fewer[:8]))
+    # the gputime layer in the same process as torch.profiler (two CUPTI clients): what ran
+    # in the profiled steps, as each saw it
+    r = json.load(open(result))
+    ran_ours = gpu_kernels_in(c, r.get("window_ns"))
+    if ran_ours is None:
+        line("FAIL", "GPU time beside torch.profiler", "no gpu_activity table")
+        return
+    got, want = sum(ran_ours.values()), sum(theirs.values())
+    line("ok" if got == want else "FAIL", "GPU time beside torch.profiler",
+         f"{got} kernels in gpu_activity in the profiled steps, {want} in torch.profiler"
+         + ("" if got == want else " (two CUPTI clients in one process: torch.profiler's Kineto "
+                                   "registers its own activity buffers; gputime_notes: "
+                                   + (meta(c, "gputime_notes") or "none").replace("\n", "; ") + ")"))
+
+
+def profiler_kernels(p):
+    """torch.profiler's kernels by base name (copies, fills and GPU-side annotations apart),
+    and its copies and memsets"""
+    kernels, copies, sets = {}, 0, 0
+    for name, n in p["kernels"].items():
+        if name.startswith("Memcpy"):
+            copies += n
+        elif name.startswith("Memset"):
+            sets += n
+        elif "#" not in name:  # "Optimizer.step#SGD.step" is an annotation
+            kernels[base_name(name)] = kernels.get(base_name(name), 0) + n
+    return kernels, copies, sets
+
+
+def gpu_kernels_in(c, window):
+    """gpu_activity's kernels that started in [start, end] ns, by base name; None without the
+    table"""
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'gpu_activity'").fetchone():
+        return None
+    lo, hi = window if window else (0, 1 << 62)
+    out = {}
+    for r in c.execute("SELECT name, count(*) AS n FROM gpu_activity WHERE kind = 'kernel' AND "
+                       "ts_ns BETWEEN ? AND ? GROUP BY name", (lo, hi)):
+        out[base_name(r["name"])] = out.get(base_name(r["name"]), 0) + r["n"]
+    return out
+
+
+def check_gpu_train(rec, result, profile):
+    """the gputime layer on the training under plain record, against torch.profiler's account
+    of the same steps of the same job in another run (the same seed and shapes: the same kernels
+    every step), per step; and each kernel's launch, cuda_calls row and Python stack"""
+    c, r, p = db(rec), json.load(open(result)), json.load(open(profile))
+    print(f"GPU time of the training: {rec} ({r['steps']} steps) against torch.profiler's "
+          f"{p['steps']} steps ({profile})")
+    recording_head(c)
+    theirs, their_copies, their_sets = profiler_kernels(p)
+    if not theirs:
+        line("n/a", "kernels against torch.profiler", "no GPU: the profiler saw no kernels")
+        return
+    ours = gpu_kernels_in(c, r["window_ns"])
+    if not ours:
+        line("FAIL", "GPU time (gputime)", "no kernel in gpu_activity in the timed steps; layers: "
+             + (meta(c, "layers_why") or "?") + "; notes: " + (meta(c, "gputime_notes") or "none"))
+        return
+    n, m = r["steps"], p["steps"]
+    missing, extra = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    line("ok" if not missing and not extra else "FAIL", "kernel names (gputime)",
+         f"{len(ours)} in gpu_activity, {len(theirs)} in torch.profiler"
+         + (f"; only the profiler's: {', '.join(missing[:6])}" if missing else "")
+         + (f"; only eacgm's: {', '.join(extra[:6])}" if extra else ""))
+    # per step: a * m == b * n, exactly
+    off = [f"{k} {ours.get(k, 0) / n:.2f}/step vs {theirs.get(k, 0) / m:.2f}"
+           for k in sorted(set(ours) | set(theirs)) if ours.get(k, 0) * m != theirs.get(k, 0) * n]
+    line("ok" if not off else "FAIL", "kernel counts per step (gputime)",
+         f"{sum(ours.values())} kernels in {n} steps, the profiler {sum(theirs.values())} in {m}"
+         + ("; each name as often per step" if not off else "; differ: " + ", ".join(off[:6])))
+    lo, hi = r["window_ns"]
+    copies, sets = c.execute("SELECT sum(kind = 'memcpy'), sum(kind = 'memset') FROM gpu_activity "
+                             "WHERE ts_ns BETWEEN ? AND ?", (lo, hi)).fetchone()
+    same = (copies or 0) * m == their_copies * n and (sets or 0) * m == their_sets * n
+    line("ok" if same else "FAIL", "copies and memsets per step (gputime)",
+         f"{copies or 0} copies, {sets or 0} memsets in {n} steps; the profiler {their_copies}, "
+         f"{their_sets} in {m}")
+    # each kernel's launch (correlation id), that launch's cuda_calls row (its thread, eacgm's
+    # uprobe ~1 us before CUPTI's start) and the row's Python stack
+    launches = c.execute("SELECT l.tid, l.ts_ns, k.ts_ns - l.ts_ns FROM gpu_activity k JOIN "
+                         "gpu_activity l ON l.pid = k.pid AND l.correlation = k.correlation AND "
+                         "l.kind = 'launch' WHERE k.kind = 'kernel' AND k.ts_ns BETWEEN ? AND ?",
+                         (lo, hi)).fetchall()
+    kernels = sum(ours.values())
+    line("ok" if launches else "FAIL", "kernels linked to a launch",
+         f"{len(launches)} of {kernels} by correlation id (runtime launches: a library that "
+         f"launches through the driver API, e.g. cuBLAS, has none)")
+    if not launches:
+        return
+    import bisect
+    calls = {}
+    for row in c.execute("SELECT tid, ts_ns, py_stack IS NOT NULL FROM cuda_calls WHERE "
+                         "name LIKE 'cudaLaunch%' AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns",
+                         (lo - 10**6, hi)):
+        calls.setdefault(row[0], []).append((row[1], row[2]))
+    found = stacked = 0
+    for tid, ts, _ in launches:
+        rows = calls.get(tid, [])
+        i = bisect.bisect_right(rows, (ts + 5000, 2)) - 1
+        if i >= 0 and ts - rows[i][0] <= 5000:
+            found += 1
+            stacked += rows[i][1]
+    line("ok" if found >= 0.99 * len(launches) else "FAIL", "launches found among cuda_calls",
+         f"{found} of {len(launches)} (same thread, eacgm's uprobe within 5 us before CUPTI's "
+         f"start), {stacked} with a Python stack")
+    queue = [q / 1e3 for _, _, q in launches]
+    line("ok" if min(queue) >= 0 else "FAIL", "queue delay (launch to GPU start)",
+         f"median {quantile(queue, 0.5):.1f} us, p95 {quantile(queue, 0.95):.1f} us, "
+         f"max {max(queue):.1f} us")
 
 
 def check_nvml(rec, smi_csv):
@@ -325,6 +445,20 @@ def check_cost(untraced, recorded, profiled, recorded_no_gputime, recorded_duty)
             continue
         line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
              f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
+    # what GPU time adds to the rest of record (issue 36's budget: 2% of step time), in each
+    # mode: full (what `record -- CMD` gives by default) as a figure, duty-cycled (the agent's,
+    # the budget's fallback) judged. One 15 s run each: runs of one job vary by a few points on
+    # a busy GPU machine; bench/gpu_time_cost.sh gives medians of interleaved rounds
+    if r0 is None or u.get("device") != "cuda":
+        line("n/a", "GPU time's cost", "no GPU here" if r0 is not None else "not run")
+        return
+    for what, x, judged in (("GPU time, full", r, False), ("GPU time, 1s/10s", rd, True)):
+        if x is None:
+            continue
+        added = 100 * (r0["steps_per_s"] / x["steps_per_s"] - 1)  # step time added, %
+        line(("ok" if added <= 2 else "FAIL") if judged else "ok", what,
+             f"{added:+.1f}% step time over record without gputime"
+             + (" (budget 2%)" if judged else " (a figure: the budget is the duty-cycled mode's)"))
 
 
 def read_probe(prefix):
@@ -454,6 +588,20 @@ def check_gpucost(untraced, probed, probed_api, prefix):
         x = json.load(open(f))
         line("ok", what, f"{x['steps_per_s']:.1f} steps/s ({x['steps']} steps), "
              f"{100 * (1 - x['steps_per_s'] / u['steps_per_s']):+.1f}% slower than untraced")
+    # what GPU time adds to the rest of record (issue 36's budget: 2% of step time), in each
+    # mode: full (what `record -- CMD` gives by default) as a figure, duty-cycled (the agent's,
+    # the budget's fallback) judged. One 15 s run each: runs of one job vary by a few points on
+    # a busy GPU machine; bench/gpu_time_cost.sh gives medians of interleaved rounds
+    if r0 is None or u.get("device") != "cuda":
+        line("n/a", "GPU time's cost", "no GPU here" if r0 is not None else "not run")
+        return
+    for what, x, judged in (("GPU time, full", r, False), ("GPU time, 1s/10s", rd, True)):
+        if x is None:
+            continue
+        added = 100 * (r0["steps_per_s"] / x["steps_per_s"] - 1)  # step time added, %
+        line(("ok" if added <= 2 else "FAIL") if judged else "ok", what,
+             f"{added:+.1f}% step time over record without gputime"
+             + (" (budget 2%)" if judged else " (a figure: the budget is the duty-cycled mode's)"))
     p = read_probe(prefix)
     done = [e for e in p["E"] if e.startswith(("done", "dropped"))]
     line("ok" if p["K"] else "FAIL", "records", f"{len(p['K'])} kernels, {len(p['M'])} copies; "
@@ -461,7 +609,8 @@ def check_gpucost(untraced, probed, probed_api, prefix):
 
 
 def main(argv):
-    cmds = {"cuda": (check_cuda, 2), "train": (check_train, 2), "nvml": (check_nvml, 2),
+    cmds = {"cuda": (check_cuda, 2), "train": (check_train, 3), "gputrain": (check_gpu_train, 3),
+            "nvml": (check_nvml, 2),
             "comm": (check_comm, 2), "metrics": (check_metrics, 2), "cost": (check_cost, 5),
             "gputime": (check_gputime, 4), "gpucost": (check_gpucost, 4)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:

@@ -21,12 +21,22 @@ __global__ void eacgm_check_scale(float* y, float s, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] *= s;
 }
+// A long kernel (each thread spins on the SM's clock for `cycles`, ~1 ms at 2 GHz): the few us
+// that cudaEvents add to a kernel's time are then under 1%, so the GPU time eacgm records can be
+// held to the events' within 5%. (The short kernels above run ~4 us, events read ~12 us.)
+__global__ void eacgm_check_spin(float* y, long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] += 1.0f;
+}
 
 namespace {
 
 constexpr int kN = 1 << 20;                      // floats per buffer
 constexpr size_t kBytes = kN * sizeof(float);    // 4 MiB
-constexpr int kAxpy = 20, kScale = 7;            // launches of each kernel
+constexpr int kAxpy = 20, kScale = 7, kSpin = 5;  // launches of each kernel
+constexpr long long kSpinCycles = 2'000'000;       // ~1 ms per spin kernel
 constexpr int kH2D = 3, kD2H = 2, kMemset = 1, kAsyncH2D = 2;
 
 // runtime API calls made, by name: those eacgm's cuda layer traces (src/probe/cuda_ops.cpp),
@@ -92,6 +102,12 @@ int main(int argc, char** argv) {
     note("cudaLaunchKernel", cudaGetLastError());
     end();
   }
+  for (int i = 0; i < kSpin; ++i) {
+    begin("eacgm_check_spin");
+    eacgm_check_spin<<<64, 128, 0, stream>>>(y, kSpinCycles);
+    note("cudaLaunchKernel", cudaGetLastError());
+    end();
+  }
   for (int i = 0; i < kAsyncH2D; ++i) {
     begin("memcpy_async_h2d");
     CALL(cudaMemcpyAsync, x, pinned, kBytes, cudaMemcpyHostToDevice, stream);
@@ -116,7 +132,8 @@ int main(int argc, char** argv) {
   // cudaEventElapsedTime and cudaGetLastError are not counted (nor traced)
   std::string json = "{\"bytes_per_copy\": " + std::to_string(kBytes);
   json += ", \"kernels\": {\"eacgm_check_axpy\": " + std::to_string(kAxpy) +
-          ", \"eacgm_check_scale\": " + std::to_string(kScale) + "}";
+          ", \"eacgm_check_scale\": " + std::to_string(kScale) +
+          ", \"eacgm_check_spin\": " + std::to_string(kSpin) + "}";
   json += ", \"copies\": {\"HostToDevice\": " + std::to_string(kH2D + kAsyncH2D) +
           ", \"DeviceToHost\": " + std::to_string(kD2H) + "}, \"memsets\": " + std::to_string(kMemset);
   json += ", \"calls\": {";

@@ -5,7 +5,8 @@ torch.profiler, so that what eacgm records of it can be held against PyTorch's o
 usage: train.py --device cuda|cpu [--seconds S | --steps N] [--dist nccl|gloo]
                 [--profile OUT.json] [--result OUT.json]
 
---result writes {"steps", "seconds", "steps_per_s", "device", "torch", "cuda", "nccl"}.
+--result writes {"steps", "seconds", "steps_per_s", "window_ns", "device", "torch", "cuda",
+"nccl"}; window_ns: the timed steps' start and end on CLOCK_MONOTONIC, the GPU idle at both.
 --profile runs the steps under torch.profiler and writes what it saw: kernels by name with
 their counts, and the CUDA runtime calls by name (cudaLaunchKernel, cudaMemcpyAsync, ...);
 --profile - profiles without writing (for its cost: walking 15 s of an H100's events in Python
@@ -130,6 +131,9 @@ def main():
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda" else [])
         prof = profile(activities=acts)
         prof.__enter__()
+    # the timed steps on CLOCK_MONOTONIC (eacgm's clock), from after the warm-up's last kernel
+    # to after the last step's: the GPU check counts the kernels that ran between the two
+    window_start = time.monotonic_ns()
     steps, start = 0, time.monotonic()
     while True:
         loss, n = step()
@@ -140,9 +144,11 @@ def main():
         if a.seconds and time.monotonic() - start >= a.seconds:
             break
     sync()
+    window_end = time.monotonic_ns()
     seconds = time.monotonic() - start
     result = {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
               "device": a.device, "backend": a.dist or None, "allreduce_calls": allreduces,
+              "window_ns": [window_start, window_end],
               "loss": float(loss.item()), "torch": torch.__version__,
               "cuda": torch.version.cuda,
               "nccl": ".".join(map(str, torch.cuda.nccl.version()))
