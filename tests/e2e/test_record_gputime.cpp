@@ -243,6 +243,48 @@ TEST_F(GpuTime, TheLibraryIsWrittenForJobsEacgmDoesNotLaunch) {
   EXPECT_EQ(run({kEacgm, "gputime-library", dir_ + "/missing"}).exit_code, 2);
 }
 
+// A kernel's execution followed back to what launched it, as a GPU job's would be: Python calls
+// the real CUDA runtime's cudaLaunchKernel (eacgm's uprobe sees each call and its Python stack;
+// without a GPU the runtime refuses them after), and CUPTI's records of each launch (on that
+// thread, spanning the call) and its execution (same correlation id) are handed over as the
+// injection library hands them (workloads/gputime_pylaunch.cpp). Each execution's launch record
+// finds exactly one cuda_calls row, the call that launched it, whose Python stack is the
+// function that called it; report names the kernel's GPU time with that stack.
+TEST_F(GpuTime, AKernelIsFollowedToItsLaunchCallAndPythonStack) {
+#if !EACGM_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no libcudart to launch through)";
+#endif
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--", "/usr/bin/python3",
+                std::string(EACGM_PY_WORKLOADS) + "/gpu_launch.py",
+                kWorkloads + "/libeacgm_cupti_pylaunch.so", "50"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT kind, count(*) FROM gpu_activity GROUP BY kind"),
+            (std::map<std::string, int64_t>{{"kernel", 50}, {"launch", 50}}));
+  // execution -> launch record -> eacgm's row of that call: one each, all 50 distinct
+  const std::string linked =
+      "FROM gpu_activity k JOIN gpu_activity l ON l.pid = k.pid AND l.correlation = "
+      "k.correlation AND l.kind = 'launch' AND k.kind = 'kernel' JOIN cuda_calls c ON c.pid = "
+      "l.pid AND c.tid = l.tid AND c.ts_ns BETWEEN l.ts_ns AND l.ts_ns + l.dur_ns";
+  EXPECT_EQ(db.pairs("SELECT c.name || ' ' || c.kernel, count(DISTINCT c.rowid) " + linked +
+                     " GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"cudaLaunchKernel eacgm_pylaunch_kernel", 50}}));
+  EXPECT_EQ(db.scalar("SELECT count(*) " + linked), 50);
+  // ... and that call's Python stack: the function that launched it, then its caller
+  EXPECT_EQ(db.pairs("SELECT s.depth || ' ' || s.name || ':' || s.line, count(*) " + linked +
+                     " JOIN python_stacks s ON s.id = c.py_stack AND s.depth < 2 GROUP BY 1"),
+            (std::map<std::string, int64_t>{{"0 gpu_launch.forward:16", 50},
+                                            {"1 gpu_launch.train_step:20", 50}}));
+  auto rep = run({kEacgm, "report", db_});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_NE(rep.out.find("eacgm_pylaunch_kernel\n"), std::string::npos) << rep.out;
+  EXPECT_NE(rep.out.find("from gpu_launch.forward (" + std::string(EACGM_PY_WORKLOADS) +
+                         "/gpu_launch.py:16) < gpu_launch.train_step"),
+            std::string::npos)
+      << rep.out;
+  EXPECT_NE(rep.out.find("    12.50 ms    250.0 us    250.0 us"), std::string::npos) << rep.out;
+}
+
 // detect models each kernel's time on the GPU: executions 25x their kernel's usual time (and,
 // as for every call, 3x and 1 ms beyond it: --min-slowdown, --min-excess-us) are named, by the
 // kernel's name, and its usual executions are not.
