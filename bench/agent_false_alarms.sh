@@ -25,8 +25,10 @@ esac
 W=tests/e2e/workloads
 out=$(mktemp -d)
 agent=""
+stat_logger=""
 cleanup() {
   [ -n "$agent" ] && { kill "$agent" 2>/dev/null || true; }
+  [ -n "$stat_logger" ] && { kill "$stat_logger" 2>/dev/null || true; }
   wait 2>/dev/null || true
   [ -n "${KEEP:-}" ] && cp -r "$out" "$KEEP"
   rm -rf "$out"
@@ -60,6 +62,22 @@ causes() {  # by cause without its context (what comes after "; ": preempted, in
 }
 
 mkdir -p "$out/ckpt" "$out/ckpt2"
+# The machine's own stalls, to set beside the anomalies: a real-time thread (SCHED_FIFO, so no
+# process of the node delays it) that sleeps 10 ms at a time writes, each second, how much later
+# than asked it woke at worst (a VM whose vCPU the hypervisor did not run shows here: this VM
+# reports no steal time in /proc/stat) and the node's procs_running. ~100 wakeups a second.
+chrt -f 1 $PY - "$out/stat.txt" <<'PY' &
+import sys, time
+with open(sys.argv[1], "w", buffering=1) as out:
+    while True:
+        end, worst = time.monotonic_ns() + 1_000_000_000, 0
+        while (now := time.monotonic_ns()) < end:
+            time.sleep(0.01)
+            worst = max(worst, time.monotonic_ns() - now - 10_000_000)
+        running = next(int(l.split()[1]) for l in open("/proc/stat") if l.startswith("procs_running"))
+        out.write(f"{time.monotonic_ns()} {worst // 1000} {running}\n")
+PY
+stat_logger=$!
 start_agent
 t0=$(mono)
 $PY $W/launch_ranks.py 2 bench/irregular_job.py "$JOB_S" "$out/ckpt" >"$out/job.log" 2>&1 &
@@ -94,6 +112,27 @@ during=$(sqlite3 "$out/state/anomalies.db" \
 echo "  of them while the second job ran ($(awk -v a="$s0" -v b="$s1" 'BEGIN{printf "%.0f", (b-a)/1e9}') s) and 10 s after: $during;" \
      "the rest: $((n_after - during))"
 
+# each anomaly after the warm-up with the machine's stall around it (the latest wake-up of the
+# real-time sleeper within 2 s of it, and procs_running then)
+kill "$stat_logger" 2>/dev/null || true
+$PY - "$out/state/anomalies.db" "$out/stat.txt" "$after" "$s0" "$s2" <<'PY' || true
+import sqlite3, sys
+db, stat, after, s0, s2 = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+rows = [tuple(map(int, l.split())) for l in open(stat) if len(l.split()) == 3]
+late = sorted(r[1] for r in rows)
+if late:
+    print(f"  the real-time sleeper's latest wake-up per second: median {late[len(late) // 2]} us, "
+          f"p99 {late[int(0.99 * (len(late) - 1))]} us, max {late[-1]} us ({len(rows)} s); "
+          f"seconds over 2 ms: {sum(x > 2000 for x in late)}")
+con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+for ts, cause in con.execute("SELECT ts_ns, cause FROM anomalies WHERE ts_ns >= ? ORDER BY ts_ns",
+                             (after,)):
+    near = [r for r in rows if abs(r[0] - 500_000_000 - ts) <= 2_000_000_000]
+    where = "second job" if s0 <= ts < s2 else "alone"
+    print(f"    {(ts - after) / 1e9:8.1f} s after warm-up ({where}): wake-up up to "
+          f"{max((r[1] for r in near), default=0)} us late, {max((r[2] for r in near), default=0)} "
+          f"running; {cause[:110]}")
+PY
 mv "$out/state/anomalies.db" "$out/first.anomalies.db"
 start_agent
 t2=$(mono)

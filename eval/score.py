@@ -16,7 +16,8 @@ report would need it), e.g. "CPU interference" for the CPU hog, not "slow collec
 Online (eval/run --online: the scenario ran beside a plain `eacgm agent`), the unit is the
 agent's window (1 s, on the same clock: multiples of a second of CLOCK_MONOTONIC), the scored
 period runs from the job's start plus the agent's --train-seconds to its end, and the anomalies
-are those the agent stored. No baselines: they have no online form here.
+are those the agent stored. No baselines: they have no online form here. Online scores end with
+how soon the agent reported the anomalies on the fault (the store's found_ns).
 
   score.py OUT SCENARIO...                     offline scores
   score.py --online OUT SCENARIO...            online scores
@@ -161,12 +162,14 @@ def agent_store(db, t0, t1, scored_from):
     anomalies = []
     if os.path.exists(db):
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        for ts, dur, layer, name, pid, cause, score, threshold in con.execute(
-                "SELECT ts_ns, dur_ns, layer, name, pid, cause, score, threshold FROM anomalies "
-                "ORDER BY ts_ns"):
+        cols = {r[1] for r in con.execute("PRAGMA table_info(anomalies)")}
+        found = "found_ns" if "found_ns" in cols else "NULL"  # (an agent before it: none)
+        for ts, dur, layer, name, pid, cause, score, threshold, found_ns in con.execute(
+                "SELECT ts_ns, dur_ns, layer, name, pid, cause, score, threshold, "
+                f"{found} FROM anomalies ORDER BY ts_ns"):
             anomalies.append({"ts_ns": ts, "dur_ns": dur, "layer": layer, "name": name,
                               "pid": pid, "cause": cause or "", "score": score,
-                              "threshold": threshold})
+                              "threshold": threshold, "found_ns": found_ns})
     json.dump({"start_ns": t0, "end_ns": t1, "scored_from_ns": scored_from,
                "window_ns": 1_000_000_000, "anomalies": anomalies}, sys.stdout, indent=1)
 
@@ -192,6 +195,24 @@ def online_scores(out, name):
            for m, p in methods.items()}
     res["agent (GMM)"] += (cause_share(table, y, test, an, truth["fault"]),)
     return truth, res
+
+
+def online_latency(out, name):
+    """Online: how soon the agent said so. Of the anomalies on the fault (within its
+    intervals): the time from each one's moment (a call's entry, a window's start) to its
+    report (found_ns), median and max, and from the fault's start to the first report. None
+    where the store has no found_ns or nothing was found on the fault."""
+    d = f"{out}/{name}"
+    truth = json.load(open(f"{d}/truth.json"))
+    run = json.load(open(f"{d}/online.json"))
+    hits = [a for a in run["anomalies"] if a.get("found_ns") and any(
+        a["ts_ns"] < b and a["ts_ns"] + max(a["dur_ns"], 1) > s for s, b in truth["intervals"])]
+    if not hits or not truth["intervals"]:
+        return None
+    lags = sorted((a["found_ns"] - a["ts_ns"]) / 1e9 for a in hits)
+    onset = min(s for s, _ in truth["intervals"])
+    first = (min(a["found_ns"] for a in hits) - onset) / 1e9
+    return lags[len(lags) // 2], lags[-1], first, len(hits)
 
 
 def false_windows(out, name):
@@ -260,6 +281,15 @@ def main():
             print(f"{truth['fault']:<18} {truth['layer']:<6} {method:<17} {windows:>7} "
                   f"{faulty:>6} {acc:>6.3f} {prec:>6.3f} {rec:>6.3f} {f1:>6.3f}"
                   + (f" {cause[0]:>6.3f}" if cause else ""))
+    if score is online_scores:
+        print("time to report (online: found_ns - the anomaly's moment, of the anomalies on the "
+              "fault; first: from the fault's start to the first report)")
+        for name in names:
+            lat = online_latency(out, name)
+            fault = json.load(open(f"{out}/{name}/truth.json"))["fault"]
+            print(f"{fault:<18} " + ("no found_ns or nothing found on the fault" if lat is None else
+                  f"{lat[3]:>5} anomalies: median {lat[0]:.2f} s, max {lat[1]:.2f} s; "
+                  f"first {lat[2]:.2f} s after the fault's start"))
 
 
 if __name__ == "__main__":

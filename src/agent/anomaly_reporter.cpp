@@ -97,6 +97,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     r.cause = a.cause;
     r.features = detect::features_column(a);
     r.recording = recording;
+    r.found_ns = now;
     rows.push_back(std::move(r));
   }
   if (store_)

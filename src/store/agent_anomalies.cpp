@@ -26,7 +26,8 @@ AnomalyStore::AnomalyStore(const std::string& path, size_t max_rows)
                                                "dur_ns INTEGER NOT NULL, layer TEXT NOT NULL, "
                                                "name TEXT NOT NULL, pid INTEGER, process TEXT, "
                                                "score REAL, threshold REAL, cause TEXT, "
-                                               "features TEXT, recording TEXT)")
+                                               "features TEXT, recording TEXT, "
+                                               "found_ns INTEGER)")
                                     : std::string(db_ ? sqlite3_errmsg(db_) : "out of memory");
   if (!err.empty()) {
     sqlite3_close(db_);
@@ -37,6 +38,21 @@ AnomalyStore::AnomalyStore(const std::string& path, size_t max_rows)
         path, err);
   }
   sqlite3_busy_timeout(db_, 1000);
+  // a store an older agent made has no found_ns yet: add it (its rows keep NULL)
+  bool has_found = false;
+  {
+    Statement columns(db_, "SELECT count(*) FROM pragma_table_info('anomalies') WHERE name = "
+                           "'found_ns'");
+    has_found = columns.step() && columns.int_at(0) > 0;
+  }
+  if (!has_found)
+    if (std::string e = exec_sql(db_, "ALTER TABLE anomalies ADD COLUMN found_ns INTEGER");
+        !e.empty()) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      fail("cannot add found_ns to the anomalies store {}: {} (choose another --state-dir)", path,
+           e);
+    }
 }
 
 AnomalyStore::~AnomalyStore() { sqlite3_close(db_); }
@@ -46,7 +62,10 @@ std::string AnomalyStore::add(const std::vector<StoredAnomaly>& rows) {
   if (std::string e = exec_sql(db_, "BEGIN IMMEDIATE"); !e.empty()) return e;
   std::string err;
   {
-    Statement insert(db_, "INSERT INTO anomalies VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)");
+    Statement insert(db_,
+                     "INSERT INTO anomalies(ts_ns, time_ns, dur_ns, layer, name, pid, process, "
+                     "score, threshold, cause, features, recording, found_ns) "
+                     "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)");
     for (const auto& a : rows) {
       insert.bind(1, int64_t(a.ts_ns));
       insert.bind(2, int64_t(a.time_ns));
@@ -69,6 +88,10 @@ std::string AnomalyStore::add(const std::vector<StoredAnomaly>& rows) {
         insert.bind_null(12);
       else
         insert.bind(12, a.recording);
+      if (a.found_ns)
+        insert.bind(13, int64_t(a.found_ns));
+      else
+        insert.bind_null(13);
       if (insert.run() != SQLITE_DONE) {
         err = sqlite3_errmsg(db_);
         break;

@@ -21,6 +21,8 @@ struct StoredAnomaly {
   std::string cause;
   std::string features;   // JSON: [[feature, contribution], ...], largest first
   std::string recording;  // the flight recording that holds it, if one was written
+  uint64_t found_ns = 0;  // CLOCK_MONOTONIC when the agent reported it (found_ns - ts_ns: how
+                          // long it took to find); 0: not known
 };
 
 class AnomalyStore {

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <mutex>
@@ -263,7 +264,9 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   size_t comm = 0, at_late = 0, naming = 0;
   std::set<size_t> found;
   std::string wrong;
-  db.each("SELECT ts_ns, dur_ns, cause FROM anomalies WHERE layer = 'comm'", [&](sqlite3_stmt* s) {
+  std::vector<double> lag_s;  // late step's call to its report (found_ns): a figure, printed
+  db.each("SELECT ts_ns, dur_ns, cause, found_ns FROM anomalies WHERE layer = 'comm'",
+          [&](sqlite3_stmt* s) {
     int64_t ts = sqlite3_column_int64(s, 0), end = ts + sqlite3_column_int64(s, 1);
     std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
     ++comm;
@@ -271,6 +274,7 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
     for (size_t i = 0; i < late.size(); ++i)
       if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
     at_late += hit;
+    if (hit) lag_s.push_back(double(sqlite3_column_int64(s, 3) - ts) / 1e9);
     bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
                  cause.find(named) != std::string::npos &&
                  cause.find(", job late-e2e) joined ") != std::string::npos &&
@@ -280,9 +284,12 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
     if (!hit || !names)
       wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - late.front().first) / 1e9, cause);
   });
+  std::sort(lag_s.begin(), lag_s.end());
   printf("late steps %zu (in the second half), found %zu; collective anomalies %zu, at late steps "
-         "%zu, naming rank 1 %zu%s\n",
-         late.size(), found.size(), comm, at_late, naming, wrong.c_str());
+         "%zu, naming rank 1 %zu; reported %.2f s after the late call (median), at most %.2f s%s\n",
+         late.size(), found.size(), comm, at_late, naming,
+         lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2], lag_s.empty() ? 0.0 : lag_s.back(),
+         wrong.c_str());
   ASSERT_GT(comm, 0u) << agent_err;
   // Reported in bursts (more late steps in 10 s than the usual share of slow calls explains),
   // which take along the window's other candidates (healthy slow calls: 1-8 of about 190 idle,

@@ -170,8 +170,8 @@ TEST_P(RecordPython, DefaultLayersGiveStacksWithoutPythonCalls) {
   EXPECT_NE(r.err.find("not used by the traced processes: comm, torch;"), std::string::npos)
       << r.err;
   const std::string why = eacgm::no_gpu_driver().empty()
-                              ? "off: gputime (CUDA never loaded eacgm's injection library"
-                              : "off: gputime (no NVIDIA driver on this machine";
+                              ? "gputime (CUDA never loaded eacgm's injection library"
+                              : "gputime (no NVIDIA driver on this machine";
   EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
 }
 

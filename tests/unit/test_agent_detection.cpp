@@ -1,6 +1,7 @@
 // The agent's online detection: window features as rows arrive, deferred refits, models saved
 // and resumed, the anomalies store.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -401,6 +402,50 @@ TEST_F(StateDir, ReporterStoresAndCountsEveryAnomalyOfAStorm) {
   EXPECT_NE(metrics.text().find("eacgm_anomalies_total{cause=\"slow operator\",layer=\"torch\"} 250"),
             std::string::npos)
       << metrics.text();
+  // each with when it was found (the reporter's clock, after the calls it judged)
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((dir_ + "/anomalies.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM anomalies WHERE found_ns > ts_ns", -1, &q,
+                               nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(q, 0), 250);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+}
+
+// A store an older agent wrote (no found_ns) is reopened with the column added: its rows kept
+// (found_ns NULL), new rows with theirs.
+TEST_F(StateDir, AnomalyStoreOfAnOlderAgentGainsFoundNs) {
+  std::string path = dir_ + "/anomalies.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE anomalies(ts_ns INTEGER NOT NULL, time_ns INTEGER NOT NULL, "
+                         "dur_ns INTEGER NOT NULL, layer TEXT NOT NULL, name TEXT NOT NULL, pid "
+                         "INTEGER, process TEXT, score REAL, threshold REAL, cause TEXT, features "
+                         "TEXT, recording TEXT); INSERT INTO anomalies VALUES(1, 2, 3, 'window', "
+                         "'window', NULL, '', 0, 0, 'CPU interference', '[]', NULL)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  AnomalyStore store(path);
+  std::vector<StoredAnomaly> rows(1);
+  rows[0].ts_ns = 10, rows[0].found_ns = 25, rows[0].layer = rows[0].name = "window";
+  EXPECT_EQ(store.add(rows), "");
+  EXPECT_EQ(store.rows(), 2u);
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT group_concat(COALESCE(found_ns - ts_ns, -1)) FROM "
+                               "(SELECT * FROM anomalies ORDER BY rowid)",
+                               -1, &q, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, 0))), "-1,15");
+  sqlite3_finalize(q);
+  sqlite3_close(db);
 }
 
 TEST_F(StateDir, AnomalyStoreRefusesWhatIsNotARegularFile) {
