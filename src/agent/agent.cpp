@@ -335,6 +335,8 @@ int run_agent(const AgentOptions& given) {
   if (std::string gaps = other_users_gaps(current_privileges()); !gaps.empty())
     fprintf(stderr, "eacgm agent: %s\n", gaps.c_str());
   install_signal_handlers();
+  // scores in this thread, one at a time (see DetectionSink::worker)
+  omp_set_max_active_levels(0);
 
   std::string state = make_state_dir(o.state_dir);
   InstanceLock state_lock, node_lock;

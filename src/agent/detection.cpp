@@ -1,6 +1,7 @@
 // The online detector sink (agent/detection.h).
 #include "agent/detection.h"
 
+#include <omp.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,6 +21,7 @@
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "probe/job_identity.h"
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace eacgm {
 namespace {
@@ -71,8 +73,17 @@ DetectionSink::~DetectionSink() {
 
 // Fits models off the pipeline's thread, at a low priority: a fit takes tens of milliseconds
 // and must delay neither the decoding of events nor the traced job.
+//
+// In this one thread, never as an OpenMP team (the limit is per thread: the pipeline's thread
+// sets its own). A team's threads spin at its barriers, and where the job keeps cores busy a
+// team member is often off its CPU while the others spin for it. Beside a one-thread CPU
+// training on this 2-core VM, teams took the agent from 4% of a core to 7% (and to 70% in the
+// minutes its fits were queued), and the training's aten::mm calls they slowed were reported
+// as anomalies, ~40 a second (session 50). A fit of at most 5,000 samples takes tens of
+// milliseconds alone.
 void DetectionSink::worker() {
   setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);
+  omp_set_max_active_levels(0);
   std::unique_lock lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
@@ -190,6 +201,17 @@ void DetectionSink::add(const ProcessRow& r) {
   names_[r.pid] = r.name;
   places_[r.pid] = {r.ppid, r.job_id};
   gone_.erase(r.pid);  // (a pid used again)
+}
+
+// A process that ran before the agent started has had no ProcessRow: its name from /proc
+// (an anomaly of a running job the agent was started beside read "in ? (pid N)").
+std::string DetectionSink::process_name(uint32_t pid) {
+  if (auto it = names_.find(pid); it != names_.end()) return it->second;
+  if (gone_.count(pid)) return {};
+  std::string name = read_small_file(fmt::format("/proc/{}/comm", pid));
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  if (!name.empty()) names_[pid] = name;
+  return name;
 }
 
 std::string DetectionSink::job_key(uint32_t pid) const {
@@ -326,8 +348,8 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
         judged[i] = false;
     }
     for (auto& a : detector_.observe(t, judged)) {
-      auto name = names_.find(a.pid);
-      out.push_back({std::move(a), name != names_.end() ? name->second : std::string()});
+      std::string name = process_name(a.pid);
+      out.push_back({std::move(a), std::move(name)});
     }
     if (const detect::GroupModel* m = detector_.model(g.layer, g.name)) {
       Eigen::MatrixXd last = t.values.bottomRows(1);
@@ -359,8 +381,8 @@ void DetectionSink::flush() {
       // ("demo_train (pid 10)" for a process alone)
       std::vector<uint32_t> pids = j.windows.pids();
       std::string who = key;
-      if (auto name = names_.find(pids.empty() ? 0 : pids[0]); pids.size() == 1 && name != names_.end())
-        who = fmt::format("{} (pid {})", name->second, pids[0]);
+      if (std::string name = pids.size() == 1 ? process_name(pids[0]) : ""; !name.empty())
+        who = fmt::format("{} (pid {})", name, pids[0]);
       else if (!pids.empty() && key.rfind("pid ", 0) != 0)
         who += fmt::format(" (pid{} {})", pids.size() > 1 ? "s" : "", fmt::join(pids, ", "));
       for (auto& a : detector_.observe(w)) {

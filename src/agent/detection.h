@@ -143,6 +143,7 @@ class DetectionSink final : public Sink {
   };
   // the job of a process making its first call: its parent's if that is traced, its launcher's
   // job id, its parent's children, or itself when its ProcessRow never came
+  std::string process_name(uint32_t pid);  // "" if unknown
   std::string job_key(uint32_t pid) const;
   // the job in a straggler's words: ", job 7", ", launched by pid 10", or "" (a process alone)
   std::string job_text(uint32_t pid) const;

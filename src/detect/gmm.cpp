@@ -137,7 +137,7 @@ Moments em_pass(const Eigen::MatrixXd& x, const GaussianMixture* model,
   size_t stride = accumulate ? total.size() : 1;
   std::vector<double> per_slot(size_t(kSlots) * stride, 0.0);
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> center_rows = centers;
-#pragma omp parallel
+#pragma omp parallel if (blocks > 1)  // one block: one thread's work
   {
     BlockScratch s(k, d);
     Moments part(k, d, type);

@@ -45,7 +45,8 @@ GmmScores score_gmm(const GaussianMixture& model, const Eigen::MatrixXd& x) {
   out.contributions.resize(n, d);
   std::vector<Eigen::VectorXd> p_diag = precision_diagonals(model);
   Index chunks = (n + kernels::kChunkRows - 1) / kernels::kChunkRows;
-#pragma omp parallel
+  // one chunk is one thread's work: a team for it would only wake threads to wait
+#pragma omp parallel if (chunks > 1)
   {
     BlockScratch s(k, d);
     Eigen::VectorXd e(d), z(d), v(d);

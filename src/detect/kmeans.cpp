@@ -42,7 +42,7 @@ std::vector<double> candidate_potentials(const Eigen::MatrixXd& x, const std::ve
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> centers = c;
   d2.resize(size_t(trials));
   for (auto& v : d2) v.resize(size_t(n));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
   for (Index ch = 0; ch < chunks; ++ch) {
     Index a = ch * kChunkRows, b = std::min(n, a + kChunkRows);
     for (Index t = 0; t < trials; ++t) {
@@ -64,7 +64,7 @@ double take_center(std::vector<double>& closest, const std::vector<double>& d2,
                    std::vector<double>& chunk_sums) {
   Index n = Index(closest.size()), chunks = chunk_count(n);
   chunk_sums.assign(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
   for (Index ch = 0; ch < chunks; ++ch) {
     double s = 0.0;
     for (Index i = ch * kChunkRows; i < std::min(n, (ch + 1) * kChunkRows); ++i) {
@@ -132,7 +132,7 @@ Eigen::MatrixXd kmeans_plusplus(const Eigen::MatrixXd& x, int k, SeedStream& rng
 std::vector<int> nearest_center(const Eigen::MatrixXd& x, const Eigen::MatrixXd& centers) {
   Index n = x.rows(), chunks = chunk_count(n);
   std::vector<int> label(size_t(n), 0);
-#pragma omp parallel
+#pragma omp parallel if (chunks > 1)
   {
     std::vector<double> d(static_cast<size_t>(kChunkRows)), best(static_cast<size_t>(kChunkRows));
     Eigen::RowVectorXd c;
