@@ -29,11 +29,12 @@ void Symbolizer::update_maps(uint32_t pid, std::vector<Mapping> maps) {
   // An exited process that is not yet reaped has empty maps: keep what we knew of it.
   if (maps.empty()) return;
   maps_[pid] = std::move(maps);
+  reread_.erase(pid);  // new code: a miss may read them again at once
 }
 
 void Symbolizer::forget(uint32_t pid) {
   maps_.erase(pid);
-  reread_ns_.erase(pid);
+  reread_.erase(pid);
   std::erase_if(cache_, [pid](const auto& kv) { return kv.first.pid == pid; });
   std::erase_if(frames_, [pid](const auto& kv) { return kv.first.pid == pid; });
 }
@@ -92,15 +93,21 @@ const Mapping* Symbolizer::mapping_of(uint32_t pid, uint64_t addr, bool rate_lim
   // Code mapped since we last looked: read the maps again; for a profile's frames at most once
   // a second per process (frame-pointer walks through code without frame pointers give
   // addresses that are in no mapping: reading a PyTorch process's thousands of mappings for
-  // each cost the recorder 150 us per sample). New libraries are mapped in at dlopen anyway.
+  // each cost the recorder 150 us per sample), and less often while rereads find nothing new
+  // (a PyTorch process's 1,700 mappings read every second were ~0.4% of a core, session 50).
+  // New libraries are mapped in at dlopen anyway (update_maps).
+  if (m) return m;
   uint64_t now = monotonic_now_ns();
-  uint64_t& last = reread_ns_[pid];
-  if (!m && (!rate_limited || now - last >= 1'000'000'000ull)) {
-    last = now;
-    if (auto fresh = read_proc_maps(static_cast<int>(pid)); fresh && !fresh->empty()) {
-      maps_[pid] = std::move(*fresh);
-      m = find_mapping(maps_[pid], addr);
-    }
+  Reread& r = reread_[pid];
+  if (rate_limited && now < r.next_ns) return nullptr;
+  if (auto fresh = read_proc_maps(static_cast<int>(pid)); fresh && !fresh->empty()) {
+    maps_[pid] = std::move(*fresh);
+    m = find_mapping(maps_[pid], addr);
+  }
+  if (rate_limited) {
+    constexpr uint64_t kSecond = 1'000'000'000ull;
+    r.next_ns = now + (m ? kSecond : r.backoff_ns);
+    r.backoff_ns = m ? kSecond : std::min(2 * r.backoff_ns, 32 * kSecond);
   }
   return m;
 }

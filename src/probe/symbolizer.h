@@ -68,7 +68,13 @@ class Symbolizer {
   std::unordered_map<AddrKey, std::string_view, AddrHash> cache_;
   std::unordered_map<AddrKey, Frame, AddrHash> frames_;
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
-  std::unordered_map<uint32_t, uint64_t> reread_ns_;  // when a miss last read a process's maps
+  // When a miss may next read a process's maps again (rate-limited misses), and how long after
+  // that: doubled, up to a minute, while rereads find no mapping for the address either.
+  struct Reread {
+    uint64_t next_ns = 0;
+    uint64_t backoff_ns = 1'000'000'000;
+  };
+  std::unordered_map<uint32_t, Reread> reread_;
   // by "dev:inode"; a null entry records a file that could not be read
   std::unordered_map<std::string, ElfFile> elves_;
   std::vector<std::string> debug_dirs_;

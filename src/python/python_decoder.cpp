@@ -130,6 +130,7 @@ void PythonDecoder::decode_code(const eacgm_py_code_event& e) {
         (python_name_print(std::string_view(e.name, std::min<size_t>(e.name_bytes, sizeof(e.name))))
          << 16);
   codes_[e.key] = std::move(info);  // a key named again is another function now
+  raw_stack_ids_.clear();             // (rare after a process's first seconds)
   ++stats_.code_objects;
   if (set_verdict_) set_verdict_(e.key, verdict);
 }
@@ -189,13 +190,29 @@ void PythonDecoder::decode_call(const eacgm_py_call_event& e) {
 }
 
 void PythonDecoder::decode_stack(const eacgm_py_stack_event& e) {
+  uint32_t n = e.depth;  // checked against the record's size
+  std::string raw(reinterpret_cast<const char*>(&e.pid), sizeof e.pid);
+  raw.append(reinterpret_cast<const char*>(e.frames), n * sizeof(eacgm_py_frame));
+  auto known = raw_stack_ids_.find(raw);
+  int64_t id = known != raw_stack_ids_.end() ? known->second : decode_frames(e);
+  if (known == raw_stack_ids_.end()) {
+    if (raw_stack_ids_.size() >= kMaxRawStacks) raw_stack_ids_.clear();
+    raw_stack_ids_.emplace(std::move(raw), id);
+  }
+  auto& waiting = pending_[e.tid];
+  // the oldest is a record lost (a full ring) or a call that never returned
+  if (waiting.size() == kPendingPerThread) waiting.erase(waiting.begin());
+  waiting.push_back({e.call_ts, id});
+}
+
+int64_t PythonDecoder::decode_frames(const eacgm_py_stack_event& e) {
   std::string text;  // the frames as they will be stored: the deduplication key
   struct Frame {
     std::string_view name, file;
     int64_t line;
   };
   Frame frames[EACGM_PY_MAX_STACK];
-  uint32_t n = e.depth;  // checked against the record's size
+  uint32_t n = e.depth;
   for (uint32_t i = 0; i < n; ++i) {
     const eacgm_py_frame& f = e.frames[i];
     const CodeInfo* info = find({f.code, f.name_obj, e.pid, f.firstlineno});
@@ -217,10 +234,7 @@ void PythonDecoder::decode_stack(const eacgm_py_stack_event& e) {
     for (uint32_t i = 0; i < n; ++i)
       out_.add(PythonStackFrameRow{it->second, i, frames[i].name, frames[i].file, frames[i].line});
   }
-  auto& waiting = pending_[e.tid];
-  // the oldest is a record lost (a full ring) or a call that never returned
-  if (waiting.size() == kPendingPerThread) waiting.erase(waiting.begin());
-  waiting.push_back({e.call_ts, it->second});
+  return it->second;
 }
 
 int64_t PythonDecoder::take_stack(uint32_t pid, uint32_t tid, uint64_t ts_ns) {
@@ -268,6 +282,11 @@ int64_t PythonDecoder::stack_of_call(uint32_t pid, uint32_t tid, uint64_t ts_ns,
 
 void PythonDecoder::forget(uint32_t pid) {
   std::erase_if(codes_, [pid](const auto& kv) { return kv.first.pid == pid; });
+  std::erase_if(raw_stack_ids_, [pid](const auto& kv) {
+    uint32_t of = 0;
+    memcpy(&of, kv.first.data(), sizeof of);
+    return of == pid;
+  });
   std::erase_if(last_call_,
                 [pid](const auto& kv) { return kv.second.empty() || kv.second[0].pid == pid; });
   std::erase_if(open_pending_,

@@ -97,6 +97,7 @@ class PythonDecoder {
   uint32_t recorded_depth(const eacgm_py_call_event& e);
   void decode_call(const eacgm_py_call_event& e);
   void decode_stack(const eacgm_py_stack_event& e);
+  int64_t decode_frames(const eacgm_py_stack_event& e);  // the frames' python_stacks id
   const CodeInfo* find(const eacgm_py_code_key& key) const;
 
   Sink& out_;
@@ -105,6 +106,14 @@ class PythonDecoder {
   Interner strings_;
   std::unordered_map<eacgm_py_code_key, CodeInfo, KeyHash, KeyEq> codes_;
   std::unordered_map<std::string, int64_t> stack_ids_;  // frames, as text, to their id
+  // A stack record's raw frames (its pid, then each frame's code, name, first line and
+  // instruction, as sent) to the id they decoded to. A training's stacks repeat every step, and
+  // decoding one (each frame's line from its code's line table, the text key) was the largest
+  // item of the recorder's own CPU (session 50: cpython_line_of alone 9% of it). Cleared when
+  // a code object is named (a key may name another function now, or a frame decoded as
+  // "<code object>" get its name), and of a process's stacks at its exit.
+  std::unordered_map<std::string, int64_t> raw_stack_ids_;
+  static constexpr size_t kMaxRawStacks = 1 << 16;
   // by tid: stacks waiting for their records, the newest last. An outermost call's stack waits
   // from its entry to its exit, while samples and calls inside it come and go: a few per thread.
   static constexpr size_t kPendingPerThread = 8;

@@ -445,6 +445,56 @@ TEST(PythonDecoder, CallsInsideAnotherShareItsStackWhileSamplesComeAndGo) {
   EXPECT_GT(decoder.take_stack(7, 8, 1019), 0);
 }
 
+// A stack record whose raw frames came before is not decoded again (a training's stacks repeat
+// every step), yet what its frames say may have changed since: a code object named after its
+// frame was decoded as "<code object 0x...>", a key named again for another function, a
+// process gone whose addresses a new one reuses.
+TEST(PythonDecoder, RepeatedStacksKeepTheirIdUntilTheirCodeIsNamedAgain) {
+  struct Rows final : Sink {
+    std::map<int64_t, std::string> names;
+    void add(const PythonStackFrameRow& r) override { names[r.id] = std::string(r.name); }
+  } rows;
+  PythonDecoder decoder(rows, PythonFilter("*"), [](const eacgm_py_code_key&, uint32_t) {});
+  auto name = [&](const char* what) {
+    eacgm_py_code_event code{};
+    code.kind = EACGM_REC_PY_CODE;
+    code.version = 311;
+    code.key = {0x1000, 0x2000, 7, 1};
+    code.name_bytes = uint32_t(strlen(what));
+    std::memcpy(code.name, what, code.name_bytes);
+    code.file_bytes = 5;
+    std::memcpy(code.file, "/a.py", 5);
+    ASSERT_TRUE(decoder.on_record(code.kind, &code, sizeof code));
+  };
+  uint64_t ts = 100;
+  auto stack = [&](uint32_t pid) {
+    eacgm_py_stack_event s{};
+    s.kind = EACGM_REC_PY_STACK;
+    s.pid = pid, s.tid = pid, s.depth = 1, s.call_ts = ++ts;
+    s.frames[0] = {0x1000, 0x2000, 1, 0};
+    EXPECT_TRUE(decoder.on_record(s.kind, &s, sizeof s));
+    return decoder.take_stack(pid, pid, ts);
+  };
+  int64_t unnamed = stack(7);
+  ASSERT_GT(unnamed, 0);
+  EXPECT_EQ(stack(7), unnamed);
+  EXPECT_EQ(rows.names[unnamed].rfind("<code object", 0), 0u) << rows.names[unnamed];
+  name("step");
+  int64_t step = stack(7);
+  EXPECT_NE(step, unnamed);
+  EXPECT_EQ(rows.names[step], "a.step");
+  EXPECT_EQ(stack(7), step);
+  name("other");  // the same key, another function now
+  int64_t other = stack(7);
+  EXPECT_EQ(rows.names[other], "a.other");
+  EXPECT_EQ(decoder.stats().stacks, 3u);
+  // the same frames in another process are its own (its code objects are not named here)
+  int64_t elsewhere = stack(9);
+  EXPECT_NE(elsewhere, other);
+  decoder.forget(7);  // the process exits: its code objects and stacks go
+  EXPECT_EQ(stack(7), unnamed);  // decoded again: no name now, the text of the first
+}
+
 // python_calls' depth counts the thread's recorded calls around a call. A call whose code's
 // verdict was still pending when it entered (the first calls of each function, while the CODE
 // record waits for userspace: longer on a busy machine) is counted in the BPF side's depth of
