@@ -1102,6 +1102,35 @@ FeatureTable cuda_batch(const std::string& op, uint64_t& t, int& calls, UsOf us_
   return b;
 }
 
+// The agent's materiality: a burst goes out only where its calls lost min_burst_share of the
+// span they came in. Every 50th call 0.9 ms slow for 5 s (3.6 ms a second: 0.36%) is a burst
+// to the count alone and reported without the share; with 1% it is not, and the same count of
+// calls 10 ms slow (40 ms a second) is.
+TEST(OnlineDetector, ABurstThatCostsTheJobLittleTimeIsNoAlert) {
+  auto run = [](double share, double slow_us) {
+    OnlineOptions o = burst_options(60'000'000'000);
+    o.min_burst_share = share;
+    OnlineDetector d(o);
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> noise(0.0, 0.08);
+    uint64_t t = 0;
+    int calls = 0;
+    auto healthy = [](int i) { return i % 400 == 200 ? 1000.0 : 100.0; };  // 10x, every 2 s
+    for (int s = 0; s < 66; ++s) d.observe(cuda_batch("cudaMemcpy", t, calls, healthy, rng, noise));
+    EXPECT_NE(d.model("cuda", "cudaMemcpy"), nullptr);
+    size_t reported = 0;
+    for (int s = 0; s < 5; ++s)
+      reported += d.observe(cuda_batch("cudaMemcpy", t, calls,
+                                       [&](int i) { return i % 50 == 25 ? slow_us : 100.0; },
+                                       rng, noise))
+                      .size();
+    return reported;
+  };
+  EXPECT_GE(run(0, 1000), 15u) << "of the 20 slow calls, without the share";
+  EXPECT_EQ(run(0.01, 1000), 0u) << "0.9 ms lost 4 times a second";
+  EXPECT_GE(run(0.01, 10'000), 15u) << "of the 20 calls 10 ms slow";
+}
+
 // A collective whose healthy history has a slow call every 2 s (its duration, net of waits,
 // 10x the usual), then a rank late in every 50th instance for 5 s: the burst of late-rank waits
 // is reported, and the slow calls in the same seconds, no more frequent than usual, are not
