@@ -28,7 +28,11 @@ $PY -c "import torch" 2>/dev/null || { echo "own_cpu: python3-torch is not insta
 export OPENBLAS_NUM_THREADS=1
 out=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$out"; }
+cleanup() {  # nothing launched is left running
+  for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$out"
+}
 trap cleanup EXIT
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
@@ -39,7 +43,7 @@ one() {  # BINARY LABEL record|agent
     "$1" agent --state-dir "$d/state" --listen 127.0.0.1:$PORT 2>"$d/agent.log" &
     tracer=$!; pids=("$tracer"); sleep 4
     $PY bench/train_steps.py "$STEPS" none gpt >"$d/train.log" 2>&1 &
-    job=$!
+    job=$!; pids+=("$job")
   else
     "$1" record -q -f -o "$d/r.db" -- $PY bench/train_steps.py "$STEPS" none gpt >"$d/train.log" 2>&1 &
     tracer=$!; job=$tracer; pids=("$tracer")

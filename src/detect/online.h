@@ -64,7 +64,7 @@ struct OnlineOptions {
   // Anomalies closer than this to the last one counted are one event (a hiccup of the machine
   // slows both ranks' collective, or a few calls in a row): bursts count events.
   uint64_t burst_merge_ns = 50'000'000;
-  // A burst of slow calls (or late joins) goes out only if its calls' time beyond their usual
+  // A burst of slow calls (not late joins) goes out only if its calls' time beyond their usual
   // sums to at least this share of the span they came in (at least a second): a healthy job's
   // 15 calls of a softmax 2 ms slower than usual in 10 s cost it 0.3%, and no one wants that
   // alert (session 50: 136 such anomalies in 11 s of a healthy training). 0: any burst.
