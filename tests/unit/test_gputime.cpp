@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -565,6 +566,64 @@ TEST(GpuTimeExport, KernelsOnStreamTracksWithArrowsFromTheirLaunchCalls) {
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["tid"] == gpu_tid && e["name"] == "axpy") ++kernels;
   EXPECT_EQ(kernels, 2);
+  fs::remove_all(dir);
+}
+
+// A library with its own copy of the CUDA runtime (cuBLASLt links it statically) launches
+// through it: CUPTI records a runtime launch (cudaLaunchKernelExC) that eacgm's uprobes on
+// libcudart never see, and eacgm's row is the driver launch inside it (cuLaunchKernelEx), which
+// begins a little after CUPTI's record (0.7-22 us on an H200). That driver row starts the
+// arrow; a driver launch inside a runtime launch row is that row's and starts none; a record
+// more than 50 us before a driver row is not its.
+TEST(GpuTimeExport, ADriverLaunchWithoutARuntimeCallAroundItStartsTheArrow) {
+  fs::path dir = fresh_dir("driver");
+  std::string path = (dir / "run.eacgm.db").string();
+  {
+    RecordingWriter w(path, false);
+    w.set_meta("monotonic_to_realtime_ns", "1000000000000");
+    auto call = [&](uint64_t ts, uint64_t dur, const char* name) {
+      CudaCallRow c;
+      c.ts_ns = ts, c.dur_ns = dur, c.pid = 9, c.tid = 10, c.name = name, c.is_launch = true;
+      c.kernel = "gemm";
+      w.add(c);
+    };
+    auto record = [&](uint64_t ts, uint32_t correlation, uint64_t kernel_at) {
+      GpuActivityRow l;
+      l.ts_ns = ts, l.dur_ns = 5'000, l.pid = 9, l.tid = 10, l.kind = "launch";
+      l.correlation = correlation, l.name = "cudaLaunchKernelExC";
+      w.add(l);
+      GpuActivityRow k;
+      k.ts_ns = kernel_at, k.dur_ns = 1'000, k.pid = 9, k.kind = "kernel", k.name = "gemm";
+      k.correlation = correlation, k.device = 0, k.stream = 7;
+      w.add(k);
+    };
+    record(100'000, 1, 200'000);  // cuBLASLt's: its driver call 1.5 us later
+    call(101'500, 3'000, "cuLaunchKernelEx");
+    record(300'000, 2, 400'000);  // a runtime launch eacgm saw, and the driver call inside it
+    call(299'000, 4'000, "cudaLaunchKernel");
+    call(300'500, 2'000, "cuLaunchKernel");
+    record(500'000, 3, 600'000);  // a driver call 80 us after a record: not its launch
+    call(580'000, 3'000, "cuLaunchKernelEx");
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  auto trace = chrome_trace(path, dir);
+  std::map<uint64_t, std::string> started;  // flow id -> the slice that starts it
+  std::map<std::string, int> slices_with_arrows;
+  std::set<uint64_t> finished;
+  // an arrow's start is bound to the slice it lies in on the launching thread (ph "s" at the
+  // slice's start)
+  std::map<double, std::string> on_thread;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == 10) on_thread[e["ts"].get<double>()] = e["name"];
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "s") ++slices_with_arrows[on_thread[e["ts"].get<double>()]];
+    if (e["ph"] == "f") finished.insert(e["id"].get<uint64_t>());
+  }
+  EXPECT_EQ(slices_with_arrows, (std::map<std::string, int>{{"cuLaunchKernelEx", 1},
+                                                            {"cudaLaunchKernel", 1}}))
+      << trace.dump();
+  EXPECT_EQ(finished.size(), 2u);
   fs::remove_all(dir);
 }
 
