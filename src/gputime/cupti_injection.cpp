@@ -77,16 +77,63 @@ bool load_cupti() {
   return true;
 }
 
-constexpr size_t kBufferBytes = 4 << 20;
+// Buffers for CUPTI's records. CUPTI hands each process one set of buffer callbacks: a second
+// client in the job (torch.profiler's Kineto, Nsight Systems) that registers its own after ours
+// is handed every buffer CUPTI completes from then on, ours too, and throws away the ones it
+// did not allocate. The records in our buffers then (per thread: CUPTI keeps a buffer for each
+// thread) are lost to both, so that the job's own profiler misses its first records. On an H200
+// (bench/gpu_profiler_beside.sh, bench/README.md) torch.profiler saw 12% of a 150-step
+// training's kernels beside 4 MB buffers, 93% beside 256 KB ones and 99.6% beside 32 KB ones,
+// which cost the training no more: EACGM_GPUTIME_BUFFER_KB, 32 by default. eacgm's GPU time
+// in that process stops there (CUPTI delivers to the other client): said at exit.
+// The reverse (a client that registered before ours, whose buffers are in flight when we
+// register, as a duty-cycled attach can) hands us buffers that are not ours: they are left to
+// their owner, not read or freed, and said at exit.
+size_t buffer_bytes = 32 << 10;  // set once, in InitializeInjection
+constexpr int kOwnedSlots = 4096;
+uint8_t* owned[kOwnedSlots];  // our buffers in CUPTI's hands (__atomic_*)
+uint64_t buffers_given = 0, buffers_back = 0, buffers_foreign = 0, buffers_short = 0;  // __atomic_*
+
+bool own(uint8_t* b) {
+  for (int i = 0; i < kOwnedSlots; ++i) {
+    uint8_t* none = nullptr;
+    if (__atomic_compare_exchange_n(&owned[i], &none, b, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+      return true;
+  }
+  return false;
+}
+
+bool disown(uint8_t* b) {
+  for (int i = 0; i < kOwnedSlots; ++i) {
+    uint8_t* mine = b;
+    if (__atomic_compare_exchange_n(&owned[i], &mine, nullptr, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST))
+      return true;
+  }
+  return false;
+}
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *buffer = static_cast<uint8_t*>(aligned_alloc(8, kBufferBytes));
-  *size = *buffer ? kBufferBytes : 0;
   *max_records = 0;
+  *size = 0;
+  *buffer = static_cast<uint8_t*>(aligned_alloc(8, buffer_bytes));
+  if (*buffer && !own(*buffer)) {  // 4,096 buffers out: CUPTI drops records (counted) instead
+    free(*buffer);
+    *buffer = nullptr;
+    __atomic_add_fetch(&buffers_short, 1, __ATOMIC_SEQ_CST);
+  }
+  if (!*buffer) return;
+  *size = buffer_bytes;
+  __atomic_add_fetch(&buffers_given, 1, __ATOMIC_SEQ_CST);
 }
 
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
                                size_t valid) {
+  if (!disown(buffer)) {  // another client's, in flight when we registered: its owner's
+    __atomic_add_fetch(&buffers_foreign, 1, __ATOMIC_SEQ_CST);
+    return;
+  }
+  __atomic_add_fetch(&buffers_back, 1, __ATOMIC_SEQ_CST);
   CUpti_Activity* record = nullptr;
   while (cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS) batcher.add(record);
   size_t dropped = 0;
@@ -94,6 +141,52 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     batcher.dropped(dropped);
   batcher.flush();
   free(buffer);
+}
+
+// At exit, after the last flush: buffers of ours that never came back went to another client.
+void note_buffers() {
+  uint64_t given = __atomic_load_n(&buffers_given, __ATOMIC_SEQ_CST);
+  uint64_t back = __atomic_load_n(&buffers_back, __ATOMIC_SEQ_CST);
+  uint64_t foreign = __atomic_load_n(&buffers_foreign, __ATOMIC_SEQ_CST);
+  uint64_t short_ = __atomic_load_n(&buffers_short, __ATOMIC_SEQ_CST);
+  char text[400];
+  if (given > back) {
+    snprintf(text, sizeof(text),
+             "%llu of %llu CUPTI record buffers never came back: another CUPTI client in this "
+             "process (torch.profiler, Nsight Systems) took over CUPTI's records, and GPU time "
+             "stopped then",
+             (unsigned long long)(given - back), (unsigned long long)given);
+    batcher.note(text);
+  }
+  if (foreign) {
+    snprintf(text, sizeof(text),
+             "%llu buffers of another CUPTI client in this process came to eacgm: left to it, "
+             "unread", (unsigned long long)foreign);
+    batcher.note(text);
+  }
+  if (short_) {
+    snprintf(text, sizeof(text), "%llu CUPTI buffers refused (4,096 already out): records dropped",
+             (unsigned long long)short_);
+    batcher.note(text);
+  }
+}
+
+// EACGM_GPUTIME_BUFFER_KB into buffer_bytes (16 KB to 64 MB), said when it is not a size.
+void set_buffer_bytes() {
+  const char* set = getenv("EACGM_GPUTIME_BUFFER_KB");
+  if (!set || !*set) return;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long kb = strtoull(set, &end, 10);
+  if (errno || *end || kb < 16 || kb > 65536) {
+    char text[200];
+    snprintf(text, sizeof(text),
+             "EACGM_GPUTIME_BUFFER_KB=%.32s is not a size in KB from 16 to 65536: %zu used", set,
+             buffer_bytes >> 10);
+    batcher.note(text);
+    return;
+  }
+  buffer_bytes = size_t(kb) << 10;
 }
 
 // The records the library asks for: executions, and the runtime's kernel launches (their ids in
@@ -360,6 +453,7 @@ void at_exit() {
   pthread_mutex_unlock(&duty_mu);
   if (!detached && cupti.flush_all) cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   hand_over_slice();
+  note_buffers();
   if (detaches) {
     char text[96];
     snprintf(text, sizeof(text), "CUPTI detached and attached again %llu times",
@@ -375,6 +469,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   static bool once = false;
   if (once) return 1;
   once = true;
+  set_buffer_bytes();
   if (!load_cupti() || !attach(true)) {
     batcher.flush();
     return 0;

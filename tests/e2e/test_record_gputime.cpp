@@ -164,6 +164,51 @@ TEST_F(GpuTime, ADutyCycledLibraryCollectsSlicesAndSaysWhichOnes) {
   EXPECT_NE(bad.err.find("'5ms/1s' is not 'full' or ON/PERIOD"), std::string::npos) << bad.err;
 }
 
+// A second client of CUPTI in the job (torch.profiler's Kineto registers its own buffer
+// callbacks): every buffer CUPTI completes from then on goes to it, the library's too, and it
+// throws away those it did not allocate, so that the records in the library's buffer then are
+// lost to both. The library's small buffers (32 KB) bound what the job's own profiler loses to
+// one buffer; every kernel lies in exactly one place (eacgm's rows, the second client's buffers,
+// or thrown away), and the library says that GPU time stopped. With 4 MB buffers the second
+// client would lose everything of this run.
+TEST_F(GpuTime, ASecondCuptiClientLosesAtMostOneSmallBufferAndEacgmSaysItStopped) {
+  const std::string fake = "EACGM_CUPTI_LIB=" + kWorkloads + "/fakecupti/libcupti.so";
+  for (const char* kb : {"", "4096"}) {
+    SCOPED_TRACE(std::string("EACGM_GPUTIME_BUFFER_KB=") + kb);
+    auto r = run({kEacgm, "record", "-q", "-o", db_, "--force", "--",
+                  kWorkloads + "/gputime_duty_host", "0.8"},
+                 {fake, "FAKE_SECOND_CLIENT_AT=0.4", std::string("EACGM_GPUTIME_BUFFER_KB=") + kb});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto truth = nlohmann::json::parse(r.out);
+    int64_t recorded = truth["recorded"], seen = truth["second_seen"],
+            thrown = truth["second_thrown"];
+    Db db(db_);
+    int64_t ours = db.scalar("SELECT count(*) FROM gpu_activity WHERE kind = 'kernel'");
+    EXPECT_EQ(ours + seen + thrown, recorded) << r.out;
+    std::string notes = db.text("SELECT value FROM meta WHERE key = 'gputime_notes'");
+    EXPECT_NE(notes.find("CUPTI record buffers never came back: another CUPTI client in this "
+                         "process (torch.profiler, Nsight Systems) took over CUPTI's records"),
+              std::string::npos)
+        << notes;
+    if (*kb) {  // one 4 MB buffer holds the whole run: all of it thrown away
+      EXPECT_EQ(thrown, recorded) << r.out;
+      EXPECT_EQ(ours, 0);
+    } else {  // a 32 KB buffer holds ~80 of the fake's kernels (with their launch records)
+      EXPECT_GT(seen, recorded / 4) << r.out;
+      EXPECT_GT(ours, recorded / 4) << r.out;
+      EXPECT_LE(thrown, 100) << r.out;
+    }
+  }
+  // a size that is not one is said, and the default used
+  auto bad = run({kEacgm, "record", "-q", "-o", db_, "--force", "--",
+                  kWorkloads + "/gputime_duty_host", "0.1"},
+                 {fake, "EACGM_GPUTIME_BUFFER_KB=8"});
+  ASSERT_EQ(bad.exit_code, 0) << bad.err;
+  EXPECT_NE(Db(db_).text("SELECT value FROM meta WHERE key = 'gputime_notes'")
+                .find("EACGM_GPUTIME_BUFFER_KB=8 is not a size in KB from 16 to 65536: 32 used"),
+            std::string::npos);
+}
+
 TEST_F(GpuTime, RecordGivesItsCommandTheInjectionLibraryAndLeavesAnotherTools) {
   // the command sees a private copy of the library, removed (with its folder) at the end; CUDA
   // loads it as its injection library, NCCL as its profiler plugin

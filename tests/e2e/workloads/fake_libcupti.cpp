@@ -7,11 +7,12 @@
 // it is attached from any call of its API until cuptiFinalize, which forgets everything (records
 // still in its buffer are lost, and counted). The injection library loads it through
 // EACGM_CUPTI_LIB; the test program (gputime_duty_host.cpp) calls fake_cupti_kernel and reads
-// fake_cupti_counts.
+// fake_cupti_counts, and can play a second client of CUPTI (fake_cupti_second_client).
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <pthread.h>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -60,9 +61,52 @@ uint8_t* slot_locked() {
   return at;
 }
 
+// A second client of CUPTI in the process (torch.profiler's Kineto, as it does): registers buffer
+// callbacks of its own, which replace the first client's, and throws away any buffer it did not
+// allocate that comes back to it. What it saw and what it threw away are counted.
+uint8_t* second_buffers[64];
+int second_count = 0;
+long second_seen = 0, second_thrown = 0;
+
+void CUPTIAPI second_request(uint8_t** b, size_t* sz, size_t* max_records) {
+  *max_records = 0;
+  *b = second_count < 64 ? static_cast<uint8_t*>(malloc(16 << 10)) : nullptr;
+  *sz = *b ? 16 << 10 : 0;
+  if (*b) second_buffers[second_count++] = *b;
+}
+
+long kernels_in(const uint8_t* b, size_t valid) {
+  long n = 0;
+  for (size_t at = 0; at + kStride <= valid; at += kStride)
+    n += reinterpret_cast<const CUpti_Activity*>(b + at)->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  return n;
+}
+
+void CUPTIAPI second_complete(CUcontext, uint32_t, uint8_t* b, size_t, size_t valid) {
+  for (int i = 0; i < second_count; ++i)
+    if (second_buffers[i] == b) {
+      second_seen += kernels_in(b, valid);
+      return;
+    }
+  second_thrown += kernels_in(b, valid);
+}
+
 }  // namespace
 
 extern "C" {
+
+__attribute__((visibility("default"))) void fake_cupti_second_client() {
+  pthread_mutex_lock(&mu);
+  request_buffer = second_request, complete_buffer = second_complete;
+  pthread_mutex_unlock(&mu);
+}
+
+// The second client's kernels: those it saw in its own buffers, and those it threw away.
+__attribute__((visibility("default"))) void fake_cupti_second_counts(long* seen, long* thrown) {
+  pthread_mutex_lock(&mu);
+  *seen = second_seen, *thrown = second_thrown;
+  pthread_mutex_unlock(&mu);
+}
 
 // What CUPTI saw: launches while it was attached, its detaches, records lost to them.
 __attribute__((visibility("default"))) void fake_cupti_counts(long* attached_calls,

@@ -4,6 +4,8 @@
 // then launches a 100 us "kernel" every millisecond for SECONDS and prints how many CUPTI
 // recorded, how many it saw while attached and how often it was detached (the test's truth),
 // as JSON; the last two after exit handlers ran (the library's flush at exit).
+// With FAKE_SECOND_CLIENT_AT=S, a second client of CUPTI (as torch.profiler is) registers its
+// buffer callbacks S seconds in, and the kernels it saw and threw away are printed too.
 //   usage: gputime_duty_host SECONDS
 #include <dlfcn.h>
 #include <time.h>
@@ -14,6 +16,8 @@
 
 using Counts = void (*)(long*, long*, long*);
 Counts counts = nullptr;
+using SecondCounts = void (*)(long*, long*);
+SecondCounts second_counts = nullptr;
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 0;
@@ -40,12 +44,18 @@ int main(int argc, char** argv) {
     fprintf(stderr, "gputime_duty_host: InitializeInjection failed\n");
     return 1;
   }
+  const char* second_at = getenv("FAKE_SECOND_CLIENT_AT");
+  double second = second_at ? atof(second_at) : -1;
+  auto* second_client = reinterpret_cast<void (*)()>(dlsym(fake, "fake_cupti_second_client"));
+  second_counts = reinterpret_cast<SecondCounts>(dlsym(fake, "fake_cupti_second_counts"));
   timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   long launched = 0, recorded = 0;
   for (;;) {
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (double(now.tv_sec - t0.tv_sec) + double(now.tv_nsec - t0.tv_nsec) / 1e9 >= seconds) break;
+    double t = double(now.tv_sec - t0.tv_sec) + double(now.tv_nsec - t0.tv_nsec) / 1e9;
+    if (t >= seconds) break;
+    if (second >= 0 && t >= second && second_client) second_client(), second = -1;
     ++launched;
     recorded += kernel(100'000, "_Z10duty_probev");
     timespec ms{0, 1'000'000};
@@ -62,5 +72,9 @@ __attribute__((destructor)) static void print_counts() {
   if (!counts) return;
   long attached = 0, detached = 0, lost = 0;
   counts(&attached, &detached, &lost);
-  printf("\"attached\": %ld, \"detached\": %ld, \"lost\": %ld}\n", attached, detached, lost);
+  long seen = 0, thrown = 0;
+  if (second_counts) second_counts(&seen, &thrown);
+  printf("\"attached\": %ld, \"detached\": %ld, \"lost\": %ld, \"second_seen\": %ld, "
+         "\"second_thrown\": %ld}\n",
+         attached, detached, lost, seen, thrown);
 }
