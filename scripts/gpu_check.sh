@@ -6,8 +6,10 @@
 #   2. a CUDA C program built here with nvcc (known kernels, copies and bytes), recorded with
 #      plain `eacgm record`: counts, kernel names and bytes against the program's own
 #   3. a small GPT training on the GPU recorded with defaults, under torch.profiler: layers,
-#      operators, Python stacks, kernel names and counts against the profiler's; NVML readings
-#      against nvidia-smi --query-gpu taken at the same time
+#      operators, Python stacks, kernel names and counts against the profiler's account of the
+#      same steps without eacgm (a run of its own: two CUPTI clients in one process may lose
+#      each other's records, which is itself checked); NVML readings against nvidia-smi
+#      --query-gpu taken at the same time
 #   4. NCCL through torch.distributed (world size 1): communicator, rank, bytes
 #   5. eacgm agent for 30 s beside the training (given the injection library by gputime-library):
 #      /metrics' DCGM_FI_DEV_*, call counters and GPU kernel seconds
@@ -15,7 +17,7 @@
 #      layer, and with it duty-cycled as jobs eacgm does not launch get it), under torch.profiler
 #   7. GPU-side time of the training (issue 36): the gputime layer's kernels under plain `eacgm
 #      record`, per name and per step, against torch.profiler's account of the same steps
-#      (step 3's), each linked to its launch, its cuda_calls row and Python stack
+#      without eacgm (step 3's), each linked to its launch, its cuda_calls row and Python stack
 #      (the CUDA program's kernels against its cudaEvents are step 2's)
 # Where the kernel refuses BPF, it says so and goes on with what needs none.
 #
@@ -206,15 +208,28 @@ else
 fi
 fi  # step 2
 
+# torch.profiler's account of the training's steps with nothing of eacgm's in the process
+# (steps 3 and 7): the reference that eacgm's recordings of the same steps are held to
+steps=$([ "$device" = cuda ] && echo 300 || echo 20)
+profile_alone() {
+  [ -f "$work/profile_alone.json" ] && return 0
+  bounded 120 "$py" "$root/scripts/gpu_check/train.py" --device "$device" --steps "$steps" \
+    --profile "$work/profile_alone.json" --result "$work/train_alone.json" >"$work/alone.txt" 2>&1
+  [ -f "$work/profile_alone.json" ] && cp "$work/profile_alone.json" "$out/" && return 0
+  say "  FAIL  torch.profiler without eacgm wrote no profile:"; tail -20 "$work/alone.txt" | tee -a "$report"
+  failed=1
+  return 1
+}
+
 if want 3; then
 section "3. a small GPT training ($device), plain eacgm record, under torch.profiler; NVML beside nvidia-smi"
+profile_alone
 smi_pid=""
 if command -v nvidia-smi >/dev/null && [ "$device" = cuda ]; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,clocks.sm \
     --format=csv,nounits -lms 200 >"$work/smi.csv" 2>/dev/null &
   smi_pid=$!; children+=("$smi_pid")
 fi
-steps=$([ "$device" = cuda ] && echo 300 || echo 20)
 rec="$work/train.eacgm.db"
 traced "$rec"
 bounded 150 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
@@ -222,14 +237,14 @@ bounded 150 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
   >"$work/record_train.txt" 2>&1
 say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_train.txt" | tail -3 | tr '\n' ' ')"
 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null
-if [ -f "$work/profile.json" ]; then
+if [ -f "$work/profile.json" ] && [ -f "$work/profile_alone.json" ]; then
   cp "$work/profile.json" "$work/train.json" "$out/" 2>/dev/null
-  judge_recording train "$rec" "$work/profile.json" "$work/train.json"
+  judge_recording train "$rec" "$work/profile.json" "$work/train.json" "$work/profile_alone.json"
   judge_recording nvml "$rec" "$([ -n "$smi_pid" ] && echo "$work/smi.csv" || echo -)"
   [ -n "$smi_pid" ] && cp "$work/smi.csv" "$out/"
-else
+elif [ ! -f "$work/profile.json" ]; then
   say "  FAIL  the training wrote no profile:"; tail -20 "$work/record_train.txt" | tee -a "$report"; failed=1
-fi
+fi  # (no profile without eacgm: said above)
 keep "$rec"
 fi  # step 3
 
@@ -299,18 +314,18 @@ judge cost "$work/cost_untraced.json" "$work/cost_recorded.json" "$work/cost_pro
 fi  # step 6
 
 if want 7; then
-section "7. GPU time of the training: plain eacgm record against torch.profiler's kernels (step 3's)"
-if [ ! -f "$work/profile.json" ]; then
-  say "  n/a   GPU time of the training: no torch.profiler account (step 3 did not run or failed)"
+section "7. GPU time of the training: plain eacgm record against torch.profiler's kernels without eacgm"
+if ! profile_alone; then
+  say "  n/a   GPU time of the training: no torch.profiler account to hold it to"
 else
-  psteps=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$work/profile.json")
+  psteps=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$work/profile_alone.json")
   rec="$work/gputrain.eacgm.db"
   traced "$rec"
   bounded 120 "${TRACE[@]}" "$py" "$root/scripts/gpu_check/train.py" \
     --device "$device" --steps "$psteps" --result "$work/gputrain.json" >"$work/record_gputrain.txt" 2>&1
   say "eacgm record: exit $?; $(grep -E '^layers|eacgm:' "$work/record_gputrain.txt" | tail -3 | tr '\n' ' ')"
   if [ -f "$work/gputrain.json" ]; then
-    judge_recording gputrain "$rec" "$work/gputrain.json" "$work/profile.json"
+    judge_recording gputrain "$rec" "$work/gputrain.json" "$work/profile_alone.json"
   else
     say "  FAIL  the training wrote no result:"; tail -20 "$work/record_gputrain.txt" | tee -a "$report"; failed=1
   fi

@@ -53,12 +53,19 @@ class Recording:
                        "correlation, name, bytes) VALUES (?,?,1,?,?,0,?,?,?)",
                        (ts, dur, tid, kind, corr, name, bytes))
 
-    def launch(self, ts, corr, kernel, dur, gpu_ts=None, stack=1, driver_too=False):
-        """a cudaLaunchKernel as eacgm's uprobe and CUPTI both see it, and its execution"""
-        self.call("cudaLaunchKernel", ts, kernel=kernel, py_stack=stack)
-        if driver_too:
+    def launch(self, ts, corr, kernel, dur, gpu_ts=None, stack=1, driver_too=False,
+               static_runtime=False):
+        """a cudaLaunchKernel as eacgm's uprobe and CUPTI both see it, and its execution; with
+        static_runtime, a launch of cuBLASLt's own copy of the runtime: CUPTI's runtime record,
+        and only the driver launch inside it among eacgm's rows"""
+        if static_runtime:
+            self.call("cuLaunchKernelEx", ts + 1800, kernel=kernel, py_stack=stack)
+        else:
+            self.call("cudaLaunchKernel", ts, kernel=kernel, py_stack=stack)
+        if driver_too and not static_runtime:
             self.call("cuLaunchKernel", ts + 300, kernel=kernel)
-        self.gpu("launch", ts + 800, 1500, corr, "cudaLaunchKernel", tid=7)
+        self.gpu("launch", ts + 800, 1500, corr,
+                 "cudaLaunchKernelExC" if static_runtime else "cudaLaunchKernel", tid=7)
         self.gpu("kernel", gpu_ts or ts + 10_000, dur, corr, kernel)
 
     def close(self):
@@ -81,6 +88,7 @@ def main(eacgm):
                        timeout=120)
         cuda_program(tmp, empty)
         training(tmp, empty)
+        nccl(tmp, empty)
         cost(tmp)
     finally:
         shutil.rmtree(tmp)
@@ -133,7 +141,7 @@ def training(tmp, empty):
         ts, corr = 2_000_000, 1
         for _ in range(steps):
             for kernel in [ew, ew, sgemm]:
-                r.launch(ts, corr, kernel, 4000, driver_too=True,
+                r.launch(ts, corr, kernel, 4000, driver_too=True, static_runtime=kernel == sgemm,
                          gpu_ts=None if in_window else 2 * 10**9 + ts)
                 ts, corr = ts + 40_000, corr + 1
             r.call("cudaMemcpyAsync", ts, memcpy_kind="HostToDevice", bytes=64)
@@ -152,16 +160,71 @@ def training(tmp, empty):
     expect("gputrain: the same kernels per step", judge("gputrain", make("t.db", 5), result, profile),
            0, must=["ok    kernel names (gputime)", "ok    kernel counts per step (gputime)",
                     "ok    copies and memsets per step", "15 of 15 (same thread",
-                    "15 with a Python stack"])
+                    "driver launch within 50 us after: 5)", "15 with a Python stack"])
     expect("gputrain: a kernel missing", judge("gputrain", make("t1.db", 5, drop_one=True), result,
                                                profile),
            1, must=["FAIL  kernel counts per step (gputime)"])
     expect("train: torch.profiler and eacgm in one process, both saw all",
-           judge("train", make("s.db", 10), profile, same), 0,
-           must=["ok    GPU time beside torch.profiler", "30 kernels in gpu_activity"])
+           judge("train", make("s.db", 10), profile, same, profile), 0,
+           must=["ok    GPU time beside torch.profiler", "30 kernels in gpu_activity",
+                 "ok    torch.profiler with eacgm beside it"])
     expect("train: eacgm lost the kernels to torch.profiler",
-           judge("train", make("s0.db", 10, in_window=False), profile, same), 1,
-           must=["FAIL  GPU time beside torch.profiler", "two CUPTI clients"])
+           judge("train", make("s0.db", 10, in_window=False), profile, same, profile), 1,
+           must=["FAIL  GPU time beside torch.profiler", "lost, and not said"])
+    yielded = make("s2.db", 10, in_window=False)
+    c = sqlite3.connect(yielded)
+    c.execute("INSERT OR REPLACE INTO meta VALUES ('gputime_notes', 'pid 1: 2 of 2 CUPTI record "
+              "buffers never came back: another CUPTI client in this process (torch.profiler, "
+              "Nsight Systems) took over CUPTI''s records, and GPU time stopped then')")
+    c.commit()
+    c.close()
+    expect("train: eacgm yielded CUPTI's records to torch.profiler, and said so",
+           judge("train", yielded, profile, same, profile), 0,
+           must=["ok    GPU time beside torch.profiler", "yields CUPTI's records"])
+    lost = write(os.path.join(tmp, "lost.json"), {
+        "kernels": {ew: 20, sgemm: 4}, "steps": 10, "runtime": {}})
+    expect("train: the job's own profiler lost kernels with eacgm beside it",
+           judge("train", make("s1.db", 10), lost, same, profile), 1,
+           must=["FAIL  torch.profiler with eacgm beside it", "24 kernels in 10 steps (20.0% "
+                 "fewer than without eacgm: 30 in 10)"])
+    # torch.profiler's kernel events leave some kernels out that its launch records count
+    partial = write(os.path.join(tmp, "partial.json"), {
+        "kernels": {ew: 20, "Memcpy HtoD (Pageable -> Device)": 10}, "steps": 10,
+        "runtime": {"cudaLaunchKernel": 20, "cuLaunchKernel": 10}})
+    expect("gputrain: kernels the profiler launched but left out of its events",
+           judge("gputrain", make("t2.db", 5), result, partial), 0,
+           must=["ok    kernel names (gputime)", "only eacgm's: " + sgemm[:20],
+                 "ok    kernel counts per step (gputime)", "launches 30 in 10"])
+    more = write(os.path.join(tmp, "more.json"), {
+        "kernels": {ew: 20}, "steps": 10, "runtime": {"cudaLaunchKernel": 40}})
+    expect("gputrain: fewer kernels than the profiler's launches",
+           judge("gputrain", make("t3.db", 5), result, more), 1,
+           must=["FAIL  kernel counts per step (gputime)", "not one per launch"])
+
+
+def nccl(tmp, empty):
+    """step 4: NCCL's profiler plugin, which sees no operation of a one-rank communicator"""
+    def make(name, nranks, plugin_rows):
+        r = Recording(empty, os.path.join(tmp, name))
+        r.c.execute("INSERT OR REPLACE INTO meta VALUES ('gputime_notes', 'pid 1: NCCL profiler "
+                    "plugin v5 (first communicator: rank 0 of %d)')" % nranks)
+        for i in range(3):
+            r.c.execute("INSERT INTO comm_calls(ts_ns, dur_ns, pid, tid, name, bytes, rank, nranks, "
+                        "comm) VALUES (?, 10000, 1, 7, 'ncclAllReduce', 4096, 0, ?, 1)",
+                        (1_000_000 * (i + 1), nranks))
+            if plugin_rows:
+                r.c.execute("INSERT INTO gpu_collectives(ts_ns, dur_ns, pid, tid, name) VALUES "
+                            "(?, 0, 1, 7, 'ncclAllReduce')", (1_000_000 * (i + 1) + 2000,))
+        return r.close()
+
+    result = write(os.path.join(tmp, "dist.json"), {"backend": "nccl", "allreduce_calls": 3})
+    expect("comm: one rank, no operation for the plugin", judge("comm", make("n1.db", 1, False), result),
+           0, must=["n/a   NCCL all_reduce seen by the plugin", "world size 1"])
+    expect("comm: two ranks, no operation for the plugin", judge("comm", make("n2.db", 2, False), result),
+           1, must=["FAIL  NCCL all_reduce seen by the plugin"])
+    expect("comm: two ranks, each operation inside its call",
+           judge("comm", make("n3.db", 2, True), result), 0,
+           must=["ok    NCCL all_reduce seen by the plugin", "ok    each inside its ncclAllReduce call"])
 
 
 def cost(tmp):

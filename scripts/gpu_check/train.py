@@ -10,7 +10,8 @@ usage: train.py --device cuda|cpu [--seconds S | --steps N] [--dist nccl|gloo]
 --profile runs the steps under torch.profiler and writes what it saw: kernels by name with
 their counts, and the CUDA runtime calls by name (cudaLaunchKernel, cudaMemcpyAsync, ...);
 --profile - profiles without writing (for its cost: walking 15 s of an H100's events in Python
-takes longer than the run). The result is written before the profiler's own processing.
+takes longer than the run: it writes the result and leaves before the profiler's processing).
+The loss is read after the profiler stops, so that its copy to the host is not a profiled step's.
 --dist: one all_reduce of the gradients per step (MASTER_ADDR/PORT, RANK, WORLD_SIZE from the
 environment; defaults: 127.0.0.1, a free port, 0, 1).
 """
@@ -149,18 +150,26 @@ def main():
     result = {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds,
               "device": a.device, "backend": a.dist or None, "allreduce_calls": allreduces,
               "window_ns": [window_start, window_end],
-              "loss": float(loss.item()), "torch": torch.__version__,
+              "torch": torch.__version__,
               "cuda": torch.version.cuda,
               "nccl": ".".join(map(str, torch.cuda.nccl.version()))
               if a.device == "cuda" and torch.cuda.is_available() else None}
-    if a.result:
-        with open(a.result, "w") as f:
-            json.dump(result, f, indent=1)
+
+    def write_result():
+        # the loss is read after the profiler stops: its copy to the host is not a step's
+        result["loss"] = float(loss.item())
+        if a.result:
+            with open(a.result, "w") as f:
+                json.dump(result, f, indent=1)
+
     if prof is not None and a.profile == "-":
         # the cost is measured; the profiler's teardown would turn every event of the run into
         # Python objects first (minutes for 15 s on an H100): leave without it
+        write_result()
         print(json.dumps(result), flush=True)
         os._exit(0)
+    if prof is None:
+        write_result()
     if prof is not None:
         prof.__exit__(None, None, None)
         kernels, runtime = {}, {}
@@ -172,6 +181,7 @@ def main():
                 runtime[e.name] = runtime.get(e.name, 0) + 1
         with open(a.profile, "w") as f:
             json.dump({"kernels": kernels, "runtime": runtime, "steps": steps}, f, indent=1)
+        write_result()
     if dist is not None:
         dist.destroy_process_group()
     print(json.dumps(result))
