@@ -27,3 +27,18 @@ keep() {
   cpus[$1]="${cpus[$1]:-} $c"
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# cuda_python NAME: the first of $PYTHON (else python3, /usr/bin/python3) whose PyTorch sees a
+# GPU, its path on stdout; else says so as NAME and fails (the GPU benchmarks need one)
+cuda_python() {
+  local cand
+  for cand in ${PYTHON:-python3 /usr/bin/python3}; do
+    if command -v "$cand" >/dev/null &&
+      "$cand" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      command -v "$cand"
+      return 0
+    fi
+  done
+  echo "$1: no python3 with PyTorch that sees a GPU (set PYTHON)" >&2
+  return 1
+}

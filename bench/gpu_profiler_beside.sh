@@ -12,13 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-150} SIZES=${SIZES:-"4096 256 32"} COST_SECONDS=${COST_SECONDS:-8}
 eacgm=${EACGM:-build/eacgm}
-py=""
-for cand in ${PYTHON:-python3 /usr/bin/python3}; do
-  if command -v "$cand" >/dev/null && "$cand" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    py="$(command -v "$cand")"; break
-  fi
-done
-[ -n "$py" ] || { echo "gpu_profiler_beside.sh: no python3 with PyTorch that sees a GPU (set PYTHON)" >&2; exit 2; }
+. bench/common.sh
+py=$(cuda_python gpu_profiler_beside.sh) || exit 2
 [ -x "$eacgm" ] || { echo "gpu_profiler_beside.sh: no eacgm at $eacgm (build first, or set EACGM)" >&2; exit 2; }
 work=$(mktemp -d /tmp/eacgm-profiler-beside.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -18,13 +18,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-2} SECONDS_EACH=${DURATION:-8}
-py=""
-for cand in ${PYTHON:-python3 /usr/bin/python3}; do
-  if command -v "$cand" >/dev/null && "$cand" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    py="$(command -v "$cand")"; break
-  fi
-done
-[ -n "$py" ] || { echo "gpu_time_cost.sh: no python3 with PyTorch that sees a GPU (set PYTHON)" >&2; exit 2; }
+. bench/common.sh
+py=$(cuda_python gpu_time_cost.sh) || exit 2
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 cuda_home="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
 work=$(mktemp -d /tmp/eacgm-gpu-time-cost.XXXXXX)
