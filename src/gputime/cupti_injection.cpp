@@ -94,24 +94,20 @@ constexpr int kOwnedSlots = 4096;
 uint8_t* owned[kOwnedSlots];  // our buffers in CUPTI's hands (__atomic_*)
 uint64_t buffers_given = 0, buffers_back = 0, buffers_foreign = 0, buffers_short = 0;  // __atomic_*
 
-bool own(uint8_t* b) {
+// Moves slot contents `from` -> `to` in the first slot that holds `from` (a plain load first: a
+// locked exchange only where it can succeed, so a scan past busy slots costs loads alone).
+bool swap_slot(uint8_t* from, uint8_t* to) {
   for (int i = 0; i < kOwnedSlots; ++i) {
-    uint8_t* none = nullptr;
-    if (__atomic_compare_exchange_n(&owned[i], &none, b, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-      return true;
-  }
-  return false;
-}
-
-bool disown(uint8_t* b) {
-  for (int i = 0; i < kOwnedSlots; ++i) {
-    uint8_t* mine = b;
-    if (__atomic_compare_exchange_n(&owned[i], &mine, nullptr, false, __ATOMIC_SEQ_CST,
+    uint8_t* expected = from;
+    if (__atomic_load_n(&owned[i], __ATOMIC_RELAXED) == from &&
+        __atomic_compare_exchange_n(&owned[i], &expected, to, false, __ATOMIC_SEQ_CST,
                                     __ATOMIC_SEQ_CST))
       return true;
   }
   return false;
 }
+bool own(uint8_t* b) { return swap_slot(nullptr, b); }
+bool disown(uint8_t* b) { return swap_slot(b, nullptr); }
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *max_records = 0;

@@ -95,6 +95,9 @@ void CUPTIAPI second_complete(CUcontext, uint32_t, uint8_t* b, size_t, size_t va
 
 extern "C" {
 
+// The bytes each record takes in a buffer (what a buffer of N bytes holds: N / this).
+__attribute__((visibility("default"))) long fake_cupti_stride() { return long(kStride); }
+
 __attribute__((visibility("default"))) void fake_cupti_second_client() {
   pthread_mutex_lock(&mu);
   request_buffer = second_request, complete_buffer = second_complete;

@@ -5,7 +5,8 @@
 // recorded, how many it saw while attached and how often it was detached (the test's truth),
 // as JSON; the last two after exit handlers ran (the library's flush at exit).
 // With FAKE_SECOND_CLIENT_AT=S, a second client of CUPTI (as torch.profiler is) registers its
-// buffer callbacks S seconds in, and the kernels it saw and threw away are printed too.
+// buffer callbacks S seconds in, and the kernels recorded before it, those it saw and those it
+// threw away are printed too.
 //   usage: gputime_duty_host SECONDS
 #include <dlfcn.h>
 #include <time.h>
@@ -50,18 +51,26 @@ int main(int argc, char** argv) {
   second_counts = reinterpret_cast<SecondCounts>(dlsym(fake, "fake_cupti_second_counts"));
   timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  long launched = 0, recorded = 0;
+  long launched = 0, recorded = 0, recorded_before = -1;
   for (;;) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     double t = double(now.tv_sec - t0.tv_sec) + double(now.tv_nsec - t0.tv_nsec) / 1e9;
     if (t >= seconds) break;
-    if (second >= 0 && t >= second && second_client) second_client(), second = -1;
+    if (second >= 0 && t >= second && second_client) {
+      second_client(), second = -1;
+      recorded_before = recorded;
+    }
     ++launched;
     recorded += kernel(100'000, "_Z10duty_probev");
     timespec ms{0, 1'000'000};
     nanosleep(&ms, nullptr);
   }
   printf("{\"launched\": %ld, \"recorded\": %ld, ", launched, recorded);
+  if (recorded_before >= 0) {
+    auto* stride = reinterpret_cast<long (*)()>(dlsym(fake, "fake_cupti_stride"));
+    printf("\"recorded_before_second\": %ld, \"record_bytes\": %ld, ", recorded_before,
+           stride ? stride() : 0);
+  }
   fflush(stdout);
   // registered after the library's (at its InitializeInjection): runs before it, so the
   // counts are read in a destructor that runs after every atexit handler
