@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <unordered_map>
 #include <random>
 #include <Eigen/Cholesky>
 #include <nlohmann/json.hpp>
@@ -129,6 +130,12 @@ WaitTails wait_tails(const std::vector<std::string>& features, const Eigen::Matr
   for (size_t i = us.size() - k; i < us.size(); ++i) gamma += std::log(us[i] / base);
   gamma /= double(k);
   double level = base * std::pow(double(k) / (n * p), gamma);
+  // At most twice the longest training wait: the Hill estimate of 15 waits above a loaded
+  // machine's base reads gamma 1-1.9 (a tail with no mean), and (k / np)^gamma then puts one
+  // call in 1,000 at 20-400 times the base, up to 80 times the longest wait seen (a 2-core
+  // machine under 6 CPU hogs: training waits up to 5 ms gave a tail of 447 ms, and a rank 30 ms
+  // late in 7 steps went unnamed). One in 1,000 is barely past a few hundred training calls.
+  if (std::isfinite(level)) level = std::min(level, 2 * us.back());
   return {quantile, std::isfinite(level) ? std::max(quantile, level) : quantile};
 }
 
@@ -500,7 +507,8 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
   Eigen::Index wait_column = g.wait_tail_us > 0 ? straggler_column(g.features) : -1;
   ValueAndUsual training_range = window_training_range(t, from_ns);
   // A wait is a straggle beyond the tail (GroupModel::wait_tail_us), or beyond the quantile's
-  // where the same rank was late again among the kNearbyCalls calls either side, in another
+  // where the same rank was late again among the waiting process's kNearbyCalls calls either
+  // side (its own calls: of a job of N ranks, N rows an instance), in another
   // instance (not overlapping it), and was late far more often there than it waited for others
   // itself: a straggler is late again and again, where the healthy long waits a loaded machine
   // gives come alone (a 2-core CI machine: 1.7 and 3.3 ms late joins 200 steps apart; a 4-rank
@@ -528,13 +536,24 @@ void find_anomalies(const GroupModel& g, const FeatureTable& t, uint64_t from_ns
     if (by_late && t.late_pid[idx[i]]) return t.late_pid[idx[i]];
     return by_pid ? t.pid[idx[i]] : 0;
   };
+  // each process's rows, in order, and each row's place among its process's
+  std::unordered_map<uint32_t, std::vector<size_t>> rows_of;
+  std::vector<size_t> place(idx.size(), 0);
+  if (wait_column >= 0)
+    for (size_t r = 0; r < idx.size(); ++r) {
+      std::vector<size_t>& own = rows_of[by_pid ? t.pid[idx[r]] : 0];
+      place[r] = own.size();
+      own.push_back(r);
+    }
   auto late_again_nearby = [&](size_t r) {
     uint64_t from = t.ts_ns[idx[r]], to = from + t.dur_ns[idx[r]];
     uint32_t late = late_in(r);
     bool again = false;
     size_t late_rows = 0, waited_rows = 0;
-    for (size_t j = r > kNearbyCalls ? r - kNearbyCalls : 0;
-         j < std::min(idx.size(), r + kNearbyCalls + 1); ++j) {
+    const std::vector<size_t>& own = rows_of[by_pid ? t.pid[idx[r]] : 0];
+    size_t first = place[r] >= kNearbyCalls ? own[place[r] - kNearbyCalls] : 0;
+    size_t last = place[r] + kNearbyCalls < own.size() ? own[place[r] + kNearbyCalls] : idx.size() - 1;
+    for (size_t j = first; j <= last; ++j) {
       if (!beyond_quantile[j]) continue;
       // the late rank itself waited for another (its pid known only from matched rows)
       if (by_late && t.late_pid[idx[r]] && t.pid[idx[j]] == late) ++waited_rows;

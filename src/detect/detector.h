@@ -67,7 +67,8 @@ struct GroupModel {
   std::map<std::string, std::vector<TailEntry>> tails;
   size_t history_calls = 0;
   // A collective's straggling wait (log_straggler_wait_10us, in us) that one healthy call in
-  // kWaitTailOneIn would exceed, the training calls' tail extrapolated, and at least what all
+  // kWaitTailOneIn would exceed, the training calls' tail extrapolated (at most to twice their
+  // longest wait), and at least what all
   // but the threshold's quantile of them stayed under (0: no such feature). A call that waited
   // twice that, and min_excess_us more, is a straggler whatever its density: in the feature's
   // log a job's heavy tail of healthy waits (a 2-core machine's contention: 0.3-30 ms) is a
@@ -78,8 +79,8 @@ struct GroupModel {
   // What all but the threshold's quantile of the training calls' straggling waits stayed under
   // (in us; models saved before session 35: their wait_tail_us). A call that waited twice that,
   // and min_excess_us more, is a straggler where the same rank was as late in another instance
-  // among its 20 neighbours either side, and was late there more than three times as often as
-  // it waited that long itself (a rank late again nearby, not ranks late in turns).
+  // among the waiting process's 20 calls either side, and was late there more than three times
+  // as often as it waited that long itself (a rank late again nearby, not ranks late in turns).
   double wait_quantile_us = 0;
   // Calls: the wait for a CPU during a call (its thread's run-queue time) that all but the
   // threshold's quantile of the training calls stayed under, in us (-1: unknown, as in models

@@ -137,17 +137,17 @@ static void load_plugin(void)
 /* ---- communicators, and the proxy thread that reports the channels' kernels ---- */
 struct fake_comm {
 	uintptr_t handle;
-	void *ctx;
+	void *ctx; /* the plugin's (NULL: no plugin) */
 	uint64_t hash, seq;
-	int rank, nranks, mask;
+	int rank, nranks, mask, live;
 };
 static struct fake_comm comms[16];
 static int ncomms;
 
 struct kernel_work {
-	void *ctx, *parent;
+	void *ctx, *parent; /* parent NULL: not reported (no plugin, or other work) */
 	uint64_t enqueued_wall;
-	uint64_t busy_ns; /* not NCCL's: other work on the stream for this long (parent NULL) */
+	uint64_t busy_ns; /* not NCCL's: other work on the stream for this long */
 	int channels;
 	long seq; /* collectives: the sequence number; -1: p2p */
 	int rank, nranks;
@@ -233,7 +233,7 @@ static void *proxy_loop(void *arg)
 		uint64_t start = w->enqueued_wall + 300000;
 		if (start < stream_free)
 			start = stream_free;
-		if (!w->parent) { /* other kernels on the stream */
+		if (w->busy_ns) { /* other kernels on the stream */
 			stream_free = start + w->busy_ns;
 			free(w);
 			pthread_mutex_lock(&mu);
@@ -244,7 +244,7 @@ static void *proxy_loop(void *arg)
 		take(500000); /* the proxy sees the kernel's channels some time after the call */
 		uint64_t latest = last_start(w, start);
 		stream_free = latest + 1000000 + 100000ull * (uint64_t)(w->channels - 1);
-		for (int c = 0; c < w->channels; ++c) {
+		for (int c = 0; w->parent && c < w->channels; ++c) {
 			union detail d;
 			memset(&d, 0, sizeof(d));
 			d.ch.channel = (uint8_t)c;
@@ -267,46 +267,51 @@ static void add_comm(uintptr_t handle, uint64_t hash, int nranks, int rank)
 {
 	load_plugin();
 	open_board();
-	if (!version || ncomms == 16)
+	if (ncomms == 16)
 		return;
 	struct fake_comm *c = &comms[ncomms++];
 	memset(c, 0, sizeof(*c));
-	c->handle = handle, c->hash = hash, c->rank = rank, c->nranks = nranks;
+	c->handle = handle, c->hash = hash, c->rank = rank, c->nranks = nranks, c->live = 1;
+	if (!version)
+		return;
 	int r = version == 5 ? v5->init(&c->ctx, hash, &c->mask, "fake", 1, nranks, rank, NULL)
 			     : v4->init(&c->ctx, &c->mask, "fake", hash, 1, nranks, rank, NULL);
 	if (r != 0)
-		c->ctx = NULL;
+		c->ctx = NULL, c->mask = 0;
 }
 
 static struct fake_comm *comm_of(ncclComm_t comm)
 {
 	for (int i = 0; i < ncomms; ++i)
-		if (comms[i].handle == (uintptr_t)comm && comms[i].ctx)
+		if (comms[i].handle == (uintptr_t)comm && comms[i].live)
 			return &comms[i];
 	return NULL;
 }
 
 /* An operation through the plugin: started, then NCCL's own time (2 ms), stopped (enqueued),
- * then its channels reported by the proxy thread. */
+ * then its channels reported by the proxy thread. The GPU's side is the same without a plugin
+ * (a collective's kernels still wait for every rank's, through the board): a profiler does not
+ * change when the job's ranks meet. */
 static void enqueue(struct kernel_work *w);
 
 static void run_operation(ncclComm_t comm, uint64_t type, union detail *d, int channels,
 			  long seq)
 {
 	struct fake_comm *c = comm_of(comm);
-	if (!c || !(c->mask & type)) {
-		take(2000000);
-		return;
-	}
+	int profiled = c && c->ctx && (c->mask & type);
 	void *op = NULL;
-	start_event(c->ctx, &op, type, NULL, d);
+	if (profiled)
+		start_event(c->ctx, &op, type, NULL, d);
 	uint64_t enqueued = wall_ns(); /* after the plugin stamped the start */
 	take(2000000);
-	stop_of()(op);
-	if (!op || !(c->mask & KERNEL_CH))
-		return;
+	if (profiled)
+		stop_of()(op);
+	int reported = profiled && op && (c->mask & KERNEL_CH);
+	if (!reported && (!c || !board || seq < 0))
+		return; /* nothing to report, no rank to meet */
 	struct kernel_work *w = calloc(1, sizeof(*w));
-	w->ctx = c->ctx, w->parent = op, w->enqueued_wall = enqueued, w->channels = channels;
+	w->ctx = c->ctx, w->parent = reported ? op : NULL, w->enqueued_wall = enqueued;
+	w->channels = channels;
 	w->seq = seq, w->rank = c->rank, w->nranks = c->nranks;
 	enqueue(w);
 }
@@ -391,8 +396,9 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 	if (!c)
 		return ncclSuccess;
 	fake_nccl_wait_idle(); /* the proxy's work for it done first */
-	(version == 5 ? v5->finalize : v4->finalize)(c->ctx);
-	c->ctx = NULL;
+	if (c->ctx)
+		(version == 5 ? v5->finalize : v4->finalize)(c->ctx);
+	c->ctx = NULL, c->live = 0;
 	return ncclSuccess;
 }
 
