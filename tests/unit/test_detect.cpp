@@ -1904,29 +1904,24 @@ TEST(DetectStragglers, RanksLateInTurnsOverSecondsAreNoStragglersARankLateAgainA
   judge(batched, "in batches of 50 rows");
 }
 
-// Four ranks: a rank late in two instances nearby is three waiting calls each, which outweighs
-// one wait of its own for another rank.
-TEST(DetectStragglers, AStragglerOfFourRanksIsNamedBesideOneWaitOfItsOwn) {
-  const size_t steps = 1200, ranks = 4, n = steps * ranks;
-  std::mt19937_64 rng(5);
-  std::uniform_real_distribution<double> u(0, 1);
+// A four-rank all_reduce group of `steps` instances (row 4k + r: rank r's call of step k, at
+// 50 ms a step): rank last_of(k) joined last and each other rank's call waited wait_of(k) us for
+// it (called in that order, each step, before its rows' durations are drawn from `rng`).
+FeatureTable four_rank_table(size_t steps, std::mt19937_64& rng,
+                             const std::function<size_t(size_t)>& last_of,
+                             const std::function<double(size_t)>& wait_of) {
+  const size_t ranks = 4, n = steps * ranks;
   std::normal_distribution<double> dur(std::log(400.0), 0.2);
   FeatureTable t;
   t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
   t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
   t.values.resize(Eigen::Index(n), 2);
-  const double late_us = 18'000;
-  std::set<size_t> late_steps = {900, 903}, expected;
   for (size_t k = 0; k < steps; ++k) {
-    // the last rank: one at random (a heavy-tailed wait in training), rank 3 at the late steps,
-    // rank 1 at step 902 (rank 3 waited for it)
-    size_t last = late_steps.count(k) ? 3 : k == 902 ? 1 : size_t(u(rng) * ranks) % ranks;
-    double wait = late_steps.count(k) || k == 902 ? late_us
-                  : k < steps / 4 ? 150 * std::pow(1 - u(rng), -0.76) : 100;
+    size_t last = last_of(k);
+    double wait = wait_of(k);
     for (size_t r = 0; r < ranks; ++r) {
       size_t i = k * ranks + r;
       double w = r == last ? 0 : wait;
-      if (late_steps.count(k) && r != last) expected.insert(i);
       t.values(Eigen::Index(i), 0) = dur(rng);
       t.values(Eigen::Index(i), 1) = std::log1p(w / kStragglerWaitUnitUs);
       t.ts_ns.push_back(1'000'000'000 + k * 50'000'000 + r * 1'000'000);
@@ -1937,10 +1932,38 @@ TEST(DetectStragglers, AStragglerOfFourRanksIsNamedBesideOneWaitOfItsOwn) {
       t.late_pid.push_back(1000 + uint32_t(last));
     }
   }
+  return t;
+}
+// The rows of `steps`' calls that waited (all but rank `late`'s) in a four-rank table.
+std::set<size_t> waiting_rows(const std::set<size_t>& steps, size_t late) {
+  std::set<size_t> rows;
+  for (size_t k : steps)
+    for (size_t r = 0; r < 4; ++r)
+      if (r != late) rows.insert(k * 4 + r);
+  return rows;
+}
+
+// Four ranks: a rank late in two instances nearby is three waiting calls each, which outweighs
+// one wait of its own for another rank.
+TEST(DetectStragglers, AStragglerOfFourRanksIsNamedBesideOneWaitOfItsOwn) {
+  const size_t steps = 1200;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  const double late_us = 18'000;
+  std::set<size_t> late_steps = {900, 903};
+  // the last rank: one at random (a heavy-tailed wait in training), rank 3 at the late steps,
+  // rank 1 at step 902 (rank 3 waited for it)
+  FeatureTable t = four_rank_table(
+      steps, rng,
+      [&](size_t k) { return late_steps.count(k) ? 3 : k == 902 ? 1 : size_t(u(rng) * 4) % 4; },
+      [&](size_t k) {
+        return late_steps.count(k) || k == 902 ? late_us
+               : k < steps / 4 ? 150 * std::pow(1 - u(rng), -0.76) : 100;
+      });
   DetectorModel m;
   uint64_t half = 0;
   ASSERT_NO_FATAL_FAILURE(train_within_tail(t, late_us, m, half));  // the premise
-  EXPECT_EQ(straggler_rows(m, t, half), expected)
+  EXPECT_EQ(straggler_rows(m, t, half), waiting_rows(late_steps, 3))
       << "rank 3's two late steps, six waiting calls; not rank 1's one";
 }
 
@@ -1950,38 +1973,22 @@ TEST(DetectStragglers, AStragglerOfFourRanksIsNamedBesideOneWaitOfItsOwn) {
 // Rank 3 late by 18 ms (within the healthy tail) in every 15th step, three times: each of its
 // nine waiting calls is named.
 TEST(DetectStragglers, ARankLateAgainIsNearbyInTheWaitingProcesssOwnCalls) {
-  const size_t steps = 1200, ranks = 4, n = steps * ranks;
+  const size_t steps = 1200;
   std::mt19937_64 rng(9);
   std::uniform_real_distribution<double> u(0, 1);
-  std::normal_distribution<double> dur(std::log(400.0), 0.2);
-  FeatureTable t;
-  t.layer = "comm", t.name = "gloo:all_reduce", t.group = "comm/gloo:all_reduce";
-  t.feature_names = {"log_duration_us", "log_straggler_wait_10us"};
-  t.values.resize(Eigen::Index(n), 2);
   const double late_us = 18'000;
-  std::set<size_t> late_steps = {900, 915, 930}, expected;
-  for (size_t k = 0; k < steps; ++k) {
-    size_t last = late_steps.count(k) ? 3 : size_t(u(rng) * ranks) % ranks;
-    double wait = late_steps.count(k) ? late_us
-                  : k < steps / 4 ? 150 * std::pow(1 - u(rng), -0.76) : 100;
-    for (size_t r = 0; r < ranks; ++r) {
-      size_t i = k * ranks + r;
-      double w = r == last ? 0 : wait;
-      if (late_steps.count(k) && r != last) expected.insert(i);
-      t.values(Eigen::Index(i), 0) = dur(rng);
-      t.values(Eigen::Index(i), 1) = std::log1p(w / kStragglerWaitUnitUs);
-      t.ts_ns.push_back(1'000'000'000 + k * 50'000'000 + r * 1'000'000);
-      t.dur_ns.push_back(uint64_t(400'000 + w * 1e3));
-      t.pid.push_back(1000 + uint32_t(r));
-      t.tid.push_back(1000 + uint32_t(r));
-      t.runq_ns.push_back(0);
-      t.late_pid.push_back(1000 + uint32_t(last));
-    }
-  }
+  std::set<size_t> late_steps = {900, 915, 930};
+  FeatureTable t = four_rank_table(
+      steps, rng, [&](size_t k) { return late_steps.count(k) ? 3 : size_t(u(rng) * 4) % 4; },
+      [&](size_t k) {
+        return late_steps.count(k) ? late_us
+               : k < steps / 4 ? 150 * std::pow(1 - u(rng), -0.76) : 100;
+      });
   DetectorModel m;
   uint64_t half = 0;
   ASSERT_NO_FATAL_FAILURE(train_within_tail(t, late_us, m, half));  // the premise
-  EXPECT_EQ(straggler_rows(m, t, half), expected) << "rank 3 late in steps 900, 915 and 930";
+  EXPECT_EQ(straggler_rows(m, t, half), waiting_rows(late_steps, 3))
+      << "rank 3 late in steps 900, 915 and 930";
 }
 
 // A loaded machine's healthy waits (a 2-core VM under CPU hogs: most a few hundred us, one in
