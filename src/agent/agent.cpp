@@ -378,6 +378,7 @@ int run_agent(const AgentOptions& given) {
   int status = agent_loop(o, pipeline, chores);
   pipeline.stop();
   pipeline.finish();  // gives traced processes back what the python layer changed in them
+  sinks.detection().finish();  // anomalies held for a job's start go out
   if (std::string e = sinks.detection().save_models(); !e.empty())
     fprintf(stderr, "eacgm: agent: %s\n", e.c_str());
   http.stop();

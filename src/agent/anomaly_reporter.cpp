@@ -53,21 +53,27 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     dump_due_ = now + after;
   }
   std::string recording = now <= dump_due_ ? dump_path_ : std::string();
-  for (const auto& [a, process] : found) {
+  for (const AgentAnomaly& f : found) {
+    const detect::Anomaly& a = f.anomaly;
+    const std::string& process = f.process;
     std::string kind = detect::cause_kind(a.cause);
     metrics_.count_anomaly(a.layer, kind);
     uint64_t real = uint64_t(int64_t(a.ts_ns) + to_real_);
     Limit& limit = limits_[a.layer + "\t" + kind];
     if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
       std::string what =
-          a.layer == "window"
+          f.folded_calls + f.folded_windows > 0
+              ? fmt::format("{}, in {}, from {}", a.cause, process, utc_time(real))
+          : a.layer == "window"
               ? fmt::format("{} in {}, {} s window at {}", a.cause,
                             process.empty() ? "the traced processes" : process,
                             double(a.dur_ns) / 1e9, utc_time(real))
               : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
                             process.empty() ? "?" : process, a.pid, utc_time(real));
       std::string how;
-      if (a.layer == "window") {
+      if (f.folded_calls + f.folded_windows > 0) {
+        how = fmt::format("one anomaly for the {} its start brought", f.folded_calls + f.folded_windows);
+      } else if (a.layer == "window") {
         how = detect::describe_measured(a);
       } else {
         how = unusual_text(a);

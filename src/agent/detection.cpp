@@ -57,7 +57,8 @@ DetectionSink::DetectionSink(DetectionOptions options,
                              std::function<void(std::vector<AgentAnomaly>&)> report)
     : options_(std::move(options)),
       report_(std::move(report)),
-      detector_(online_options(options_)) {
+      detector_(online_options(options_)),
+      job_starts_(options_.job_starts) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0 && host[0]) on_host_ = fmt::format(" on host {}", host);
   worker_ = std::thread([this] { worker(); });
@@ -108,7 +109,7 @@ DetectionSink::CallGroup* DetectionSink::add_call(const char* layer, std::string
                                                  uint64_t ts, uint64_t dur, uint32_t pid,
                                                  uint32_t tid, int64_t runq, int64_t bytes,
                                                  bool in_windows) {
-  if (JobWindows* j = in_windows ? windows_of(pid, true) : nullptr)
+  if (JobWindows* j = in_windows ? windows_of(pid, true, ts) : nullptr)
     j->windows.add_call(layer, pid, ts, dur, runq);
   auto& by_name = index_[layer];
   auto it = by_name.find(name.data());
@@ -157,7 +158,8 @@ void DetectionSink::add(const CommCallRow& r) {
 
 void DetectionSink::explain_waits(std::vector<AgentAnomaly>& found) {
   if (!collectives_) return;
-  for (auto& [a, process] : found) {
+  for (AgentAnomaly& f : found) {
+    detect::Anomaly& a = f.anomaly;
     if (a.layer != "comm") continue;
     if (const PeerWait* w = collectives_->find(a.pid, a.ts_ns))
       detect::explain_wait(*w, on_host_ + job_text(w->last_pid), a);
@@ -179,7 +181,7 @@ void DetectionSink::add(const PythonCallRow& r) {
 }
 
 void DetectionSink::add(const GpuActivityRow& r) {
-  if (JobWindows* j = windows_of(r.pid, true)) j->windows.add(r);
+  if (JobWindows* j = windows_of(r.pid, true, r.ts_ns)) j->windows.add(r);
   if (detect::modelled_kernel(r))
     add_call("gpu", r.name, r.ts_ns, r.dur_ns, r.pid, detect::stream_thread(r), -1, -1);
 }
@@ -195,13 +197,17 @@ void DetectionSink::add(const GpuCollectiveRow& r) {
 }
 
 void DetectionSink::add(const GpuSliceRow& r) {
-  if (JobWindows* j = windows_of(r.pid, true)) j->windows.add(r);
+  if (JobWindows* j = windows_of(r.pid, true, r.ts_ns)) j->windows.add(r);
 }
 
 void DetectionSink::add(const ProcessRow& r) {
   names_[r.pid] = r.name;
-  places_[r.pid] = {r.ppid, r.job_id};
+  places_[r.pid] = {r.ppid, r.job_id, r.start_ns};
   gone_.erase(r.pid);  // (a pid used again)
+  // a process of no job yet (not its parent's) may be a job starting: its neighbours' slow
+  // calls wait a little for its first call
+  if (!job_of_.count(r.pid) && !job_of_.count(r.ppid) && may_start_job(r.name, r.command))
+    job_starts_.candidate(r.pid, r.start_ns ? r.start_ns : monotonic_now_ns());
 }
 
 // A process that ran before the agent started has had no ProcessRow: its name from /proc
@@ -225,7 +231,7 @@ std::string DetectionSink::job_key(uint32_t pid) const {
   return fmt::format("the processes launched by pid {}", p->second.ppid);
 }
 
-DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) {
+DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create, uint64_t ts_ns) {
   auto it = job_of_.find(pid);
   if (it == job_of_.end()) {
     if (!create || gone_.count(pid)) return nullptr;  // (a row late after the exit)
@@ -235,7 +241,14 @@ DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create) 
     if (!places_.count(pid))
       if (uint32_t ppid = read_parent_pid(pid))
         places_[pid] = {ppid, read_job_identity(pid).job};
-    it = job_of_.emplace(pid, job_windows_.try_emplace(job_key(pid), options_).first).first;
+    auto [job, created] = job_windows_.try_emplace(job_key(pid), options_);
+    if (created) {
+      auto p = places_.find(pid);
+      uint64_t start = p != places_.end() && p->second.start_ns ? p->second.start_ns : ts_ns;
+      job_starts_.seen(job->first, std::min(start, ts_ns ? ts_ns : start));
+    }
+    it = job_of_.emplace(pid, job).first;
+    job_starts_.gone(pid);
   }
   return &it->second->second;
 }
@@ -267,6 +280,7 @@ void DetectionSink::add(const ProcessExitRow& r) {
     job_of_.erase(it);
   }
   places_.erase(r.pid);
+  job_starts_.gone(r.pid);
   gone_[r.pid] = r.end_ns;
   exited_.push_back(r.pid);
 }
@@ -348,9 +362,12 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
       if (quiet_end && t.ts_ns[i] <= quiet_end && t.ts_ns[i] + t.dur_ns[i] >= quiet_start)
         judged[i] = false;
     }
+    judged_to_ = std::max(judged_to_, t.ts_ns.back());
     for (auto& a : detector_.observe(t, judged)) {
       std::string name = process_name(a.pid);
-      out.push_back({std::move(a), std::move(name)});
+      auto job = job_of_.find(a.pid);
+      std::string key = job != job_of_.end() ? job->second->first : std::string();
+      out.push_back({std::move(a), std::move(name), std::move(key)});
     }
     if (const detect::GroupModel* m = detector_.model(g.layer, g.name)) {
       Eigen::MatrixXd last = t.values.bottomRows(1);
@@ -378,17 +395,11 @@ void DetectionSink::flush() {
     w.group = "window/" + key;
     w.name = key;
     if (!w.ts_ns.empty()) {
-      // who: the job and its processes ("job 7 (pids 10, 11)"), in the log line and the store
-      // ("demo_train (pid 10)" for a process alone)
-      std::vector<uint32_t> pids = j.windows.pids();
-      std::string who = key;
-      if (std::string name = pids.size() == 1 ? process_name(pids[0]) : ""; !name.empty())
-        who = fmt::format("{} (pid {})", name, pids[0]);
-      else if (!pids.empty() && key.rfind("pid ", 0) != 0)
-        who += fmt::format(" (pid{} {})", pids.size() > 1 ? "s" : "", fmt::join(pids, ", "));
+      judged_to_ = std::max(judged_to_, w.ts_ns.back() + w.dur_ns.back());
+      std::string who = job_who(key);
       for (auto& a : detector_.observe(w)) {
         a.name = "window";  // (as detect's: the job is the anomaly's process)
-        found.push_back({std::move(a), who});
+        found.push_back({std::move(a), who, key});
       }
       if (const detect::GroupModel* m = detector_.model("window", key)) {
         Eigen::MatrixXd last = w.values.bottomRows(1);
@@ -398,6 +409,7 @@ void DetectionSink::flush() {
     }
     if (j.windows.traced_processes() == 0) {  // the job ended: its windows and model go
       detector_.forget(w.group);
+      job_starts_.ended(key);
       it = job_windows_.erase(it);
     } else {
       ++it;
@@ -444,8 +456,32 @@ void DetectionSink::flush() {
     detect::attribute_nested(calls);
     detect::attribute_windows(calls, {recent_late_.begin(), recent_late_.end()});
     for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
-    report_(found);
   }
+  // a job's start beside others: what it slowed, one anomaly
+  uint64_t data_now = std::max(judged_to_, now > options_.fold_lag_ns ? now - options_.fold_lag_ns : 0);
+  job_starts_.fold(found, data_now, monotonic_now_ns(),
+                   [this](const std::string& key) { return job_who(key); });
+  if (!found.empty()) report_(found);
+}
+
+void DetectionSink::finish() {
+  std::vector<AgentAnomaly> found;
+  job_starts_.finish(found, [this](const std::string& key) { return job_who(key); });
+  if (!found.empty()) report_(found);
+}
+
+// who: the job and its processes ("job 7 (pids 10, 11)"), in the log line and the store
+// ("demo_train (pid 10)" for a process alone); an ended job by its key
+std::string DetectionSink::job_who(const std::string& key) {
+  auto j = job_windows_.find(key);
+  if (j == job_windows_.end()) return key;
+  std::vector<uint32_t> pids = j->second.windows.pids();
+  std::string who = key;
+  if (std::string name = pids.size() == 1 ? process_name(pids[0]) : ""; !name.empty())
+    who = fmt::format("{} (pid {})", name, pids[0]);
+  else if (!pids.empty() && key.rfind("pid ", 0) != 0)
+    who += fmt::format(" (pid{} {})", pids.size() > 1 ? "s" : "", fmt::join(pids, ", "));
+  return who;
 }
 
 std::string DetectionSink::load_models() {

@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "agent/agent_anomaly.h"
 #include "agent/flight.h"
+#include "agent/job_starts.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
 #include "detect/call_context.h"
@@ -36,15 +38,14 @@ struct DetectionOptions {
   uint64_t burst_window_ns = 10'000'000'000;  // call anomalies only in bursts (online.h)
   uint64_t sample_interval_ns = 100'000'000;  // of the host and gpu layers
   std::string models_path;   // where models are saved and resumed from; "": nowhere
+  // a job starting beside others: the anomalies of its start one (agent/job_starts.h)
+  JobStartOptions job_starts;
+  // judged by the time of the latest calls and windows, or this long before now if those are
+  // older (no job calls anything: the held anomalies and ended episodes still go out)
+  uint64_t fold_lag_ns = 30'000'000'000;
   // operations modelled, the first ones win; as many again for kernels (layer gpu: a PyTorch
   // job runs hundreds to thousands of templated kernels, which must not crowd out its calls)
   size_t max_groups = 2000;
-};
-
-// An anomaly as the agent reports it.
-struct AgentAnomaly {
-  detect::Anomaly anomaly;
-  std::string process;  // name of the calling process; "" for windows
 };
 
 class DetectionSink final : public Sink {
@@ -71,6 +72,8 @@ class DetectionSink final : public Sink {
   // Scores what came since the last flush, closes complete windows, hands due refits to the
   // worker and installs finished ones.
   void flush() override;
+  // At the agent's end, after the last flush: what is held for a job start goes out.
+  void finish();
 
   // Loads saved models; returns what to tell the user ("" when there was nothing to load). A
   // file that cannot be read is moved aside (.bad) and named in the line.
@@ -145,11 +148,15 @@ class DetectionSink final : public Sink {
   // job id, its parent's children, or itself when its ProcessRow never came
   std::string process_name(uint32_t pid);  // "" if unknown
   std::string job_key(uint32_t pid) const;
+  // a job in words: "the processes launched by pid 50 (pids 100, 101)", "demo_train (pid 10)"
+  std::string job_who(const std::string& key);
   // the job in a straggler's words: ", job 7", ", launched by pid 10", or "" (a process alone)
   std::string job_text(uint32_t pid) const;
   // the collective anomalies of the last 30 s that named a late rank (attribute_windows)
   std::deque<detect::Anomaly> recent_late_;
-  JobWindows* windows_of(uint32_t pid, bool create);
+  // (create: with the time of the row that asks, the job's start where its process's is not
+  // known)
+  JobWindows* windows_of(uint32_t pid, bool create, uint64_t ts_ns = 0);
   using Jobs = std::map<std::string, JobWindows>;
   Jobs job_windows_;
   // traced live pid -> its job (every traced call looks it up: no string key on that path; a
@@ -158,6 +165,7 @@ class DetectionSink final : public Sink {
   struct Place {
     uint32_t ppid = 0;
     std::string job_id;
+    uint64_t start_ns = 0;  // 0: not known (it ran before the agent)
   };
   std::unordered_map<uint32_t, Place> places_;  // live processes' parents and job ids
   std::unordered_map<uint32_t, uint64_t> gone_;  // pids that exited: when (late rows ignored)
@@ -180,6 +188,8 @@ class DetectionSink final : public Sink {
   // exited since the last flush (forgotten after their last calls are scored)
   std::unordered_map<uint32_t, uint64_t> first_call_;
   std::vector<uint32_t> exited_;
+  JobStarts job_starts_;
+  uint64_t judged_to_ = 0;  // the latest call or window end judged
   uint64_t last_save_ = 0;
   bool unsaved_ = false;
 

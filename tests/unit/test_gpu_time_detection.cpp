@@ -199,7 +199,7 @@ TEST(GpuIdleWindows, TheAgentNamesAJobsGpuWaitingForWorkAsDetectDoes) {
   ASSERT_TRUE(found.empty()) << found.front().anomaly.cause;
   for (; s < 80; ++s) second(s);
   ASSERT_FALSE(found.empty());
-  for (const auto& [a, process] : found) expect_the_stall(a, start);
+  for (const AgentAnomaly& f : found) expect_the_stall(f.anomaly, start);
 }
 
 // The agent models each kernel's GPU time by its name, as detect does: a burst of executions of

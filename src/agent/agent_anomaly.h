@@ -1,0 +1,19 @@
+// An anomaly as the agent reports it (agent/detection.h finds them, agent/anomaly_reporter.h
+// logs, counts and stores them).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "detect/detector.h"
+
+namespace eacgm {
+
+struct AgentAnomaly {
+  detect::Anomaly anomaly;
+  std::string process;  // name of the calling process; for windows the job in words
+  std::string job;      // the key of its job (DetectionSink::job_key); "" where not known
+  // an episode of a job's start (agent/job_starts.h): the slow calls and windows it stands for
+  size_t folded_calls = 0, folded_windows = 0;
+};
+
+}  // namespace eacgm

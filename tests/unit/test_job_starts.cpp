@@ -1,0 +1,184 @@
+// A job's start beside others as one anomaly (agent/job_starts.h).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "agent/job_starts.h"
+
+namespace eacgm {
+namespace {
+
+constexpr uint64_t kSecond = 1'000'000'000;
+
+AgentAnomaly slow_call(const std::string& job, uint64_t ts, const std::string& name = "aten::mm") {
+  AgentAnomaly x;
+  x.job = job;
+  x.process = "python3";
+  x.anomaly.layer = "torch";
+  x.anomaly.name = name;
+  x.anomaly.ts_ns = ts;
+  x.anomaly.dur_ns = 3'000'000;
+  x.anomaly.score = -40, x.anomaly.threshold = -12;
+  x.anomaly.cause = "slow operator: " + name + "; preempted: waited 2.1 ms for a CPU (CPU interference)";
+  return x;
+}
+
+AgentAnomaly window(const std::string& job, uint64_t ts, const std::string& cause) {
+  AgentAnomaly x;
+  x.job = job;
+  x.anomaly.layer = x.anomaly.name = "window";
+  x.anomaly.ts_ns = ts;
+  x.anomaly.dur_ns = kSecond;
+  x.anomaly.cause = cause;
+  return x;
+}
+
+std::string words(const std::string& job) { return job + " (pids 1, 2)"; }
+
+struct Folder {
+  JobStarts starts;
+  std::vector<AgentAnomaly> out;
+  // fold `found` at data time `now` (the clock the same)
+  void fold(std::vector<AgentAnomaly> found, uint64_t now) {
+    starts.fold(found, now, now, words);
+    for (auto& x : found) out.push_back(std::move(x));
+  }
+};
+
+// Session 52's hour: a second job's start gave one 20 s episode of 422 anomalies in the first
+// job (slow aten::mm/addmm/linear, "slow operators" windows), and nothing else in the hour. The
+// episode is one anomaly naming the job that started, with the count of what it stands for;
+// a late rank, the network or storage in the same seconds are reported as ever.
+TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
+  Folder f;
+  f.starts.seen("job a", 0);
+  f.starts.seen("job b", 100 * kSecond);  // 100 s later: beside it
+  std::vector<AgentAnomaly> found;
+  for (int i = 0; i < 40; ++i)  // from 2 s before its start (a burst takes earlier calls along)
+    found.push_back(slow_call("job a", 98 * kSecond + uint64_t(i) * kSecond / 4,
+                              i % 4 == 0 ? "aten::addmm" : "aten::mm"));
+  found.push_back(window("job a", 101 * kSecond, "slow operators: torch calls 1,200/s (usual 2,500/s)"));
+  AgentAnomaly late = slow_call("job a", 105 * kSecond, "gloo:all_reduce");
+  late.anomaly.layer = "comm";
+  late.anomaly.late_pid = 7;
+  late.anomaly.cause = "straggling rank: gloo:all_reduce waited for a peer; rank 1 joined 30 ms late (straggler)";
+  found.push_back(late);
+  found.push_back(window("job a", 106 * kSecond, "storage I/O: disk 90 MB/s (usual 1 MB/s)"));
+  AgentAnomaly lossy = slow_call("job a", 106 * kSecond, "gloo:all_reduce");
+  lossy.anomaly.layer = "comm";
+  lossy.anomaly.cause = "slow collective: gloo:all_reduce; 12 retransmits (network packet loss)";
+  found.push_back(lossy);
+  f.fold(found, 108 * kSecond);
+  ASSERT_EQ(f.out.size(), 3u) << "what a job's start cannot cause goes out at once";
+  EXPECT_EQ(f.out[0].anomaly.late_pid, 7u);
+  EXPECT_EQ(detect::cause_kind(f.out[1].anomaly.cause), "storage I/O");
+  EXPECT_EQ(f.out[2].anomaly.cause.find("network packet loss") != std::string::npos, true);
+  EXPECT_EQ(f.starts.open_episodes(), 1u);
+  f.out.clear();
+  f.fold({slow_call("job a", 109 * kSecond), slow_call("job b", 112 * kSecond)}, 113 * kSecond);
+  f.fold({}, 122 * kSecond);
+  EXPECT_TRUE(f.out.empty()) << "under 10 s since the last: the episode goes on";
+  f.fold({}, 124 * kSecond);
+  ASSERT_EQ(f.out.size(), 1u);
+  const AgentAnomaly& e = f.out[0];
+  EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "CPU interference");
+  EXPECT_EQ(e.anomaly.cause,
+            "CPU interference: a job started beside it (job b (pids 1, 2)); 42 slow calls "
+            "(aten::mm 32, aten::addmm 10) and 1 window (slow operators 1) over 14.0 s");
+  EXPECT_EQ(e.folded_calls, 42u);
+  EXPECT_EQ(e.folded_windows, 1u);
+  EXPECT_EQ(e.anomaly.layer, "window");
+  EXPECT_EQ(e.anomaly.ts_ns, 98 * kSecond);
+  EXPECT_EQ(e.process, "job a (pids 1, 2) and job b (pids 1, 2)");
+  EXPECT_EQ(f.starts.open_episodes(), 0u);
+  f.out.clear();
+  f.fold({slow_call("job a", 200 * kSecond)}, 201 * kSecond);
+  ASSERT_EQ(f.out.size(), 1u) << "long after the start: on its own, at once";
+  EXPECT_EQ(f.out[0].folded_calls, 0u);
+}
+
+// At the agent's start every job is new: none started beside another until one had been seen
+// for min_age_ns (30 s).
+TEST(JobStarts, JobsSeenTogetherAtTheAgentsStartAreNoEpisode) {
+  Folder f;
+  f.starts.seen("job a", 10 * kSecond);
+  f.starts.seen("job b", 20 * kSecond);
+  f.fold({slow_call("job a", 21 * kSecond)}, 22 * kSecond);
+  EXPECT_EQ(f.out.size(), 1u);
+  EXPECT_EQ(f.starts.open_episodes(), 0u);
+}
+
+// A job is seen by its first traced call, seconds after its process began: a slow call of a
+// neighbour while a process of no job yet is starting waits for it (up to hold_ns of the
+// clock) and joins the episode when it becomes a job; one whose candidate exits, or whose
+// time is up, goes out on its own, and a process 20 s old is no candidate.
+TEST(JobStarts, ANeighboursSlowCallWaitsForAStartingProcessToBecomeAJob) {
+  Folder f;
+  f.starts.seen("job a", 0);
+  f.starts.candidate(300, 300 * kSecond);
+  f.fold({slow_call("job a", 301 * kSecond)}, 302 * kSecond);
+  EXPECT_TRUE(f.out.empty());
+  EXPECT_EQ(f.starts.held(), 1u);
+  f.starts.gone(300);
+  f.starts.seen("job c", 300 * kSecond);
+  f.fold({}, 303 * kSecond);
+  EXPECT_EQ(f.starts.held(), 0u);
+  EXPECT_EQ(f.starts.open_episodes(), 1u);
+  f.fold({}, 314 * kSecond);
+  ASSERT_EQ(f.out.size(), 1u);
+  EXPECT_EQ(f.out[0].folded_calls, 1u);
+  f.out.clear();
+
+  f.starts.candidate(400, 400 * kSecond);
+  f.fold({slow_call("job a", 401 * kSecond)}, 401 * kSecond);
+  EXPECT_TRUE(f.out.empty());
+  f.starts.gone(400);  // it exited: no job will claim it
+  f.fold({}, 401 * kSecond);
+  ASSERT_EQ(f.out.size(), 1u);
+  EXPECT_EQ(f.out[0].folded_calls, 0u);
+  f.out.clear();
+
+  f.starts.candidate(500, 500 * kSecond);
+  f.fold({slow_call("job a", 501 * kSecond)}, 501 * kSecond);
+  EXPECT_TRUE(f.out.empty());
+  f.fold({}, 506 * kSecond);  // hold_ns (5 s) later on the clock: out, the candidate alive
+  ASSERT_EQ(f.out.size(), 1u);
+  EXPECT_EQ(f.out[0].folded_calls, 0u);
+  f.out.clear();
+
+  // a process 20 s old in no job is starting none (a shell, a CPU hog): nothing waits for it
+  f.starts.candidate(600, 600 * kSecond);
+  f.fold({slow_call("job a", 621 * kSecond)}, 621 * kSecond);
+  ASSERT_EQ(f.out.size(), 1u);
+  EXPECT_EQ(f.starts.candidates(), 0u);
+}
+
+// A neighbour that keeps slowing the others is one anomaly a minute (max_ns), not one for all
+// time, and the agent's end reports what is open.
+TEST(JobStarts, ALastingNeighbourIsOneAnomalyAMinuteAndTheEndReportsWhatIsOpen) {
+  Folder f;
+  f.starts.seen("job a", 0);
+  f.starts.seen("job b", 100 * kSecond);
+  for (uint64_t t = 101; t <= 230; t += 2) f.fold({slow_call("job a", t * kSecond)}, t * kSecond);
+  ASSERT_EQ(f.out.size(), 2u);  // at 161 s and 221 s
+  EXPECT_EQ(f.out[0].folded_calls, 31u);  // 101-161 s
+  EXPECT_EQ(f.out[1].folded_calls, 30u);  // 163-221 s
+  std::vector<AgentAnomaly> last;
+  f.starts.finish(last, words);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].folded_calls, 4u);  // 223-229 s
+  EXPECT_EQ(f.starts.open_episodes(), 0u);
+}
+
+TEST(JobStarts, APythonProcessOrALauncherMayStartAJobAShellLoopNot) {
+  EXPECT_TRUE(may_start_job("python3", "/usr/bin/python3 train.py"));
+  EXPECT_TRUE(may_start_job("python3.11", "python3.11 -m torch.distributed.run"));
+  EXPECT_TRUE(may_start_job("bash", "bash /root/.pyenv/shims/python3 train.py"));
+  EXPECT_TRUE(may_start_job("torchrun", "/usr/bin/torchrun --nproc-per-node 8 train.py"));
+  EXPECT_FALSE(may_start_job("sh", "/bin/sh -c while :; do :; done"));
+  EXPECT_FALSE(may_start_job("demo_train", "build/demo_train 30"));
+}
+
+}  // namespace
+}  // namespace eacgm
