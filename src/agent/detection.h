@@ -121,7 +121,7 @@ class DetectionSink final : public Sink {
                       bool in_windows = true);
   void score_calls(std::vector<AgentAnomaly>& out);
   // When the flight recorder last wrote (on CLOCK_MONOTONIC; to `now` while it writes), whose
-  // calls and windows are not judged; (0, 0) for none.
+  // windows are not judged; (0, 0) for none.
   std::pair<uint64_t, uint64_t> quiet_span(uint64_t now) const;
   // names the late rank in the collective anomalies whose instance was matched (detect's rule)
   void explain_waits(std::vector<AgentAnomaly>& found);

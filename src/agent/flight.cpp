@@ -2,6 +2,7 @@
 #include "agent/flight.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -137,6 +138,12 @@ void FlightRecorder::flush() {
 }
 
 void FlightRecorder::finish() {
+  {
+    std::lock_guard lock(mu_);
+    hurry_ = true;
+    sched_param normal{};
+    if (writer_tid_) sched_setscheduler(writer_tid_, SCHED_OTHER, &normal);
+  }
   for (auto& p : pending_) p.due_ns = 0;
   flush();
   if (writer_.joinable()) writer_.join();
@@ -167,16 +174,29 @@ void FlightRecorder::write(const Pending& p) {
   std::shared_ptr<Snapshot> c = snapshot(p);
   std::string path = p.path;
   writer_ = std::thread([this, c, path] {
-    // The lowest priority (Linux: per thread, and the writer's own thread inherits it): a
-    // recording can wait, the jobs it was written for should not (on a 2-CPU node a normal
-    // priority writer took a CPU from them for seconds). Failing that, it goes on as it is.
-    setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
+    // The lowest priority (Linux: per thread): a recording can wait, the jobs it was written
+    // for should not (on a 2-CPU node a normal priority writer took a CPU from them for
+    // seconds). SCHED_IDLE, not only nice 19: a job's thread that wakes where a nice-19 thread
+    // runs may wait for it to finish its slice (EEVDF lets the current thread run to parity,
+    // ~3 ms), and 2-12 ms waits for a CPU are what slow operators look like; one that wakes
+    // where a SCHED_IDLE thread runs takes the CPU at once. Failing that, nice 19.
+    const pid_t tid = pid_t(syscall(SYS_gettid));
+    sched_param normal{};
+    if (sched_setscheduler(0, SCHED_IDLE, &normal) != 0) setpriority(PRIO_PROCESS, id_t(tid), 19);
+    {
+      // at the agent's stop (finish) a write waits for no idle CPU: on a busy node it could
+      // take minutes, and a service manager's stop timeout would cut it
+      std::lock_guard lock(mu_);
+      writer_tid_ = tid;
+      if (hurry_) sched_setscheduler(0, SCHED_OTHER, &normal);
+    }
     std::string err = write_snapshot(path, *c);
     retain();
     {
       std::lock_guard lock(mu_);
       error_ = err.empty() ? "" : fmt::format("flight recording {}: {}", path, err);
       busy_end_ = monotonic_now_ns();
+      writer_tid_ = 0;
     }
   });
 }

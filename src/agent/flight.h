@@ -6,6 +6,8 @@
 // then; the file name is chosen when it is asked for, so the anomaly's log line can name it.
 // Files are written on a thread of their own from a copy of the rows: the pipeline goes on.
 #pragma once
+#include <sys/types.h>
+
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -114,6 +116,10 @@ class FlightRecorder final : public Sink {
   mutable std::mutex mu_;
   std::string error_;
   uint64_t busy_start_ = 0, busy_end_ = 0;  // under mu_
+  // (under mu_) the thread writing now (0: none), and whether the agent is stopping: writes
+  // then run at normal priority
+  pid_t writer_tid_ = 0;
+  bool hurry_ = false;
 };
 
 }  // namespace eacgm
