@@ -10,6 +10,9 @@ LOOP=$B/bench/cuda_call_loop
 EACGM=${EACGM:-$B/eacgm}  # another build: EACGM=/path/to/eacgm
 N=${N:-1000000}
 LIB=$(ldconfig -p | awk '/libcudart.so.13 / {print $NF; exit}')
+[ -x "$LOOP" ] && [ -x "$EACGM" ] ||
+  { echo "record_overhead.sh: build first: cmake --build build --target benchmarks" >&2; exit 1; }
+[ -n "$LIB" ] || { echo "record_overhead.sh: no libcudart.so.13 in ldconfig's cache: install the CUDA toolkit (scripts/setup.sh)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
