@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "detect/call_context.h"
 #include "detect/detector.h"
+#include "detect/materiality.h"
 #include "report/collectives.h"
 #include "store/anomalies.h"
 #include "store/merge.h"
@@ -41,7 +42,7 @@ struct DetectArgs {
   // recording's times to put them on its clock (0 unless several were lined up)
   std::vector<std::pair<std::string, int64_t>> write_to;
   double train_fraction = 0.5, window_s = 1.0, quantile = 0.005, min_slowdown = 3,
-         min_excess_us = 1000;
+         min_excess_us = 1000, min_share = detect::kDefaultMinLossShare;
   double threshold = 0;
   bool has_threshold = false, json_out = false, window_given = false;
 };
@@ -176,6 +177,7 @@ struct Trained {
   detect::DetectorModel model;
   std::string trained_on;
   std::vector<std::string> skipped;        // groups not modelled, and why
+  size_t immaterial = 0;                   // slow calls not reported: immaterial (--min-share)
   std::map<std::string, uint64_t> split;   // per group: its first row scored (own training)
   uint64_t score_from = 0;                 // windows that start here or later are scored
   uint64_t window_ns = 0;
@@ -250,6 +252,7 @@ void print_json(const DetectArgs& a, const Trained& t, const Collectives& collec
   j["training_windows_starved_of_cpu"] = t.model.starved_training_windows;  // left out of training
   j["training_windows_at_start"] = t.model.startup_training_windows;        // left out of training
   j["training_windows_beyond_tail"] = t.model.outlier_training_windows;     // left out of training
+  j["slow_calls_immaterial"] = t.immaterial;  // not reported: under --min-share of their time
   j["anomalies"] = json::array();
   for (const auto& r : rows)
     j["anomalies"].push_back({{"ts_ns", r.ts_ns}, {"dur_ns", r.dur_ns}, {"layer", r.layer},
@@ -260,7 +263,7 @@ void print_json(const DetectArgs& a, const Trained& t, const Collectives& collec
 
 // What was left out of the models and of the verdicts, and why.
 void print_notes(const Trained& t, const Collectives& collectives,
-                 const detect::WindowsNotFlagged& not_flagged) {
+                 const detect::WindowsNotFlagged& not_flagged, double min_share) {
   // a few, then how many more: a Python trace has dozens of functions called once or twice
   for (size_t i = 0; i < t.skipped.size() && i < 5; ++i)
     fmt::print("  not modelled: {}\n", t.skipped[i]);
@@ -288,6 +291,12 @@ void print_notes(const Trained& t, const Collectives& collectives,
                t.model.outlier_training_windows == 1
                    ? std::string("1 training window")
                    : fmt::format("{} training windows", t.model.outlier_training_windows));
+  if (t.immaterial)
+    fmt::print("  {} not reported: their operation's slow calls lost under {:g}% of the time they "
+               "came in (--min-share 0 reports them)\n",
+               t.immaterial == 1 ? std::string("1 slow call")
+                                 : fmt::format("{} slow calls", t.immaterial),
+               100 * min_share);
   if (not_flagged.faster)
     fmt::print("  {} windows not flagged: unusual only in that the job ran faster than in "
                "training (more calls or traffic per second, nothing slower)\n",
@@ -335,7 +344,8 @@ std::string write_rows(const DetectArgs& a, const Trained& t, const std::vector<
     write_anomalies(path, own,
                     {{"detect_trained_on", t.trained_on},
                      {"detect_groups", std::to_string(t.model.groups.size())},
-                     {"detect_anomalies", std::to_string(rows.size())}});
+                     {"detect_anomalies", std::to_string(rows.size())},
+                     {"detect_slow_calls_immaterial", std::to_string(t.immaterial)}});
     written_to += (written_to.empty() ? "" : ", ") + path;
   }
   return written_to;
@@ -371,6 +381,8 @@ int run_detect(const DetectArgs& a) {
   detect::WindowsNotFlagged not_flagged;
   auto anomalies = detect::find_anomalies(t.model, tables, t.split, a.min_slowdown,
                                           a.min_excess_us, &not_flagged, t.score_from);
+  // as the agent: an operation's slow calls that cost it next to nothing are not reported
+  t.immaterial = detect::drop_immaterial(anomalies, a.min_share, detect::kMaterialSpanNs);
   detect::explain_waits(collectives, anomalies);
   detect::CallContext(rec).explain(anomalies);
   detect::attribute_nested(anomalies);
@@ -388,7 +400,7 @@ int run_detect(const DetectArgs& a) {
       "eacgm detect: {} models trained on {} (windows of {:g} s); {} anomalies written to {} "
       "(table anomalies)\n",
       t.model.groups.size(), t.trained_on, double(t.window_ns) / 1e9, rows.size(), written_to);
-  print_notes(t, collectives, not_flagged);
+  print_notes(t, collectives, not_flagged, a.min_share);
   // one line per cause, its measurements as ranges: "joined 26.4-30.3 ms late"
   std::map<std::string, size_t> counts;
   for (const auto& r : rows) ++counts[r.cause];
@@ -416,6 +428,13 @@ void add_judging_options(CLI::App* cmd, const std::shared_ptr<DetectArgs>& a) {
                   "delays are what interrupts and preemption do to any call")
       ->capture_default_str()
       ->check(number_in(0.0, 1e9, "a number of microseconds"));
+  cmd->add_option("--min-share", a->min_share,
+                  "report an operation's slow calls only where, within 10 s, they lost at least "
+                  "this share of the time they came in (0.01: 10 ms in a second, 100 ms in 10 s; "
+                  "the agent's rule); 0 reports every one. Late joins and windows are not judged "
+                  "by it")
+      ->capture_default_str()
+      ->check(number_in(0.0, 1.0, "a share"));
   cmd->add_option("--threshold", a->threshold, "threshold: this log-density, for every model")
       ->check(finite_number())
       ->each([a](const std::string&) { a->has_threshold = true; });

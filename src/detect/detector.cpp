@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <unordered_map>
 #include <random>
+#include <unordered_map>
+
 #include <Eigen/Cholesky>
 #include <nlohmann/json.hpp>
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "detect/materiality.h"
+
 namespace eacgm::detect {
 
 double poisson_tail(size_t k, double lambda) {
@@ -286,8 +288,8 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
   }
 }
 
-// The shortest span report_severe judges a level's calls over.
-constexpr double kMinScanNs = 1e9;
+// The shortest span report_severe judges a level's calls over (material_loss's too).
+constexpr double kMinScanNs = double(kMinMaterialSpanNs);
 
 // Whether the candidates that would go out (the pending ones and A; at least `level` of the
 // kind's value where one is given) lost min_burst_share of the span they came in (from the
@@ -305,8 +307,7 @@ bool OnlineDetector::material(const std::string& kind, const std::deque<Anomaly>
   uint64_t first = a.ts_ns;
   for (const Anomaly& p : pending)
     if (counts(p)) lost_us += excess_us(p), first = std::min(first, p.ts_ns);
-  double span = std::clamp(double(a.ts_ns - first), kMinScanNs, double(options_.burst_window_ns));
-  return lost_us * 1e3 >= options_.min_burst_share * span;
+  return material_loss(lost_us, a.ts_ns - first, options_.min_burst_share, options_.burst_window_ns);
 }
 
 // The burst window's candidates of a kind with a tail (a slow call, a late rank), judged by how

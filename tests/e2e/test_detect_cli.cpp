@@ -70,12 +70,28 @@ TEST_F(DetectCli, FlagsExactlyTheSlowLaunchesAndWritesThemDown) {
   auto r = run({kEacgm, "detect", db, "--layers", "cuda", "--json",
                 "--save-model", dir_ + "/model.json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::set<int64_t> found = expect_found_strongest(nlohmann::json::parse(r.out), truth);
+  auto answer = nlohmann::json::parse(r.out);
+  std::set<int64_t> found = expect_found_strongest(answer, truth);
   // in the recording, and in its report
   Db d(db);
   EXPECT_EQ(d.scalar("SELECT count(*) FROM anomalies"), int64_t(found.size()));
   EXPECT_EQ(d.text("SELECT value FROM meta WHERE key = 'detect_anomalies'"),
             std::to_string(found.size()));
+  // slow launches that cost the job next to nothing (the machine's) are counted, not reported
+  const size_t immaterial = answer.at("slow_calls_immaterial").get<size_t>();
+  EXPECT_EQ(d.text("SELECT value FROM meta WHERE key = 'detect_slow_calls_immaterial'"),
+            std::to_string(immaterial));
+  // each 20 ms slow launch is material alone (2% of a second); asking for all of a run's time,
+  // none is, and each is counted
+  auto all_time = run({kEacgm, "detect", db, "--layers", "cuda", "--json", "--min-share", "1"});
+  ASSERT_EQ(all_time.exit_code, 0) << all_time.err;
+  auto strict = nlohmann::json::parse(all_time.out);
+  EXPECT_EQ(strict.at("anomalies").size(), 0u) << all_time.out;
+  EXPECT_EQ(strict.at("slow_calls_immaterial").get<size_t>(), found.size() + immaterial);
+  ASSERT_EQ(run({kEacgm, "detect", db, "--layers", "cuda", "--min-share", "0"}).exit_code, 0);
+  EXPECT_EQ(Db(db).scalar("SELECT count(*) FROM anomalies"), int64_t(found.size() + immaterial))
+      << "--min-share 0 reports every slow call";
+  ASSERT_EQ(run({kEacgm, "detect", db, "--layers", "cuda"}).exit_code, 0);
   auto report = run({kEacgm, "report", db});
   EXPECT_NE(report.out.find("slow cuda call: cuLaunchKernel"), std::string::npos) << report.out;
   // with what was measured and what is usual, in its units (not the stored JSON, nor the
