@@ -39,11 +39,14 @@ bool neighbour_can_cause(const AgentAnomaly& x) {
       a.cause.find("(network") != std::string::npos)
     return false;
   std::string kind = detect::cause_kind(a.cause);
-  // what CPUs, memory bandwidth and caches taken by another job slow: not the GPU's own work
-  // (a node's jobs have GPUs of their own), nor a size, the network or storage
-  static constexpr std::array<std::string_view, 7> kWindows = {
+  // what CPUs, memory bandwidth, caches and the disk taken by another job slow: not the GPU's
+  // own work (a node's jobs have GPUs of their own), nor a size or the network. A job starting
+  // reads its interpreter's and libraries' files: session 54's hour had one "storage I/O"
+  // window of the first job (its block I/O 16x usual, its CPU 1.3 cores of 1.9) 0.7 s after
+  // the second job's launcher began, and nothing else of storage in the hour.
+  static constexpr std::array<std::string_view, 8> kWindows = {
       "CPU interference", "slow operators",  "slow Python code", "slow CUDA calls",
-      "slow collectives", "unusual window", "memory pressure"};
+      "slow collectives", "unusual window", "memory pressure",  "storage I/O"};
   static constexpr std::array<std::string_view, 4> kCalls = {
       "slow operator", "slow cuda call", "slow Python function", "slow collective"};
   if (a.layer == "window")

@@ -54,8 +54,9 @@ struct Folder {
 
 // Session 52's hour: a second job's start gave one 20 s episode of 422 anomalies in the first
 // job (slow aten::mm/addmm/linear, "slow operators" windows), and nothing else in the hour. The
-// episode is one anomaly naming the job that started, with the count of what it stands for;
-// a late rank, the network or storage in the same seconds are reported as ever.
+// episode is one anomaly naming the job that started, with the count of what it stands for
+// (a window of storage I/O too: a job starting reads its libraries, session 54's hour); a late
+// rank or the network in the same seconds are reported as ever.
 TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
   Folder f;
   f.starts.seen("job a", 0);
@@ -76,10 +77,9 @@ TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
   lossy.anomaly.cause = "slow collective: gloo:all_reduce; 12 retransmits (network packet loss)";
   found.push_back(lossy);
   f.fold(found, 108 * kSecond);
-  ASSERT_EQ(f.out.size(), 3u) << "what a job's start cannot cause goes out at once";
+  ASSERT_EQ(f.out.size(), 2u) << "what a job's start cannot cause goes out at once";
   EXPECT_EQ(f.out[0].anomaly.late_pid, 7u);
-  EXPECT_EQ(detect::cause_kind(f.out[1].anomaly.cause), "storage I/O");
-  EXPECT_EQ(f.out[2].anomaly.cause.find("network packet loss") != std::string::npos, true);
+  EXPECT_EQ(f.out[1].anomaly.cause.find("network packet loss") != std::string::npos, true);
   EXPECT_EQ(f.starts.open_episodes(), 1u);
   f.out.clear();
   f.fold({slow_call("job a", 109 * kSecond), slow_call("job b", 112 * kSecond)}, 113 * kSecond);
@@ -91,9 +91,10 @@ TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
   EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "CPU interference");
   EXPECT_EQ(e.anomaly.cause,
             "CPU interference: a job started beside it (job b (pids 1, 2)); 42 slow calls "
-            "(aten::mm 32, aten::addmm 10) and 1 window (slow operators 1) over 14.0 s");
+            "(aten::mm 32, aten::addmm 10) and 2 windows (slow operators 1, storage I/O 1) over "
+            "14.0 s");
   EXPECT_EQ(e.folded_calls, 42u);
-  EXPECT_EQ(e.folded_windows, 1u);
+  EXPECT_EQ(e.folded_windows, 2u);
   EXPECT_EQ(e.anomaly.layer, "window");
   EXPECT_EQ(e.anomaly.ts_ns, 98 * kSecond);
   EXPECT_EQ(e.process, "job a (pids 1, 2) and job b (pids 1, 2)");
@@ -145,7 +146,9 @@ TEST(JobStarts, ANeighboursSlowCallWaitsForAStartingProcessToBecomeAJob) {
   f.starts.candidate(500, 500 * kSecond);
   f.fold({slow_call("job a", 501 * kSecond)}, 501 * kSecond);
   EXPECT_TRUE(f.out.empty());
-  f.fold({}, 506 * kSecond);  // hold_ns (5 s) later on the clock: out, the candidate alive
+  f.fold({}, 515 * kSecond);
+  EXPECT_TRUE(f.out.empty()) << "held up to 15 s: a starved job's first call may take 10";
+  f.fold({}, 516 * kSecond);  // hold_ns (15 s) later on the clock: out, the candidate alive
   EXPECT_TRUE(f.one_alone());
 
   // a process 20 s old in no job is starting none (a shell, a CPU hog): nothing waits for it
