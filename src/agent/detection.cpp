@@ -2,6 +2,7 @@
 #include "agent/detection.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "detect/call_context.h"
-#include "detect/materiality.h"
 #include "detect/features.h"  // kStragglerWaitUnitUs
 #include "detect/gpu_time.h"
+#include "detect/materiality.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 #include "probe/job_identity.h"
 #include "util/error.h"
@@ -85,6 +86,7 @@ DetectionSink::~DetectionSink() {
 // as anomalies, ~40 a second (session 50). A fit of at most 5,000 samples takes tens of
 // milliseconds alone.
 void DetectionSink::worker() {
+  pthread_setname_np(pthread_self(), "eacgm-refit");  // as top -H and ps -L show it
   setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);
   omp_set_max_active_levels(0);
   std::unique_lock lock(mu_);

@@ -2,6 +2,7 @@
 #include "agent/flight.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -180,6 +181,7 @@ void FlightRecorder::write(const Pending& p) {
     // runs may wait for it to finish its slice (EEVDF lets the current thread run to parity,
     // ~3 ms), and 2-12 ms waits for a CPU are what slow operators look like; one that wakes
     // where a SCHED_IDLE thread runs takes the CPU at once. Failing that, nice 19.
+    pthread_setname_np(pthread_self(), "eacgm-flight");  // as top -H and ps -L show it
     const pid_t tid = pid_t(syscall(SYS_gettid));
     sched_param normal{};
     if (sched_setscheduler(0, SCHED_IDLE, &normal) != 0) setpriority(PRIO_PROCESS, id_t(tid), 19);

@@ -7,12 +7,14 @@
 
 namespace eacgm::detect {
 
-bool material_loss(double lost_us, uint64_t span_ns, double share, uint64_t max_span_ns) {
+bool material_loss(double lost, uint64_t span_ns, double share, uint64_t max_span_ns) {
   if (share <= 0) return true;
   double span = std::clamp(double(span_ns), double(kMinMaterialSpanNs),
                            double(std::max(max_span_ns, kMinMaterialSpanNs)));
-  return lost_us * 1e3 >= share * span;
+  return lost * 1e3 >= share * span;
 }
+
+double lost_us(const Anomaly& a) { return std::max(0.0, double(a.dur_ns) / 1e3 - a.usual_us); }
 
 bool judged_by_loss(const Anomaly& a) {
   return a.layer != "window" && !a.top_features.empty() &&
@@ -20,8 +22,6 @@ bool judged_by_loss(const Anomaly& a) {
 }
 
 namespace {
-
-double loss_us(const Anomaly& a) { return std::max(0.0, double(a.dur_ns) / 1e3 - a.usual_us); }
 
 // Range maximum with "the last index in [lo, hi] whose value is at least c" (a segment tree:
 // hand-written, as nothing in the project's libraries does this search).
@@ -95,7 +95,7 @@ size_t drop_immaterial(std::vector<Anomaly>& anomalies, double share, uint64_t m
     });
     std::vector<uint64_t> ts;
     std::vector<double> loss;
-    for (size_t i : idx) ts.push_back(anomalies[i].ts_ns), loss.push_back(loss_us(anomalies[i]));
+    for (size_t i : idx) ts.push_back(anomalies[i].ts_ns), loss.push_back(lost_us(anomalies[i]));
     std::vector<bool> material(idx.size());
     mark_material(ts, loss, share, max_span_ns, material);
     for (size_t k = 0; k < idx.size(); ++k) keep[idx[k]] = material[k];

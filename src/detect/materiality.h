@@ -19,10 +19,13 @@ constexpr uint64_t kMinMaterialSpanNs = 1'000'000'000;
 constexpr double kDefaultMinLossShare = 0.01;
 constexpr uint64_t kMaterialSpanNs = 10'000'000'000;
 
-// Whether calls that lost `lost_us` beyond their usual time, coming in over `span_ns` (first to
+// Whether calls that lost `lost` us beyond their usual time, coming in over `span_ns` (first to
 // last), lost at least `share` of that span, taken as at least kMinMaterialSpanNs and at most
 // `max_span_ns`. A share of 0 or less: always.
-bool material_loss(double lost_us, uint64_t span_ns, double share, uint64_t max_span_ns);
+bool material_loss(double lost, uint64_t span_ns, double share, uint64_t max_span_ns);
+
+// The time a slow call (or a late join's collective) took beyond its usual one, in us.
+double lost_us(const Anomaly& a);
 
 // Whether an anomaly is a call flagged for its duration (a slow call, not a late join, a size or
 // a window): the kind materiality judges.

@@ -222,10 +222,6 @@ Eigen::Index tail_column(const std::vector<std::string>& features, size_t kind) 
 double in_us(const std::string& kind, double x) {
   return kind == "log_duration_us" ? std::exp(x) : std::expm1(x) * kStragglerWaitUnitUs;
 }
-// The time a slow call (or a late join's collective) took beyond its usual one, in us.
-double excess_us(const Anomaly& a) {
-  return std::max(0.0, double(a.dur_ns) / 1e3 - a.usual_us);
-}
 // An anomaly's value of the kind's feature, in us (NaN: not among its measured features).
 double value_of(const Anomaly& a, const std::string& kind) {
   for (const auto& m : a.measured)
@@ -303,11 +299,11 @@ bool OnlineDetector::material(const std::string& kind, const std::deque<Anomaly>
                               const Anomaly& a, double level) const {
   if (options_.min_burst_share <= 0 || kind != kTailKindNames[0]) return true;
   auto counts = [&](const Anomaly& c) { return std::isnan(level) || value_of(c, kind) >= level; };
-  double lost_us = counts(a) ? excess_us(a) : 0;
+  double lost = counts(a) ? lost_us(a) : 0;
   uint64_t first = a.ts_ns;
   for (const Anomaly& p : pending)
-    if (counts(p)) lost_us += excess_us(p), first = std::min(first, p.ts_ns);
-  return material_loss(lost_us, a.ts_ns - first, options_.min_burst_share, options_.burst_window_ns);
+    if (counts(p)) lost += lost_us(p), first = std::min(first, p.ts_ns);
+  return material_loss(lost, a.ts_ns - first, options_.min_burst_share, options_.burst_window_ns);
 }
 
 // The burst window's candidates of a kind with a tail (a slow call, a late rank), judged by how

@@ -240,6 +240,11 @@ TEST_F(Agent, StragglingRankIsNamedPerRank) {
 // and --train-seconds 8 instead of 10 and 30 s, to keep the test short); then what it reports on
 // the collective is at late steps and names rank 1, by the pid the straggler wrote down, the
 // host and the job (the launcher's run id), in the store and in its log line.
+// What it reports at healthy steps as the collective's own time ("slow collective", no rank
+// named: judged net of the wait for the last rank) is another claim, about the machine: bounded
+// apart, not scored against the late steps (in one clean-clone CI run rank 0's healthy calls
+// took 3.7 ms against their usual 1.1 ms all through the second half, 64 reported beside 181 late
+// steps found and named; idle here, 0).
 TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   stop_agent();
   start_agent({"--warm-up", "2", "--train-seconds", "8"});
@@ -261,7 +266,7 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   ASSERT_GT(late.size(), 60u) << "the premise: late steps to find";
   std::string named = fmt::format("rank 1 (pid {} on host ", t["pid"].get<int>());
   Db db(dir_ + "/state/anomalies.db");
-  size_t comm = 0, at_late = 0, naming = 0;
+  size_t comm = 0, at_late = 0, naming = 0, own_time = 0;
   std::set<size_t> found;
   std::string wrong;
   std::vector<double> lag_s;  // late step's call to its report (found_ns): a figure, printed
@@ -280,23 +285,28 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
                  cause.find(", job late-e2e) joined ") != std::string::npos &&
                  cause.ends_with("late (straggler)");
     naming += names;
+    // a collective's own time at a healthy step: no late rank claimed
+    own_time += !hit && cause.starts_with("slow collective: gloo:all_reduce") &&
+                cause.find("(straggler)") == std::string::npos;
     // (when, against the first late step: before the fault or among the late steps)
     if (!hit || !names)
       wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - late.front().first) / 1e9, cause);
   });
   std::sort(lag_s.begin(), lag_s.end());
   printf("late steps %zu (in the second half), found %zu; collective anomalies %zu, at late steps "
-         "%zu, naming rank 1 %zu; reported %.2f s after the late call (median), at most %.2f s%s\n",
-         late.size(), found.size(), comm, at_late, naming,
+         "%zu, naming rank 1 %zu, own time at healthy steps %zu; reported %.2f s after the late "
+         "call (median), at most %.2f s%s\n",
+         late.size(), found.size(), comm, at_late, naming, own_time,
          lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2], lag_s.empty() ? 0.0 : lag_s.back(),
          wrong.c_str());
-  ASSERT_GT(comm, 0u) << agent_err;
+  ASSERT_GT(comm - own_time, 0u) << agent_err;
   // Reported in bursts (more late steps in 10 s than the usual share of slow calls explains),
   // which take along the window's other candidates (healthy slow calls: 1-8 of about 190 idle,
-  // 25 of 206 beside a busy loop on CPU 0): scored against the late steps the workload wrote
-  // down, at issue 31's target (online F1 0.9); and those at late steps named (rank 1's
-  // lateness is 30 ms against a healthy wait of about 1 ms).
-  double precision = double(at_late) / double(comm),
+  // 25 of 206 beside a busy loop on CPU 0): what claims the collective waited for a rank is
+  // scored against the late steps the workload wrote down, at issue 31's target (online F1 0.9);
+  // and those at late steps named (rank 1's lateness is 30 ms against a healthy wait of about
+  // 1 ms).
+  double precision = double(at_late) / double(comm - own_time),
          recall = double(found.size()) / double(late.size());
   // on a miss, also how the agent judged the bursts it reported (its log's anomaly lines)
   std::string told;
@@ -309,6 +319,8 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
       << "precision " << precision << ", recall " << recall << wrong << "\nthe agent said:" << told;
   EXPECT_GE(double(naming), 0.95 * double(at_late)) << wrong;
+  // the collective's own time never the main story of a job whose rank is late
+  EXPECT_LE(2 * own_time, at_late) << wrong << "\nthe agent said:" << told;
   EXPECT_NE(agent_err.find("eacgm: anomaly: straggling rank: gloo:all_reduce waited for a peer; " +
                             named),
             std::string::npos)
