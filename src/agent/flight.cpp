@@ -45,7 +45,13 @@ FlightRecorder::~FlightRecorder() {
 template <typename T>
 void FlightRecorder::keep(const T& row, uint64_t ts_ns) {
   if (o_.dir.empty()) return;
-  rows_.push_back({ts_ns, row});
+  if (chunks_.empty() || last_shared_ || chunks_.back()->rows.size() == kChunkRows) {
+    chunks_.push_back(std::make_shared<Chunk>());
+    chunks_.back()->rows.reserve(kChunkRows);
+    last_shared_ = false;
+  }
+  chunks_.back()->rows.push_back({ts_ns, row});
+  ++held_rows_;
   bytes_ += row_bytes(row);
 }
 
@@ -77,9 +83,22 @@ void FlightRecorder::note_dropped(uint64_t total) {
 void FlightRecorder::evict(uint64_t now_ns) {
   uint64_t cutoff = now_ns > o_.seconds_ns ? now_ns - o_.seconds_ns : 0;
   while (dropped_.size() > 1 && dropped_[1].first < cutoff) dropped_.pop_front();
-  while (!rows_.empty() && (rows_.front().ts_ns < cutoff || bytes_ > o_.max_bytes)) {
-    bytes_ -= std::visit([](const auto& r) { return row_bytes(r); }, rows_.front().row);
-    rows_.pop_front();
+  while (!chunks_.empty()) {
+    Chunk& c = *chunks_.front();
+    if (c.first < c.rows.size() && c.rows[c.first].ts_ns >= cutoff && bytes_ <= o_.max_bytes)
+      break;
+    if (c.first < c.rows.size()) {
+      bytes_ -= std::visit([](const auto& r) { return row_bytes(r); }, c.rows[c.first].row);
+      ++c.first;
+      --held_rows_;
+    }
+    if (c.first < c.rows.size()) continue;
+    if (chunks_.size() == 1 && !last_shared_ && c.rows.size() < kChunkRows) {
+      c.rows.clear();  // (the open chunk, emptied: it keeps growing)
+      c.first = 0;
+      break;
+    }
+    chunks_.pop_front();  // (a snapshot being written may still hold it)
   }
   // processes that ended before the held past are no longer needed to name its rows
   for (auto it = exits_.begin(); it != exits_.end();) {
@@ -94,12 +113,13 @@ void FlightRecorder::evict(uint64_t now_ns) {
   }
   if (stacks_.size() > 100'000) {  // stacks no held call refers to
     std::set<int64_t> used;
-    for (const auto& h : rows_)
-      std::visit(
-          [&](const auto& r) {
-            if constexpr (requires { r.py_stack; }) used.insert(r.py_stack);
-          },
-          h.row);
+    for (const auto& c : chunks_)
+      for (size_t i = c->first; i < c->rows.size(); ++i)
+        std::visit(
+            [&](const auto& r) {
+              if constexpr (requires { r.py_stack; }) used.insert(r.py_stack);
+            },
+            c->rows[i].row);
     std::erase_if(stacks_, [&](const auto& s) { return !used.count(s.first); });
   }
 }
@@ -115,7 +135,7 @@ std::string FlightRecorder::request(const std::string& reason, uint64_t after_ns
   std::string base = fmt::format("{}/flight-{}-{}", o_.dir, stamp, reason);
   std::string path = base + ".eacgm.db";
   struct stat st {};
-  for (int n = 2; lstat(path.c_str(), &st) == 0 ||
+  for (int n = 2; lstat(path.c_str(), &st) == 0 || path == writing_ ||
                   std::any_of(pending_.begin(), pending_.end(),
                               [&](const Pending& p) { return p.path == path; });
        ++n)
@@ -174,6 +194,7 @@ void FlightRecorder::write(const Pending& p) {
   }
   std::shared_ptr<Snapshot> c = snapshot(p);
   std::string path = p.path;
+  writing_ = path;  // (its file may not be there yet when the next is named)
   writer_ = std::thread([this, c, path] {
     // The lowest priority (Linux: per thread): a recording can wait, the jobs it was written
     // for should not (on a 2-CPU node a normal priority writer took a CPU from them for
@@ -204,9 +225,11 @@ void FlightRecorder::write(const Pending& p) {
 }
 
 // The held rows, processes, threads, devices and stacks, with the recording's own meta.
-std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending& p) const {
+std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending& p) {
   auto c = std::make_shared<Snapshot>();
-  c->rows.assign(rows_.begin(), rows_.end());
+  for (const auto& k : chunks_)
+    if (k->first < k->rows.size()) c->rows.push_back({k, k->first, k->rows.size()});
+  last_shared_ = true;
   for (const auto& [pid, r] : processes_) c->processes.push_back(r);
   for (const auto& [pid, r] : exits_) c->exits.push_back(r);
   for (const auto& [tid, r] : threads_) c->threads.push_back(r);
@@ -215,7 +238,8 @@ std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending
     c->frames.insert(c->frames.end(), frames.begin(), frames.end());
   c->meta = meta_;
   uint64_t end = monotonic_now_ns();
-  uint64_t start = c->rows.empty() ? end : std::min(c->rows.front().ts_ns, end);
+  uint64_t start = c->rows.empty() ? end
+                                   : std::min(c->rows.front().chunk->rows[c->rows.front().begin].ts_ns, end);
   int64_t to_real = 0;
   for (const auto& [k, v] : meta_)
     if (k == "monotonic_to_realtime_ns") to_real = std::stoll(v);
@@ -245,17 +269,18 @@ std::string FlightRecorder::write_snapshot(const std::string& path, const Snapsh
     for (const auto& r : c.processes) w.add(r);
     for (const auto& r : c.threads) w.add(r);
     for (const auto& r : c.frames) w.add(r);
-    for (const auto& h : c.rows)
-      std::visit(
-          [&](const auto& r) {
-            w.add(r);
-            using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
-            if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
-                          !std::is_same_v<R, GpuCollectiveRow> &&
-                          !std::is_same_v<R, GpuSliceRow>)
-              ++calls;
-          },
-          h.row);
+    for (const Range& k : c.rows)
+      for (size_t i = k.begin; i < k.end; ++i)
+        std::visit(
+            [&](const auto& r) {
+              w.add(r);
+              using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
+              if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
+                            !std::is_same_v<R, GpuCollectiveRow> &&
+                            !std::is_same_v<R, GpuSliceRow>)
+                ++calls;
+            },
+            k.chunk->rows[i].row);
     for (const auto& r : c.exits) w.add(r);
     w.set_meta("events", std::to_string(calls));
     return w.close();

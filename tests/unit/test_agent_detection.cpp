@@ -547,6 +547,50 @@ TEST_F(StateDir, FlightRecordingKeepsThePastAndRetainsBySize) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
+// The held rows go to the writer by reference, chunk by chunk, not copied on the pipeline's
+// thread: rows over several chunks are all written, rows that came after the snapshot wait for
+// the next recording (with the held past before them), and rows older than the held past leave
+// across chunks' bounds.
+TEST_F(StateDir, FlightRecordingSharesItsChunksAndEvictsAcrossThem) {
+  FlightOptions o;
+  o.dir = dir_;
+  o.seconds_ns = 10'000'000'000ull;
+  FlightRecorder f(o);
+  f.set_meta("monotonic_to_realtime_ns", "0");
+  uint64_t now = monotonic_now_ns();
+  static const char kOp[] = "cudaMalloc";
+  auto add = [&](uint64_t ts, int n) {
+    for (int i = 0; i < n; ++i) {
+      CudaCallRow c;
+      c.ts_ns = ts + uint64_t(i);
+      c.dur_ns = 1;
+      c.pid = c.tid = 42;
+      c.name = kOp;
+      f.add(c);
+    }
+  };
+  add(now - 30'000'000'000ull, 10'000);  // older than the held past: a chunk and a part
+  add(now - 1'000'000'000ull, 20'000);
+  f.flush();
+  EXPECT_EQ(f.held_rows(), 20'000u);
+  auto calls_in = [&](const std::string& path) {
+    RecordingReader rec(path);
+    int64_t calls = -1;
+    rec.query("SELECT count(*) FROM trace WHERE name = 'cudaMalloc'",
+              [&](Statement& s) { calls = s.int_at(0); });
+    return calls;
+  };
+  std::string first = f.request("signal", 0);
+  f.flush();          // the snapshot: the writer thread holds its chunks
+  add(now, 5);        // after it: in a new chunk, not the snapshot's last one
+  std::string second = f.request("signal", 0);
+  f.finish();
+  EXPECT_EQ(f.last_error(), "");
+  EXPECT_EQ(calls_in(first), 20'000);
+  EXPECT_EQ(calls_in(second), 20'005);
+  EXPECT_EQ(f.held_rows(), 20'005u);
+}
+
 TEST(LoopbackAddress, OnlyThisHost) {
   EXPECT_TRUE(is_loopback_address("127.0.0.1"));
   EXPECT_TRUE(is_loopback_address("::1"));
