@@ -44,7 +44,8 @@ detect::OnlineOptions online_options(const DetectionOptions& o) {
   d.refit_inline = false;
   d.min_span_ns = o.train_span_ns;
   d.burst_window_ns = o.burst_window_ns;
-  d.min_burst_share = detect::kDefaultMinLossShare;  // 10 ms a second, 100 ms in 10 s: less is no alert
+  // 10 ms a second, 100 ms in 10 s: less is no alert
+  d.min_burst_share = detect::kDefaultMinLossShare;
   // A window anomaly goes out when the next window is one too: a healthy job's checkpoint can
   // stall it for most of a second (session 38's hour: 4 lone windows at 1/5 of its rate, every
   // thread blocked, none waiting for a CPU), while each injected fault of the eval, 1.5-2 s

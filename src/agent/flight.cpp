@@ -238,8 +238,11 @@ std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending
     c->frames.insert(c->frames.end(), frames.begin(), frames.end());
   c->meta = meta_;
   uint64_t end = monotonic_now_ns();
-  uint64_t start = c->rows.empty() ? end
-                                   : std::min(c->rows.front().chunk->rows[c->rows.front().begin].ts_ns, end);
+  uint64_t start = end;
+  if (!c->rows.empty()) {
+    const Range& first = c->rows.front();
+    start = std::min(first.chunk->rows[first.begin].ts_ns, end);
+  }
   int64_t to_real = 0;
   for (const auto& [k, v] : meta_)
     if (k == "monotonic_to_realtime_ns") to_real = std::stoll(v);

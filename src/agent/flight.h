@@ -118,7 +118,7 @@ class FlightRecorder final : public Sink {
 
   FlightOptions o_;
   std::deque<std::shared_ptr<Chunk>> chunks_;  // oldest first; only the last grows
-  bool last_shared_ = false;                   // the last chunk is in a snapshot: rows start a new one
+  bool last_shared_ = false;  // the last chunk is in a snapshot: rows start a new one
   size_t held_rows_ = 0;
   uint64_t bytes_ = 0;
   std::unordered_map<uint32_t, ProcessRow> processes_;
@@ -127,7 +127,7 @@ class FlightRecorder final : public Sink {
   std::map<uint32_t, GpuDevice> devices_;
   std::map<int64_t, std::vector<PythonStackFrameRow>> stacks_;
   std::vector<std::pair<std::string, std::string>> meta_;
-  std::deque<std::pair<uint64_t, uint64_t>> dropped_;  // (time, total so far), as rows_
+  std::deque<std::pair<uint64_t, uint64_t>> dropped_;  // (time, total so far), as the rows
   std::vector<Pending> pending_;
   std::string writing_;  // the path of the last recording handed to the writer
   std::thread writer_;
