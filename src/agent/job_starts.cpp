@@ -136,11 +136,18 @@ AgentAnomaly JobStarts::close(const Episode& e) {
   return out;
 }
 
-// (an ended job's processes are no longer known: its words from while it ran)
+// (an ended job's processes are no longer known: its words from while it ran; a job's processes
+// exit one by one at its end, and "python3 (pid 7954)" says less than "the processes launched by
+// pid 7952 (pids 7953, 7954)" of session 55's ten minutes: the longer words it had are kept)
 void JobStarts::name_jobs(Episode& e, const std::function<std::string(const std::string&)>& who) {
-  for (const std::string& job : e.jobs)
-    if (running_.count(job)) e.who[job] = who(job);
-  if (running_.count(e.started)) e.who[e.started] = who(e.started);
+  auto name = [&](const std::string& job) {
+    if (!running_.count(job)) return;
+    std::string now = who(job);
+    std::string& kept = e.who[job];
+    if (now.size() >= kept.size()) kept = std::move(now);
+  };
+  for (const std::string& job : e.jobs) name(job);
+  name(e.started);
 }
 
 bool JobStarts::claimable(const AgentAnomaly& x) const {
@@ -182,7 +189,9 @@ void JobStarts::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns, uint64_t
   }
   for (auto e = episodes_.begin(); e != episodes_.end();) {
     name_jobs(*e, who);
-    bool ended = e->last_seen_ns + options_.gap_ns < now_ns;
+    // (not before the start's after_ns is over: session 55's ten minutes had one start as two
+    // episodes 16 s apart, its first steps' slow collectives after a quiet 10 s)
+    bool ended = e->last_seen_ns + options_.gap_ns < now_ns && e->started_ns + options_.after_ns < now_ns;
     bool members = !e->calls.empty() || !e->windows.empty();
     if (members && (ended || e->opened_ns + options_.max_ns <= now_ns)) {
       out.push_back(close(*e));

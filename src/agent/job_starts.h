@@ -11,7 +11,8 @@
 // GPU) that came within `before_ns` before to `after_ns` after a job started beside others
 // (one of them seen at least `min_age_ns` before it: at the agent's own start every job is new)
 // joins that start's episode, as does one within `gap_ns` of the episode's last; an episode
-// goes out as one anomaly once `gap_ns` passed without another (or every `max_ns`, for a
+// goes out as one anomaly once `gap_ns` passed without another and its start's `after_ns` is
+// over (or every `max_ns`, for a
 // neighbour that keeps slowing the others), layer window, cause "CPU interference: <job>
 // started beside it; N slow calls (aten::mm 300, ...) and M windows ...", and the anomalies it
 // stands for counted in it. A new job is seen by its first traced call, seconds after its

@@ -86,6 +86,8 @@ TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
   f.fold({}, 122 * kSecond);
   EXPECT_TRUE(f.out.empty()) << "under 10 s since the last: the episode goes on";
   f.fold({}, 124 * kSecond);
+  EXPECT_TRUE(f.out.empty()) << "the start's 30 s are not over: the episode goes on";
+  f.fold({}, 131 * kSecond);
   ASSERT_EQ(f.out.size(), 1u);
   const AgentAnomaly& e = f.out[0];
   EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "CPU interference");
@@ -102,6 +104,43 @@ TEST(JobStarts, ASecondJobsStartIsOneAnomalyNamingIt) {
   f.out.clear();
   f.fold({slow_call("job a", 200 * kSecond)}, 201 * kSecond);
   EXPECT_TRUE(f.one_alone()) << "long after the start: on its own, at once";
+}
+
+// Session 55's ten minutes: one start as two anomalies 16 s apart, its first episode gone out
+// after 10 s without another, the start's first steps' slow collectives a second one, the job
+// named by what was left of it ("python3 (pid 7954)", its rank 0 gone). An episode lasts the
+// start's 30 s and keeps the fullest words it had for a job.
+TEST(JobStarts, AStartsEpisodeLastsItsThirtySecondsAndKeepsTheJobsFullName) {
+  JobStarts starts;
+  std::vector<AgentAnomaly> out;
+  std::string b = "the processes launched by pid 7952 (pids 7953, 7954)";
+  auto who = [&](const std::string& job) { return job == "job b" ? b : job; };
+  auto fold = [&](std::vector<AgentAnomaly> found, uint64_t now) {
+    starts.fold(found, now, now, who);
+    for (auto& x : found) out.push_back(std::move(x));
+  };
+  starts.seen("job a", 0);
+  starts.seen("job b", 240 * kSecond);
+  fold({window("job a", 241 * kSecond, "slow operators: torch calls 1,200/s (usual 2,500/s)"),
+        window("job a", 242 * kSecond, "unusual window")},
+       243 * kSecond);
+  fold({}, 254 * kSecond);
+  EXPECT_TRUE(out.empty()) << "10 s quiet, but within the start's 30 s";
+  b = "python3 (pid 7954)";
+  std::vector<AgentAnomaly> calls;
+  for (int i = 0; i < 6; ++i)
+    calls.push_back(slow_call("job a", 257 * kSecond + uint64_t(i) * kSecond / 10, "gloo:all_reduce"));
+  fold(calls, 258 * kSecond);
+  fold({}, 269 * kSecond);
+  EXPECT_TRUE(out.empty()) << "over 10 s quiet, but the start is 29 s old";
+  fold({}, 271 * kSecond);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].folded_calls, 6u);
+  EXPECT_EQ(out[0].folded_windows, 2u);
+  EXPECT_NE(out[0].anomaly.cause.find("(the processes launched by pid 7952 (pids 7953, 7954))"),
+            std::string::npos)
+      << out[0].anomaly.cause;
+  EXPECT_EQ(starts.open_episodes(), 0u);
 }
 
 // At the agent's start every job is new: none started beside another until one had been seen
@@ -131,7 +170,7 @@ TEST(JobStarts, ANeighboursSlowCallWaitsForAStartingProcessToBecomeAJob) {
   f.fold({}, 303 * kSecond);
   EXPECT_EQ(f.starts.held(), 0u);
   EXPECT_EQ(f.starts.open_episodes(), 1u);
-  f.fold({}, 314 * kSecond);
+  f.fold({}, 331 * kSecond);
   ASSERT_EQ(f.out.size(), 1u);
   EXPECT_EQ(f.out[0].folded_calls, 1u);
   f.out.clear();
