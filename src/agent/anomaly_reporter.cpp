@@ -33,7 +33,11 @@ std::string unusual_text(const detect::Anomaly& a) {
   if (a.usual_us > 0)
     out = fmt::format("{:.3g}x its usual {}", double(a.dur_ns) / 1e3 / a.usual_us,
                       ms_text(uint64_t(a.usual_us * 1e3)));
-  if (a.burst > 0)
+  if (a.burst > 0 && !a.burst_of.empty())
+    out += fmt::format("{}with its process's burst of slow {} ({} in {:.3g} s where {:.2g} are "
+                       "usual)", out.empty() ? "" : "; ", a.burst_of, a.burst,
+                       double(a.burst_window_ns) / 1e9, a.burst_expected);
+  else if (a.burst > 0)
     out += fmt::format("{}{} such calls in {:.3g} s where {:.2g} are usual", out.empty() ? "" : "; ",
                        a.burst, double(a.burst_window_ns) / 1e9, a.burst_expected);
   else if (a.burst_window_ns == 0 && !out.empty())

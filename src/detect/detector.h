@@ -168,6 +168,9 @@ struct Anomaly {
   size_t burst = 0;
   double burst_expected = 0;
   uint64_t burst_window_ns = 0;
+  // Online: the operation whose burst took it along (OnlineOptions::take_along_share; the
+  // burst figures above are that burst's), else empty.
+  std::string burst_of;
   // A collective that waited for a straggler (explain_wait): who joined last, how late, and
   // where (" on host H, job J" or ""); late_pid 0 where none was named.
   int64_t late_rank = -1;

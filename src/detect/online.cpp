@@ -202,7 +202,9 @@ void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
       }
     }
     std::string kind = a.top_features.empty() ? "" : a.top_features.front().first;
+    size_t first = out.size();
     report_burst(g, kind, g.bursts[kind], a, out);
+    if (options_.take_along_share > 0) note_burst(g, out, first);
   }
 }
 
@@ -229,6 +231,54 @@ double value_of(const Anomaly& a, const std::string& kind) {
   return std::nan("");
 }
 }  // namespace
+
+void OnlineDetector::note_burst(const Group& g, std::vector<Anomaly>& out, size_t first) {
+  const uint64_t span = options_.burst_window_ns;
+  std::vector<uint32_t> pids;
+  for (size_t i = first; i < out.size(); ++i) {
+    const Anomaly& a = out[i];
+    if (!a.pid || a.burst == 0 || !a.burst_of.empty() || !judged_by_loss(a) || a.layer != g.layer)
+      continue;
+    RecentBurst& r = recent_bursts_[{a.pid, g.layer}];
+    if (r.group != g.key || a.ts_ns > r.last_ns + span)
+      r = {g.key, a.ts_ns, a.ts_ns, lost_us(a), a.burst, a.burst_expected, a.burst_window_ns};
+    r.first_ns = std::min(r.first_ns, a.ts_ns);
+    r.last_ns = std::max(r.last_ns, a.ts_ns);
+    r.least_lost_us = std::min(r.least_lost_us, lost_us(a));
+    if (std::find(pids.begin(), pids.end(), a.pid) == pids.end()) pids.push_back(a.pid);
+  }
+  // the others' pending candidates of those processes, as slow, in the burst window
+  for (uint32_t pid : pids) {
+    for (auto& [key, other] : groups_) {
+      if (key == g.key || other.layer != g.layer) continue;
+      auto b = other.bursts.find(kTailKindNames[0]);
+      if (b == other.bursts.end()) continue;
+      for (auto p = b->second.pending.begin(); p != b->second.pending.end();) {
+        if (p->pid == pid && taken_along(other, *p)) {
+          mark_reported(other, *p);
+          out.push_back(std::move(*p));
+          p = b->second.pending.erase(p);
+        } else {
+          ++p;
+        }
+      }
+    }
+  }
+}
+
+bool OnlineDetector::taken_along(const Group& g, Anomaly& a) const {
+  if (options_.take_along_share <= 0 || !a.pid || !judged_by_loss(a)) return false;
+  auto r = recent_bursts_.find({a.pid, g.layer});
+  if (r == recent_bursts_.end() || r->second.group == g.key) return false;
+  const RecentBurst& b = r->second;
+  const uint64_t margin = kMinMaterialSpanNs;
+  if (a.ts_ns + margin < b.first_ns || a.ts_ns > b.last_ns + margin ||
+      lost_us(a) < options_.take_along_share * b.least_lost_us)
+    return false;
+  a.burst = b.burst, a.burst_expected = b.expected, a.burst_window_ns = b.window_ns;
+  a.burst_of = groups_.at(b.group).name;
+  return true;
+}
 
 // A candidate goes out for its severity (report_severe), or with as many of its kind in the
 // burst window (but those that went out for their severity) as the background rate makes
@@ -275,8 +325,9 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
     a.burst = events, a.burst_expected = expected, a.burst_window_ns = span;
     mark_reported(g, a);
     out.push_back(std::move(a));
-  } else if (m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
-             double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) {
+  } else if ((m.slowest_ns > 0 && a.dur_ns >= options_.extreme_min_ns &&
+              double(a.dur_ns) >= options_.extreme_slowdown * double(m.slowest_ns)) ||
+             (kind == kTailKindNames[0] && taken_along(g, a))) {
     mark_reported(g, a);
     out.push_back(std::move(a));
   } else {

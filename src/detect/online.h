@@ -71,6 +71,15 @@ struct OnlineOptions {
   double min_burst_share = 0;
   double extreme_slowdown = 10;
   uint64_t extreme_min_ns = 100'000'000;
+  // A burst of one operation's slow calls takes along the candidates of the same process's
+  // other operations of its layer that came within the burst's span (its first call reported
+  // to its last, and a second either side) and lost at least this share of what the burst's
+  // least call did: one fault slows a process's calls into a library, whatever they are (eval
+  // cuda_latency: 10 ms on 7 launches, a burst, and on 2 cudaMemcpy, too few for their own
+  // history, one of them alone in its second). Not the whole burst window: a healthy job's
+  // hiccup 5 s before a fault is no part of it (eval torch_latency). What is taken along takes
+  // nothing along itself. 0: each operation on its own.
+  double take_along_share = 0.5;
   // Window anomalies only in runs of this many consecutive windows (each window's row: its
   // start and length), then each of the run's; 1: every one at once.
   size_t window_run = 1;
@@ -110,7 +119,8 @@ class OnlineDetector {
   // Samples of one group (`rows.group`, its features in a fixed order), in time order and
   // later than the group's earlier ones: each is scored against the group's model of the moment
   // (none before the group has min_samples), then joins its window. Returns the anomalies among
-  // them, in row order, with Anomaly::row naming the row.
+  // them, in row order, with Anomaly::row naming the row; then, with take_along_share, other
+  // groups' candidates a burst among them took along (their rows of their own tables).
   std::vector<Anomaly> observe(const FeatureTable& rows);
   // The same, judging only the rows whose `judged` is true (the others are learned from; e.g.
   // a process's first seconds, its warm-up). `judged` has one entry per row.
@@ -223,11 +233,26 @@ class OnlineDetector {
   bool report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a, size_t calls,
                      std::vector<Anomaly>& out);
   void report_window_runs(Group& g, const FeatureTable& rows, std::vector<Anomaly>& found);
+  // (take_along_share) the last slow-call burst of a process's layer: recorded from the calls
+  // `out` gained from `first`, then the other operations' pending candidates it takes along
+  void note_burst(const Group& g, std::vector<Anomaly>& out, size_t first);
+  // whether a candidate of `g` is taken along by such a burst of another operation (then it
+  // carries that burst's figures)
+  bool taken_along(const Group& g, Anomaly& a) const;
   RefitJob take_job(Group& g);
   void archive(Group& g, const Sample& s) const;
 
   OnlineOptions options_;
   std::map<std::string, Group> groups_;
+  struct RecentBurst {
+    std::string group;       // the operation whose burst it was
+    uint64_t first_ns = 0, last_ns = 0;  // its first and latest call reported
+    double least_lost_us = 0;  // the least any of its calls lost
+    size_t burst = 0;
+    double expected = 0;
+    uint64_t window_ns = 0;
+  };
+  std::map<std::pair<uint32_t, std::string>, RecentBurst> recent_bursts_;  // (pid, layer)
   size_t refits_ = 0;
   size_t unreported_ = 0;
 };

@@ -303,6 +303,21 @@ TEST(OnlineDetector, AFitThatGaveNoModelIsTriedAgainSoonNotARefitPeriodLater) {
   EXPECT_EQ(tries, 1u) << "not a try per window";
 }
 
+// The log line says how unusual a call was, in words: its own burst, or the burst of its
+// process that took it along (a slow cudaMemcpy beside slow launches).
+TEST(AnomalyReporter, SaysHowUnusualInWords) {
+  detect::Anomaly a;
+  a.dur_ns = 10'100'000, a.usual_us = 101;
+  a.burst = 9, a.burst_expected = 0.012, a.burst_window_ns = 1'700'000'000;
+  EXPECT_EQ(unusual_text(a), "100x its usual 0.1 ms; 9 such calls in 1.7 s where 0.012 are usual");
+  a.burst_of = "cudaLaunchKernel";
+  EXPECT_EQ(unusual_text(a),
+            "100x its usual 0.1 ms; with its process's burst of slow cudaLaunchKernel (9 in 1.7 s "
+            "where 0.012 are usual)");
+  a.burst = 0, a.burst_of.clear(), a.burst_window_ns = 0;
+  EXPECT_EQ(unusual_text(a), "100x its usual 0.1 ms, far slower than any call of its history");
+}
+
 TEST(CauseKind, DropsTheOperation) {
   EXPECT_EQ(detect::cause_kind("slow cuda call: cudaMalloc"), "slow cuda call");
   EXPECT_EQ(detect::cause_kind("CPU interference"), "CPU interference");

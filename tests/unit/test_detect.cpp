@@ -1456,6 +1456,65 @@ TEST(OnlineDetector, AFewSlowCallsInASecondAreABurstThoughTheBurstWindowHoldsTho
   EXPECT_GE(fault_reported, 6u) << "of the 7 launches 10 ms slow";
 }
 
+// One fault slows a process's calls into a library, whatever they are: eval cuda_latency's
+// 10 ms on 7 launches (a burst) and on 2 cudaMemcpy (too few for their own history: session
+// 55's online run missed the second that held only one of them). A burst of one operation takes
+// along the same process's candidates of its layer's other operations in the burst window that
+// lost at least half what its least call did, in the burst's span: a memcpy pending before the
+// burst and one after it; not another process's, nor one that lost a tenth as much, nor one 4 s
+// before the burst (eval torch_latency: a healthy hiccup 5 s before the fault, taken along by
+// a first form that took the whole burst window).
+TEST(OnlineDetector, ABurstTakesAlongItsProcesssOtherOperationsAsSlow) {
+  auto run = [](double share) {
+    OnlineOptions o = burst_options(60'000'000'000);
+    o.take_along_share = share;
+    OnlineDetector d(o);
+    std::mt19937_64 rng(9);
+    std::normal_distribution<double> noise(0.0, 0.08);
+    uint64_t t_launch = 0, t_copy = 2'000'000;
+    int launches = 0, copies = 0;
+    std::map<std::string, size_t> reported;  // "op pid" -> how many
+    auto second = [&](auto launch_us, auto copy_us) {
+      FeatureTable c = cuda_batch("cudaMemcpy", t_copy, copies, copy_us, rng, noise);
+      for (size_t i = 0; i < c.pid.size(); ++i) c.pid[i] = c.tid[i] = i % 2 ? 8 : 7;
+      FeatureTable l = cuda_batch("cudaLaunchKernel", t_launch, launches, launch_us, rng, noise);
+      for (const FeatureTable* t : {&c, &l})
+        for (const auto& a : d.observe(*t)) {
+          ++reported[fmt::format("{} {}", a.name, a.pid)];
+          if (!a.burst_of.empty()) ++reported[a.name + " with a burst of " + a.burst_of];
+        }
+    };
+    auto launch = [](int) { return 8.0; };
+    // (pid 8's memcpy is 10 ms slow every 5 s: the group's own history has such calls, and
+    // the fault's three are no burst of it)
+    auto copy = [](int i) { return i % 1000 == 501 ? 10'100.0 : 100.0; };
+    for (int s = 0; s < 66; ++s)  // (at 62 s a memcpy of pid 7 10 ms slow: a hiccup)
+      second(launch, [&](int i) { return s == 62 && i % 200 == 20 ? 10'100.0 : copy(i); });
+    EXPECT_NE(d.model("cuda", "cudaMemcpy"), nullptr);
+    EXPECT_NE(d.model("cuda", "cudaLaunchKernel"), nullptr);
+    EXPECT_TRUE(reported.empty());
+    const int base = launches;  // (both batches: 200 a second)
+    // second 66: a memcpy of pid 7 (row 20) and one of pid 8 (row 41) 10 ms slow, then 7
+    // launches of pid 7 10 ms slow in 1.3 s; second 67: a memcpy of pid 7 10 ms slow (row 60)
+    // and one 1 ms slow (row 120)
+    second([&](int i) { return (i - base) % 30 == 5 && i - base < 210 ? 10'100.0 : 8.0; },
+           [&](int i) { return i - base == 20 || i - base == 41 ? 10'100.0 : copy(i); });
+    second([&](int i) { return (i - base) % 30 == 5 && i - base < 260 ? 10'100.0 : 8.0; },
+           [&](int i) { return i - base == 260 ? 10'100.0 : i - base == 320 ? 1'100.0 : copy(i); });
+    for (int s = 0; s < 12; ++s) second(launch, copy);  // (the burst window passes)
+    return reported;
+  };
+  auto alone = run(0);
+  EXPECT_GE(alone["cudaLaunchKernel 7"], 6u) << "of the 9 launches 10 ms slow";
+  EXPECT_EQ(alone["cudaMemcpy 7"], 0u) << "two slow memcpys are no burst of their own";
+  auto along = run(0.5);
+  EXPECT_EQ(along["cudaLaunchKernel 7"], alone["cudaLaunchKernel 7"]);
+  EXPECT_EQ(along["cudaMemcpy 7"], 2u)
+      << "the one pending before the burst and the one after; not the hiccup 4 s before it";
+  EXPECT_EQ(along["cudaMemcpy with a burst of cudaLaunchKernel"], 2u);
+  EXPECT_EQ(along["cudaMemcpy 8"], 0u) << "another process's";
+}
+
 // A size the job uses again and again, however rare (a flag of 8 bytes all-reduced every 200
 // calls of 256 bytes: too few for a component of the model), is no unusual size to the agent;
 // a burst of a size never seen is.
