@@ -191,7 +191,8 @@ void JobStarts::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns, uint64_t
     name_jobs(*e, who);
     // (not before the start's after_ns is over: session 55's ten minutes had one start as two
     // episodes 16 s apart, its first steps' slow collectives after a quiet 10 s)
-    bool ended = e->last_seen_ns + options_.gap_ns < now_ns && e->started_ns + options_.after_ns < now_ns;
+    bool ended =
+        e->last_seen_ns + options_.gap_ns < now_ns && e->started_ns + options_.after_ns < now_ns;
     bool members = !e->calls.empty() || !e->windows.empty();
     if (members && (ended || e->opened_ns + options_.max_ns <= now_ns)) {
       out.push_back(close(*e));

@@ -10,16 +10,15 @@
 // call, a CPU-interference, slow-code or storage window; never a late rank, the network or the
 // GPU) that came within `before_ns` before to `after_ns` after a job started beside others
 // (one of them seen at least `min_age_ns` before it: at the agent's own start every job is new)
-// joins that start's episode, as does one within `gap_ns` of the episode's last; an episode
-// goes out as one anomaly once `gap_ns` passed without another and its start's `after_ns` is
-// over (or every `max_ns`, for a
-// neighbour that keeps slowing the others), layer window, cause "CPU interference: <job>
-// started beside it; N slow calls (aten::mm 300, ...) and M windows ...", and the anomalies it
-// stands for counted in it. A new job is seen by its first traced call, seconds after its
-// process began (Python imports torch first), while the others may already be slowed: an
-// anomaly that could be folded but has no start to join, while a process that is in no job
-// yet started (a candidate: it may become one), waits up to `hold_ns` for it to become a job,
-// and goes out on its own once it exited or the time is up.
+// joins that start's episode, as does one within `gap_ns` of the episode's last; an episode goes
+// out as one anomaly once `gap_ns` passed without another and its start's `after_ns` is over (or
+// every `max_ns`, for a neighbour that keeps slowing the others), layer window, cause "CPU
+// interference: <job> started beside it; N slow calls (aten::mm 300, ...) and M windows ...", and
+// the anomalies it stands for counted in it. A new job is seen by its first traced call, seconds
+// after its process began (Python imports torch first), while the others may already be slowed: an
+// anomaly that could be folded but has no start to join, while a process that is in no job yet
+// started (a candidate: it may become one), waits up to `hold_ns` for it to become a job, and goes
+// out on its own once it exited or the time is up.
 #pragma once
 #include <cstdint>
 #include <functional>

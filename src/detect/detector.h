@@ -161,10 +161,10 @@ struct Anomaly {
   size_t row = 0;  // the row of its table
   double usual_us = 0;  // calls: the duration usual for it (its component's), in microseconds
   std::vector<Measured> measured;  // the top features (as top_features), in their units
-  // Online: the burst that made it worth reporting: `burst` such calls of its operation in the
-  // `burst_window_ns` before it (the burst window, or the span a severe burst came in) where
-  // `burst_expected` were usual; or 0 when it was reported on its own (far slower than any
-  // call seen).
+  // Online: the burst that made it worth reporting: `burst` such calls of its operation (or of
+  // `burst_of`'s, below) in the `burst_window_ns` before it (the burst window, or the span a
+  // severe burst came in) where `burst_expected` were usual; or 0 when it was reported on its
+  // own (far slower than any call seen).
   size_t burst = 0;
   double burst_expected = 0;
   uint64_t burst_window_ns = 0;

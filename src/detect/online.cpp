@@ -233,21 +233,41 @@ double value_of(const Anomaly& a, const std::string& kind) {
 }  // namespace
 
 void OnlineDetector::note_burst(const Group& g, std::vector<Anomaly>& out, size_t first) {
-  const uint64_t span = options_.burst_window_ns;
-  std::vector<uint32_t> pids;
+  if (first == out.size()) return;
+  const uint64_t span = options_.burst_window_ns, margin = kMinMaterialSpanNs;
+  // (those past taking anything along: no process's bursts kept for ever)
+  std::erase_if(recent_bursts_,
+                [&](const auto& r) { return r.second.last_ns + span + margin < g.last_ts; });
+  // per process, the calls this report sent out (not those it took along): how many, the
+  // least any lost, and the latest, which set it off (pending ones that went with it may be
+  // seconds older: the span starts at it)
+  struct Sent {
+    size_t calls = 0;
+    double least_lost_us = INFINITY;
+    const Anomaly* latest = nullptr;
+  };
+  std::map<uint32_t, Sent> sent;
   for (size_t i = first; i < out.size(); ++i) {
     const Anomaly& a = out[i];
-    if (!a.pid || a.burst == 0 || !a.burst_of.empty() || !judged_by_loss(a) || a.layer != g.layer)
-      continue;
-    RecentBurst& r = recent_bursts_[{a.pid, g.layer}];
-    if (r.group != g.key || a.ts_ns > r.last_ns + span)
-      r = {g.key, a.ts_ns, a.ts_ns, lost_us(a), a.burst, a.burst_expected, a.burst_window_ns};
-    r.first_ns = std::min(r.first_ns, a.ts_ns);
-    r.last_ns = std::max(r.last_ns, a.ts_ns);
-    r.least_lost_us = std::min(r.least_lost_us, lost_us(a));
-    if (std::find(pids.begin(), pids.end(), a.pid) == pids.end()) pids.push_back(a.pid);
+    if (!a.pid || a.burst == 0 || !a.burst_of.empty() || !judged_by_loss(a)) continue;
+    Sent& s = sent[a.pid];
+    ++s.calls;
+    s.least_lost_us = std::min(s.least_lost_us, lost_us(a));
+    if (!s.latest || a.ts_ns >= s.latest->ts_ns) s.latest = &a;
   }
-  // the others' pending candidates of those processes, as slow, in the burst window
+  std::vector<uint32_t> pids;
+  for (const auto& [pid, s] : sent) {
+    const Anomaly& a = *s.latest;
+    RecentBurst& r = recent_bursts_[{pid, g.layer}];
+    if (r.group != g.key || a.ts_ns > r.last_ns + margin)  // (a second of quiet ends it)
+      r = {g.key, g.name, a.ts_ns, a.ts_ns, s.least_lost_us};
+    r.last_ns = std::max(r.last_ns, a.ts_ns);
+    r.least_lost_us = std::min(r.least_lost_us, s.least_lost_us);
+    r.calls += s.calls;
+    r.burst = a.burst, r.expected = a.burst_expected, r.window_ns = a.burst_window_ns;
+    if (r.calls >= 2) pids.push_back(pid);
+  }
+  // the other operations' pending candidates of those processes, as slow, in the burst's span
   for (uint32_t pid : pids) {
     for (auto& [key, other] : groups_) {
       if (key == g.key || other.layer != g.layer) continue;
@@ -272,18 +292,19 @@ bool OnlineDetector::taken_along(const Group& g, Anomaly& a) const {
   if (r == recent_bursts_.end() || r->second.group == g.key) return false;
   const RecentBurst& b = r->second;
   const uint64_t margin = kMinMaterialSpanNs;
-  if (a.ts_ns + margin < b.first_ns || a.ts_ns > b.last_ns + margin ||
+  if (b.calls < 2 || a.ts_ns + margin < b.first_ns || a.ts_ns > b.last_ns + margin ||
       lost_us(a) < options_.take_along_share * b.least_lost_us)
     return false;
   a.burst = b.burst, a.burst_expected = b.expected, a.burst_window_ns = b.window_ns;
-  a.burst_of = groups_.at(b.group).name;
+  a.burst_of = b.name;
   return true;
 }
 
 // A candidate goes out for its severity (report_severe), or with as many of its kind in the
 // burst window (but those that went out for their severity) as the background rate makes
 // unlikely (Poisson tail; the window's calls times the rate expected), with every pending one,
-// or alone when it was far slower than any call of the history.
+// or alone when it was far slower than any call of the history or another operation's burst in
+// its process took it along (taken_along).
 void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                                   std::vector<Anomaly>& out) {
   const uint64_t span = options_.burst_window_ns;

@@ -15,10 +15,11 @@
 // its history's largest burst of unreported ones (then the pending candidates of the window go
 // out too; a burst counts the anomalies of one kind, by the feature that flagged them), or (b) one
 // call took `extreme_slowdown` times the slowest call of the model's history and at least
-// `extreme_min_ns`; (a) only where the burst's calls lost at least `min_burst_share` of the
-// span they came in beyond their usual time. Windows are judged as before, and with `window_run` over 1 reported only
-// in runs of that many consecutive anomalous windows (a one-second dip is a job's checkpoint
-// or a hiccup of the machine; a fault lasts).
+// `extreme_min_ns`, or (c) a burst of slow calls of another operation in the same process took it
+// along (`take_along_share`); (a) only where the burst's calls lost at least `min_burst_share` of
+// the span they came in beyond their usual time. Windows are judged as before, and with
+// `window_run` over 1 reported only in runs of that many consecutive anomalous windows (a
+// one-second dip is a job's checkpoint or a hiccup of the machine; a fault lasts).
 //
 // Refits run inline (observe() fits when one is due) or, with `refit_inline` off, are handed
 // out by take_due_refits() to be fitted elsewhere (the agent's worker thread: a fit takes tens
@@ -71,14 +72,14 @@ struct OnlineOptions {
   double min_burst_share = 0;
   double extreme_slowdown = 10;
   uint64_t extreme_min_ns = 100'000'000;
-  // A burst of one operation's slow calls takes along the candidates of the same process's
-  // other operations of its layer that came within the burst's span (its first call reported
-  // to its last, and a second either side) and lost at least this share of what the burst's
-  // least call did: one fault slows a process's calls into a library, whatever they are (eval
-  // cuda_latency: 10 ms on 7 launches, a burst, and on 2 cudaMemcpy, too few for their own
-  // history, one of them alone in its second). Not the whole burst window: a healthy job's
-  // hiccup 5 s before a fault is no part of it (eval torch_latency). What is taken along takes
-  // nothing along itself. 0: each operation on its own.
+  // A burst of one operation's slow calls takes along the candidates of the same process's other
+  // operations of its layer that came within the burst's span in that process (from the call that
+  // set off its first report to its latest, and a second either side) and lost at least this share
+  // of what the burst's least call did: one fault slows a process's calls into a library, whatever
+  // they are (eval cuda_latency: 10 ms on 7 launches, a burst, and on 2 cudaMemcpy, too few for
+  // their own history, one of them alone in its second). Not the whole burst window: a healthy
+  // job's hiccup 5 s before a fault is no part of it (eval torch_latency). What is taken along
+  // takes nothing along itself. 0: each operation on its own.
   double take_along_share = 0.5;
   // Window anomalies only in runs of this many consecutive windows (each window's row: its
   // start and length), then each of the run's; 1: every one at once.
@@ -119,8 +120,9 @@ class OnlineDetector {
   // Samples of one group (`rows.group`, its features in a fixed order), in time order and
   // later than the group's earlier ones: each is scored against the group's model of the moment
   // (none before the group has min_samples), then joins its window. Returns the anomalies among
-  // them, in row order, with Anomaly::row naming the row; then, with take_along_share, other
-  // groups' candidates a burst among them took along (their rows of their own tables).
+  // them, in row order, with Anomaly::row naming the row; with take_along_share, each burst
+  // among them followed by the other groups' candidates it took along (Anomaly::burst_of set;
+  // their rows of their own tables).
   std::vector<Anomaly> observe(const FeatureTable& rows);
   // The same, judging only the rows whose `judged` is true (the others are learned from; e.g.
   // a process's first seconds, its warm-up). `judged` has one entry per row.
@@ -244,10 +246,16 @@ class OnlineDetector {
 
   OnlineOptions options_;
   std::map<std::string, Group> groups_;
+  // A process's calls of one operation that went out in a burst, in one run (a second of quiet
+  // ends it): from the call that set off its first report to the latest; what the least of them
+  // lost (the bar is the burst's own weakest call: a call as slow as one it reported is as much
+  // a part of the fault); the burst's figures as its latest report gave them. One call of a
+  // process swept into another process's burst takes nothing along (calls under 2).
   struct RecentBurst {
-    std::string group;       // the operation whose burst it was
-    uint64_t first_ns = 0, last_ns = 0;  // its first and latest call reported
-    double least_lost_us = 0;  // the least any of its calls lost
+    std::string group, name;  // the operation whose burst it was
+    uint64_t first_ns = 0, last_ns = 0;
+    double least_lost_us = 0;
+    size_t calls = 0;
     size_t burst = 0;
     double expected = 0;
     uint64_t window_ns = 0;
