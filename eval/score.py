@@ -245,9 +245,15 @@ def false_windows(out, name):
     flagged = flagged_by_detect(table, run["anomalies"])
     print(f"{name}: fault {truth['fault']} at {(onset - run['start_ns']) / 1e9:.1f} s into the "
           f"job, scored from {(run['scored_from_ns'] - run['start_ns']) / 1e9:.1f} s")
+    # the workload's canary (eval/workloads/faulty_gpt.py): its fixed work's CPU time in the
+    # window's second against its median over the job, > 1 where the CPU itself ran slower
+    canary = dict((s // w, ns) for s, ns in truth.get("canary", []))
+    usual = np.median(list(canary.values())) if canary else None
     for i in np.flatnonzero(test & (flagged != y)):
         what = "false" if flagged[i] else "missed"
-        print(f"  {what} window at {(ts[i] - onset) / 1e9:+.0f} s from the fault's start")
+        speed = (f"; the workload's canary took {canary[ts[i] // w] / usual:.2f}x its usual CPU "
+                 f"time" if ts[i] // w in canary else "")
+        print(f"  {what} window at {(ts[i] - onset) / 1e9:+.0f} s from the fault's start{speed}")
         for a in run["anomalies"]:
             if a["ts_ns"] < ts[i] + w and a["ts_ns"] + max(a["dur_ns"], 1) > ts[i]:
                 print(f"    {(a['ts_ns'] - onset) / 1e9:+8.3f} s {a['dur_ns'] / 1e6:9.3f} ms "

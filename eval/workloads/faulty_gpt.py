@@ -15,7 +15,12 @@ of drawing it, like a shuffling data loader over a dataset in the page cache: 1 
 a new random order of the file's 1 MiB chunks every epoch.
 With EVAL_SIGNAL=FRAC:PATH, the loop creates PATH when it reaches step FRAC x STEPS (so that a
 fault injected from outside, eval/inject.py mem-squeeze @PATH, lands at that point of the
-training whatever the machine's speed)."""
+training whatever the machine's speed).
+Every 8th step the loop also times a fixed piece of C-level work on its own thread's CPU clock
+(`sum(range(4000))`: no Python frame, so no probe of eacgm's, and waiting for a CPU does not
+count): TRUTH.json's "canary" holds its median per second, so that a stretch where the CPU itself
+ran slower (a hypervisor's steal, which this VM does not report, or a lower clock) can be told
+from the detector's mistakes (eval/score.py --false prints it beside each window)."""
 import json
 import math
 import os
@@ -87,6 +92,7 @@ if dataset:
 signal_frac, _, signal_path = os.environ.get("EVAL_SIGNAL", "").partition(":")
 signal_at = float(signal_frac) if signal_path else -1.0
 signalled = False
+canary = []  # (CLOCK_MONOTONIC ns, thread CPU ns of the fixed work)
 t_start, step = time.monotonic(), 0
 while True:
     progress = (time.monotonic() - t_start) / seconds if seconds else step / steps
@@ -97,6 +103,10 @@ while True:
         signalled = True
     active = fault != "none" and start_frac <= progress < end_frac
     step += 1
+    if step % 8 == 0:
+        c0 = time.thread_time_ns()
+        sum(range(4000))
+        canary.append((time.monotonic_ns(), time.thread_time_ns() - c0))
     if dataset:
         # 1 MiB per step, of which the batch uses its first B x T bytes
         if not order:
@@ -111,6 +121,11 @@ while True:
     loss.backward()
     opt.step()
 layer = {"python": "python", "torch": "torch"}.get(fault, "none")
+per_second = {}
+for t, ns in canary:
+    per_second.setdefault(t // 1_000_000_000, []).append(ns)
+canary_s = [[s * 1_000_000_000, sorted(v)[len(v) // 2]] for s, v in sorted(per_second.items())]
 with open(truth_path, "w") as f:
-    json.dump({"fault": f"{fault}_latency", "layer": layer, "intervals": intervals}, f)
+    json.dump({"fault": f"{fault}_latency", "layer": layer, "intervals": intervals,
+               "canary": canary_s}, f)
 print(f"steps {step} faulty calls {len(intervals)}")
