@@ -185,6 +185,17 @@ double calls_rise(const ValueAndUsual& values) {
   return most;
 }
 
+// Every call rate of the window at or above its usual (and at least one): the job did no less.
+bool calls_held(const ValueAndUsual& values) {
+  bool any = false;
+  for (const auto& [f, vu] : values) {
+    if (!f.ends_with("_calls_per_s")) continue;
+    if (vu.first < vu.second) return false;
+    any = true;
+  }
+  return any;
+}
+
 // The job's own socket traffic rose a quarter more than its calls per second did (more bytes
 // per call: something else it sends). Traffic that rises with the calls is more work.
 bool socket_beyond_calls(const ValueAndUsual& values) {
@@ -215,6 +226,11 @@ bool nic_beyond_sockets(const ValueAndUsual& values) {
 // reclaim or page-ins are the job touching memory it allocated, its own work: a job that ran
 // 1.7x faster faulted 4x as often (examples/gpt_ddp.py, session 34: its torch allocator's first
 // touches), which read as "memory pressure" with nothing reclaimed and nothing read back.
+// Less CPU while every call rate held or rose is the same job wasting less: plain `record` of
+// bench/train_steps.py's GPT (session 57) flagged two windows "CPU use lower than usual", 1.13
+// cores against 1.95, where OpenBLAS's worker stopped spinning on sched_yield and the training
+// thread ran 30% more operators a second, each 25% shorter. A job that is held up (a hog, a late
+// peer, reclaim, a lock) does fewer calls with its lower CPU, and stays a fault.
 // A window unusual only because the job's calls ran a little slower or fewer than usual, with
 // no resource under more pressure, is no fault either: to a density of tight training windows
 // 10% slower operators are far out (as after a fault, while caches refill), but not to anyone
@@ -244,7 +260,8 @@ Move feature_move(const std::string& f, const ValueAndUsual& value_and_usual) {
                           !rose_by_a_quarter("runq_wait_ms_per_s")) ||
                          (f == "page_faults_per_s" && !rose_by_a_quarter("reclaim_ms_per_s") &&
                           !rose_by_a_quarter("pagein_mb_per_s"))
-                   : f.ends_with("_call_log_duration_us") || pressures.count(f);
+                   : f.ends_with("_call_log_duration_us") || pressures.count(f) ||
+                         (f == "cpu_cores" && calls_held(value_and_usual));
   if (busier) return Move::no_fault;
   bool little = up ? f.ends_with("_call_log_duration_us") &&
                          value - usual < std::log(kMinWindowSlowdown)

@@ -339,6 +339,32 @@ TEST(DetectWindows, WhereTheJobWasPreemptedLessIsNoFault) {
   EXPECT_EQ(w.not_flagged.faster, 1u);
 }
 
+// A training whose BLAS worker spins beside it (1.95 cores) and now and then stops (1.13 cores)
+// while the training thread does more operators a second, each shorter (plain `record` of
+// bench/train_steps.py's GPT, session 57): less CPU for as much work or more is no fault, and is
+// counted as a job doing better. Less CPU with fewer calls (the job held up) is still flagged.
+TEST(DetectWindows, LessCpuForAsManyCallsIsNoFault) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  const double usual[] = {1.95, 3900, std::log(280.0)},
+               quiet_worker[] = {1.13, 5100, std::log(205.0)},
+               held_up[] = {1.13, 2400, std::log(280.0)};
+  auto w = judge_windows({"cpu_cores", "torch_calls_per_s", "torch_call_log_duration_us"}, 402,
+                         [&](size_t r, double* out) {
+                           const double* v = r == 400 ? quiet_worker : r == 401 ? held_up : usual;
+                           out[0] = v[0] * noise(rng);
+                           out[1] = v[1] * noise(rng);
+                           out[2] = v[2] + noise(rng) - 1;  // a log: 3% either way
+                         });
+  std::string found;
+  for (const auto& a : w.found)
+    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
+                         describe_measured(a));
+  EXPECT_EQ(w.not_flagged.faster, 1u) << found;
+  ASSERT_EQ(w.found.size(), 1u) << found;
+  EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
+}
+
 // Three disturbed windows among 400 of training (the job's CPU 35% down, its wait for the CPUs
 // 3.5x: not starved, so not left out for that) would set the threshold at their scores, where
 // a later, milder CPU hog's window passed (the e2e alert test's miss, session 34): windows
