@@ -269,6 +269,15 @@ JudgedWindows judge_windows(std::vector<std::string> names, size_t n,
   return w;
 }
 
+// The windows flagged, one a line (a failure message).
+std::string found_text(const JudgedWindows& w) {
+  std::string found;
+  for (const auto& a : w.found)
+    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
+                         describe_measured(a));
+  return found;
+}
+
 // Windows of a collective loop: 400 training windows, then three kinds of unusual window. One
 // where the job ran twice as fast (twice the calls and traffic, more but shorter run-queue
 // waits) is no fault and is only counted; one where it ran at a third of its speed, and one as
@@ -356,10 +365,7 @@ TEST(DetectWindows, LessCpuForAsManyCallsIsNoFault) {
                            out[1] = v[1] * noise(rng);
                            out[2] = v[2] + noise(rng) - 1;  // a log: 3% either way
                          });
-  std::string found;
-  for (const auto& a : w.found)
-    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
-                         describe_measured(a));
+  std::string found = found_text(w);
   EXPECT_EQ(w.not_flagged.faster, 1u) << found;
   ASSERT_EQ(w.found.size(), 1u) << found;
   EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
@@ -414,10 +420,7 @@ TEST(DetectWindows, AJobsOwnTrafficAndPageFaultsRisingWithItsWorkAreNoFault) {
                                                         : usual;
                            for (int c = 0; c < 9; ++c) out[c] = v[c] * noise(rng);
                          });
-  std::string found;
-  for (const auto& a : w.found)
-    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
-                         describe_measured(a));
+  std::string found = found_text(w);
   EXPECT_EQ(w.not_flagged.faster, 1u) << found;
   ASSERT_EQ(w.found.size(), 3u) << found;
   EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
@@ -462,10 +465,7 @@ TEST(DetectWindows, FewerButLongerWaitsForTheCpusAreAHogNotACalmerJob) {
           out[5 + c] = steady[c].second * (1 + 0.1 * z(rng));
       },
       hog_from, true);
-  std::string found;
-  for (const auto& a : w.found)
-    found += fmt::format("\n  window {}: {} ({})", (a.ts_ns - kStart) / 100'000'000, a.cause,
-                         describe_measured(a));
+  std::string found = found_text(w);
   EXPECT_EQ(w.not_flagged.faster + w.not_flagged.a_little_slower, 0u) << found;
   ASSERT_EQ(w.found.size(), n - hog_from) << found;
   for (const auto& a : w.found) EXPECT_EQ(a.cause, "CPU interference") << found;
