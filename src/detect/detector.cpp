@@ -185,11 +185,12 @@ double calls_rise(const ValueAndUsual& values) {
   return most;
 }
 
-// Every call rate of the window at or above its usual (and at least one): the job did no less.
+// Every call rate of the window at or above its usual (and at least one with a usual above 0):
+// the job did no less. A layer that makes no calls (CUDA on a CPU node) says nothing of it.
 bool calls_held(const ValueAndUsual& values) {
   bool any = false;
   for (const auto& [f, vu] : values) {
-    if (!f.ends_with("_calls_per_s")) continue;
+    if (!f.ends_with("_calls_per_s") || vu.second <= 0) continue;
     if (vu.first < vu.second) return false;
     any = true;
   }

@@ -369,6 +369,15 @@ TEST(DetectWindows, LessCpuForAsManyCallsIsNoFault) {
   EXPECT_EQ(w.not_flagged.faster, 1u) << found;
   ASSERT_EQ(w.found.size(), 1u) << found;
   EXPECT_EQ(w.found[0].ts_ns, w.t.ts_ns[401]);
+  // a layer that never calls (no CUDA here) is no call rate that held: the job's CPU falling
+  // with nothing else to tell is still flagged
+  auto quiet = judge_windows({"cpu_cores", "cuda_calls_per_s"}, 401, [&](size_t r, double* out) {
+    out[0] = (r == 400 ? 1.13 : 1.95) * noise(rng);
+    out[1] = 0;
+  });
+  EXPECT_EQ(quiet.not_flagged.faster, 0u) << found_text(quiet);
+  ASSERT_EQ(quiet.found.size(), 1u) << found_text(quiet);
+  EXPECT_EQ(quiet.found[0].ts_ns, quiet.t.ts_ns[400]);
 }
 
 // Three disturbed windows among 400 of training (the job's CPU 35% down, its wait for the CPUs
