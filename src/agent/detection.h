@@ -3,6 +3,8 @@
 // node against that job's window model, models refitted on a sliding history by a worker thread and saved in the state dir so that a restart
 // resumes scoring at once. What it finds goes to the agent (log line, metrics, store).
 #pragma once
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -46,6 +48,9 @@ struct DetectionOptions {
   // operations modelled, the first ones win; as many again for kernels (layer gpu: a PyTorch
   // job runs hundreds to thousands of templated kernels, which must not crowd out its calls)
   size_t max_groups = 2000;
+  // the refit thread waits for idle CPUs (SCHED_IDLE); a fit not done this long after it was
+  // asked for runs at nice 10 until the worker has caught up
+  uint64_t refit_hurry_ns = 5'000'000'000;
 };
 
 class DetectionSink final : public Sink {
@@ -93,6 +98,9 @@ class DetectionSink final : public Sink {
   // What /metrics shows of the models: per group with a model, its last score and threshold.
   std::vector<ModelState> states() const;
   size_t models() const { return detector_.fitted(); }
+  // The refit thread (0 before it started), and how often its fits were hurried.
+  pid_t refit_thread() const;
+  size_t refit_hurries() const;
   size_t groups() const { return detector_.groups(); }
 
  private:
@@ -194,11 +202,16 @@ class DetectionSink final : public Sink {
   bool unsaved_ = false;
 
   // The refit worker: jobs in, models out.
-  std::mutex mu_;
+  void hurry_refits(uint64_t now);
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<detect::RefitJob> jobs_;
   std::vector<std::pair<detect::RefitJob, std::optional<detect::GroupModel>>> done_;
   bool stopping_ = false;
+  pid_t worker_tid_ = 0;
+  uint64_t waiting_since_ = 0;  // since when a fit asked for is not done (0: none)
+  bool hurried_ = false;
+  size_t hurries_ = 0;
   std::thread worker_;
 };
 

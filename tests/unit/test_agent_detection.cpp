@@ -1,6 +1,7 @@
 // The agent's online detection: window features as rows arrive, deferred refits, models saved
 // and resumed, the anomalies store.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -843,6 +844,40 @@ TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
   EXPECT_EQ(detect::cause_kind(outer.cause), "slow operator");
   const detect::Anomaly& inner = found[0].layer == "torch" ? found[1] : found[0];
   EXPECT_EQ(inner.cause, "slow cuda call: cudaMalloc");
+}
+
+// Fits wait for idle CPUs: the refit thread runs at SCHED_IDLE (a fit at nice 10 held a CPU
+// training's steps up by tens of ms), and a fit not done refit_hurry_ns after it was asked for
+// is hurried (nice 10) until the worker has caught up, then waits for idle CPUs again.
+TEST(DetectionSink, FitsWaitForIdleCpusUnlessTheyWaitTooLong) {
+  auto train = [](uint64_t hurry_ns) {
+    DetectionOptions o = QuickSink::options();
+    o.refit_hurry_ns = hurry_ns;
+    DetectionSink sink(o, [](std::vector<AgentAnomaly>&) {});
+    for (int i = 0; i < 300 && !sink.refit_thread(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const pid_t tid = sink.refit_thread();
+    EXPECT_NE(tid, 0);
+    EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE) << "before any fit";
+    const uint64_t start = monotonic_now_ns() - 100 * kSecond;
+    for (int i = 0; i < 2000; ++i) {
+      TorchCallRow t;
+      t.ts_ns = start + uint64_t(i) * 20'000'000, t.dur_ns = 100'000 + uint64_t(i % 7) * 1000;
+      t.pid = t.tid = 42, t.name = "aten::mm";
+      sink.add(t);
+      if (i % 100 == 99) sink.flush();
+    }
+    // (refits as the history doubles may still be queued when the first model is in)
+    for (int i = 0; i < 3000 && (sink.models() < 1 || sched_getscheduler(tid) != SCHED_IDLE); ++i) {
+      sink.flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(sink.models(), 1u);
+    EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE) << "the worker caught up: back to idle CPUs";
+    return sink.refit_hurries();
+  };
+  EXPECT_EQ(train(60 * kSecond), 0u) << "a fit done within the minute is never hurried";
+  EXPECT_GE(train(0), 1u) << "a fit asked for is hurried at once where no wait is allowed";
 }
 
 // As detect (CallContext): a slow call whose thread waited for a CPU for a quarter of it, and
