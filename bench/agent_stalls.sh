@@ -34,14 +34,8 @@ $PY -c "import torch" 2>/dev/null || { echo "agent_stalls: python3-torch is not 
 [ -x "$EACGM" ] || { echo "agent_stalls: no $EACGM: run scripts/build.sh first"; exit 1; }
 [ -z "$KEEP" ] || mkdir -p "$KEEP" || { echo "agent_stalls: cannot make KEEP=$KEEP"; exit 1; }
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "agent_stalls: BASELINE=$BASELINE is not an executable"; exit 1; }
-out=$(mktemp -d)
-pids=()
-cleanup() {  # nothing launched is left running
-  for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source bench/common.sh
+scratch_with_cleanup  # $out, and $pids stopped at exit
 one() {  # LABEL ROUND [BINARY]: the untraced run keeps the same schedule, without the agent
   local d="$out/$1.$2" agent="" last=0
   mkdir -p "$d"

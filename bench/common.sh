@@ -42,3 +42,17 @@ cuda_python() {
   echo "$1: no python3 with PyTorch that sees a GPU (set PYTHON)" >&2
   return 1
 }
+
+# scratch_with_cleanup: a scratch folder in $out, removed at exit, and the processes whose pids
+# the caller keeps in $pids stopped (SIGINT) and waited for first: nothing launched is left
+# running
+scratch_with_cleanup() {
+  out=$(mktemp -d)
+  pids=()
+  trap stop_launched EXIT
+}
+stop_launched() {
+  for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$out"
+}

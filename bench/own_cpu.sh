@@ -26,14 +26,8 @@ $PY -c "import torch" 2>/dev/null || { echo "own_cpu: python3-torch is not insta
 [ -x "$EACGM" ] || { echo "own_cpu: no $EACGM: run scripts/build.sh first"; exit 1; }
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "own_cpu: BASELINE=$BASELINE is not an executable"; exit 1; }
 export OPENBLAS_NUM_THREADS=1
-out=$(mktemp -d)
-pids=()
-cleanup() {  # nothing launched is left running
-  for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source bench/common.sh
+scratch_with_cleanup  # $out, and $pids stopped at exit
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 one() {  # BINARY LABEL record|agent
