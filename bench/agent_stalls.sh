@@ -26,10 +26,13 @@ PY=/usr/bin/python3
 for v in ROUNDS DURATION; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "agent_stalls: $v must be a positive whole number, not '${!v}'"; exit 2; }
 done
+prev=3
 for d in $DUMPS; do
-  [[ $d =~ ^[0-9]+$ ]] && (( d > 3 && d < DURATION )) ||
-    { echo "agent_stalls: DUMPS holds '$d': whole seconds of the agent, after 3 and before DURATION"; exit 2; }
+  [[ $d =~ ^[0-9]+$ ]] && (( d > prev && d < DURATION )) ||
+    { echo "agent_stalls: DUMPS holds '$d': whole seconds of the agent, rising, after 3 and before DURATION ($DURATION)"; exit 2; }
+  prev=$d
 done
+[ "$prev" != 3 ] || { echo "agent_stalls: DUMPS is empty: give at least one second to ask for a flight recording at"; exit 2; }
 $PY -c "import torch" 2>/dev/null || { echo "agent_stalls: python3-torch is not installed (scripts/setup.sh)"; exit 1; }
 [ -x "$EACGM" ] || { echo "agent_stalls: no $EACGM: run scripts/build.sh first"; exit 1; }
 [ -z "$KEEP" ] || mkdir -p "$KEEP" || { echo "agent_stalls: cannot make KEEP=$KEEP"; exit 1; }

@@ -4,6 +4,7 @@ wall time less its CPU time is how long the thread was held up (waiting for a CP
 
 Usage: step_stalls.py SECONDS OUT"""
 import json
+import math
 import os
 import sys
 import time
@@ -16,9 +17,14 @@ import tiny_gpt  # noqa: E402
 
 
 def main():
-    seconds, out = float(sys.argv[1]), sys.argv[2]
-    if not seconds > 0:
-        sys.exit("step_stalls: SECONDS must be a positive number")
+    if len(sys.argv) != 3:
+        sys.exit("usage: step_stalls.py SECONDS OUT")
+    try:
+        seconds, out = float(sys.argv[1]), sys.argv[2]
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        sys.exit(f"step_stalls: SECONDS must be a positive number of seconds, not {sys.argv[1]}")
     # issue 32's shape, as train_steps.py gpt
     tiny_gpt.V, tiny_gpt.D, tiny_gpt.T, tiny_gpt.B, tiny_gpt.L = 512, 128, 64, 5, 3
     V, B, T = tiny_gpt.V, tiny_gpt.B, tiny_gpt.T

@@ -82,8 +82,9 @@ DetectionSink::~DetectionSink() {
 //
 // SCHED_IDLE, not nice 10: beside a CPU training whose BLAS worker spins on sched_yield (each
 // yield pushes the training thread's place in the queue back), the first fits, ~150 ms of CPU
-// at nice 10, held the training's steps up by 24-69 ms on this 2-core VM (wall less the
-// thread's CPU time, `bench/agent_stalls.sh`); at SCHED_IDLE none did. A fit that waits
+// at nice 10, held the training's steps up by 32-101 ms on this 2-core VM, the refit at 60 s
+// by 26-59 ms (wall less the thread's CPU time, `bench/agent_stalls.sh`, three runs); at
+// SCHED_IDLE, 13 and 26 ms once each in three runs. A fit that waits
 // `refit_hurry_ns` for an idle CPU (a node whose jobs keep every core busy) is hurried: nice 10
 // until the queue is empty (hurry_refits), so the models still come within seconds.
 //
