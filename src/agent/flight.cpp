@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <set>
@@ -22,12 +23,13 @@
 namespace eacgm {
 namespace {
 
+// What a held row takes: its slot in its chunk and the strings it owns.
 template <typename T>
 uint64_t row_bytes(const T&) {
-  return 64 + sizeof(T);  // the deque's share and the variant's tag, roughly
+  return sizeof(T);
 }
 uint64_t row_bytes(const HostSampleRow& r) {
-  return 64 + sizeof(HostSampleRow) + r.name.capacity();
+  return sizeof(HostSampleRow) + r.name.capacity();
 }
 
 bool is_flight_file(const std::string& name) {
@@ -43,16 +45,49 @@ FlightRecorder::~FlightRecorder() {
 }
 
 template <typename T>
-void FlightRecorder::keep(const T& row, uint64_t ts_ns) {
+void FlightRecorder::keep(const T& row) {
   if (o_.dir.empty()) return;
-  if (chunks_.empty() || last_shared_ || chunks_.back()->rows.size() == kChunkRows) {
-    chunks_.push_back(std::make_shared<Chunk>());
-    chunks_.back()->rows.reserve(kChunkRows);
-    last_shared_ = false;
+  Lane<T>& lane = std::get<Lane<T>>(lanes_);
+  if (lane.chunks.empty() || lane.last_shared ||
+      lane.chunks.back()->rows.size() == kChunkRows<T>) {
+    if (lane.spare.empty()) {
+      lane.chunks.push_back(std::make_shared<Chunk<T>>());
+      lane.chunks.back()->rows.reserve(kChunkRows<T>);
+    } else {
+      lane.chunks.push_back(std::move(lane.spare.back()));
+      lane.spare.pop_back();
+    }
+    lane.last_shared = false;
   }
-  chunks_.back()->rows.push_back({ts_ns, row});
+  lane.chunks.back()->rows.push_back(row);
   ++held_rows_;
   bytes_ += row_bytes(row);
+}
+
+template <typename T>
+bool FlightRecorder::evict_front(Lane<T>& lane) {
+  while (!lane.chunks.empty()) {
+    Chunk<T>& c = *lane.chunks.front();
+    if (c.first < c.rows.size()) {
+      bytes_ -= row_bytes(c.rows[c.first]);
+      ++c.first;
+      --held_rows_;
+      if (c.first < c.rows.size()) return true;
+    }
+    // emptied: kept to fill again unless a snapshot being written holds it (it is the only
+    // owner once the count reads 1; the fence orders the writer's reads before our writes)
+    std::shared_ptr<Chunk<T>> done = std::move(lane.chunks.front());
+    lane.chunks.pop_front();
+    if (lane.chunks.empty()) lane.last_shared = false;
+    if (done.use_count() == 1 && lane.spare.size() < kSpareChunks) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      done->rows.clear();
+      done->first = 0;
+      lane.spare.push_back(std::move(done));
+    }
+    return true;
+  }
+  return false;
 }
 
 void FlightRecorder::add(const PythonStackFrameRow& r) {
@@ -80,25 +115,65 @@ void FlightRecorder::note_dropped(uint64_t total) {
     dropped_.emplace_back(monotonic_now_ns(), total);
 }
 
+namespace {
+
+// The time of a lane's oldest held row; UINT64_MAX when it holds none.
+template <typename Lane>
+uint64_t front_ts(const Lane& lane) {
+  for (const auto& c : lane.chunks)
+    if (c->first < c->rows.size()) return c->rows[c->first].ts_ns;
+  return UINT64_MAX;
+}
+
+}  // namespace
+
 void FlightRecorder::evict(uint64_t now_ns) {
   uint64_t cutoff = now_ns > o_.seconds_ns ? now_ns - o_.seconds_ns : 0;
   while (dropped_.size() > 1 && dropped_[1].first < cutoff) dropped_.pop_front();
-  while (!chunks_.empty()) {
-    Chunk& c = *chunks_.front();
-    if (c.first < c.rows.size() && c.rows[c.first].ts_ns >= cutoff && bytes_ <= o_.max_bytes)
-      break;
-    if (c.first < c.rows.size()) {
-      bytes_ -= std::visit([](const auto& r) { return row_bytes(r); }, c.rows[c.first].row);
-      ++c.first;
-      --held_rows_;
-    }
-    if (c.first < c.rows.size()) continue;
-    if (chunks_.size() == 1 && !last_shared_ && c.rows.size() < kChunkRows) {
-      c.rows.clear();  // (the open chunk, emptied: it keeps growing)
-      c.first = 0;
-      break;
-    }
-    chunks_.pop_front();  // (a snapshot being written may still hold it)
+  // older than the held past, lane by lane
+  std::apply(
+      [&](auto&... lane) {
+        ((void)[&] {
+          while (front_ts(lane) < cutoff && evict_front(lane)) {
+          }
+        }(),
+         ...);
+      },
+      lanes_);
+  // beyond the memory budget: the oldest rows of any type, the oldest lane's while they are
+  // older than the next lane's oldest
+  while (bytes_ > o_.max_bytes && held_rows_ > 0) {
+    uint64_t oldest = UINT64_MAX, next = UINT64_MAX;
+    size_t which = 0, i = 0;
+    std::apply(
+        [&](const auto&... lane) {
+          ((void)[&] {
+            uint64_t t = front_ts(lane);
+            if (t < oldest) {
+              next = oldest;
+              oldest = t;
+              which = i;
+            } else if (t < next) {
+              next = t;
+            }
+            ++i;
+          }(),
+           ...);
+        },
+        lanes_);
+    if (oldest == UINT64_MAX) break;
+    i = 0;
+    std::apply(
+        [&](auto&... lane) {
+          ((void)[&] {
+            if (i++ != which) return;
+            do {
+              if (!evict_front(lane)) break;
+            } while (bytes_ > o_.max_bytes && front_ts(lane) <= next);
+          }(),
+           ...);
+        },
+        lanes_);
   }
   // processes that ended before the held past are no longer needed to name its rows
   for (auto it = exits_.begin(); it != exits_.end();) {
@@ -113,13 +188,16 @@ void FlightRecorder::evict(uint64_t now_ns) {
   }
   if (stacks_.size() > 100'000) {  // stacks no held call refers to
     std::set<int64_t> used;
-    for (const auto& c : chunks_)
-      for (size_t i = c->first; i < c->rows.size(); ++i)
-        std::visit(
-            [&](const auto& r) {
-              if constexpr (requires { r.py_stack; }) used.insert(r.py_stack);
-            },
-            c->rows[i].row);
+    std::apply(
+        [&](const auto&... lane) {
+          ((void)[&] {
+            for (const auto& c : lane.chunks)
+              for (size_t i = c->first; i < c->rows.size(); ++i)
+                if constexpr (requires { c->rows[i].py_stack; }) used.insert(c->rows[i].py_stack);
+          }(),
+           ...);
+        },
+        lanes_);
     std::erase_if(stacks_, [&](const auto& s) { return !used.count(s.first); });
   }
 }
@@ -227,9 +305,23 @@ void FlightRecorder::write(const Pending& p) {
 // The held rows, processes, threads, devices and stacks, with the recording's own meta.
 std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending& p) {
   auto c = std::make_shared<Snapshot>();
-  for (const auto& k : chunks_)
-    if (k->first < k->rows.size()) c->rows.push_back({k, k->first, k->rows.size()});
-  last_shared_ = true;
+  uint64_t end = monotonic_now_ns();
+  uint64_t start = end;
+  std::apply(
+      [&](auto&... lane) {
+        ((void)[&] {
+          auto& ranges = std::get<Ranges<typename std::decay_t<decltype(lane)>::Row>>(c->rows);
+          for (const auto& k : lane.chunks)
+            if (k->first < k->rows.size()) ranges.push_back({k, k->first, k->rows.size()});
+          if (!ranges.empty()) {
+            const auto& first = ranges.front();
+            start = std::min(start, first.chunk->rows[first.begin].ts_ns);
+          }
+          lane.last_shared = true;
+        }(),
+         ...);
+      },
+      lanes_);
   for (const auto& [pid, r] : processes_) c->processes.push_back(r);
   for (const auto& [pid, r] : exits_) c->exits.push_back(r);
   for (const auto& [tid, r] : threads_) c->threads.push_back(r);
@@ -237,12 +329,6 @@ std::shared_ptr<FlightRecorder::Snapshot> FlightRecorder::snapshot(const Pending
   for (const auto& [id, frames] : stacks_)
     c->frames.insert(c->frames.end(), frames.begin(), frames.end());
   c->meta = meta_;
-  uint64_t end = monotonic_now_ns();
-  uint64_t start = end;
-  if (!c->rows.empty()) {
-    const Range& first = c->rows.front();
-    start = std::min(first.chunk->rows[first.begin].ts_ns, end);
-  }
   int64_t to_real = 0;
   for (const auto& [k, v] : meta_)
     if (k == "monotonic_to_realtime_ns") to_real = std::stoll(v);
@@ -272,18 +358,23 @@ std::string FlightRecorder::write_snapshot(const std::string& path, const Snapsh
     for (const auto& r : c.processes) w.add(r);
     for (const auto& r : c.threads) w.add(r);
     for (const auto& r : c.frames) w.add(r);
-    for (const Range& k : c.rows)
-      for (size_t i = k.begin; i < k.end; ++i)
-        std::visit(
-            [&](const auto& r) {
-              w.add(r);
-              using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
-              if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
-                            !std::is_same_v<R, GpuCollectiveRow> &&
-                            !std::is_same_v<R, GpuSliceRow>)
-                ++calls;
-            },
-            k.chunk->rows[i].row);
+    std::apply(
+        [&](const auto&... ranges) {
+          ((void)[&] {
+            for (const auto& k : ranges)
+              for (size_t i = k.begin; i < k.end; ++i) {
+                const auto& r = k.chunk->rows[i];
+                w.add(r);
+                using R = std::decay_t<decltype(r)>;  // traced calls; GPU rows are not
+                if constexpr (requires { r.dur_ns; } && !std::is_same_v<R, GpuActivityRow> &&
+                              !std::is_same_v<R, GpuCollectiveRow> &&
+                              !std::is_same_v<R, GpuSliceRow>)
+                  ++calls;
+              }
+          }(),
+           ...);
+        },
+        c.rows);
     for (const auto& r : c.exits) w.add(r);
     w.set_meta("events", std::to_string(calls));
     return w.close();

@@ -8,6 +8,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -15,8 +16,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
-#include <variant>
 #include <vector>
 
 #include "store/sink.h"
@@ -35,17 +36,17 @@ class FlightRecorder final : public Sink {
   explicit FlightRecorder(FlightOptions options);
   ~FlightRecorder() override;  // waits for a dump being written
 
-  void add(const CudaCallRow& r) override { keep(r, r.ts_ns); }
-  void add(const CommCallRow& r) override { keep(r, r.ts_ns); }
-  void add(const TorchCallRow& r) override { keep(r, r.ts_ns); }
-  void add(const PythonCallRow& r) override { keep(r, r.ts_ns); }
-  void add(const HostSampleRow& r) override { keep(r, r.ts_ns); }
-  void add(const GpuSample& r) override { keep(r, r.ts_ns); }
-  void add(const GpuProcessSample& r) override { keep(r, r.ts_ns); }
-  void add(const GpuXidEvent& r) override { keep(r, r.ts_ns); }
-  void add(const GpuActivityRow& r) override { keep(r, r.ts_ns); }
-  void add(const GpuCollectiveRow& r) override { keep(r, r.ts_ns); }
-  void add(const GpuSliceRow& r) override { keep(r, r.ts_ns); }
+  void add(const CudaCallRow& r) override { keep(r); }
+  void add(const CommCallRow& r) override { keep(r); }
+  void add(const TorchCallRow& r) override { keep(r); }
+  void add(const PythonCallRow& r) override { keep(r); }
+  void add(const HostSampleRow& r) override { keep(r); }
+  void add(const GpuSample& r) override { keep(r); }
+  void add(const GpuProcessSample& r) override { keep(r); }
+  void add(const GpuXidEvent& r) override { keep(r); }
+  void add(const GpuActivityRow& r) override { keep(r); }
+  void add(const GpuCollectiveRow& r) override { keep(r); }
+  void add(const GpuSliceRow& r) override { keep(r); }
   void add(const PythonStackFrameRow& r) override;
   void add(const ProcessRow& r) override { processes_[r.pid] = r; }
   void add(const ProcessExitRow& r) override;
@@ -72,38 +73,56 @@ class FlightRecorder final : public Sink {
   std::pair<uint64_t, uint64_t> busy() const;
 
  private:
-  using Row = std::variant<CudaCallRow, CommCallRow, TorchCallRow, PythonCallRow, HostSampleRow,
-                           GpuSample, GpuProcessSample, GpuXidEvent, GpuActivityRow,
-                           GpuCollectiveRow, GpuSliceRow>;
-  struct Held {
-    uint64_t ts_ns;
-    Row row;
-  };
-  // Rows are held in chunks that a snapshot shares rather than copies: copying a minute of a
-  // Python job's rows (1.4 million, each with its strings) took the pipeline's thread 1.9 s at
-  // the job's priority, a CPU the job lost and events not read. A chunk that went into a
-  // snapshot grows no more (the writer thread reads it); rows leave the oldest chunk from its
-  // front (`first`), and the chunk goes when none are left.
+  // Rows are held by type, each type's in chunks that a snapshot shares rather than copies:
+  // copying a minute of a Python job's rows (1.4 million, each with its strings) took the
+  // pipeline's thread 1.9 s at the job's priority, a CPU the job lost and events not read. A
+  // chunk that went into a snapshot grows no more (the writer thread reads it); rows leave the
+  // oldest chunk from its front (`first`), and the chunk goes when none are left, to be filled
+  // again when no snapshot holds it. (One chunk type for every row, a variant, made a torch
+  // call's 56 bytes 280, and each new chunk's pages faulted in: half the pipeline thread's
+  // time beside a training, session 59.)
+  template <typename T>
   struct Chunk {
-    std::vector<Held> rows;
+    std::vector<T> rows;
     size_t first = 0;  // rows before it are evicted (the pipeline's thread alone reads this)
   };
-  static constexpr size_t kChunkRows = 8192;
+  template <typename T>
+  struct Lane {
+    using Row = T;
+    std::deque<std::shared_ptr<Chunk<T>>> chunks;  // oldest first; only the last grows
+    bool last_shared = false;  // the last chunk is in a snapshot: rows start a new one
+    std::vector<std::shared_ptr<Chunk<T>>> spare;  // emptied, no snapshot holds them
+  };
+  // About half a MiB a chunk (a GPU sample's chunk as a torch call's)
+  template <typename T>
+  static constexpr size_t kChunkRows = std::max<size_t>(64, (512u << 10) / sizeof(T));
+  static constexpr size_t kSpareChunks = 2;  // per type: what a steady stream reuses
   // A chunk's held rows, as a snapshot took them.
+  template <typename T>
   struct Range {
-    std::shared_ptr<const Chunk> chunk;
+    std::shared_ptr<const Chunk<T>> chunk;
     size_t begin, end;
   };
+  template <typename T>
+  using Ranges = std::vector<Range<T>>;
+  // One of each row type's
+  template <template <typename> class F>
+  using PerRow = std::tuple<F<CudaCallRow>, F<CommCallRow>, F<TorchCallRow>, F<PythonCallRow>,
+                            F<HostSampleRow>, F<GpuSample>, F<GpuProcessSample>, F<GpuXidEvent>,
+                            F<GpuActivityRow>, F<GpuCollectiveRow>, F<GpuSliceRow>>;
   struct Pending {
     std::string path, reason;
     uint64_t due_ns;
   };
   template <typename T>
-  void keep(const T& row, uint64_t ts_ns);
+  void keep(const T& row);
   void evict(uint64_t now_ns);
+  // Drops a lane's oldest row; false when it holds none.
+  template <typename T>
+  bool evict_front(Lane<T>& lane);
   // What one recording holds, copied for the writer thread.
   struct Snapshot {
-    std::vector<Range> rows;
+    PerRow<Ranges> rows;
     std::vector<ProcessRow> processes;
     std::vector<ProcessExitRow> exits;
     std::vector<ThreadRow> threads;
@@ -117,8 +136,7 @@ class FlightRecorder final : public Sink {
   void retain();
 
   FlightOptions o_;
-  std::deque<std::shared_ptr<Chunk>> chunks_;  // oldest first; only the last grows
-  bool last_shared_ = false;  // the last chunk is in a snapshot: rows start a new one
+  PerRow<Lane> lanes_;
   size_t held_rows_ = 0;
   uint64_t bytes_ = 0;
   std::unordered_map<uint32_t, ProcessRow> processes_;

@@ -1,5 +1,7 @@
 // Scoring samples under a fitted mixture: log-density, most likely component, and which
 // features pull a sample away from that component (see GmmScores in gmm.h for the definition).
+#include <omp.h>
+
 #include <Eigen/Core>
 
 #include "detect/gmm.h"
@@ -45,43 +47,57 @@ GmmScores score_gmm(const GaussianMixture& model, const Eigen::MatrixXd& x) {
   out.contributions.resize(n, d);
   std::vector<Eigen::VectorXd> p_diag = precision_diagonals(model);
   Index chunks = (n + kernels::kChunkRows - 1) / kernels::kChunkRows;
-  // one chunk is one thread's work: a team for it would only wake threads to wait
-#pragma omp parallel if (chunks > 1)
-  {
-    BlockScratch s(k, d);
-    Eigen::VectorXd e(d), z(d), v(d);
-#pragma omp for schedule(static)
-    for (Index ch = 0; ch < chunks; ++ch) {
-      Index end = std::min(n, (ch + 1) * kernels::kChunkRows);
-      for (Index a = ch * kernels::kChunkRows; a < end; a += kernels::kBlock) {
-        int rows = int(std::min<Index>(kernels::kBlock, end - a));
-        weighted_log_probs(model, x.data() + a, n, rows, s);
-        for (int i = 0; i < rows; ++i) {
-          int best = 0;
-          for (int c = 1; c < k; ++c)
-            if (s.logp[size_t(c * kernels::kBlock + i)] >
-                s.logp[size_t(best * kernels::kBlock + i)])
-              best = c;
-          out.component(a + i) = best;
-          out.component_log_density(a + i) =
-              s.logp[size_t(best * kernels::kBlock + i)] - std::log(model.weights()(best));
-        }
-        kernels::normalize_log_probs(s.logp.data(), k, rows, s.lse.data());
-        for (int i = 0; i < rows; ++i) out.log_density(a + i) = s.lse[size_t(i)];
+  struct Scratch {
+    BlockScratch s;
+    Eigen::VectorXd e, z, v;
+    Scratch(int k, int d) : s(k, d), e(d), z(d), v(d) {}
+  };
+  auto score_chunk = [&](Index ch, Scratch& scratch) {
+    BlockScratch& s = scratch.s;
+    Eigen::VectorXd &e = scratch.e, &z = scratch.z, &v = scratch.v;
+    Index end = std::min(n, (ch + 1) * kernels::kChunkRows);
+    for (Index a = ch * kernels::kChunkRows; a < end; a += kernels::kBlock) {
+      int rows = int(std::min<Index>(kernels::kBlock, end - a));
+      weighted_log_probs(model, x.data() + a, n, rows, s);
+      for (int i = 0; i < rows; ++i) {
+        int best = 0;
+        for (int c = 1; c < k; ++c)
+          if (s.logp[size_t(c * kernels::kBlock + i)] >
+              s.logp[size_t(best * kernels::kBlock + i)])
+            best = c;
+        out.component(a + i) = best;
+        out.component_log_density(a + i) =
+            s.logp[size_t(best * kernels::kBlock + i)] - std::log(model.weights()(best));
       }
-      for (Index i = ch * kernels::kChunkRows; i < end; ++i) {
-        int c = out.component(i);
-        e = x.row(i).transpose() - model.means().row(c).transpose();
-        if (model.covariance_type() == CovarianceType::full) {
-          Eigen::Map<const RowMajor> w(model.whitening(c).data(), d, d);
-          z.noalias() = w * e;
-          v.noalias() = w.transpose() * z;  // P (x - mu)
-          out.contributions.row(i) = (v.array().square() / p_diag[size_t(c)].array()).transpose();
-        } else {
-          out.contributions.row(i) = (e.array().square() * p_diag[size_t(c)].array()).transpose();
-        }
+      kernels::normalize_log_probs(s.logp.data(), k, rows, s.lse.data());
+      for (int i = 0; i < rows; ++i) out.log_density(a + i) = s.lse[size_t(i)];
+    }
+    for (Index i = ch * kernels::kChunkRows; i < end; ++i) {
+      int c = out.component(i);
+      e = x.row(i).transpose() - model.means().row(c).transpose();
+      if (model.covariance_type() == CovarianceType::full) {
+        Eigen::Map<const RowMajor> w(model.whitening(c).data(), d, d);
+        z.noalias() = w * e;
+        v.noalias() = w.transpose() * z;  // P (x - mu)
+        out.contributions.row(i) = (v.array().square() / p_diag[size_t(c)].array()).transpose();
+      } else {
+        out.contributions.row(i) = (e.array().square() * p_diag[size_t(c)].array()).transpose();
       }
     }
+  };
+  // One chunk, or no parallel regions wanted (the agent's threads score one at a time): no team
+  // at all. A region of one thread still starts a team and wakes its barrier with a system
+  // call, 4% of the agent's pipeline thread in a profile beside a training (session 59).
+  if (chunks <= 1 || omp_get_max_active_levels() == 0) {
+    Scratch scratch(k, d);
+    for (Index ch = 0; ch < chunks; ++ch) score_chunk(ch, scratch);
+    return out;
+  }
+#pragma omp parallel
+  {
+    Scratch scratch(k, d);
+#pragma omp for schedule(static)
+    for (Index ch = 0; ch < chunks; ++ch) score_chunk(ch, scratch);
   }
   return out;
 }

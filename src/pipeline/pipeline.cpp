@@ -94,6 +94,7 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
     // kernels can only be named through these maps. Probe planning can wait for the batch.
     if (auto maps = read_proc_maps(static_cast<int>(pid))) symbols_->update_maps(pid, *maps);
     dirty_.insert(pid);
+    rescanned_.erase(pid);  // a new program (exec) maps its libraries now: young again
   };
   // the process maps an ML library: its Python gets stacks now (python_with_ml_only), and
   // its kernels names, without waiting for the --all rescan that a short job may not live to
@@ -341,7 +342,7 @@ void Pipeline::step(int timeout_ms) {
   if ((opts_.all || no_hook) && now - last_rescan_ > 2'000'000'000ull) {
     // --all has no mmap events (too many host-wide): look for new processes on a timer; so
     // does a recording whose loader hook could not be attached, for its own processes
-    for (uint32_t p : opts_.all ? descendants_of(1) : tracer_->traced_pids()) plan_process(p);
+    rescan(now);
     last_rescan_ = now;
   }
   uint64_t rows = calls();
@@ -359,6 +360,29 @@ void Pipeline::step(int timeout_ms) {
     last_flush_ = now;
     calls_at_flush_ = rows;
   }
+}
+
+// Plans new processes at once and young ones at each rescan (a job maps its libraries in its
+// first seconds: an import of torch, CUDA's first call); one older than a minute only every
+// 16 s. Each plan reads the process's maps: a PyTorch job has ~1,700 mappings, and rereading
+// every process's every 2 s was a tenth of the agent's pipeline thread beside a training
+// (session 59). A library an old process loads later is found within 16 s, or at its first
+// traced call where another process's plan probed it already.
+void Pipeline::rescan(uint64_t now_ns) {
+  constexpr uint64_t kYoungNs = 60'000'000'000ull, kOldEveryNs = 16'000'000'000ull;
+  std::vector<uint32_t> pids = opts_.all ? descendants_of(1) : tracer_->traced_pids();
+  std::unordered_map<uint32_t, Rescanned> seen;
+  seen.reserve(pids.size());
+  for (uint32_t p : pids) {
+    Rescanned r{now_ns, 0};
+    if (auto it = rescanned_.find(p); it != rescanned_.end()) r = it->second;
+    if (now_ns - r.first_seen_ns < kYoungNs || now_ns - r.planned_ns >= kOldEveryNs) {
+      plan_process(p);
+      r.planned_ns = now_ns;
+    }
+    seen.emplace(p, r);
+  }
+  rescanned_ = std::move(seen);  // (a pid that went is forgotten: a new process may reuse it)
 }
 
 void Pipeline::stop() {

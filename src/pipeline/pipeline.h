@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pipeline/layers.h"
@@ -132,6 +133,12 @@ class Pipeline {
   std::string gpu_notes_;  // what the gputime injection library said, one line per note
   uint64_t start_mono_ = 0;
   uint64_t last_flush_ = 0, last_rescan_ = 0, last_progress_meta_ = 0;
+  // the rescan's processes: when each was first seen and last planned (CLOCK_MONOTONIC)
+  struct Rescanned {
+    uint64_t first_seen_ns, planned_ns;
+  };
+  std::unordered_map<uint32_t, Rescanned> rescanned_;
+  void rescan(uint64_t now_ns);
   bool warned_loader_ = false;
   uint64_t calls_at_flush_ = 0;
 };

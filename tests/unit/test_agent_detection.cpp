@@ -607,6 +607,58 @@ TEST_F(StateDir, FlightRecordingSharesItsChunksAndEvictsAcrossThem) {
   EXPECT_EQ(f.held_rows(), 20'005u);
 }
 
+// Beyond --flight-mb the oldest rows go whatever their type (rows are held by type), and the
+// chunks emptied by eviction are filled again with the rows that came after, not the old ones.
+TEST_F(StateDir, FlightRecordingKeepsTheNewestRowsOfAnyTypeWithinItsMemory) {
+  FlightOptions o;
+  o.dir = dir_;
+  o.seconds_ns = 3'600'000'000'000ull;
+  o.max_bytes = 1000 * (sizeof(CudaCallRow) + sizeof(TorchCallRow));
+  FlightRecorder f(o);
+  f.set_meta("monotonic_to_realtime_ns", "0");
+  static const char kCuda[] = "cudaMalloc", kTorch[] = "aten::mm";
+  uint64_t t0 = monotonic_now_ns() - 60'000'000'000ull;
+  auto add = [&](uint64_t from, int n) {  // a CUDA call, then a torch call, n times, 1 ns apart
+    for (int i = 0; i < n; ++i) {
+      CudaCallRow c;
+      c.ts_ns = from + 2 * uint64_t(i);
+      c.dur_ns = 1;
+      c.pid = c.tid = 42;
+      c.name = kCuda;
+      f.add(c);
+      TorchCallRow t;
+      t.ts_ns = c.ts_ns + 1;
+      t.dur_ns = 1;
+      t.pid = t.tid = 42;
+      t.name = kTorch;
+      f.add(t);
+    }
+  };
+  auto held_in = [&](const std::string& path, const char* table) {
+    RecordingReader rec(path);
+    std::pair<int64_t, int64_t> count_and_first{-1, -1};
+    rec.query(fmt::format("SELECT count(*), min(ts_ns) FROM {}", table),
+              [&](Statement& s) { count_and_first = {s.int_at(0), s.int_at(1)}; });
+    return count_and_first;
+  };
+  add(t0, 100'000);  // a hundred times the budget: many chunks of each type go
+  f.flush();
+  EXPECT_EQ(f.held_rows(), 2'000u);
+  EXPECT_LE(f.held_bytes(), o.max_bytes);
+  std::string first = f.request("signal", 0);
+  f.flush();
+  uint64_t t1 = t0 + 1'000'000;
+  add(t1, 100'000);  // into chunks emptied above (no snapshot holds them once written)
+  std::string second = f.request("signal", 0);
+  f.finish();
+  EXPECT_EQ(f.last_error(), "");
+  EXPECT_EQ(held_in(first, "cuda_calls"), (std::pair<int64_t, int64_t>{1000, int64_t(t0 + 2 * 99'000)}));
+  EXPECT_EQ(held_in(first, "torch_calls"), (std::pair<int64_t, int64_t>{1000, int64_t(t0 + 2 * 99'000 + 1)}));
+  EXPECT_EQ(held_in(second, "cuda_calls"), (std::pair<int64_t, int64_t>{1000, int64_t(t1 + 2 * 99'000)}));
+  EXPECT_EQ(held_in(second, "torch_calls"), (std::pair<int64_t, int64_t>{1000, int64_t(t1 + 2 * 99'000 + 1)}));
+  EXPECT_EQ(f.held_rows(), 2'000u);
+}
+
 TEST(LoopbackAddress, OnlyThisHost) {
   EXPECT_TRUE(is_loopback_address("127.0.0.1"));
   EXPECT_TRUE(is_loopback_address("::1"));
