@@ -3,8 +3,9 @@
 # /proc/PID/stat) over a steady window of the GPT training of bench/train_steps.py, for plain
 # `record` and plain `agent` (started 4 s before the job), each binary in turn, ROUNDS times
 # interleaved. The agent's window (seconds FROM..FROM+WINDOW of the job) holds its first fits
-# and refits, which a short job never reaches. Also the training thread's CPU per step and,
-# for the agent, how many anomaly lines it logged (the job is healthy: each is a false alarm).
+# and refits, which a short job never reaches. Also the tracer's resident memory at the window's
+# end, the training thread's CPU per step and, for the agent, how many anomaly lines it logged
+# (the job is healthy: each is a false alarm).
 #
 #   ROUNDS=2 bench/own_cpu.sh                                   # build/eacgm
 #   ROUNDS=2 BASELINE=/path/to/an/earlier/eacgm bench/own_cpu.sh  # an A/B, interleaved
@@ -29,6 +30,13 @@ export OPENBLAS_NUM_THREADS=1
 source bench/common.sh
 scratch_with_cleanup  # $out, and $pids stopped at exit
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# per thread: "tid name ticks" (comm has no spaces for eacgm's threads; the main thread is "main")
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    awk -v main="$1" '{ n = substr($2, 2, length($2) - 2); if ($1 == main) n = "main"; print $1, n, $14 + $15 }' "$t/stat" 2>/dev/null || true
+  done
+}
 hz=$(getconf CLK_TCK)
 one() {  # BINARY LABEL record|agent
   local d="$out/$2-$3" tracer job
@@ -45,16 +53,27 @@ one() {  # BINARY LABEL record|agent
   sleep "$FROM"
   local c1 c2
   c1=$(ticks "$tracer")
+  thread_ticks "$tracer" >"$d/threads0"
   sleep "$WINDOW"
   kill -0 "$job" 2>/dev/null || { echo "own_cpu: the training ended inside the window; raise STEPS" >&2; exit 1; }
   c2=$(ticks "$tracer")
+  thread_ticks "$tracer" >"$d/threads1"
+  local rss
+  rss=$(awk '/^VmRSS/ { print int($2 / 1024) }' "/proc/$tracer/status")
   wait "$job" || true
   [ "$3" = record ] || { kill -INT "$tracer"; wait "$tracer" || true; }
   pids=()
   local alarms=""
   [ "$3" = record ] || alarms=", $(grep -c 'anomaly:' "$d/agent.log" || true) anomaly lines"
-  awk -v l="$2 $3" -v c=$((c2 - c1)) -v hz="$hz" -v w="$WINDOW" -v t="$(tail -1 "$d/train.log")" -v a="$alarms" \
-    'BEGIN { printf "%-16s own CPU %6.0f ms in %d s (%.2f%% of a core); %s%s\n", l, c * 1000 / hz, w, c * 100 / hz / w, t, a }'
+  awk -v l="$2 $3" -v c=$((c2 - c1)) -v hz="$hz" -v w="$WINDOW" -v t="$(tail -1 "$d/train.log")" -v a="$alarms" -v m="$rss" \
+    'BEGIN { printf "%-16s own CPU %6.0f ms in %d s (%.2f%% of a core), RSS %d MiB; %s%s\n", l, c * 1000 / hz, w, c * 100 / hz / w, m, t, a }'
+  # by thread, in ms (a thread that ended in the window, as a flight recording's writer may, is
+  # in the total above but not here)
+  awk -v hz="$hz" 'NR == FNR { at[$1] = $3; next }
+    { ms[$2] += ($3 - ($1 in at ? at[$1] : 0)) * 1000 / hz }
+    END { line = "                   by thread:"; for (n in ms) if (ms[n] > 0) line = line sprintf(" %s %d ms", n, ms[n]); print line }' \
+    "$d/threads0" "$d/threads1"
+  [ "$3" = record ] || grep 'anomaly:' "$d/agent.log" | cut -c1-150 | sed 's/^/                   /' || true
 }
 for r in $(seq "$ROUNDS"); do
   for mode in record agent; do

@@ -49,7 +49,8 @@ class HostTracer {
     void operator()(bpf_link* l) const;
   };
   void scan_tasks(uint64_t now_ns);
-  void sample_processes(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
+  void sample_processes(uint64_t now_ns, uint64_t epoch, bool sweep,
+                        std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
