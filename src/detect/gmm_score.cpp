@@ -1,6 +1,8 @@
 // Scoring samples under a fitted mixture: log-density, most likely component, and which
 // features pull a sample away from that component (see GmmScores in gmm.h for the definition).
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <Eigen/Core>
 
@@ -88,7 +90,12 @@ GmmScores score_gmm(const GaussianMixture& model, const Eigen::MatrixXd& x) {
   // One chunk, or no parallel regions wanted (the agent's threads score one at a time): no team
   // at all. A region of one thread still starts a team and wakes its barrier with a system
   // call, 4% of the agent's pipeline thread in a profile beside a training (session 59).
-  if (chunks <= 1 || omp_get_max_active_levels() == 0) {
+#ifdef _OPENMP
+  const bool serial = chunks <= 1 || omp_get_max_active_levels() == 0;
+#else
+  const bool serial = true;  // (the fuzz targets' build has no OpenMP)
+#endif
+  if (serial) {
     Scratch scratch(k, d);
     for (Index ch = 0; ch < chunks; ++ch) score_chunk(ch, scratch);
     return out;
