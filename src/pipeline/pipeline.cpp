@@ -362,12 +362,13 @@ void Pipeline::step(int timeout_ms) {
   }
 }
 
-// Plans new processes at once and young ones at each rescan (a job maps its libraries in its
-// first seconds: an import of torch, CUDA's first call); one older than a minute only every
-// 16 s. Each plan reads the process's maps: a PyTorch job has ~1,700 mappings, and rereading
+// Under --all (the agent), plans new processes at once and young ones at each rescan (a job
+// maps its libraries in its first seconds: an import of torch, CUDA's first call); one older
+// than a minute only every 16 s. Each plan reads the process's maps: a PyTorch job has ~1,700 mappings, and rereading
 // every process's every 2 s was a tenth of the agent's pipeline thread beside a training
 // (session 59). A library an old process loads later is found within 16 s, or at its first
-// traced call where another process's plan probed it already.
+// traced call where another process's plan probed it already. A recording without the
+// loader's hook rescans only its own processes, each every 2 s, as its warning promises.
 void Pipeline::rescan(uint64_t now_ns) {
   constexpr uint64_t kYoungNs = 60'000'000'000ull, kOldEveryNs = 16'000'000'000ull;
   std::vector<uint32_t> pids = opts_.all ? descendants_of(1) : tracer_->traced_pids();
@@ -376,7 +377,8 @@ void Pipeline::rescan(uint64_t now_ns) {
   for (uint32_t p : pids) {
     Rescanned r{now_ns, 0};
     if (auto it = rescanned_.find(p); it != rescanned_.end()) r = it->second;
-    if (now_ns - r.first_seen_ns < kYoungNs || now_ns - r.planned_ns >= kOldEveryNs) {
+    if (!opts_.all || now_ns - r.first_seen_ns < kYoungNs ||
+        now_ns - r.planned_ns >= kOldEveryNs) {
       plan_process(p);
       r.planned_ns = now_ns;
     }

@@ -3,9 +3,14 @@
 // (reachable_from_host) each joined to a bridge in the test's own namespace, which then reaches
 // both at 10.232.0.254 (a Prometheus there scrapes each node's agent).
 #pragma once
+#include <dirent.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
 #include <string>
 
 namespace e2e {
@@ -13,6 +18,7 @@ namespace e2e {
 class NodePair {
  public:
   explicit NodePair(bool reachable_from_host = false) {
+    remove_stale();
     std::string id = std::to_string(getpid() % 100000);
     bridge_ = reachable_from_host ? "eacgm-br" + id : "";
     std::string cmd;
@@ -56,6 +62,43 @@ class NodePair {
   static std::string address(int n) { return "10.232.0." + std::to_string(n + 1); }
 
  private:
+  // A test run killed outright (SIGKILL, a CI job cancelled) leaves its namespaces and bridge
+  // behind, and a leftover bridge holding 10.232.0.254 breaks every later run's bridge: remove
+  // those whose test process is gone (no live eacgm_e2e_tests process has that id).
+  static void remove_stale() {
+    std::set<std::string> live;
+    if (DIR* d = opendir("/proc")) {
+      while (dirent* e = readdir(d)) {
+        char* end = nullptr;
+        long pid = strtol(e->d_name, &end, 10);
+        if (pid <= 0 || *end) continue;
+        std::ifstream comm(std::string("/proc/") + e->d_name + "/comm");
+        std::string name;
+        if (std::getline(comm, name) && name.rfind("eacgm_e2e", 0) == 0)
+          live.insert(std::to_string(pid % 100000));
+      }
+      closedir(d);
+    }
+    std::string cmd;
+    auto each = [&](const char* list, const std::regex& re, const std::string& del) {
+      FILE* f = popen(list, "r");
+      if (!f) return;
+      char line[512];
+      std::smatch m;
+      while (fgets(line, sizeof line, f)) {
+        std::string l(line);
+        if (std::regex_search(l, m, re) && !live.count(m[2].str()))
+          cmd += del + m[1].str() + " 2>/dev/null; ";
+      }
+      pclose(f);
+    };
+    each("ip netns list 2>/dev/null", std::regex(R"(^(eacgm-node[01]-(\d+))\b)"),
+         "ip netns del ");
+    each("ip -o link show type bridge 2>/dev/null", std::regex(R"(^\d+: (eacgm-br(\d+))[:@])"),
+         "ip link del ");
+    if (!cmd.empty()) (void)system(cmd.c_str());
+  }
+
   std::string ns_[2], dev_[2], bridge_;
   bool ok_ = false;
 };
