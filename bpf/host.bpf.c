@@ -37,6 +37,7 @@ struct thread_sched {
 	__u64 off_since;      /* switched out */
 	__u64 on_since;       /* switched in, or counted up to by host_scan; 0 when off the CPU */
 	__u64 reclaim_since;  /* in direct or cgroup reclaim since */
+	__u64 faults_seen;    /* its page faults when last counted, plus 1 (0: not yet looked at) */
 };
 
 struct {
@@ -125,6 +126,28 @@ int BPF_PROG(host_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
+/*
+ * Page faults as the kernel counts them for getrusage and ps (min_flt + maj_flt: the faults a
+ * thread takes in user mode, and in the kernel on user memory, e.g. read() into a fresh
+ * buffer), taken from the thread at its switches and at each scan while it runs: a thread
+ * faults only on a CPU. This was the page_fault_user tracepoint, a program run at every user
+ * page fault of the node (x86 only): ~440 a step of a small GPT training, 0.1 ms of its 25 ms
+ * (session 60). Returns the faults since the thread was last counted; the exchange makes a
+ * switch and a scan on another CPU count each fault once (the loser's are counted next time).
+ */
+static __always_inline __u64 faults_since(struct thread_sched *t, struct task_struct *task)
+{
+	__u64 now = task->min_flt + task->maj_flt + 1;
+	__u64 seen = t->faults_seen;
+	if (!seen) { /* first look: what it took before it was traced is not counted */
+		__sync_val_compare_and_swap(&t->faults_seen, 0, now);
+		return 0;
+	}
+	if (now <= seen || __sync_val_compare_and_swap(&t->faults_seen, seen, now) != seen)
+		return 0;
+	return now - seen;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -150,6 +173,7 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
 			if (since && now > since)
 				s->oncpu_ns += now - since;
 			t->off_since = now;
+			s->page_faults += faults_since(t, prev);
 		}
 	}
 	if (is_traced(next_tgid)) {
@@ -173,7 +197,27 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
 				s->offcpu_ns += now - t->off_since;
 			t->off_since = 0;
 			t->on_since = now;
+			s->page_faults += faults_since(t, next); /* a first look, or one a race left */
 		}
+	}
+	return 0;
+}
+
+/* A thread's last faults: at its exit, as the calls layer may take its process out of the
+ * traced set before the last switch-out (when the last thread exits). Its storage says it was
+ * traced; its process's row, that the process was. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(host_exit, struct task_struct *task)
+{
+	struct thread_sched *t = bpf_task_storage_get(&sched_state, task, 0, 0);
+	if (!t)
+		return 0;
+	__u32 tgid = task->tgid;
+	struct eacgm_host_proc_stats *s = bpf_map_lookup_elem(&proc_stats, &tgid);
+	__u64 faults = faults_since(t, task);
+	if (s && faults) {
+		changes_here()->procs++;
+		__sync_fetch_and_add(&s->page_faults, faults);
 	}
 	return 0;
 }
@@ -210,8 +254,12 @@ int host_scan(struct bpf_iter__task *ctx)
 	if (__sync_val_compare_and_swap(&t->on_since, since, now) != since)
 		return 0;
 	struct eacgm_host_proc_stats *s = proc_entry(task->tgid, task);
-	if (s) /* atomic: a switch on this CPU may come in the middle of the scan's program */
+	if (s) { /* atomic: a switch on this CPU may come in the middle of the scan's program */
 		__sync_fetch_and_add(&s->oncpu_ns, now - since);
+		__u64 faults = faults_since(t, task);
+		if (faults)
+			__sync_fetch_and_add(&s->page_faults, faults);
+	}
 	return 0;
 }
 
@@ -420,8 +468,8 @@ int BPF_PROG(host_bio_queue, struct bio *bio)
 }
 
 /*
- * Memory. These fire in the task that faults, reclaims or reads, so they are the traced
- * process's own; the loader leaves out any this kernel lacks (page_fault_user is x86 only).
+ * Memory. These fire in the task that reclaims or reads, so they are the traced process's own;
+ * the loader leaves out any this kernel lacks. (Page faults: faults_since, at switches.)
  */
 static __always_inline struct eacgm_host_proc_stats *current_proc(void)
 {
@@ -429,15 +477,6 @@ static __always_inline struct eacgm_host_proc_stats *current_proc(void)
 	if (!is_traced(tgid))
 		return 0;
 	return proc_entry(tgid, bpf_get_current_task_btf());
-}
-
-SEC("tp_btf/page_fault_user")
-int BPF_PROG(host_page_fault)
-{
-	struct eacgm_host_proc_stats *p = current_proc();
-	if (p)
-		p->page_faults++;
-	return 0;
 }
 
 static __always_inline void reclaim_begin(void)

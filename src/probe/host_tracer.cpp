@@ -105,14 +105,13 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
     if (int err = bpf_map__reuse_fd(skel_->maps.traced, traced_map_fd); err)
       fail("cannot share the traced-process set with the host layer: {}", errno_text(-err));
   }
-  // Memory and TCP tracepoints are not on every kernel (page_fault_user is x86's): leave out
+  // Memory and TCP tracepoints are not on every kernel: leave out
   // what this one lacks, and say so, rather than refuse the whole layer.
   struct Optional {
     bpf_program* prog;
     const char* tracepoint;
     const char* metric;
   } optional[] = {{skel_->progs.host_tcp_retransmit, "tcp_retransmit_skb", "tcp_retransmits"},
-                  {skel_->progs.host_page_fault, "page_fault_user", "page_faults"},
                   {skel_->progs.host_direct_reclaim_begin, "mm_vmscan_direct_reclaim_begin",
                    "reclaim_ns"},
                   {skel_->progs.host_direct_reclaim_end, "mm_vmscan_direct_reclaim_end",
@@ -143,6 +142,7 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
   } tracepoints[] = {{skel_->progs.host_wakeup, "sched_wakeup"},
                      {skel_->progs.host_wakeup_new, "sched_wakeup_new"},
                      {skel_->progs.host_switch, "sched_switch"},
+                     {skel_->progs.host_exit, "sched_process_exit"},
                      {skel_->progs.host_xmit, "net_dev_xmit"},
                      {skel_->progs.host_receive, "netif_receive_skb"},
                      {skel_->progs.host_sock_send, "sock_send_length"},
