@@ -364,9 +364,9 @@ void Pipeline::step(int timeout_ms) {
 
 // Under --all (the agent), plans new processes at once and young ones at each rescan (a job
 // maps its libraries in its first seconds: an import of torch, CUDA's first call); one older
-// than a minute only every 16 s. Each plan reads the process's maps: a PyTorch job has ~1,700 mappings, and rereading
-// every process's every 2 s was a tenth of the agent's pipeline thread beside a training
-// (session 59). A library an old process loads later is found within 16 s, or at its first
+// than a minute only every 16 s. Each plan reads the process's maps: a PyTorch job has ~1,700
+// mappings, and rereading every process's every 2 s was a tenth of the agent's pipeline thread
+// beside a training (session 59). A library an old process loads later is found within 16 s, or at its first
 // traced call where another process's plan probed it already. A recording without the
 // loader's hook rescans only its own processes, each every 2 s, as its warning promises.
 void Pipeline::rescan(uint64_t now_ns) {

@@ -453,9 +453,11 @@ TEST_F(RecordHost, PageFaultsOfARunningThreadLandInTheSamplesTheyCameIn) {
   for (const auto& [ts, n] : per_sample) total += n, most = std::max(most, n);
   EXPECT_GE(total, kPages);
   EXPECT_LE(total, kPages + 1000);
-  // 1.5 s at 100 ms a sample: ~2,700 a sample; none should hold more than a fifth of them
-  EXPECT_GE(per_sample.size(), 10u) << total;
-  EXPECT_LE(most, kPages / 5) << "faults bunched in one sample of " << per_sample.size();
+  // 1.5 s at 100 ms a sample: ~2,700 a sample in ~15 samples. Counted only at switches and the
+  // exit, they came in 6 samples, 22,090 in one; a sampler or the program held up a few hundred
+  // ms by a busy machine puts up to ~10,000 in one
+  EXPECT_GE(per_sample.size(), 8u) << total;
+  EXPECT_LE(most, kPages / 3) << "faults bunched in one sample of " << per_sample.size();
 }
 
 TEST_F(RecordHost, PageCacheFillsCountFileDataReadFromDisk) {
