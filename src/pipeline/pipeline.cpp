@@ -456,6 +456,7 @@ void Pipeline::finish() {
     if (stat("/proc/self/ns/net", &ns) == 0)  // interfaces in other namespaces are named apart
       out_.set_meta("netns", std::to_string(ns.st_ino));
     out_.set_meta("host_samples", std::to_string(host_rows_));
+    out_.set_meta("host_cpu_scan", host_->scan_kind());
   }
   if (python_) finish_python();
   out_.set_meta("dropped_events", std::to_string(c.ring_drops));

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -132,6 +133,8 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
       unavailable_.push_back(what);
   }
   btf__free(vmlinux);
+  ncpu_ = std::max(1, libbpf_num_possible_cpus());
+  skel_->rodata->scan_cpus = uint32_t(ncpu_);
   if (int err = host_bpf__load(skel_.get()); err)
     fail("cannot load the host-layer BPF programs: {} (needs BTF tracepoints, Linux 6.6+; run "
          "'eacgm doctor')",
@@ -161,14 +164,21 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
     if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, errno_text(errno));
     links_.emplace_back(link);
   }
-  // The task scan, run at each sample: running threads' CPU time up to the sample. Without it
-  // a thread's time is counted when it leaves the CPU.
-  scan_.reset(bpf_program__attach_iter(skel_->progs.host_scan, nullptr));
-  if (!scan_)
-    unavailable_.push_back(fmt::format(
-        "oncpu_ns as it accrues (no BPF task iterator: {}; counted when a thread leaves the CPU)",
-        errno_text(errno)));
-  ncpu_ = std::max(1, libbpf_num_possible_cpus());
+  // The scan, run at each sample: running threads' CPU time up to the sample. Without it a
+  // thread's time is counted when it leaves the CPU. Each CPU's traced thread (one system call,
+  // work per CPU), else a task iterator over every task of the node (work per task).
+  skel_->bss->scan_until = 0;  // (a trial run: counts nothing)
+  LIBBPF_OPTS(bpf_test_run_opts, trial);
+  // (EACGM_TEST_HOST_SCAN_TASKS=1, tests: the task iterator, as on a kernel that refuses it)
+  scan_cpus_ = !getenv("EACGM_TEST_HOST_SCAN_TASKS") &&
+               bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.host_scan_cpus), &trial) == 0;
+  if (!scan_cpus_) {
+    scan_.reset(bpf_program__attach_iter(skel_->progs.host_scan, nullptr));
+    if (!scan_)
+      unavailable_.push_back(fmt::format(
+          "oncpu_ns as it accrues (no BPF task iterator: {}; counted when a thread leaves the CPU)",
+          errno_text(errno)));
+  }
   // The maps start empty: everything counted from here on belongs to the recording.
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -220,10 +230,16 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   return out;
 }
 
-// Runs host_scan over every task: the running traced threads' CPU time up to the sample.
+// Counts the running traced threads' CPU time up to the sample.
 void HostTracer::scan_tasks(uint64_t now_ns) {
-  if (!scan_) return;
   skel_->bss->scan_until = now_ns;
+  if (scan_cpus_) {
+    LIBBPF_OPTS(bpf_test_run_opts, run);
+    // (a failure leaves this sample's running time to the threads' switch-out)
+    bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.host_scan_cpus), &run);
+    return;
+  }
+  if (!scan_) return;
   int fd = bpf_iter_create(bpf_link__fd(scan_.get()));
   if (fd < 0) return;  // (this sample's running time then lands at the threads' switch-out)
   char buf[64];

@@ -34,6 +34,11 @@ class HostTracer {
   // the layer works.
   const std::vector<std::string>& unavailable() const { return unavailable_; }
 
+  // How running threads' CPU time is counted up to each sample: "cpus" (each CPU's traced
+  // thread), "tasks" (every task of the node: kernels that refuse the first), "none" (at their
+  // switch-out only).
+  const char* scan_kind() const { return scan_cpus_ ? "cpus" : scan_ ? "tasks" : "none"; }
+
   // The name to give a process's samples (it exec'd since the kernel side first saw it).
   // Safe to call while another thread samples.
   void name_process(uint32_t pid, const std::string& name) {
@@ -57,7 +62,8 @@ class HostTracer {
 
   std::unique_ptr<host_bpf, Deleter> skel_;
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
-  std::unique_ptr<bpf_link, LinkDeleter> scan_;  // the task iterator (host_scan)
+  bool scan_cpus_ = false;  // host_scan_cpus runs here; else the task iterator:
+  std::unique_ptr<bpf_link, LinkDeleter> scan_;  // (host_scan)
   int ncpu_ = 1;
   uint64_t last_ns_ = 0;
   // Whether a map is to be walked: its programs wrote to it since the last look (the sum of

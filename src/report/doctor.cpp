@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/nvml.h"
@@ -101,7 +102,18 @@ void check_kernel(Doctor& d) {
         d.missing("CPU profile", why + " (record goes on without it)");
       try {
         HostTracer host(tracer.traced_map_fd(), false);
-        d.ok("host layer", "scheduler, network and block tracepoints attached");
+        std::string_view scan = host.scan_kind();
+        std::string what = "scheduler, network and block tracepoints attached";
+        if (scan == "cpus")
+          d.ok("host layer", what + "; running threads counted per CPU at each sample");
+        else
+          d.missing("host layer",
+                    what + (scan == "tasks"
+                                ? "; running threads counted by a walk of every task at each "
+                                  "sample (this kernel refused the per-CPU program: ~0.5 us a "
+                                  "task of the node, 10 times a second)"
+                                : "; running threads' CPU time counted only when they leave "
+                                  "the CPU (no BPF task iterator)"));
       } catch (const Error& e) {
         d.missing("host layer", e.what());
       }

@@ -79,6 +79,7 @@ TEST_F(LeastPrivilege, CapBpfAndCapPerfmonAloneRecordEveryLayerOfOnesOwnCommand)
                     "'host_unavailable_metrics'), '')")
                 .find("oncpu_ns"),
             std::string::npos);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'host_cpu_scan'"), "cpus");
   // the CPU profile's perf events need no more than CAP_PERFMON
   EXPECT_EQ(r.err.find("CPU profile off"), std::string::npos) << r.err;
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'sample_hz'"), "99");

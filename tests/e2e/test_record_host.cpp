@@ -313,13 +313,18 @@ class VethPair {
 };
 
 // A thread that never leaves the CPU has its CPU time in each interval it ran in: the host
-// layer counts running threads' time up to each sample (a task iterator), not only at their
-// switch-out (which put one 800 ms burst into the last interval).
-TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryInterval) {
-  auto r = run({kEacgm, "record", "-q", "--layers", "host", "--interval", "50", "-o", db_, "--",
-                kWorkloads + "/sched_probe", "0", "800", "800"});
+// layer counts running threads' time up to each sample, not only at their switch-out (which put
+// one 800 ms burst into the last interval). `env` picks the scan; `scan` is what the recording
+// must say it used.
+static void expect_busy_thread_in_every_interval(const std::string& db_path,
+                                                 const std::vector<std::string>& env,
+                                                 const std::string& scan) {
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "--interval", "50", "-o", db_path,
+                "--", kWorkloads + "/sched_probe", "0", "800", "800"},
+               env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  Db db(db_);
+  Db db(db_path);
+  EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'host_cpu_scan'"), scan);
   std::vector<double> share;  // CPU time over the interval, in the burst's order
   db.each("SELECT oncpu_ns * 1.0 / interval_ns FROM host_samples WHERE name = 'sched_probe' "
           "AND scope = 'process' ORDER BY ts_ns",
@@ -335,6 +340,16 @@ TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryInterval) {
                       "scope = 'process'"),
             300'000'000)
       << "the burst's CPU time, even on a machine busy with other work";
+}
+
+// The scan of each CPU's traced thread (a BPF program run at each sample).
+TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryInterval) {
+  expect_busy_thread_in_every_interval(db_, {}, "cpus");
+}
+
+// The task iterator over every task of the node, for kernels that refuse the program above.
+TEST_F(RecordHost, ABusyThreadHasItsCpuTimeInEveryIntervalWithTheTaskIterator) {
+  expect_busy_thread_in_every_interval(db_, {"EACGM_TEST_HOST_SCAN_TASKS=1"}, "tasks");
 }
 
 TEST_F(RecordHost, VethTrafficMatchesTheInterfaceCounters) {
