@@ -912,11 +912,10 @@ std::string probable_cause(const std::string& layer, const std::string& name,
   return window_cause(top, lowered, values, training_range);
 }
 
-std::string describe(const Measured& m) { return describe_feature(m.feature, m.value, m.usual); }
-
 std::string describe_measured(const Anomaly& a) {
-  std::string out;
-  for (const auto& m : a.measured) out += (out.empty() ? "" : ", ") + describe(m);
+  std::vector<FeatureValue> measured;
+  for (const auto& m : a.measured) measured.push_back({m.feature, m.value, m.usual});
+  std::string out = describe_features(measured);
   if (out.empty())
     for (const auto& [f, c] : a.top_features) out += fmt::format("{}{}={:.1f}", out.empty() ? "" : " ", f, c);
   return out;

@@ -179,9 +179,9 @@ struct Anomaly {
   std::string late_where;
 };
 
-// "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)"
-std::string describe(const Measured& m);
-// The anomaly's measured features in words, joined by ", "; its contributions where it has none.
+// The anomaly's measured features in words, joined by ", " ("run-queue wait 458 ms/s (usual 3
+// ms/s), CPU 0.3 cores (usual 1 cores)"; those that read as usual left out: describe_features);
+// its contributions where it has none.
 std::string describe_measured(const Anomaly& a);
 // The anomalies table's features column for it (store/anomalies.h): [name, contribution, value,
 // usual] per top feature.

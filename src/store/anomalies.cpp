@@ -57,9 +57,18 @@ const std::map<std::string, std::pair<const char*, const char*>>& window_feature
 }
 }  // namespace
 
-std::string describe_feature(const std::string& f, double value, double usual) {
+namespace {
+// One feature in words, in parts: "run-queue wait 458 ms/s (usual 3 ms/s)" is {"run-queue wait
+// 458 ms/s (usual 3 ms/s)", "458 ms/s", "3 ms/s"}.
+struct Described {
+  std::string text, value, usual;
+};
+
+Described describe_parts(const std::string& f, double value, double usual) {
   auto pair = [&](const std::string& what, auto text) {
-    return fmt::format("{} {} (usual {})", what, text(value), text(usual));
+    Described d{"", text(value), text(usual)};
+    d.text = fmt::format("{} {} (usual {})", what, d.value, d.usual);
+    return d;
   };
   auto rate = [](const char* unit) {  // 3 significant digits, but whole numbers from 100 up
     return [unit](double v) {
@@ -71,11 +80,30 @@ std::string describe_feature(const std::string& f, double value, double usual) {
   if (f == "log_straggler_wait_10us") return pair("waited for a late rank", us_text);
   if (f.ends_with("_call_log_duration_us")) return pair(feature_title(f) + " took", us_text);
   if (f.ends_with("_calls_per_s")) return pair(feature_title(f), rate("/s"));
-  if (f == "gpu_idle_pct")  // "GPU idle 62% of the window (usual 8%)"
-    return fmt::format("GPU idle {} of the window (usual {})", rate("%")(value), rate("%")(usual));
+  if (f == "gpu_idle_pct") {  // "GPU idle 62% of the window (usual 8%)"
+    Described d{"", rate("%")(value), rate("%")(usual)};
+    d.text = fmt::format("GPU idle {} of the window (usual {})", d.value, d.usual);
+    return d;
+  }
   if (auto it = window_features_named().find(f); it != window_features_named().end())
     return pair(it->second.first, rate(it->second.second));
   return pair(f, rate(""));
+}
+}  // namespace
+
+std::string describe_feature(const std::string& f, double value, double usual) {
+  return describe_parts(f, value, usual).text;
+}
+
+std::string describe_features(const std::vector<FeatureValue>& features) {
+  std::string out, first;
+  for (const auto& f : features) {
+    Described d = describe_parts(f.feature, f.value, f.usual);
+    if (first.empty()) first = d.text;
+    if (d.value == d.usual) continue;
+    out += (out.empty() ? "" : ", ") + d.text;
+  }
+  return out.empty() ? first : out;
 }
 
 std::string feature_title(const std::string& f) {
@@ -88,17 +116,19 @@ std::string feature_title(const std::string& f) {
 std::string features_text(std::string_view json_text, size_t n) {
   auto f = nlohmann::json::parse(json_text, nullptr, false);
   if (!f.is_array()) return std::string(json_text.substr(0, 200));
-  std::string out;
+  std::vector<FeatureValue> measured;
+  std::string contributions;  // (recordings before the values were stored)
   for (const auto& e : f) {
     if (n-- == 0) break;
     if (!e.is_array() || e.size() < 2 || !e[0].is_string() || !e[1].is_number()) continue;
     if (e.size() >= 4 && e[2].is_number() && e[3].is_number())
-      out += (out.empty() ? "" : ", ") +
-             describe_feature(e[0].get<std::string>(), e[2].get<double>(), e[3].get<double>());
+      measured.push_back({e[0].get<std::string>(), e[2].get<double>(), e[3].get<double>()});
     else
-      out += fmt::format("{}{}={:.1f}", out.empty() ? "" : " ", e[0].get<std::string>(),
-                         e[1].get<double>());
+      contributions += fmt::format("{}{}={:.1f}", contributions.empty() ? "" : " ",
+                                   e[0].get<std::string>(), e[1].get<double>());
   }
+  std::string out = describe_features(measured);
+  if (!contributions.empty()) out += (out.empty() ? "" : ", ") + contributions;
   return out;
 }
 

@@ -28,6 +28,14 @@ std::vector<CauseGroup> group_causes(const std::vector<std::pair<std::string, si
 // calls/s, microseconds, bytes; recordings before session 23 have [name, contribution]).
 // One feature in words: "run-queue wait 458 ms/s (usual 3 ms/s)", "took 31 ms (usual 3.2 ms)".
 std::string describe_feature(const std::string& feature, double value, double usual);
+// Features in words, joined by ", ". One that reads the same as its usual ("block I/O 0 MB/s
+// (usual 0 MB/s)", ranked for its correlation with the others) says nothing about why a window
+// was flagged: left out, unless every one reads so (then the first alone).
+struct FeatureValue {
+  std::string feature;
+  double value = 0, usual = 0;
+};
+std::string describe_features(const std::vector<FeatureValue>& features);
 // A window feature's name in words, as describe_feature names it ("run-queue wait", "NIC
 // traffic"; calls: "torch calls"), the feature itself where it has none.
 std::string feature_title(const std::string& feature);

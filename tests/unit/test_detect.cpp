@@ -950,8 +950,17 @@ TEST(Explanations, MeasuredAndUsualInTheirUnits) {
   EXPECT_EQ(describe_feature("log2_bytes", 1 << 20, 65536), "size 1 MiB (usual 64 KiB)");
   EXPECT_EQ(describe_feature("cuda_calls_per_s", 1579.4, 1600), "cuda calls 1579/s (usual 1600/s)");
   EXPECT_EQ(describe_feature("log_straggler_wait_10us", 30400, 12), "waited for a late rank 30.4 ms (usual 12 us)");
-  EXPECT_EQ(features_text(R"([["log_duration_us", 25.5, 31000, 3200], ["log2_bytes", 1.0, 8, 8]])"),
-            "took 31 ms (usual 3.2 ms), size 8 B (usual 8 B)");
+  EXPECT_EQ(features_text(R"([["log_duration_us", 25.5, 31000, 3200], ["log2_bytes", 1.0, 16, 8]])"),
+            "took 31 ms (usual 3.2 ms), size 16 B (usual 8 B)");
+  // a feature that reads as its usual says nothing about the anomaly (it ranked for its
+  // correlation with the others): left out of the words, kept in the column; alone, it stays
+  EXPECT_EQ(features_text(R"([["torch_calls_per_s", 9.1, 1010, 4658], ["cpu_cores", 4.0, 1.971, 1.968],)"
+                          R"( ["block_mb_per_s", 2.0, 0, 0]])"),
+            "torch calls 1010/s (usual 4658/s)");
+  EXPECT_EQ(features_text(R"([["cpu_cores", 4.0, 1.971, 1.968], ["block_mb_per_s", 2.0, 0, 0]])"),
+            "CPU 1.97 cores (usual 1.97 cores)");
+  EXPECT_EQ(describe_features({{"block_mb_per_s", 0, 0}, {"runq_wait_ms_per_s", 458, 3}}),
+            "run-queue wait 458 ms/s (usual 3 ms/s)");
   EXPECT_EQ(features_text(R"([["log_duration_us", -25.5]])"), "log_duration_us=-25.5")
       << "recordings before the values were stored";
   EXPECT_EQ(features_text("not json"), "not json");
