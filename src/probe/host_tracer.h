@@ -63,6 +63,7 @@ class HostTracer {
   std::unique_ptr<host_bpf, Deleter> skel_;
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
   bool scan_cpus_ = false;  // host_scan_cpus runs here; else the task iterator:
+  int scan_failures_ = 0;   // host_scan_cpus's runs refused in a row
   std::unique_ptr<bpf_link, LinkDeleter> scan_;  // (host_scan)
   int ncpu_ = 1;
   uint64_t last_ns_ = 0;
