@@ -150,6 +150,8 @@ void check_kernel_features(Doctor& d) {
        "5.15", nullptr},
       {"bpf_find_vma", libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_find_vma, nullptr) == 1,
        "5.17", nullptr},
+      {"bpf_task_from_pid", has_btf_func("bpf_task_from_pid"), "6.2",
+       "the host layer is off (its per-CPU scan of running threads calls it)"},
       {"socket tracepoints", has_tracepoint("sock_send_length"), "6.3",
        "the host layer is off (scheduler, network and block I/O per process)"},
       {"uprobe_multi", has_btf_func("bpf_uprobe_multi_link_attach"), "6.6",
