@@ -19,15 +19,20 @@ add_custom_command(
 add_custom_target(bpf_vmlinux DEPENDS ${EACGM_BPF_OUT}/vmlinux.h)
 add_custom_target(bpf_skeletons)
 
-# Extra clang flags after the name (host: -mcpu=v3, for the atomic exchanges of its scan).
+# Extra clang flags after the name (host: -mcpu=v3, for the atomic exchanges of its scan);
+# SOURCE path: a program kept elsewhere than bpf/ (a test workload's).
 function(eacgm_bpf_skeleton name)
+  cmake_parse_arguments(ARG "" "SOURCE" "" ${ARGN})
   set(src ${CMAKE_SOURCE_DIR}/bpf/${name}.bpf.c)
+  if(ARG_SOURCE)
+    set(src ${ARG_SOURCE})
+  endif()
   set(obj ${EACGM_BPF_OUT}/${name}.bpf.o)
   set(skel ${EACGM_BPF_OUT}/${name}.skel.h)
   file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86 ${ARGN}
+    COMMAND ${BPF_CLANG} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86 ${ARG_UNPARSED_ARGUMENTS}
             -I${EACGM_BPF_OUT} -I${CMAKE_SOURCE_DIR}/src -I${CMAKE_SOURCE_DIR}/bpf
             -c ${src} -o ${obj}
     DEPENDS ${src} ${EACGM_BPF_OUT}/vmlinux.h ${CMAKE_SOURCE_DIR}/src/events.h ${bpf_headers}

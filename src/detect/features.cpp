@@ -175,7 +175,7 @@ void add_host_samples(const RecordingReader& rec, int64_t start, uint64_t window
                       WindowMetrics& m) {
   double per_s = 1e9 / double(window_ns);
   each_host_sample(rec, [&](const HostSampleRow& r) {
-    if (r.scope == HostScope::Disk) return;
+    if (r.scope == HostScope::Disk || r.scope == HostScope::Cpu) return;
     // A sample counts what happened in its interval: each window gets the share of it that
     // the window overlaps (0.1 s samples in 0.22 s windows are 2 or 3 a window, and a sample
     // the loaded machine took late spans 0.14 s: by its middle alone, a window read 2.7 cores

@@ -365,6 +365,9 @@ void add_host_counters(const RecordingReader& rec, TimelineSink& sink, int64_t t
         put(0, name + " latency, mean (ms)", ops ? double(r.io_latency_ns) / ops / 1e6 : 0);
         break;
       }
+      case HostScope::Cpu:  // (a vCPU its hypervisor did not run, interrupts kept off)
+        put(0, name + " stopped (ms/s)", double(r.stall_ns) / 1e6 * per_s);
+        break;
     }
   });
   series.finish();

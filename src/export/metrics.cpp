@@ -73,6 +73,25 @@ MetricsSink::MetricsSink(std::string hostname)
                    .Name("eacgm_process_reclaim_seconds_total")
                    .Help("Time the traced process stalled in direct memory reclaim")
                    .Register(*registry_)),
+      stall_(BuildCounter()
+                 .Name("eacgm_process_cpu_stall_seconds_total")
+                 .Help("Time the CPU under one of the traced process's running threads stopped "
+                       "(a vCPU its hypervisor did not run, or interrupts kept off)")
+                 .Register(*registry_)),
+      node_stall_seconds_(BuildCounter()
+                              .Name("eacgm_cpu_stall_seconds_total")
+                              .Help("Time this node's CPUs stopped, summed over the CPUs: a vCPU "
+                                    "its hypervisor did not run (steal, which a guest without "
+                                    "steal accounting never sees) or interrupts kept off, read "
+                                    "from hard timers firing 2 ms or more late")
+                              .Register(*registry_)
+                              .Add({})),
+      node_stalls_(BuildCounter()
+                       .Name("eacgm_cpu_stalls_total")
+                       .Help("Stops of this node's CPUs (eacgm_cpu_stall_seconds_total), one per "
+                             "stop however many timers it delayed")
+                       .Register(*registry_)
+                       .Add({})),
       gpu_kernel_seconds_(BuildCounter()
                               .Name("eacgm_gpu_kernel_seconds_total")
                               .Help("Time the traced process's kernels ran on the GPU, by CUDA "
@@ -435,11 +454,17 @@ void MetricsSink::add(const ProcessExitRow& r) {
     involuntary_.Remove(it->second.involuntary);
     retransmits_.Remove(it->second.retransmits);
     reclaim_.Remove(it->second.reclaim);
+    stall_.Remove(it->second.stall);
     host_.erase(it);
   }
 }
 
 void MetricsSink::add(const HostSampleRow& r) {
+  if (r.scope == HostScope::Cpu) {
+    node_stall_seconds_.Increment(double(r.stall_ns) / 1e9);
+    node_stalls_.Increment(double(r.stalls));
+    return;
+  }
   uint32_t pid = uint32_t(r.id);
   // per traced process: the host layer sees every process of the node under the agent
   if (r.scope != HostScope::Process || !calls_by_pid_.count(pid)) return;
@@ -447,7 +472,7 @@ void MetricsSink::add(const HostSampleRow& r) {
   if (it == host_.end()) {
     prometheus::Labels labels = process_labels(pid, true);
     HostMetrics m{&runq_.Add(labels), &cpu_.Add(labels), &involuntary_.Add(labels),
-                  &retransmits_.Add(labels), &reclaim_.Add(labels)};
+                  &retransmits_.Add(labels), &reclaim_.Add(labels), &stall_.Add(labels)};
     it = host_.emplace(pid, m).first;
   }
   HostMetrics& m = it->second;
@@ -456,6 +481,7 @@ void MetricsSink::add(const HostSampleRow& r) {
   m.involuntary->Increment(double(r.involuntary_switches));
   m.retransmits->Increment(double(r.tcp_retransmits));
   m.reclaim->Increment(double(r.reclaim_ns) / 1e9);
+  m.stall->Increment(double(r.stall_ns) / 1e9);
 }
 
 void MetricsSink::add(const GpuDevice& r) { devices_[r.index] = r; }

@@ -112,7 +112,7 @@ class MetricsSink final : public Sink {
     prometheus::Histogram* seconds;
   };
   struct HostMetrics {
-    prometheus::Counter *runq, *cpu, *involuntary, *retransmits, *reclaim;
+    prometheus::Counter *runq, *cpu, *involuntary, *retransmits, *reclaim, *stall;
   };
   // A series that carries a process's labels, and the live processes that use it.
   struct Tracked {
@@ -159,6 +159,10 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Counter>& involuntary_;
   prometheus::Family<prometheus::Counter>& retransmits_;
   prometheus::Family<prometheus::Counter>& reclaim_;
+  prometheus::Family<prometheus::Counter>& stall_;
+  // the node's CPUs' stops, whatever they ran (at 0 from the start: increase() sees the first)
+  prometheus::Counter& node_stall_seconds_;
+  prometheus::Counter& node_stalls_;
   prometheus::Family<prometheus::Counter>& gpu_kernel_seconds_;
   prometheus::Family<prometheus::Counter>& gpu_kernels_;
   prometheus::Family<prometheus::Counter>& collective_gpu_seconds_;

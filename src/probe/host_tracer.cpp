@@ -122,7 +122,8 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
                   {skel_->progs.host_memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end",
                    "reclaim_ns (cgroup limits)"},
                   {skel_->progs.host_page_cache_add, "mm_filemap_add_to_page_cache",
-                   "pagein_bytes"}};
+                   "pagein_bytes"},
+                  {skel_->progs.host_timer_late, "hrtimer_expire_entry", "stall_ns (CPU stalls)"}};
   btf* vmlinux = btf__load_vmlinux_btf();
   for (auto& o : optional) {
     std::string type = std::string("btf_trace_") + o.tracepoint;
@@ -222,6 +223,7 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   if (procs_watch_.due(procs) || sweep) sample_processes(now_ns, epoch, sweep, out);
   if (nets_watch_.due(nets)) sample_net(now_ns, out);
   if (disks_watch_.due(disks)) sample_disks(now_ns, epoch, out);
+  sample_cpus(out);
   for (auto& row : out) {
     row.ts_ns = now_ns;
     row.interval_ns = now_ns - last_ns_;
@@ -283,6 +285,8 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
       total.reclaim_ns += v.reclaim_ns;
       total.reclaims += v.reclaims;
       total.pagein_bytes += v.pagein_bytes;
+      total.stall_ns += v.stall_ns;
+      total.stall_end_ns = std::max(total.stall_end_ns, v.stall_end_ns);
       if (v.runq_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.runq_max_ns);
       if (v.comm[0]) std::memcpy(total.comm, v.comm, sizeof(total.comm));
     }
@@ -311,9 +315,12 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
     row.reclaim_ns = delta(total.reclaim_ns, before.reclaim_ns);
     row.reclaims = delta(total.reclaims, before.reclaims);
     row.pagein_bytes = delta(total.pagein_bytes, before.pagein_bytes);
+    row.stall_ns = delta(total.stall_ns, before.stall_ns);
+    row.stall_end_ns = row.stall_ns ? total.stall_end_ns : 0;
     bool active = row.runq_waits || row.voluntary_switches || row.involuntary_switches ||
                   row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops ||
-                  row.tcp_retransmits || row.page_faults || row.reclaims || row.pagein_bytes;
+                  row.tcp_retransmits || row.page_faults || row.reclaims || row.pagein_bytes ||
+                  row.stall_ns;
     if (active) out.push_back(std::move(row));
     return active;
   };
@@ -336,6 +343,30 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
     procs_.erase(pid);
     std::lock_guard lock(names_mu_);
     names_.erase(pid);
+  }
+}
+
+// Each CPU's stops since the last sample (host_timer_late), read through the mapped .bss: no
+// system call, and a row only for a CPU that stopped.
+void HostTracer::sample_cpus(std::vector<HostSampleRow>& out) {
+  size_t slots = std::min<size_t>(size_t(ncpu_), EACGM_CHANGE_SLOTS);
+  cpu_seen_.resize(slots);
+  for (size_t i = 0; i < slots; ++i) {
+    const eacgm_cpu_stalls& c = skel_->bss->cpu_stalls[i];
+    uint64_t stall_ns = __atomic_load_n(&c.stall_ns, __ATOMIC_RELAXED);
+    uint64_t stalls = __atomic_load_n(&c.stalls, __ATOMIC_RELAXED);
+    uint64_t end_ns = __atomic_load_n(&c.episode_at, __ATOMIC_RELAXED);
+    auto& [seen_ns, seen_stalls] = cpu_seen_[i];
+    if (stall_ns == seen_ns) continue;
+    HostSampleRow row;
+    row.scope = HostScope::Cpu;
+    row.id = i;
+    row.name = fmt::format("cpu {}", i);
+    row.stall_ns = delta(stall_ns, seen_ns);
+    row.stalls = delta(stalls, seen_stalls);
+    row.stall_end_ns = end_ns;
+    seen_ns = stall_ns, seen_stalls = stalls;
+    out.push_back(std::move(row));
   }
 }
 

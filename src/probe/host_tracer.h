@@ -58,6 +58,7 @@ class HostTracer {
                         std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
+  void sample_cpus(std::vector<HostSampleRow>& out);
   std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
 
   std::unique_ptr<host_bpf, Deleter> skel_;
@@ -85,6 +86,7 @@ class HostTracer {
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;
+  std::vector<std::pair<uint64_t, uint64_t>> cpu_seen_;  // per CPU: stall_ns, stalls read last
   std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;

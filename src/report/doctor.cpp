@@ -154,6 +154,8 @@ void check_kernel_features(Doctor& d) {
        "the host layer is off (its per-CPU scan of running threads calls it)"},
       {"socket tracepoints", has_tracepoint("sock_send_length"), "6.3",
        "the host layer is off (scheduler, network and block I/O per process)"},
+      {"timer tracepoint", has_tracepoint("hrtimer_expire_entry"), "5.5",
+       "CPU stalls go unseen (stall_ns: a vCPU its hypervisor did not run)"},
       {"uprobe_multi", has_btf_func("bpf_uprobe_multi_link_attach"), "6.6",
        "one perf uprobe per function: attaching PyTorch's operators takes seconds, not "
        "milliseconds"},

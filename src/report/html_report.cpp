@@ -370,7 +370,7 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
   // line from its last busy interval to its next.
   std::map<std::pair<HostScope, uint64_t>, int64_t> last_ts;
   each_host_sample(rec, [&](const HostSampleRow& r) {
-    if (r.interval_ns == 0 || r.scope == HostScope::Disk) return;
+    if (r.interval_ns == 0 || r.scope == HostScope::Disk || r.scope == HostScope::Cpu) return;
     bool process = r.scope == HostScope::Process;
     if (process && !shown.count(r.id)) return;
     int64_t ts = int64_t(r.ts_ns);

@@ -73,6 +73,9 @@ std::vector<MetricStats> host_metric_stats(const RecordingReader& rec) {
               acc.add("disk", r.name, "latency, max", "ms", v(r.io_latency_max_ns) / 1e6);
             }
             break;
+          case HostScope::Cpu:  // (rows only where it stopped)
+            acc.add("cpu", r.name, "stopped", "ms", v(r.stall_ns) / 1e6);
+            break;
         }
       },
       SampleOrder::by_subject);

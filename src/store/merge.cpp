@@ -369,7 +369,8 @@ std::string column_expression(const std::string& t, const std::string& c,
   if (t == "processes" && c == "host_pid") return h.pid_base ? "pid" : "NULL";
   if (!has.count(c)) return "NULL";
   // times on the host's clock (durations such as dur_ns and enqueue_ns are not)
-  if (c == "ts_ns" || c == "start_ns" || c == "end_ns" || c == "gpu_start_ns")
+  if (c == "ts_ns" || c == "start_ns" || c == "end_ns" || c == "gpu_start_ns" ||
+      c == "stall_end_ns")
     return fmt::format("{} + {}", c, p.shift);
   if (c == "pid" || c == "ppid")
     return fmt::format("CASE WHEN {0} > 0 THEN {0} + {1} ELSE {0} END", c, h.pid_base);

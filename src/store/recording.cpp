@@ -50,7 +50,8 @@ CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
                           read_ops INTEGER, read_bytes INTEGER, write_ops INTEGER,
                           write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER,
                           tcp_retransmits INTEGER, page_faults INTEGER, reclaim_ns INTEGER,
-                          reclaims INTEGER, pagein_bytes INTEGER);
+                          reclaims INTEGER, pagein_bytes INTEGER, stall_ns INTEGER,
+                          stall_end_ns INTEGER, stalls INTEGER);
 -- GPU layer (NVML), sampled every interval. NULL: not supported by this GPU or driver.
 CREATE TABLE gpu_devices(gpu INTEGER PRIMARY KEY, name TEXT, uuid TEXT, pci_bus_id TEXT);
 CREATE TABLE gpu_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, sm_util_pct INTEGER,

@@ -174,7 +174,7 @@ struct ThreadRow {
 namespace eacgm {
 
 // What a host sample is about.
-enum class HostScope : uint8_t { Process, NetDevice, Disk };
+enum class HostScope : uint8_t { Process, NetDevice, Disk, Cpu };
 
 // One host-layer sample: counts over [ts_ns - interval_ns, ts_ns]. Fields that do not apply to
 // the scope stay 0 and are stored as NULL.
@@ -182,9 +182,9 @@ struct HostSampleRow {
   uint64_t ts_ns = 0;
   uint64_t interval_ns = 0;
   HostScope scope = HostScope::Process;
-  uint64_t id = 0;     // pid, interface index, or dev_t (major << 20 | minor)
+  uint64_t id = 0;     // pid, interface index, dev_t (major << 20 | minor), or CPU number
   uint32_t netns = 0;  // network namespace inode of an interface
-  std::string name;    // process comm, interface name, disk name
+  std::string name;    // process comm, interface name, disk name, "cpu N"
   // Process: scheduler
   uint64_t runq_wait_ns = 0, runq_waits = 0, runq_max_ns = 0;
   uint64_t voluntary_switches = 0, involuntary_switches = 0;
@@ -198,6 +198,10 @@ struct HostSampleRow {
   // Process: TCP segments sent again; memory (user page faults, time and count of reclaim
   // stalls, file data read into the page cache)
   uint64_t tcp_retransmits = 0, page_faults = 0, reclaim_ns = 0, reclaims = 0, pagein_bytes = 0;
+  // Process: time a CPU stopped (a vCPU its hypervisor did not run, interrupts kept off) under
+  // one of its running threads, and when the last such stop ended (0: none). CPU: the same for
+  // the CPU whatever it ran, and how many stops.
+  uint64_t stall_ns = 0, stall_end_ns = 0, stalls = 0;
 };
 
 // One CPU sample of a traced thread that was running (record --sample-hz): its stacks, as ids

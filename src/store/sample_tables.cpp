@@ -26,6 +26,7 @@ const char* host_scope_name(HostScope scope) {
     case HostScope::Process: return "process";
     case HostScope::NetDevice: return "net";
     case HostScope::Disk: return "disk";
+    case HostScope::Cpu: return "cpu";
   }
   return "unknown";
 }
@@ -34,7 +35,7 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
   if (rows.empty()) return true;
   Statement& insert =
       db("INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-         "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
+         "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33)");
   auto num = [&](int col, uint64_t v) { insert.bind(col, static_cast<int64_t>(v)); };
   for (const auto& r : rows) {
     num(1, r.ts_ns);
@@ -57,7 +58,12 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
       num(29, r.reclaims);
       num(30, r.pagein_bytes);
     }
-    if (r.scope != HostScope::Disk) {
+    if (r.scope == HostScope::Process || r.scope == HostScope::Cpu) {
+      num(31, r.stall_ns);
+      if (r.stall_ns) num(32, r.stall_end_ns);
+    }
+    if (r.scope == HostScope::Cpu) num(33, r.stalls);
+    if (r.scope == HostScope::Process || r.scope == HostScope::NetDevice) {
       num(14, r.tx_bytes);
       num(16, r.rx_bytes);
     }
@@ -65,7 +71,7 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
       num(15, r.tx_packets);
       num(17, r.rx_packets);
     }
-    if (r.scope != HostScope::NetDevice) {
+    if (r.scope == HostScope::Process || r.scope == HostScope::Disk) {
       num(18, r.io_ops);
       num(19, r.io_bytes);
     }

@@ -223,7 +223,8 @@ void each_host_sample(const RecordingReader& rec,
               "offcpu_ns", "oncpu_ns", "tx_bytes", "tx_packets", "rx_bytes", "rx_packets",
               "io_ops", "io_bytes", "read_ops", "read_bytes", "write_ops", "write_bytes",
               "io_latency_ns", "io_latency_max_ns", "tcp_retransmits", "page_faults",
-              "reclaim_ns", "reclaims", "pagein_bytes"},
+              "reclaim_ns", "reclaims", "pagein_bytes", "stall_ns",
+              "stall_end_ns", "stalls"},
              order == SampleOrder::by_time ? "ORDER BY ts_ns" : "ORDER BY scope, id, ts_ns"),
       [&](Statement& s) {
         HostSampleRow r;
@@ -234,6 +235,8 @@ void each_host_sample(const RecordingReader& rec,
           r.scope = HostScope::NetDevice;
         else if (scope == "disk")
           r.scope = HostScope::Disk;
+        else if (scope == "cpu")
+          r.scope = HostScope::Cpu;
         else
           return;  // a scope of a later version
         auto u = [&](int col) { return uint64_t(s.int_at(col)); };
@@ -250,7 +253,8 @@ void each_host_sample(const RecordingReader& rec,
                               &r.io_bytes,       &r.read_ops,       &r.read_bytes,
                               &r.write_ops,      &r.write_bytes,    &r.io_latency_ns,
                               &r.io_latency_max_ns, &r.tcp_retransmits, &r.page_faults,
-                              &r.reclaim_ns,     &r.reclaims,       &r.pagein_bytes};
+                              &r.reclaim_ns,     &r.reclaims,       &r.pagein_bytes,
+                              &r.stall_ns,       &r.stall_end_ns,   &r.stalls};
         for (int i = 0; i < int(std::size(fields)); ++i) *fields[i] = u(6 + i);
         row(r);
       });

@@ -56,6 +56,38 @@ TEST_F(Agent, AnomalyCountersAreThereAtZeroBeforeTheFirstAnomaly) {
         << labels << "\n" << metrics->body.substr(0, 3000);
 }
 
+// A CPU that stops (a vCPU its hypervisor did not run) is on the node's counters whatever it ran
+// (here cpu_stall, which the agent does not trace, stopping its CPU 3 times for 30 ms), at 0
+// from the start so that increase() sees the first stop. Each stop counts 30 ms less up to one
+// scheduler tick (4 ms); the VM's own stops may add to them.
+TEST_F(Agent, ACpuStallIsOnTheNodesStallCounters) {
+  httplib::Client c("127.0.0.1", port_);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("\neacgm_cpu_stalls_total 0"), std::string::npos)
+      << metrics->body.substr(0, 3000);
+  auto value = [](const std::string& text, const std::string& name) {  // (a series without labels)
+    size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+  };
+  double before = value(metrics->body, "eacgm_cpu_stall_seconds_total");
+  double stops_before = value(metrics->body, "eacgm_cpu_stalls_total");
+  ASSERT_GE(before, 0) << metrics->body.substr(0, 3000);
+  auto r = run({kWorkloads + "/cpu_stall", "3", "30"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double seconds = 0, stops = 0;
+  for (int i = 0; i < 50; ++i) {  // (a sample every 0.1 s)
+    metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    seconds = value(metrics->body, "eacgm_cpu_stall_seconds_total") - before;
+    stops = value(metrics->body, "eacgm_cpu_stalls_total") - stops_before;
+    if (stops >= 3 && seconds >= 0.06) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(stops, 3) << agent_->err();
+  EXPECT_GE(seconds, 3 * 0.020) << agent_->err();
+}
+
 // The agent traces a node's jobs, not its Python tools: a Python process that maps no CUDA,
 // NCCL or PyTorch library gets no Python stacks (the layers line at stop names none); a
 // PyTorch job does, and so does the tool with --all-python.

@@ -281,7 +281,8 @@ TEST_F(RecordingTest, DoctorProbesEachKernelFeatureOnThisKernel) {
   auto d = run({kEacgm, "doctor"});
   ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
   for (const char* feature : {"ring buffer", "task storage", "uprobe cookies", "bpf_find_vma",
-                              "socket tracepoints", "bpf_task_from_pid", "uprobe_multi",
+                              "socket tracepoints", "bpf_task_from_pid", "timer tracepoint",
+                              "uprobe_multi",
                               "uprobe sessions"})
     EXPECT_TRUE(std::regex_search(d.out, std::regex(std::string(R"(\n  ok +)") + feature +
                                                     R"( +Linux \d+\.\d+\+\n)")))

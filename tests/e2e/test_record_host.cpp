@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 
 #include <regex>
+#include <sstream>
 
 #include "e2e_util.h"
 
@@ -480,6 +481,52 @@ TEST_F(RecordHost, PageFaultsOfARunningThreadLandInTheSamplesTheyCameIn) {
   // ms by a busy machine puts up to ~10,000 in one
   EXPECT_GE(per_sample.size(), 8u) << total;
   EXPECT_LE(most, kPages / 3) << "faults bunched in one sample of " << per_sample.size();
+}
+
+// A CPU that stops (a vCPU its hypervisor did not run) is charged to the process it ran, with
+// when the stop ended: cpu_stall stops its CPU 3 times for 30 ms (a BPF program spinning in the
+// timer interrupt, interrupts off) and prints when each ended. The scheduler tick (4 ms at
+// HZ=250) due first in a stop fires up to 30 ms late: each stop counts at least 30 - 4 ms, less
+// a margin, and at most the stop and a margin (a stop of the VM's own in the same 0.1 s would
+// add to it: rare, ~once a minute here).
+TEST_F(RecordHost, ACpuStallIsChargedToTheProcessItStoppedWithWhenItEnded) {
+  auto r = run({kEacgm, "record", "-q", "--layers", "host", "-o", db_, "--",
+                kWorkloads + "/cpu_stall", "3", "30"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::vector<std::pair<int64_t, int64_t>> stops;  // (start, end) as cpu_stall printed them
+  std::istringstream out(r.out);
+  for (int64_t from, to; out >> from >> to;) stops.emplace_back(from, to);
+  ASSERT_EQ(stops.size(), 3u) << r.out;
+  Db db(db_);
+  std::vector<std::pair<int64_t, int64_t>> rows;  // (stall_end_ns, stall_ns)
+  db.each("SELECT stall_end_ns, stall_ns FROM host_samples WHERE scope = 'process' AND name = "
+          "'cpu_stall' AND stall_ns > 0",
+          [&](sqlite3_stmt* st) {
+            rows.emplace_back(sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
+          });
+  for (const auto& [from, to] : stops) {
+    auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& x) {
+      return x.first >= to - 5'000'000 && x.first <= to + 5'000'000;
+    });
+    ASSERT_NE(row, rows.end()) << "no stall ended near " << to << " (" << rows.size() << " rows)";
+    EXPECT_GE(row->second, 20'000'000) << "at " << to;
+    EXPECT_LE(row->second, 40'000'000) << "at " << to;
+  }
+  // the CPU's own rows: one stop each, whatever it ran
+  int64_t cpu_stops = 0;
+  db.each("SELECT stall_end_ns, stalls FROM host_samples WHERE scope = 'cpu'",
+          [&](sqlite3_stmt* st) {
+            int64_t end = sqlite3_column_int64(st, 0);
+            if (std::any_of(stops.begin(), stops.end(), [&](const auto& s) {
+                  return end >= s.second - 5'000'000 && end <= s.second + 5'000'000;
+                }))
+              cpu_stops += sqlite3_column_int64(st, 1);
+          });
+  EXPECT_EQ(cpu_stops, 3);
+  // every CPU has the tracepoint's program: a host that lacks it says so (and this fails)
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM meta WHERE key = 'host_unavailable_metrics' AND "
+                      "value LIKE '%stall%'"),
+            0);
 }
 
 TEST_F(RecordHost, PageCacheFillsCountFileDataReadFromDisk) {

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Test workload (cpu_stall.c): stops a CPU as a hypervisor that does not run a vCPU would. Run
+ * from a perf event's hrtimer, in the CPU's timer interrupt, with interrupts off: it spins until
+ * `stall_ns` passed, and every other timer due meanwhile on that CPU (the scheduler tick) fires
+ * that much late, under the task it interrupted.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u64 stall_ns = 30000000;
+__u64 fired = 0;
+
+static long spin(__u64 i, void *until)
+{
+	return bpf_ktime_get_ns() >= *(__u64 *)until ? 1 : 0;
+}
+
+SEC("perf_event")
+int stall_cpu(void *ctx)
+{
+	__u64 until = bpf_ktime_get_ns() + stall_ns;
+	bpf_loop(1 << 23, spin, &until, 0); /* (at most 8M turns: ~0.2 s here) */
+	__sync_fetch_and_add(&fired, 1);
+	return 0;
+}
