@@ -76,7 +76,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
                             process.empty() ? "?" : process, a.pid, utc_time(real));
       std::string how;
       if (f.folded_calls + f.folded_windows > 0) {
-        how = fmt::format("one anomaly for the {} its start brought", f.folded_calls + f.folded_windows);
+        how = fmt::format("one anomaly for the {} it brought", f.folded_calls + f.folded_windows);
       } else if (a.layer == "window") {
         how = detect::describe_measured(a);
       } else {

@@ -498,12 +498,18 @@ void DetectionSink::flush() {
     std::vector<detect::Anomaly> calls;
     for (const auto& f : found) calls.push_back(f.anomaly);
     context_.explain(calls);
+    for (size_t i = 0; i < found.size(); ++i)
+      if (calls[i].layer == "window") {
+        auto j = job_windows_.find(found[i].job);
+        if (j != job_windows_.end()) context_.explain_window(calls[i], j->second.windows.pids());
+      }
     detect::attribute_nested(calls);
     detect::attribute_windows(calls, {recent_late_.begin(), recent_late_.end()});
     for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
   }
-  // a job's start beside others: what it slowed, one anomaly
+  // a job's start beside others, a CPU's stop: what it slowed, one anomaly
   uint64_t data_now = std::max(judged_to_, now > options_.fold_lag_ns ? now - options_.fold_lag_ns : 0);
+  stall_episodes_.fold(found, data_now);
   job_starts_.fold(found, data_now, monotonic_now_ns(),
                    [this](const std::string& key) { return job_who(key); });
   if (!found.empty()) report_(found);
@@ -511,6 +517,7 @@ void DetectionSink::flush() {
 
 void DetectionSink::finish() {
   std::vector<AgentAnomaly> found;
+  stall_episodes_.finish(found);
   job_starts_.finish(found, [this](const std::string& key) { return job_who(key); });
   if (!found.empty()) report_(found);
 }

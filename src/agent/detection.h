@@ -20,6 +20,7 @@
 #include "agent/agent_anomaly.h"
 #include "agent/flight.h"
 #include "agent/job_starts.h"
+#include "agent/stall_episodes.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
 #include "detect/call_context.h"
@@ -197,6 +198,7 @@ class DetectionSink final : public Sink {
   std::unordered_map<uint32_t, uint64_t> first_call_;
   std::vector<uint32_t> exited_;
   JobStarts job_starts_;
+  StallEpisodes stall_episodes_;  // what CPU stalls slowed: one anomaly each
   uint64_t judged_to_ = 0;  // the latest call or window end judged
   uint64_t last_save_ = 0;
   bool unsaved_ = false;

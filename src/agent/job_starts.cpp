@@ -25,13 +25,25 @@ std::string top_counts(const std::map<std::string, size_t>& counts) {
   return out;
 }
 
-size_t total(const std::map<std::string, size_t>& counts) {
+}  // namespace
+
+size_t folded_total(const std::map<std::string, size_t>& counts) {
   size_t n = 0;
   for (const auto& [name, c] : counts) n += c;
   return n;
 }
 
-}  // namespace
+std::string folded_words(const std::map<std::string, size_t>& calls,
+                         const std::map<std::string, size_t>& windows) {
+  size_t ncalls = folded_total(calls), nwindows = folded_total(windows);
+  std::string what;
+  if (ncalls)
+    what = fmt::format("{} slow call{} ({})", ncalls, ncalls > 1 ? "s" : "", top_counts(calls));
+  if (nwindows)
+    what += fmt::format("{}{} window{} ({})", what.empty() ? "" : " and ", nwindows,
+                        nwindows > 1 ? "s" : "", top_counts(windows));
+  return what;
+}
 
 bool neighbour_can_cause(const AgentAnomaly& x) {
   const detect::Anomaly& a = x.anomaly;
@@ -118,18 +130,11 @@ AgentAnomaly JobStarts::close(const Episode& e) {
   a.ts_ns = e.row_first_ns;
   a.dur_ns = e.row_last_end_ns > e.row_first_ns ? e.row_last_end_ns - e.row_first_ns : 0;
   a.score = e.score, a.threshold = e.threshold;
-  out.folded_calls = total(e.calls), out.folded_windows = total(e.windows);
+  out.folded_calls = folded_total(e.calls), out.folded_windows = folded_total(e.windows);
   a.top_features = {{"folded_calls", double(out.folded_calls)},
                     {"folded_windows", double(out.folded_windows)}};
-  std::string what;
-  if (out.folded_calls)
-    what = fmt::format("{} slow call{} ({})", out.folded_calls, out.folded_calls > 1 ? "s" : "",
-                       top_counts(e.calls));
-  if (out.folded_windows)
-    what += fmt::format("{}{} window{} ({})", what.empty() ? "" : " and ", out.folded_windows,
-                        out.folded_windows > 1 ? "s" : "", top_counts(e.windows));
-  a.cause = fmt::format("CPU interference: a job started beside it ({}); {} over {:.1f} s", who(e.started),
-                        what, double(a.dur_ns) / 1e9);
+  a.cause = fmt::format("CPU interference: a job started beside it ({}); {} over {:.1f} s",
+                        who(e.started), folded_words(e.calls, e.windows), double(a.dur_ns) / 1e9);
   for (const std::string& j : e.jobs)
     out.process += (out.process.empty() ? "" : " and ") + who(j);
   out.job = e.jobs.size() == 1 ? e.jobs.front() : std::string();

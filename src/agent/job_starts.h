@@ -55,6 +55,12 @@ bool neighbour_can_cause(const AgentAnomaly& a);
 // be reported at once (bench/detection_latency.sh: 0.65 s), not held for it.
 bool may_start_job(std::string_view name, std::string_view command);
 
+// The anomalies an episode stands for: how many (`folded_total`), and in words ("300 slow calls
+// (aten::mm 200, aten::addmm 100) and 2 windows (slow operators 2)"; the three most of each).
+size_t folded_total(const std::map<std::string, size_t>& counts);
+std::string folded_words(const std::map<std::string, size_t>& calls,
+                         const std::map<std::string, size_t>& windows);
+
 class JobStarts {
  public:
   explicit JobStarts(JobStartOptions o = {}) : options_(o) {}

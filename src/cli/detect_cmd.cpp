@@ -384,7 +384,12 @@ int run_detect(const DetectArgs& a) {
   // as the agent: an operation's slow calls that cost it next to nothing are not reported
   t.immaterial = detect::drop_immaterial(anomalies, a.min_share, detect::kMaterialSpanNs);
   detect::explain_waits(collectives, anomalies);
-  detect::CallContext(rec).explain(anomalies);
+  {
+    detect::CallContext context(rec);
+    context.explain(anomalies);
+    for (auto& an : anomalies)
+      if (an.layer == "window") context.explain_window(an, {});  // (one job: the recording's)
+  }
   detect::attribute_nested(anomalies);
   detect::attribute_windows(anomalies, anomalies);
   std::vector<AnomalyRow> rows;

@@ -21,7 +21,9 @@ CallContext::CallContext(const RecordingReader& rec) {
 void CallContext::add(const HostSampleRow& r) {
   if (r.scope != HostScope::Process || r.interval_ns == 0) return;
   auto& samples = by_pid_[uint32_t(r.id)];
-  Sample s{r.ts_ns, r.interval_ns, {double(r.reclaim_ns), double(r.tcp_retransmits)}};
+  Sample s{r.ts_ns, r.interval_ns,
+           {double(r.reclaim_ns), double(r.tcp_retransmits), double(r.stall_ns)},
+           r.stall_ns ? r.stall_end_ns : 0};
   // (in order of their ends: a sample that comes late goes to its place)
   auto at = std::upper_bound(samples.begin(), samples.end(), s.end_ns,
                              [](uint64_t t, const Sample& x) { return t < x.end_ns; });
@@ -52,8 +54,34 @@ HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) con
     double share = double(to - from) / double(s->interval_ns);
     sum.reclaim_ns += s->v.reclaim_ns * share;
     sum.retransmits += s->v.retransmits * share;
+    if (s->stall_end_ns) {  // the stop's own span: [end - its length, end]
+      uint64_t stop_to = s->stall_end_ns, stop_from = stop_to - std::min(stop_to, uint64_t(s->v.stall_ns));
+      uint64_t a = std::max(ts_ns, stop_from), b = std::min(end, stop_to);
+      if (b > a) sum.stall_ns += double(b - a);
+    } else {
+      sum.stall_ns += s->v.stall_ns * share;
+    }
   }
   return sum;
+}
+
+double CallContext::stalls_over(const std::vector<uint32_t>& pids, uint64_t ts_ns,
+                                uint64_t dur_ns) const {
+  double sum = 0;
+  if (pids.empty())
+    for (const auto& [pid, samples] : by_pid_) sum += over(pid, ts_ns, dur_ns).stall_ns;
+  for (uint32_t pid : pids) sum += over(pid, ts_ns, dur_ns).stall_ns;
+  return sum;
+}
+
+void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids) const {
+  if (!w.dur_ns) return;
+  // (a sample of 0.1 s spreads a stop over it evenly: a window holding part of it gets that part)
+  double stalled = stalls_over(pids, w.ts_ns, w.dur_ns);
+  if (stalled >= 0.05 * double(w.dur_ns)) {
+    w.cause += fmt::format("; its CPUs stopped for {:.1f} ms (CPU stall)", stalled / 1e6);
+    w.stalled_ns = stalled;
+  }
 }
 
 void CallContext::explain(std::vector<Anomaly>& anomalies) const {
@@ -61,6 +89,13 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
     if (a.layer == "window" || !a.pid || !a.dur_ns) continue;
     HostContext c = over(a.pid, a.ts_ns, a.dur_ns);
     double dur = double(a.dur_ns);
+    // A stop of the CPU first: a thread that waited for a CPU while its own stopped (queued
+    // behind the stopped one) waited for the stop, and the guest cannot say more.
+    if (c.stall_ns >= 0.25 * dur) {
+      a.cause += fmt::format("; its CPU stopped for {:.1f} ms (CPU stall)", c.stall_ns / 1e6);
+      a.stalled_ns = c.stall_ns;
+      continue;
+    }
     // Only the thread's own wait, measured over the call, can say it was preempted: the
     // process's run-queue wait in the host samples sums all its threads, and other threads'
     // waits would blame this one. And only a wait beyond what the operation's calls usually

@@ -21,6 +21,7 @@ namespace eacgm::detect {
 struct HostContext {
   double reclaim_ns = 0;   // reclaiming memory
   double retransmits = 0;  // TCP segments its sockets sent again
+  double stall_ns = 0;     // the CPU under a thread of it stopped (HostSampleRow::stall_ns)
 };
 
 class CallContext {
@@ -43,13 +44,21 @@ class CallContext {
   // the calling thread's own, measured over the call (Anomaly::runq_ns), and must also be over
   // twice what the operation's training calls waited (Anomaly::runq_tail_us) and 1 ms more;
   // reclaim and retransmits are the process's, prorated from its samples. Calls the host does
-  // not explain keep their cause: slow code.
+  // not explain keep their cause: slow code. First of all a CPU stall (the CPU under one of the
+  // process's threads stopped: a vCPU its hypervisor did not run): "slow operator: aten::mm;
+  // its CPU stopped for 96.3 ms (CPU stall)", the thread's own CPU or the one a thread it waited
+  // for ran on (an OpenBLAS worker of the operator). A window (`pids`: its processes, empty: all
+  // processes of the recording) gains the stalls of its span where they are 5% of it or more.
   void explain(std::vector<Anomaly>& anomalies) const;
+  void explain_window(Anomaly& window, const std::vector<uint32_t>& pids) const;
+  // The stalls under the processes `pids` (empty: all) over [ts_ns, ts_ns + dur_ns).
+  double stalls_over(const std::vector<uint32_t>& pids, uint64_t ts_ns, uint64_t dur_ns) const;
 
  private:
   struct Sample {
     uint64_t end_ns, interval_ns;
     HostContext v;
+    uint64_t stall_end_ns;  // its stalls end here (as one), where known (0: spread, as the rest)
   };
   std::map<uint32_t, std::vector<Sample>> by_pid_;  // each sorted by end_ns
 };

@@ -952,7 +952,7 @@ const std::vector<std::pair<std::string, std::string>>& cause_kinds() {
          {"CPU interference", "network packet loss", "memory pressure", "network contention",
           "GPU thermal or power throttling", "GPU memory pressure", "PCIe pressure", "storage I/O",
           "slow collectives", "slow CUDA calls", "slow operators", "slow Python code",
-          "GPU utilization change", "GPU idle", "unusual window"})
+          "GPU utilization change", "GPU idle", "unusual window", "CPU stall"})
       k.emplace_back("window", w);
     return k;
   }();

@@ -177,6 +177,9 @@ struct Anomaly {
   uint32_t late_pid = 0;
   uint64_t late_ns = 0;
   std::string late_where;
+  // The CPU stalls the host saw under it (CallContext::explain, explain_window); 0: none
+  // worth naming.
+  double stalled_ns = 0;
 };
 
 // The anomaly's measured features in words, joined by ", " ("run-queue wait 458 ms/s (usual 3

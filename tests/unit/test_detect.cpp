@@ -706,6 +706,77 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   fs::remove(path);
 }
 
+// A CPU stall (the CPU under the process stopped, HostSampleRow::stall_ns): 90 ms ending at
+// 5.05 s (its end known) and 40 ms in the sample ending at 6.1 s (an older recording: no end,
+// spread over the sample). A call that held the stop is explained by it first, before a wait
+// for a CPU (a thread queued behind the stopped CPU waits for the stop); one beside it, not.
+// A window gains the stops in it where they are 5% of it or more.
+TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
+  std::string path = (fs::temp_directory_path() /
+                      ("eacgm_stall_" + std::to_string(getpid()) + ".eacgm.db")).string();
+  constexpr uint64_t ms = 1'000'000;
+  {
+    RecordingWriter w(path, true);
+    for (uint64_t t = kStart + 100 * ms; t <= kStart + 8'000 * ms; t += 100 * ms) {
+      HostSampleRow h;
+      h.ts_ns = t;
+      h.interval_ns = 100 * ms;
+      h.scope = HostScope::Process;
+      h.id = 10;
+      h.name = "train";
+      h.oncpu_ns = 50 * ms;
+      if (t == kStart + 5'100 * ms) h.stall_ns = 90 * ms, h.stall_end_ns = kStart + 5'050 * ms;
+      if (t == kStart + 6'100 * ms) h.stall_ns = 40 * ms;
+      w.add(h);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  CallContext ctx(rec);
+  // the stop's own span, 4.96-5.05 s, not spread over its sample
+  EXPECT_NEAR(ctx.over(10, kStart + 4'950 * ms, 110 * ms).stall_ns, 90 * ms, 1);
+  EXPECT_NEAR(ctx.over(10, kStart + 5'000 * ms, 100 * ms).stall_ns, 50 * ms, 1);
+  EXPECT_EQ(ctx.over(10, kStart + 5'060 * ms, 30 * ms).stall_ns, 0) << "after it, same sample";
+  EXPECT_NEAR(ctx.over(10, kStart + 6'000 * ms, 50 * ms).stall_ns, 20 * ms, 1) << "spread";
+
+  auto call = [&](uint64_t at_ms, uint64_t dur_ms, int64_t runq_ms) {
+    Anomaly a;
+    a.layer = "torch";
+    a.name = "aten::mm";
+    a.pid = 10;
+    a.runq_ns = runq_ms * int64_t(ms);
+    a.ts_ns = kStart + at_ms * ms;
+    a.dur_ns = dur_ms * ms;
+    a.cause = "slow operator: aten::mm";
+    return a;
+  };
+  std::vector<Anomaly> found = {call(4'950, 101, 40), call(5'060, 30, 0), call(4'800, 400, 0)};
+  ctx.explain(found);
+  EXPECT_EQ(found[0].cause, "slow operator: aten::mm; its CPU stopped for 90.0 ms (CPU stall)");
+  EXPECT_NEAR(found[0].stalled_ns, 90 * ms, 1);
+  EXPECT_EQ(found[1].cause, "slow operator: aten::mm") << "beside the stop";
+  EXPECT_EQ(found[1].stalled_ns, 0);
+  EXPECT_EQ(found[2].cause, "slow operator: aten::mm") << "90 of 400 ms: under a quarter";
+
+  Anomaly w;
+  w.layer = w.name = "window";
+  w.cause = "slow operators";
+  w.ts_ns = kStart + 4'500 * ms, w.dur_ns = 1'000 * ms;
+  Anomaly quiet = w;
+  quiet.ts_ns = kStart + 2'000 * ms;
+  ctx.explain_window(w, {});
+  ctx.explain_window(quiet, {10});
+  EXPECT_EQ(w.cause, "slow operators; its CPUs stopped for 90.0 ms (CPU stall)");
+  EXPECT_EQ(quiet.cause, "slow operators");
+  Anomaly other = w;
+  other.cause = "slow operators";
+  other.stalled_ns = 0;
+  ctx.explain_window(other, {99});
+  EXPECT_EQ(other.cause, "slow operators") << "another job's processes";
+  fs::remove(path);
+}
+
 // A Python function around a slow operator around a slow Python function, on one thread, and
 // a call on another thread at the same time: each enclosing call names the innermost one on its
 // own thread, without that one's context; the innermost and the other thread keep their causes.

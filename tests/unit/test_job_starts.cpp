@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agent/job_starts.h"
+#include "agent/stall_episodes.h"
 
 namespace eacgm {
 namespace {
@@ -212,6 +213,54 @@ TEST(JobStarts, ALastingNeighbourIsOneAnomalyAMinuteAndTheEndReportsWhatIsOpen) 
   ASSERT_EQ(last.size(), 1u);
   EXPECT_EQ(last[0].folded_calls, 4u);  // 223-229 s
   EXPECT_EQ(f.starts.open_episodes(), 0u);
+}
+
+// Session 63's GPT training: one 98 ms stop of a vCPU gave slow aten::addmm and the
+// aten::linear around it and a "slow operators" window, each explained by the stall
+// (Anomaly::stalled_ns). They are one anomaly naming the stop, once 5 s of data passed without
+// another; what no stall explains goes out as ever, and a stop 20 s later is an anomaly of its own.
+TEST(StallEpisodes, WhatOneStopSlowedIsOneAnomalyNamingIt) {
+  StallEpisodes stalls;
+  std::vector<AgentAnomaly> out;
+  auto fold = [&](std::vector<AgentAnomaly> found, uint64_t now) {
+    stalls.fold(found, now);
+    for (auto& x : found) out.push_back(std::move(x));
+  };
+  auto stalled = [](AgentAnomaly x, double ms) {
+    x.anomaly.stalled_ns = ms * 1e6;
+    x.anomaly.pid = 7;
+    return x;
+  };
+  AgentAnomaly addmm = stalled(slow_call("job a", 100 * kSecond, "aten::addmm"), 98.3);
+  AgentAnomaly linear = stalled(slow_call("job a", 100 * kSecond, "aten::linear"), 98.3);
+  AgentAnomaly slow = stalled(window("job a", 100 * kSecond, "slow operators"), 98.3);
+  slow.process = "job a (pids 7, 8)";
+  fold({addmm, linear, slow_call("job a", 100 * kSecond)}, 100 * kSecond);
+  ASSERT_EQ(out.size(), 1u) << "the call no stall explains, at once";
+  EXPECT_EQ(out[0].anomaly.name, "aten::mm");
+  fold({slow}, 101 * kSecond);
+  fold({}, 104 * kSecond);
+  ASSERT_EQ(out.size(), 1u) << "open: under 5 s since its last";
+  fold({}, 107 * kSecond);
+  ASSERT_EQ(out.size(), 2u);
+  const AgentAnomaly& e = out[1];
+  EXPECT_EQ(e.folded_calls, 2u);
+  EXPECT_EQ(e.folded_windows, 1u);
+  EXPECT_EQ(e.anomaly.layer, "window");
+  EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "CPU stall");
+  EXPECT_EQ(e.anomaly.cause,
+            "CPU stall: the CPU stopped for up to 98.3 ms under python3 (pid 7); 2 slow calls "
+            "(aten::addmm 1, aten::linear 1) and 1 window (slow operators 1) over 1.0 s");
+  // a later stop: its own
+  fold({stalled(slow_call("job a", 120 * kSecond), 40)}, 120 * kSecond);
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<AgentAnomaly> last;
+  stalls.finish(last);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].folded_calls, 1u);
+  EXPECT_NE(last[0].anomaly.cause.find("up to 40.0 ms"), std::string::npos) << last[0].anomaly.cause;
+  stalls.finish(last);
+  EXPECT_EQ(last.size(), 1u) << "nothing open after the end";
 }
 
 TEST(JobStarts, APythonProcessOrALauncherMayStartAJobAShellLoopNot) {

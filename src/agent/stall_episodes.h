@@ -1,0 +1,51 @@
+// A CPU that stops (a vCPU its hypervisor did not run, detect/call_context.h's CPU stall) slows
+// whatever ran on it and whatever waited for that: on this 2-core VM one 98 ms stop under a GPT
+// training gave three slow operators (aten::bmm, the aten::matmul around it) and a "slow
+// operators" window, each true and each logged, while the one thing to tell is that the machine
+// stopped. StallEpisodes folds the anomalies the host explains by a stall (Anomaly::stalled_ns)
+// that come within `gap_ns` of each other into one anomaly, layer window, cause "CPU stall: the
+// CPU stopped for up to 98.3 ms under python3 (pid 7); 3 slow calls (aten::bmm 2, ...) and 1
+// window (slow operators 1) over 0.4 s", once `gap_ns` of data passed without another (or every
+// `max_ns`, for a machine that keeps stopping).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/agent_anomaly.h"
+
+namespace eacgm {
+
+struct StallEpisodeOptions {
+  uint64_t gap_ns = 5'000'000'000;
+  uint64_t max_ns = 60'000'000'000;
+};
+
+class StallEpisodes {
+ public:
+  explicit StallEpisodes(StallEpisodeOptions o = {}) : options_(o) {}
+  // Takes from `found` those a stall explains and appends the episodes over by `now_ns` (the
+  // data time of the latest calls and windows judged).
+  void fold(std::vector<AgentAnomaly>& found, uint64_t now_ns);
+  // At the agent's end: the open episode goes out.
+  void finish(std::vector<AgentAnomaly>& found);
+
+ private:
+  struct Episode {
+    uint64_t first_ns = UINT64_MAX, last_end_ns = 0, opened_ns = 0;
+    double stalled_ns = 0;                  // its members' longest stall
+    std::string process;                    // the first member's, in words
+    uint32_t pid = 0;
+    std::map<std::string, size_t> calls;    // slow calls by operation
+    std::map<std::string, size_t> windows;  // windows by cause kind
+    double score = 0, threshold = 0;        // its most unusual member's
+    bool open = false;
+  };
+  AgentAnomaly close();
+
+  StallEpisodeOptions options_;
+  Episode e_;
+};
+
+}  // namespace eacgm
