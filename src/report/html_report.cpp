@@ -369,8 +369,9 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
   // Intervals without activity have no row: a subject's silence is drawn as zero, not as a
   // line from its last busy interval to its next.
   std::map<std::pair<HostScope, uint64_t>, int64_t> last_ts;
+  std::map<uint64_t, std::pair<std::string, int64_t>> stall_interval;  // per CPU: name, interval
   each_host_sample(rec, [&](const HostSampleRow& r) {
-    if (r.interval_ns == 0 || r.scope == HostScope::Disk || r.scope == HostScope::Cpu) return;
+    if (r.interval_ns == 0 || r.scope == HostScope::Disk) return;
     bool process = r.scope == HostScope::Process;
     if (process && !shown.count(r.id)) return;
     int64_t ts = int64_t(r.ts_ns);
@@ -379,7 +380,9 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
     std::string who = process ? fmt::format("{} ({})", r.name, r.id) : r.name;
     auto put = [&](int64_t at, bool idle) {
       auto v = [&](double x) { return idle ? 0.0 : x; };
-      if (process) {
+      if (r.scope == HostScope::Cpu) {  // (rows only where it stopped: a chart only then)
+        set.add("host_stall", who, at, v(rate(r.stall_ns, 1e-6)));
+      } else if (process) {
         set.add("host_cpu", who, at, v(100 * double(r.oncpu_ns) / dt));
         set.add("host_runq", who, at, v(rate(r.runq_wait_ns, 1e-6)));
         set.add("host_socket", who + " tx", at, v(rate(r.tx_bytes, 1e-6)));
@@ -397,16 +400,22 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
       put(last->second + interval, true);
       put(ts - interval, true);
     }
+    // (a CPU has rows only where it stopped: each stop rises from zero and falls back to it)
+    if (first && r.scope == HostScope::Cpu) put(ts - interval, true);
     last->second = ts;
     put(ts, false);
+    if (r.scope == HostScope::Cpu) stall_interval[r.id] = {who, interval};
   });
+  for (const auto& [cpu, named] : stall_interval)
+    set.add("host_stall", named.first, last_ts[{HostScope::Cpu, cpu}] + named.second, 0.0);
   if (set.empty()) return nullptr;
   return {{"charts", set.charts({{"host_cpu", "CPU per process (%)"},
                                  {"host_runq", "run-queue wait per process (ms per s)"},
                                  {"host_reclaim", "memory reclaim per process (ms per s)"},
                                  {"host_faults", "page faults per process (per s)"},
                                  {"host_socket", "socket traffic per process (MB/s)"},
-                                 {"host_nic", "network interfaces (MB/s)"}})}};
+                                 {"host_nic", "network interfaces (MB/s)"},
+                                 {"host_stall", "CPU stalls: time each CPU stopped (ms per s)"}})}};
 }
 
 // Per collective: each rank's wait for the last rank to join, per step (a heat map in which a

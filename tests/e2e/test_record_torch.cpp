@@ -134,6 +134,13 @@ TEST_F(RecordTorch, ACpuStallUnderAnOperatorIsNamedAsItsCause) {
               ++named;
           });
   EXPECT_GE(named, 2) << d.out;
+  // the page draws each CPU's stops
+  std::string page = dir_ + "/stalls.html";
+  auto h = run({kEacgm, "report", db_, "--html", page});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  std::ifstream in(page);
+  std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find(R"("id":"host_stall","series":[{"name":"cpu )"), std::string::npos);
 }
 
 // Stacks remember the frames of the last walk (to skip re-reading their code objects) where
