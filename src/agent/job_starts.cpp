@@ -119,20 +119,29 @@ bool JobStarts::join(AgentAnomaly& x, uint64_t now_ns) {
   return true;
 }
 
+AgentAnomaly folded_anomaly(uint64_t first_ns, uint64_t end_ns, double score, double threshold,
+                            const std::map<std::string, size_t>& calls,
+                            const std::map<std::string, size_t>& windows) {
+  AgentAnomaly out;
+  detect::Anomaly& a = out.anomaly;
+  a.layer = a.name = "window";
+  a.ts_ns = first_ns;
+  a.dur_ns = end_ns > first_ns ? end_ns - first_ns : 0;
+  a.score = score, a.threshold = threshold;
+  out.folded_calls = folded_total(calls), out.folded_windows = folded_total(windows);
+  a.top_features = {{"folded_calls", double(out.folded_calls)},
+                    {"folded_windows", double(out.folded_windows)}};
+  return out;
+}
+
 AgentAnomaly JobStarts::close(const Episode& e) {
   auto who = [&](const std::string& job) {
     auto w = e.who.find(job);
     return w != e.who.end() ? w->second : job;
   };
-  AgentAnomaly out;
+  AgentAnomaly out = folded_anomaly(e.row_first_ns, e.row_last_end_ns, e.score, e.threshold,
+                                    e.calls, e.windows);
   detect::Anomaly& a = out.anomaly;
-  a.layer = a.name = "window";
-  a.ts_ns = e.row_first_ns;
-  a.dur_ns = e.row_last_end_ns > e.row_first_ns ? e.row_last_end_ns - e.row_first_ns : 0;
-  a.score = e.score, a.threshold = e.threshold;
-  out.folded_calls = folded_total(e.calls), out.folded_windows = folded_total(e.windows);
-  a.top_features = {{"folded_calls", double(out.folded_calls)},
-                    {"folded_windows", double(out.folded_windows)}};
   a.cause = fmt::format("CPU interference: a job started beside it ({}); {} over {:.1f} s",
                         who(e.started), folded_words(e.calls, e.windows), double(a.dur_ns) / 1e9);
   for (const std::string& j : e.jobs)

@@ -60,6 +60,12 @@ bool may_start_job(std::string_view name, std::string_view command);
 size_t folded_total(const std::map<std::string, size_t>& counts);
 std::string folded_words(const std::map<std::string, size_t>& calls,
                          const std::map<std::string, size_t>& windows);
+// The one anomaly of such an episode, but its cause and process: layer window, over
+// [first_ns, end_ns], its most unusual member's score, the counts (and the store's features
+// `folded_calls`, `folded_windows`).
+AgentAnomaly folded_anomaly(uint64_t first_ns, uint64_t end_ns, double score, double threshold,
+                            const std::map<std::string, size_t>& calls,
+                            const std::map<std::string, size_t>& windows);
 
 class JobStarts {
  public:

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "agent/job_starts.h"  // top_counts
+#include "agent/job_starts.h"  // folded_anomaly, folded_words
 
 namespace eacgm {
 
@@ -48,17 +48,11 @@ void StallEpisodes::finish(std::vector<AgentAnomaly>& found) {
 }
 
 AgentAnomaly StallEpisodes::close() {
-  AgentAnomaly out;
+  AgentAnomaly out =
+      folded_anomaly(e_.first_ns, e_.last_end_ns, e_.score, e_.threshold, e_.calls, e_.windows);
   detect::Anomaly& a = out.anomaly;
-  a.layer = a.name = "window";
-  a.ts_ns = e_.first_ns;
-  a.dur_ns = e_.last_end_ns > e_.first_ns ? e_.last_end_ns - e_.first_ns : 0;
-  a.score = e_.score, a.threshold = e_.threshold;
   a.pid = e_.pid;
   a.stalled_ns = e_.stalled_ns;
-  out.folded_calls = folded_total(e_.calls), out.folded_windows = folded_total(e_.windows);
-  a.top_features = {{"folded_calls", double(out.folded_calls)},
-                    {"folded_windows", double(out.folded_windows)}};
   a.cause = fmt::format("CPU stall: the CPU stopped for up to {:.1f} ms under {}; {} over {:.1f} s",
                         e_.stalled_ns / 1e6, e_.process.empty() ? "a traced process" : e_.process,
                         folded_words(e_.calls, e_.windows), double(a.dur_ns) / 1e9);

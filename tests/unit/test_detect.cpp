@@ -629,31 +629,38 @@ TEST(DetectWindows, BeginAtTheJobsFirstTracedCall) {
 // 10 s of host samples of process 10 every 100 ms: 1 ms of run-queue wait per sample, 60 ms
 // from 4 s to 5 s (interference); 50 ms of reclaim per sample from 7 s to 8 s; 3 retransmitted
 // segments per sample from 2 s to 3 s.
+// A recording at `path` of process 10's host samples every 100 ms up to `until_ms`, each as
+// `fill` makes it (given its end, from kStart, in ns).
+void write_process_samples(const std::string& path, uint64_t until_ms,
+                           const std::function<void(HostSampleRow&, uint64_t)>& fill) {
+  constexpr uint64_t ms = 1'000'000;
+  RecordingWriter w(path, true);
+  for (uint64_t t = kStart + 100 * ms; t <= kStart + until_ms * ms; t += 100 * ms) {
+    HostSampleRow h;
+    h.ts_ns = t;
+    h.interval_ns = 100 * ms;
+    h.scope = HostScope::Process;
+    h.id = 10;
+    h.name = "train";
+    h.oncpu_ns = 50 * ms;
+    fill(h, t - kStart);
+    w.add(h);
+  }
+  w.flush();
+  ASSERT_EQ(w.close(), "");
+}
+
 TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   std::string path = (fs::temp_directory_path() /
                       ("eacgm_context_" + std::to_string(getpid()) + ".eacgm.db")).string();
   constexpr uint64_t ms = 1'000'000;
-  {
-    RecordingWriter w(path, true);
-    for (uint64_t t = kStart + 100 * ms; t <= kStart + 10'000 * ms; t += 100 * ms) {
-      HostSampleRow h;
-      h.ts_ns = t;
-      h.interval_ns = 100 * ms;
-      h.scope = HostScope::Process;
-      h.id = 10;
-      h.name = "train";
-      uint64_t at = t - kStart;  // end of the sample
-      h.runq_waits = 10;
-      h.runq_wait_ns = (at > 4000 * ms && at <= 5000 * ms) ? 60 * ms : 1 * ms;
-      h.reclaim_ns = (at > 7000 * ms && at <= 8000 * ms) ? 50 * ms : 0;
-      h.reclaims = h.reclaim_ns ? 100 : 0;
-      h.tcp_retransmits = (at > 2000 * ms && at <= 3000 * ms) ? 3 : 0;
-      h.oncpu_ns = 50 * ms;
-      w.add(h);
-    }
-    w.flush();
-    ASSERT_EQ(w.close(), "");
-  }
+  write_process_samples(path, 10'000, [](HostSampleRow& h, uint64_t at) {
+    h.runq_waits = 10;
+    h.runq_wait_ns = (at > 4000 * ms && at <= 5000 * ms) ? 60 * ms : 1 * ms;
+    h.reclaim_ns = (at > 7000 * ms && at <= 8000 * ms) ? 50 * ms : 0;
+    h.reclaims = h.reclaim_ns ? 100 : 0;
+    h.tcp_retransmits = (at > 2000 * ms && at <= 3000 * ms) ? 3 : 0;
+  });
   RecordingReader rec(path);
   CallContext ctx(rec);
   // a call over half of one sample and half of the next: their shares, prorated
@@ -715,23 +722,10 @@ TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
   std::string path = (fs::temp_directory_path() /
                       ("eacgm_stall_" + std::to_string(getpid()) + ".eacgm.db")).string();
   constexpr uint64_t ms = 1'000'000;
-  {
-    RecordingWriter w(path, true);
-    for (uint64_t t = kStart + 100 * ms; t <= kStart + 8'000 * ms; t += 100 * ms) {
-      HostSampleRow h;
-      h.ts_ns = t;
-      h.interval_ns = 100 * ms;
-      h.scope = HostScope::Process;
-      h.id = 10;
-      h.name = "train";
-      h.oncpu_ns = 50 * ms;
-      if (t == kStart + 5'100 * ms) h.stall_ns = 90 * ms, h.stall_end_ns = kStart + 5'050 * ms;
-      if (t == kStart + 6'100 * ms) h.stall_ns = 40 * ms;
-      w.add(h);
-    }
-    w.flush();
-    ASSERT_EQ(w.close(), "");
-  }
+  write_process_samples(path, 8'000, [](HostSampleRow& h, uint64_t at) {
+    if (at == 5'100 * ms) h.stall_ns = 90 * ms, h.stall_end_ns = kStart + 5'050 * ms;
+    if (at == 6'100 * ms) h.stall_ns = 40 * ms;
+  });
   RecordingReader rec(path);
   CallContext ctx(rec);
   // the stop's own span, 4.96-5.05 s, not spread over its sample
