@@ -239,51 +239,56 @@ int BPF_PROG(host_exit, struct task_struct *task)
 }
 
 /*
- * CPU stalls: time a CPU did not run at all. A hard hrtimer (the scheduler tick, 250 a second
- * on a busy CPU; a sleep's wakeup) expires in the CPU's timer interrupt, within tens of
- * microseconds of its time: on this VM 16-64 us, 99.8% under 1 ms, over 21,000 expiries of a
- * 40 s GPT training (bpftrace, session 63). One that fires milliseconds late says the CPU
- * stopped for that long: a virtual CPU its hypervisor did not run (steal, which a guest without
- * steal accounting, as this PVM one, never sees in /proc/stat), or interrupts kept off. That
- * training had one 96 ms stop, on CPU 0 under python3, and its operator ran 99 ms against 0.2.
- * The task the timer interrupted is the one the CPU ran when it stopped: its process is charged.
- * One stop delays every timer due in it, and they expire together, the earliest (the latest by
- * the most) first: one episode, as long as its latest timer was late. Soft timers (run from a
- * softirq, which may wait for other work) are not looked at.
+ * CPU stalls: time a CPU did not run at all. The scheduler tick of a busy CPU (a hard hrtimer,
+ * 250 a second at HZ=250) expires in the CPU's timer interrupt within tens of microseconds of
+ * its time: on this VM 16-64 us, 99.8% under 1 ms, over 21,000 expiries of a 40 s GPT training
+ * (bpftrace, session 63). One that fires milliseconds late says the CPU stopped for that long:
+ * a virtual CPU its hypervisor did not run (steal, which a guest without steal accounting, as
+ * this PVM one, never sees in /proc/stat), or interrupts kept off. That training had one 96 ms
+ * stop, on CPU 0 under python3, and its operator ran 99 ms against 0.2. The task the tick
+ * interrupted is the one the CPU ran when it stopped: its process is charged. The tick alone:
+ * it is always armed ahead (forwarded past the periods it missed), where another timer may be
+ * armed already expired (an absolute deadline a preempted thread re-arms late) or sit on a clock
+ * that was stepped (CLOCK_REALTIME), and fire "late" on a CPU that never stopped. A stop counts
+ * from the tick due first in it: up to one tick period (4 ms) short.
  */
-#define STALL_MIN_NS 2000000ull    /* under it: interrupt latency, not a stop */
-#define STALL_EPISODE_NS 1000000ull /* late timers this close are one stop's */
+#define STALL_MIN_NS 2000000ull /* under it: interrupt latency, not a stop */
 
-struct eacgm_cpu_stalls cpu_stalls[EACGM_CHANGE_SLOTS];
+/* Set by the loader: the scheduler tick's handler (tick_nohz_handler, tick_sched_timer before
+ * 6.10), from /proc/kallsyms. A kernel's static data has no address there, but its functions do. */
+const volatile __u64 tick_fn = 0;
+
+/* each CPU's stops (one entry, per CPU: read by userspace at each sample) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct eacgm_cpu_stalls);
+} cpu_stalls SEC(".maps");
 
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(host_timer_late, struct hrtimer *timer, ktime_t *now_p)
 {
-	if (timer->is_soft)
+	if ((__u64)timer->function != tick_fn)
 		return 0;
-	__s64 now = 0;
-	bpf_probe_read_kernel(&now, sizeof(now), now_p); /* (the timer's own clock base) */
-	__s64 late = now - timer->node.expires;
+	/* the tick is on CLOCK_MONOTONIC, as bpf_ktime_get_ns */
+	__u64 t = bpf_ktime_get_ns();
+	__s64 late = (__s64)t - timer->node.expires;
 	if (late < (__s64)STALL_MIN_NS)
 		return 0;
-	struct eacgm_cpu_stalls *c = &cpu_stalls[bpf_get_smp_processor_id() & (EACGM_CHANGE_SLOTS - 1)];
-	__u64 t = bpf_ktime_get_ns(), add = late;
-	if (t - c->episode_at < STALL_EPISODE_NS) { /* another timer of the same stop */
-		if ((__u64)late <= c->episode_ns)
-			return 0;
-		add = late - c->episode_ns;
-	} else {
+	__u32 zero = 0;
+	struct eacgm_cpu_stalls *c = bpf_map_lookup_elem(&cpu_stalls, &zero);
+	if (c) { /* (this CPU's only: nothing else writes it) */
+		c->stall_ns += late;
 		c->stalls++;
-		c->episode_ns = 0;
+		c->stall_end_ns = t;
 	}
-	c->episode_at = t;
-	c->episode_ns += add;
-	c->stall_ns += add;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (tgid && is_traced(tgid)) {
 		struct eacgm_host_proc_stats *s = proc_entry(tgid, bpf_get_current_task_btf());
 		if (s) { /* atomic: this interrupt may have come in the middle of a switch's update */
-			__sync_fetch_and_add(&s->stall_ns, add);
+			__sync_fetch_and_add(&s->stall_ns, late);
+			__sync_fetch_and_add(&s->stalls, 1);
 			s->stall_end_ns = t;
 		}
 	}

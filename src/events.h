@@ -227,19 +227,18 @@ struct eacgm_host_proc_stats {
 	__u64 pagein_bytes; /* file data it read into the page cache (reads, major faults) */
 	__u64 stall_ns; /* time the CPU under one of its running threads stopped (struct eacgm_cpu_stalls) */
 	__u64 stall_end_ns; /* when the last such stop ended (ktime) */
+	__u64 stalls;       /* such stops */
 	char comm[16]; /* the process's name when first seen */
 };
 
 /*
- * One CPU's stalls (host layer, indexed as struct eacgm_changes): time the CPU did not run at
- * all, read from its hard timers firing late (see host_timer_late). One 64-byte line each.
+ * One CPU's stops (host layer, a per-CPU array): time the CPU did not run at all, read from
+ * its scheduler tick firing late (see host_timer_late).
  */
 struct eacgm_cpu_stalls {
-	__u64 stall_ns; /* summed */
-	__u64 stalls;   /* episodes: one per stop, however many timers it delayed */
-	__u64 episode_at; /* ktime of the last late timer (an episode's timers come together) */
-	__u64 episode_ns; /* the episode's stall so far: its most late timer's lateness */
-	__u64 pad[4];
+	__u64 stall_ns;     /* summed */
+	__u64 stalls;       /* stops */
+	__u64 stall_end_ns; /* when the last ended (ktime) */
 };
 
 struct eacgm_net_key {

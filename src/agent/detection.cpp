@@ -498,14 +498,18 @@ void DetectionSink::flush() {
     std::vector<detect::Anomaly> calls;
     for (const auto& f : found) calls.push_back(f.anomaly);
     context_.explain(calls);
+    detect::attribute_nested(calls);
+    detect::attribute_windows(calls, {recent_late_.begin(), recent_late_.end()});
     for (size_t i = 0; i < found.size(); ++i)
       if (calls[i].layer == "window") {
         auto j = job_windows_.find(found[i].job);
-        if (j != job_windows_.end()) context_.explain_window(calls[i], j->second.windows.pids());
+        if (j != job_windows_.end())
+          context_.explain_window(calls[i], j->second.windows.pids(), false);
       }
-    detect::attribute_nested(calls);
-    detect::attribute_windows(calls, {recent_late_.begin(), recent_late_.end()});
-    for (size_t i = 0; i < found.size(); ++i) found[i].anomaly.cause = std::move(calls[i].cause);
+    for (size_t i = 0; i < found.size(); ++i) {
+      found[i].anomaly.cause = std::move(calls[i].cause);
+      found[i].anomaly.stalled_ns = calls[i].stalled_ns;  // (what StallEpisodes folds)
+    }
   }
   // a job's start beside others, a CPU's stop: what it slowed, one anomaly
   uint64_t data_now = std::max(judged_to_, now > options_.fold_lag_ns ? now - options_.fold_lag_ns : 0);

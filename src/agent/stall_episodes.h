@@ -2,11 +2,12 @@
 // whatever ran on it and whatever waited for that: on this 2-core VM one 98 ms stop under a GPT
 // training gave three slow operators (aten::bmm, the aten::matmul around it) and a "slow
 // operators" window, each true and each logged, while the one thing to tell is that the machine
-// stopped. StallEpisodes folds the anomalies the host explains by a stall (Anomaly::stalled_ns)
-// that come within `gap_ns` of each other into one anomaly, layer window, cause "CPU stall: the
-// CPU stopped for up to 98.3 ms under python3 (pid 7); 3 slow calls (aten::bmm 2, ...) and 1
-// window (slow operators 1) over 0.4 s", once `gap_ns` of data passed without another (or every
-// `max_ns`, for a machine that keeps stopping).
+// stopped. StallEpisodes folds the anomalies of a job that the host explains by a stall
+// (Anomaly::stalled_ns: every such call; a window only where it names no resource of its own
+// and no late rank, stall_can_fold) that come within `gap_ns` of each other into one anomaly,
+// layer window, cause "CPU stall: the CPU stopped for up to 98.3 ms under python3 (pid 7); 3
+// slow calls (aten::bmm 2, ...) and 1 window (slow operators 1) over 0.4 s", once `gap_ns` of
+// data passed without another (or every `max_ns`, for a machine that keeps stopping).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -21,6 +22,9 @@ struct StallEpisodeOptions {
   uint64_t gap_ns = 5'000'000'000;
   uint64_t max_ns = 60'000'000'000;
 };
+
+// Whether a stall explains an anomaly whole (above).
+bool stall_can_fold(const AgentAnomaly& x);
 
 class StallEpisodes {
  public:
@@ -40,12 +44,12 @@ class StallEpisodes {
     std::map<std::string, size_t> calls;    // slow calls by operation
     std::map<std::string, size_t> windows;  // windows by cause kind
     double score = 0, threshold = 0;        // its most unusual member's
-    bool open = false;
+    bool scored = false;
   };
-  AgentAnomaly close();
+  AgentAnomaly close(const std::string& job, const Episode& e);
 
   StallEpisodeOptions options_;
-  Episode e_;
+  std::map<std::string, Episode> episodes_;  // by job
 };
 
 }  // namespace eacgm

@@ -384,14 +384,13 @@ int run_detect(const DetectArgs& a) {
   // as the agent: an operation's slow calls that cost it next to nothing are not reported
   t.immaterial = detect::drop_immaterial(anomalies, a.min_share, detect::kMaterialSpanNs);
   detect::explain_waits(collectives, anomalies);
-  {
-    detect::CallContext context(rec);
-    context.explain(anomalies);
-    for (auto& an : anomalies)
-      if (an.layer == "window") context.explain_window(an, {});  // (one job: the recording's)
-  }
+  detect::CallContext context(rec);
+  context.explain(anomalies);
   detect::attribute_nested(anomalies);
   detect::attribute_windows(anomalies, anomalies);
+  // (after the late rank: a window's stops add to its cause, which names its kind first)
+  for (auto& an : anomalies)
+    if (an.layer == "window") context.explain_window(an, {}, true);  // (one job: all processes)
   std::vector<AnomalyRow> rows;
   for (const auto& an : anomalies)
     rows.push_back({an.ts_ns, an.dur_ns, an.layer, an.name, an.score, an.threshold, an.cause,

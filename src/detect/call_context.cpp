@@ -21,9 +21,11 @@ CallContext::CallContext(const RecordingReader& rec) {
 void CallContext::add(const HostSampleRow& r) {
   if (r.scope != HostScope::Process || r.interval_ns == 0) return;
   auto& samples = by_pid_[uint32_t(r.id)];
+  // (a row of one stop knows its span; of several, or of an older recording, not: spread)
   Sample s{r.ts_ns, r.interval_ns,
-           {double(r.reclaim_ns), double(r.tcp_retransmits), double(r.stall_ns)},
-           r.stall_ns ? r.stall_end_ns : 0};
+           {double(r.reclaim_ns), double(r.tcp_retransmits), double(r.stall_ns),
+            double(r.oncpu_ns)},
+           r.stall_ns && r.stalls == 1 ? r.stall_end_ns : 0};
   // (in order of their ends: a sample that comes late goes to its place)
   auto at = std::upper_bound(samples.begin(), samples.end(), s.end_ns,
                              [](uint64_t t, const Sample& x) { return t < x.end_ns; });
@@ -48,39 +50,42 @@ HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) con
   // the first sample that ends after the call starts
   auto s = std::upper_bound(samples.begin(), samples.end(), ts_ns,
                             [](uint64_t t, const Sample& x) { return t < x.end_ns; });
-  for (; s != samples.end() && s->end_ns - s->interval_ns < end; ++s) {
+  // (a stop counts in the sample it ended in: one that began before `end` may be in a sample
+  // that begins after it, up to a second on)
+  for (; s != samples.end() && s->end_ns - s->interval_ns < end + kLongestStopNs; ++s) {
+    if (s->stall_end_ns) {  // the stop's own span: [end - its length, end]
+      uint64_t stop_to = s->stall_end_ns;
+      uint64_t stop_from = stop_to - std::min(stop_to, uint64_t(s->v.stall_ns));
+      uint64_t a = std::max(ts_ns, stop_from), b = std::min(end, stop_to);
+      if (b > a) sum.stall_ns += double(b - a);
+    }
     uint64_t from = std::max(ts_ns, s->end_ns - s->interval_ns), to = std::min(end, s->end_ns);
     if (to <= from) continue;
     double share = double(to - from) / double(s->interval_ns);
     sum.reclaim_ns += s->v.reclaim_ns * share;
     sum.retransmits += s->v.retransmits * share;
-    if (s->stall_end_ns) {  // the stop's own span: [end - its length, end]
-      uint64_t stop_to = s->stall_end_ns, stop_from = stop_to - std::min(stop_to, uint64_t(s->v.stall_ns));
-      uint64_t a = std::max(ts_ns, stop_from), b = std::min(end, stop_to);
-      if (b > a) sum.stall_ns += double(b - a);
-    } else {
-      sum.stall_ns += s->v.stall_ns * share;
-    }
+    sum.oncpu_ns += s->v.oncpu_ns * share;
+    if (!s->stall_end_ns) sum.stall_ns += s->v.stall_ns * share;
   }
   return sum;
 }
 
-double CallContext::stalls_over(const std::vector<uint32_t>& pids, uint64_t ts_ns,
-                                uint64_t dur_ns) const {
-  double sum = 0;
-  if (pids.empty())
-    for (const auto& [pid, samples] : by_pid_) sum += over(pid, ts_ns, dur_ns).stall_ns;
-  for (uint32_t pid : pids) sum += over(pid, ts_ns, dur_ns).stall_ns;
-  return sum;
-}
-
-void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids) const {
+void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids, bool all) const {
   if (!w.dur_ns) return;
-  // (a sample of 0.1 s spreads a stop over it evenly: a window holding part of it gets that part)
-  double stalled = stalls_over(pids, w.ts_ns, w.dur_ns);
-  if (stalled >= 0.05 * double(w.dur_ns)) {
-    w.cause += fmt::format("; its CPUs stopped for {:.1f} ms (CPU stall)", stalled / 1e6);
-    w.stalled_ns = stalled;
+  HostContext sum;
+  auto add = [&](uint32_t pid) {
+    HostContext c = over(pid, w.ts_ns, w.dur_ns);
+    sum.stall_ns += c.stall_ns;
+    sum.oncpu_ns += c.oncpu_ns;
+  };
+  if (all)
+    for (const auto& [pid, samples] : by_pid_) add(pid);
+  else
+    for (uint32_t pid : pids) add(pid);
+  // a share of the CPU time its processes had: stops on many CPUs add up on both sides
+  if (sum.stall_ns >= 1e6 && sum.stall_ns >= kWindowStallShare * std::max(sum.oncpu_ns, 1e6)) {
+    w.cause += fmt::format("; its CPUs stopped for {:.1f} ms (CPU stall)", sum.stall_ns / 1e6);
+    w.stalled_ns = sum.stall_ns;
   }
 }
 

@@ -22,6 +22,7 @@ struct HostContext {
   double reclaim_ns = 0;   // reclaiming memory
   double retransmits = 0;  // TCP segments its sockets sent again
   double stall_ns = 0;     // the CPU under a thread of it stopped (HostSampleRow::stall_ns)
+  double oncpu_ns = 0;     // its threads' CPU time
 };
 
 class CallContext {
@@ -47,18 +48,20 @@ class CallContext {
   // not explain keep their cause: slow code. First of all a CPU stall (the CPU under one of the
   // process's threads stopped: a vCPU its hypervisor did not run): "slow operator: aten::mm;
   // its CPU stopped for 96.3 ms (CPU stall)", the thread's own CPU or the one a thread it waited
-  // for ran on (an OpenBLAS worker of the operator). A window (`pids`: its processes, empty: all
-  // processes of the recording) gains the stalls of its span where they are 5% of it or more.
+  // for ran on (an OpenBLAS worker of the operator; any thread of the process is charged). A
+  // window (of the processes `pids`, or of every process with `all`) gains the stops of its span
+  // where they are kWindowStallShare or more of the CPU time its processes had in it: "slow
+  // operators; its CPUs stopped for 98.3 ms (CPU stall)" (its kind stays first).
   void explain(std::vector<Anomaly>& anomalies) const;
-  void explain_window(Anomaly& window, const std::vector<uint32_t>& pids) const;
-  // The stalls under the processes `pids` (empty: all) over [ts_ns, ts_ns + dur_ns).
-  double stalls_over(const std::vector<uint32_t>& pids, uint64_t ts_ns, uint64_t dur_ns) const;
+  void explain_window(Anomaly& window, const std::vector<uint32_t>& pids, bool all) const;
+  static constexpr double kWindowStallShare = 0.03;
+  static constexpr uint64_t kLongestStopNs = 1'000'000'000;  // stops looked for past a span
 
  private:
   struct Sample {
     uint64_t end_ns, interval_ns;
     HostContext v;
-    uint64_t stall_end_ns;  // its stalls end here (as one), where known (0: spread, as the rest)
+    uint64_t stall_end_ns;  // its one stop ended here (0: spread, as the rest: several, or unknown)
   };
   std::map<uint32_t, std::vector<Sample>> by_pid_;  // each sorted by end_ns
 };

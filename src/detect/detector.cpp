@@ -938,7 +938,8 @@ std::string features_column(const Anomaly& a) {
 
 std::string cause_kind(std::string_view cause) {
   if (cause.starts_with("unusual size of ")) return "unusual size";
-  return std::string(cause.substr(0, cause.find(':')));
+  // "slow operator: aten::mm; ...", "slow operators; its CPUs stopped ...", "CPU interference"
+  return std::string(cause.substr(0, cause.find_first_of(":;")));
 }
 
 const std::vector<std::pair<std::string, std::string>>& cause_kinds() {

@@ -1,6 +1,8 @@
 // Calls, samples and the agent's own state as Prometheus metrics.
 #include "export/metrics.h"
 
+#include <unistd.h>
+
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
@@ -80,18 +82,15 @@ MetricsSink::MetricsSink(std::string hostname)
                  .Register(*registry_)),
       node_stall_seconds_(BuildCounter()
                               .Name("eacgm_cpu_stall_seconds_total")
-                              .Help("Time this node's CPUs stopped, summed over the CPUs: a vCPU "
-                                    "its hypervisor did not run (steal, which a guest without "
-                                    "steal accounting never sees) or interrupts kept off, read "
-                                    "from hard timers firing 2 ms or more late")
-                              .Register(*registry_)
-                              .Add({})),
+                              .Help("Time a CPU of this node stopped, by CPU: a vCPU its "
+                                    "hypervisor did not run (steal, which a guest without steal "
+                                    "accounting never sees) or interrupts kept off, read from its "
+                                    "scheduler tick firing 2 ms or more late")
+                              .Register(*registry_)),
       node_stalls_(BuildCounter()
                        .Name("eacgm_cpu_stalls_total")
-                       .Help("Stops of this node's CPUs (eacgm_cpu_stall_seconds_total), one per "
-                             "stop however many timers it delayed")
-                       .Register(*registry_)
-                       .Add({})),
+                       .Help("Stops of a CPU of this node (eacgm_cpu_stall_seconds_total), by CPU")
+                       .Register(*registry_)),
       gpu_kernel_seconds_(BuildCounter()
                               .Name("eacgm_gpu_kernel_seconds_total")
                               .Help("Time the traced process's kernels ran on the GPU, by CUDA "
@@ -210,7 +209,15 @@ MetricsSink::MetricsSink(std::string hostname)
       models_(BuildGauge()
                   .Name("eacgm_detector_models")
                   .Help("Models the online detector has fitted (operations and the window)")
-                  .Register(*registry_)) {}
+                  .Register(*registry_)) {
+  // every CPU's stop counters at 0 from the start (a CPU that stops later raises them)
+  long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < cpus; ++c) {
+    prometheus::Labels cpu{{"cpu", std::to_string(c)}};
+    node_stall_seconds_.Add(cpu);
+    node_stalls_.Add(cpu);
+  }
+}
 
 const std::string& MetricsSink::process_name(uint32_t pid) const {
   static const std::string unknown = "unknown";
@@ -461,8 +468,9 @@ void MetricsSink::add(const ProcessExitRow& r) {
 
 void MetricsSink::add(const HostSampleRow& r) {
   if (r.scope == HostScope::Cpu) {
-    node_stall_seconds_.Increment(double(r.stall_ns) / 1e9);
-    node_stalls_.Increment(double(r.stalls));
+    prometheus::Labels cpu{{"cpu", std::to_string(r.id)}};
+    node_stall_seconds_.Add(cpu).Increment(double(r.stall_ns) / 1e9);
+    node_stalls_.Add(cpu).Increment(double(r.stalls));
     return;
   }
   uint32_t pid = uint32_t(r.id);

@@ -160,9 +160,9 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Counter>& retransmits_;
   prometheus::Family<prometheus::Counter>& reclaim_;
   prometheus::Family<prometheus::Counter>& stall_;
-  // the node's CPUs' stops, whatever they ran (at 0 from the start: increase() sees the first)
-  prometheus::Counter& node_stall_seconds_;
-  prometheus::Counter& node_stalls_;
+  // each CPU's stops, whatever it ran (at 0 from the start: increase() sees the first)
+  prometheus::Family<prometheus::Counter>& node_stall_seconds_;
+  prometheus::Family<prometheus::Counter>& node_stalls_;
   prometheus::Family<prometheus::Counter>& gpu_kernel_seconds_;
   prometheus::Family<prometheus::Counter>& gpu_kernels_;
   prometheus::Family<prometheus::Counter>& collective_gpu_seconds_;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 #include "host.skel.h"
 #include "util/error.h"
@@ -81,6 +82,23 @@ std::string read_line(const std::string& path) {
   return s;
 }
 
+// The scheduler tick's hrtimer handler: tick_nohz_handler (Linux 6.10+) or tick_sched_timer,
+// from /proc/kallsyms (0: not there, or its addresses hidden from this process).
+uint64_t tick_handler_address() {
+  std::ifstream in("/proc/kallsyms");
+  for (std::string line; std::getline(in, line);) {
+    // "ffffffff814437d0 t tick_nohz_handler"
+    size_t a = line.find(' '), b = a == std::string::npos ? a : line.find(' ', a + 1);
+    if (b == std::string::npos) continue;
+    std::string_view name = std::string_view(line).substr(b + 1);
+    if (name != "tick_nohz_handler" && name != "tick_sched_timer") continue;
+    char type = line[a + 1];
+    if (type != 't' && type != 'T') continue;
+    return std::strtoull(line.substr(0, a).c_str(), nullptr, 16);
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string disk_name(uint32_t kernel_dev) {
@@ -132,6 +150,17 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
     std::string what = fmt::format("{} (no {} tracepoint in this kernel)", o.metric, o.tracepoint);
     if (std::find(unavailable_.begin(), unavailable_.end(), what) == unavailable_.end())
       unavailable_.push_back(what);
+  }
+  // CPU stalls look at the scheduler tick alone (host.bpf.c), known by its handler's address
+  if (bpf_program__autoload(skel_->progs.host_timer_late)) {
+    uint64_t tick = tick_handler_address();
+    skel_->rodata->tick_fn = tick;
+    if (!tick) {
+      bpf_program__set_autoload(skel_->progs.host_timer_late, false);
+      unavailable_.push_back(
+          "stall_ns (CPU stalls) (/proc/kallsyms gives no address for the scheduler tick's "
+          "handler: it needs root, CAP_SYSLOG or kernel.perf_event_paranoid <= 1)");
+    }
   }
   btf__free(vmlinux);
   ncpu_ = std::max(1, libbpf_num_possible_cpus());
@@ -287,6 +316,7 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
       total.pagein_bytes += v.pagein_bytes;
       total.stall_ns += v.stall_ns;
       total.stall_end_ns = std::max(total.stall_end_ns, v.stall_end_ns);
+      total.stalls += v.stalls;
       if (v.runq_epoch == epoch) max_ns = std::max<uint64_t>(max_ns, v.runq_max_ns);
       if (v.comm[0]) std::memcpy(total.comm, v.comm, sizeof(total.comm));
     }
@@ -317,6 +347,7 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
     row.pagein_bytes = delta(total.pagein_bytes, before.pagein_bytes);
     row.stall_ns = delta(total.stall_ns, before.stall_ns);
     row.stall_end_ns = row.stall_ns ? total.stall_end_ns : 0;
+    row.stalls = delta(total.stalls, before.stalls);
     bool active = row.runq_waits || row.voluntary_switches || row.involuntary_switches ||
                   row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops ||
                   row.tcp_retransmits || row.page_faults || row.reclaims || row.pagein_bytes ||
@@ -346,26 +377,26 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
   }
 }
 
-// Each CPU's stops since the last sample (host_timer_late), read through the mapped .bss: no
-// system call, and a row only for a CPU that stopped.
+// Each CPU's stops since the last sample (host_timer_late): one lookup of the per-CPU array,
+// and a row only for a CPU that stopped.
 void HostTracer::sample_cpus(std::vector<HostSampleRow>& out) {
-  size_t slots = std::min<size_t>(size_t(ncpu_), EACGM_CHANGE_SLOTS);
-  cpu_seen_.resize(slots);
-  for (size_t i = 0; i < slots; ++i) {
-    const eacgm_cpu_stalls& c = skel_->bss->cpu_stalls[i];
-    uint64_t stall_ns = __atomic_load_n(&c.stall_ns, __ATOMIC_RELAXED);
-    uint64_t stalls = __atomic_load_n(&c.stalls, __ATOMIC_RELAXED);
-    uint64_t end_ns = __atomic_load_n(&c.episode_at, __ATOMIC_RELAXED);
-    auto& [seen_ns, seen_stalls] = cpu_seen_[i];
-    if (stall_ns == seen_ns) continue;
+  if (!bpf_program__autoload(skel_->progs.host_timer_late)) return;
+  const size_t ncpu = size_t(ncpu_);
+  std::vector<eacgm_cpu_stalls> now(ncpu);
+  uint32_t zero = 0;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.cpu_stalls), &zero, now.data()) != 0) return;
+  cpu_seen_.resize(ncpu);
+  for (size_t i = 0; i < ncpu; ++i) {
+    eacgm_cpu_stalls& seen = cpu_seen_[i];
+    if (now[i].stalls == seen.stalls) continue;
     HostSampleRow row;
     row.scope = HostScope::Cpu;
     row.id = i;
     row.name = fmt::format("cpu {}", i);
-    row.stall_ns = delta(stall_ns, seen_ns);
-    row.stalls = delta(stalls, seen_stalls);
-    row.stall_end_ns = end_ns;
-    seen_ns = stall_ns, seen_stalls = stalls;
+    row.stall_ns = delta(now[i].stall_ns, seen.stall_ns);
+    row.stalls = delta(now[i].stalls, seen.stalls);
+    row.stall_end_ns = now[i].stall_end_ns;
+    seen = now[i];
     out.push_back(std::move(row));
   }
 }

@@ -86,7 +86,7 @@ class HostTracer {
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;
-  std::vector<std::pair<uint64_t, uint64_t>> cpu_seen_;  // per CPU: stall_ns, stalls read last
+  std::vector<eacgm_cpu_stalls> cpu_seen_;  // per CPU: its counts read last
   std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;

@@ -368,8 +368,9 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
   bool reclaim = host_samples_have(rec, "reclaim_ns"), faults = host_samples_have(rec, "page_faults");
   // Intervals without activity have no row: a subject's silence is drawn as zero, not as a
   // line from its last busy interval to its next.
-  std::map<std::pair<HostScope, uint64_t>, int64_t> last_ts;
-  std::map<uint64_t, std::pair<std::string, int64_t>> stall_interval;  // per CPU: name, interval
+  // (by scope, id and, for CPUs, name: a merged recording's hosts each have a CPU 0)
+  std::map<std::tuple<HostScope, uint64_t, std::string>, int64_t> last_ts;
+  std::map<std::string, int64_t> stall_interval;  // per CPU, by name: its sampling interval
   each_host_sample(rec, [&](const HostSampleRow& r) {
     if (r.interval_ns == 0 || r.scope == HostScope::Disk) return;
     bool process = r.scope == HostScope::Process;
@@ -394,7 +395,8 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
         set.add("host_nic", who + " rx", at, v(rate(r.rx_bytes, 1e-6)));
       }
     };
-    auto [last, first] = last_ts.try_emplace({r.scope, r.id}, ts);
+    auto [last, first] = last_ts.try_emplace(
+        {r.scope, r.id, r.scope == HostScope::Cpu ? r.name : std::string()}, ts);
     int64_t interval = int64_t(dt);
     if (!first && ts - last->second > 2 * interval) {
       put(last->second + interval, true);
@@ -404,10 +406,12 @@ json host_section(const RecordingReader& rec, const TimeBase& tb, const HtmlRepo
     if (first && r.scope == HostScope::Cpu) put(ts - interval, true);
     last->second = ts;
     put(ts, false);
-    if (r.scope == HostScope::Cpu) stall_interval[r.id] = {who, interval};
+    if (r.scope == HostScope::Cpu) stall_interval[r.name] = interval;
   });
-  for (const auto& [cpu, named] : stall_interval)
-    set.add("host_stall", named.first, last_ts[{HostScope::Cpu, cpu}] + named.second, 0.0);
+  for (const auto& [name, interval] : stall_interval)
+    for (const auto& [key, ts] : last_ts)
+      if (std::get<0>(key) == HostScope::Cpu && std::get<2>(key) == name)
+        set.add("host_stall", name, ts + interval, 0.0);
   if (set.empty()) return nullptr;
   return {{"charts", set.charts({{"host_cpu", "CPU per process (%)"},
                                  {"host_runq", "run-queue wait per process (ms per s)"},

@@ -199,8 +199,8 @@ struct HostSampleRow {
   // stalls, file data read into the page cache)
   uint64_t tcp_retransmits = 0, page_faults = 0, reclaim_ns = 0, reclaims = 0, pagein_bytes = 0;
   // Process: time a CPU stopped (a vCPU its hypervisor did not run, interrupts kept off) under
-  // one of its running threads, and when the last such stop ended (0: none). CPU: the same for
-  // the CPU whatever it ran, and how many stops.
+  // one of its running threads, when the last such stop ended (0: none), and how many stops.
+  // CPU: the same for the CPU, whatever it ran.
   uint64_t stall_ns = 0, stall_end_ns = 0, stalls = 0;
 };
 

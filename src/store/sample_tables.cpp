@@ -61,8 +61,8 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
     if (r.scope == HostScope::Process || r.scope == HostScope::Cpu) {
       num(31, r.stall_ns);
       if (r.stall_ns) num(32, r.stall_end_ns);
+      num(33, r.stalls);
     }
-    if (r.scope == HostScope::Cpu) num(33, r.stalls);
     if (r.scope == HostScope::Process || r.scope == HostScope::NetDevice) {
       num(14, r.tx_bytes);
       num(16, r.rx_bytes);

@@ -516,11 +516,14 @@ TEST_F(RecordHost, ACpuStallIsChargedToTheProcessItStoppedWithWhenItEnded) {
   };
   auto process = rows_of("scope = 'process' AND name = 'cpu_stall'");
   auto cpus = rows_of("scope = 'cpu'");
-  // (cpu_stall prints the end it saw, up to a few us after the stop's last late timer)
+  // the sample whose interval holds the stop's end (of two at a boundary, the later stop's)
   auto holding = [](const std::vector<Row>& rows, int64_t end) {
-    return std::find_if(rows.begin(), rows.end(), [&](const Row& x) {
-      return x.from <= end && x.to >= end - 1'000'000;
-    });
+    auto best = rows.end();
+    for (auto it = rows.begin(); it != rows.end(); ++it)
+      if (it->from <= end + 1'000'000 && it->to >= end - 1'000'000 &&
+          (best == rows.end() || it->stall_end > best->stall_end))
+        best = it;
+    return best;
   };
   for (const auto& [from, to] : stops) {
     auto row = holding(process, to);

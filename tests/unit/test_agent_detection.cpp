@@ -898,6 +898,36 @@ TEST(DetectionSink, ACallAroundASlowCallOfItsThreadNamesTheInnerOne) {
   EXPECT_EQ(inner.cause, "slow cuda call: cudaMalloc");
 }
 
+// A call the CPU under it stopped for (a host sample of its process with one 480 ms stop ending
+// inside its 500 ms) is explained by the stop, as detect explains it, and what the stop slowed
+// goes out as one "CPU stall" anomaly, not as a slow operator.
+TEST(DetectionSink, WhatACpuStallSlowedIsOneAnomalyNamingIt) {
+  QuickSink q;
+  auto& found = q.found;
+  auto& sink = q.sink;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
+  auto op = [&](uint64_t ts, uint64_t ns) {
+    TorchCallRow t;
+    t.ts_ns = ts, t.dur_ns = ns, t.pid = t.tid = 42, t.name = "aten::mm";
+    sink.add(t);
+  };
+  const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
+  q.train([&](int i) { op(start + uint64_t(i) * 20'000'000, dur(rng)); }, 1);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  const uint64_t at = start + 41 * kSecond;
+  HostSampleRow h = process_sample(42, at + 500'000'000, 0, 100'000'000);
+  h.interval_ns = 600'000'000;
+  h.stall_ns = 480'000'000, h.stalls = 1, h.stall_end_ns = at + 490'000'000;
+  sink.add(h);
+  op(at, 500'000'000);  // 5,000 times the usual: a report of its own
+  sink.flush();  // (the calls are 100 s old: the episode's 5 s of data are over at once)
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(detect::cause_kind(found[0].cause), "CPU stall");
+  EXPECT_NE(found[0].cause.find("stopped for up to 480.0 ms"), std::string::npos) << found[0].cause;
+  EXPECT_NE(found[0].cause.find("1 slow call (aten::mm 1)"), std::string::npos) << found[0].cause;
+}
+
 // Fits wait for idle CPUs: the refit thread runs at SCHED_IDLE (a fit at nice 10 held a CPU
 // training's steps up by tens of ms), and a fit not done refit_hurry_ns after it was asked for
 // is hurried (nice 10) until the worker has caught up, then waits for idle CPUs again.

@@ -713,18 +713,20 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   fs::remove(path);
 }
 
-// A CPU stall (the CPU under the process stopped, HostSampleRow::stall_ns): 90 ms ending at
-// 5.05 s (its end known) and 40 ms in the sample ending at 6.1 s (an older recording: no end,
-// spread over the sample). A call that held the stop is explained by it first, before a wait
-// for a CPU (a thread queued behind the stopped CPU waits for the stop); one beside it, not.
-// A window gains the stops in it where they are 5% of it or more.
+// A CPU stall (the CPU under the process stopped, HostSampleRow::stall_ns): one stop of 90 ms
+// ending at 5.05 s (its span known); two stops, 40 ms in all, in the sample ending at 6.1 s (no
+// one span: spread over the sample); one of 80 ms ending at 7.03 s, counted in the sample that
+// begins at 7.0 s. A call that held a stop is explained by it first, before a wait for a CPU (a
+// thread queued behind the stopped CPU waits for the stop); one beside it, not. A window gains
+// the stops in it where they are 3% or more of its processes' CPU time (here 0.5 cores).
 TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
   std::string path = (fs::temp_directory_path() /
                       ("eacgm_stall_" + std::to_string(getpid()) + ".eacgm.db")).string();
   constexpr uint64_t ms = 1'000'000;
   write_process_samples(path, 8'000, [](HostSampleRow& h, uint64_t at) {
-    if (at == 5'100 * ms) h.stall_ns = 90 * ms, h.stall_end_ns = kStart + 5'050 * ms;
-    if (at == 6'100 * ms) h.stall_ns = 40 * ms;
+    if (at == 5'100 * ms) h.stall_ns = 90 * ms, h.stalls = 1, h.stall_end_ns = kStart + 5'050 * ms;
+    if (at == 6'100 * ms) h.stall_ns = 40 * ms, h.stalls = 2, h.stall_end_ns = kStart + 6'090 * ms;
+    if (at == 7'100 * ms) h.stall_ns = 80 * ms, h.stalls = 1, h.stall_end_ns = kStart + 7'030 * ms;
   });
   RecordingReader rec(path);
   CallContext ctx(rec);
@@ -733,6 +735,8 @@ TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
   EXPECT_NEAR(ctx.over(10, kStart + 5'000 * ms, 100 * ms).stall_ns, 50 * ms, 1);
   EXPECT_EQ(ctx.over(10, kStart + 5'060 * ms, 30 * ms).stall_ns, 0) << "after it, same sample";
   EXPECT_NEAR(ctx.over(10, kStart + 6'000 * ms, 50 * ms).stall_ns, 20 * ms, 1) << "spread";
+  // 6.95-7.03 s: 50 ms of it before 7.0 s, in a call that ended before its sample began
+  EXPECT_NEAR(ctx.over(10, kStart + 6'900 * ms, 100 * ms).stall_ns, 50 * ms, 1);
 
   auto call = [&](uint64_t at_ms, uint64_t dur_ms, int64_t runq_ms) {
     Anomaly a;
@@ -759,15 +763,19 @@ TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
   w.ts_ns = kStart + 4'500 * ms, w.dur_ns = 1'000 * ms;
   Anomaly quiet = w;
   quiet.ts_ns = kStart + 2'000 * ms;
-  ctx.explain_window(w, {});
-  ctx.explain_window(quiet, {10});
+  ctx.explain_window(w, {}, true);
+  ctx.explain_window(quiet, {10}, false);
   EXPECT_EQ(w.cause, "slow operators; its CPUs stopped for 90.0 ms (CPU stall)");
+  EXPECT_EQ(cause_kind(w.cause), "slow operators");
   EXPECT_EQ(quiet.cause, "slow operators");
   Anomaly other = w;
   other.cause = "slow operators";
   other.stalled_ns = 0;
-  ctx.explain_window(other, {99});
+  ctx.explain_window(other, {99}, false);
   EXPECT_EQ(other.cause, "slow operators") << "another job's processes";
+  Anomaly none = other;
+  ctx.explain_window(none, {}, false);
+  EXPECT_EQ(none.cause, "slow operators") << "a job with no processes left";
   fs::remove(path);
 }
 

@@ -1,6 +1,8 @@
 // A job's start beside others as one anomaly (agent/job_starts.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -235,9 +237,15 @@ TEST(StallEpisodes, WhatOneStopSlowedIsOneAnomalyNamingIt) {
   AgentAnomaly linear = stalled(slow_call("job a", 100 * kSecond, "aten::linear"), 98.3);
   AgentAnomaly slow = stalled(window("job a", 100 * kSecond, "slow operators"), 98.3);
   slow.process = "job a (pids 7, 8)";
-  fold({addmm, linear, slow_call("job a", 100 * kSecond)}, 100 * kSecond);
-  ASSERT_EQ(out.size(), 1u) << "the call no stall explains, at once";
+  // a window that names a resource keeps it: the stop is part of what it says
+  AgentAnomaly interference =
+      stalled(window("job a", 100 * kSecond, "CPU interference; its CPUs stopped for 98.3 ms "
+                                             "(CPU stall)"), 98.3);
+  fold({addmm, linear, slow_call("job a", 100 * kSecond), interference}, 100 * kSecond);
+  ASSERT_EQ(out.size(), 2u) << "the call no stall explains, and the interference, at once";
   EXPECT_EQ(out[0].anomaly.name, "aten::mm");
+  EXPECT_EQ(detect::cause_kind(out[1].anomaly.cause), "CPU interference");
+  out.erase(out.begin() + 1);
   fold({slow}, 101 * kSecond);
   fold({}, 104 * kSecond);
   ASSERT_EQ(out.size(), 1u) << "open: under 5 s since its last";
@@ -247,16 +255,21 @@ TEST(StallEpisodes, WhatOneStopSlowedIsOneAnomalyNamingIt) {
   EXPECT_EQ(e.folded_calls, 2u);
   EXPECT_EQ(e.folded_windows, 1u);
   EXPECT_EQ(e.anomaly.layer, "window");
+  EXPECT_EQ(e.job, "job a");
   EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "CPU stall");
   EXPECT_EQ(e.anomaly.cause,
             "CPU stall: the CPU stopped for up to 98.3 ms under python3 (pid 7); 2 slow calls "
             "(aten::addmm 1, aten::linear 1) and 1 window (slow operators 1) over 1.0 s");
-  // a later stop: its own
-  fold({stalled(slow_call("job a", 120 * kSecond), 40)}, 120 * kSecond);
+  // a later stop: its own; another job's at the same time: its own too
+  fold({stalled(slow_call("job a", 120 * kSecond), 40),
+        stalled(slow_call("job b", 120 * kSecond), 12)}, 120 * kSecond);
   ASSERT_EQ(out.size(), 2u);
   std::vector<AgentAnomaly> last;
   stalls.finish(last);
-  ASSERT_EQ(last.size(), 1u);
+  ASSERT_EQ(last.size(), 2u);
+  std::sort(last.begin(), last.end(), [](const auto& x, const auto& y) { return x.job < y.job; });
+  EXPECT_EQ(last[1].job, "job b");
+  last.pop_back();
   EXPECT_EQ(last[0].folded_calls, 1u);
   EXPECT_NE(last[0].anomaly.cause.find("up to 40.0 ms"), std::string::npos) << last[0].anomaly.cause;
   stalls.finish(last);

@@ -1,7 +1,7 @@
 /* Stops the CPU it runs on N times for MS milliseconds each, 0.3 s apart, as a hypervisor that
  * did not run that vCPU would (cpu_stall.bpf.c: a perf event on this thread's CPU time spins in
  * the timer interrupt). With TID, the CPU under that thread instead, once it ran 2 ms more.
- * Prints each stop's start and end (CLOCK_MONOTONIC, ns) to stdout.
+ * Prints each stop's start and end (CLOCK_MONOTONIC, ns, as the BPF program saw them).
  * Needs root (CAP_BPF and CAP_PERFMON). Usage: cpu_stall N MS [TID] */
 #include <errno.h>
 #include <linux/perf_event.h>
@@ -71,13 +71,13 @@ int main(int argc, char **argv)
 			else
 				sink++;
 		}
-		unsigned long long end = now_ns(); /* (TID: up to 0.2 ms after) */
 		bpf_link__destroy(link); /* (closes the event) */
 		if (skel->bss->fired == before) {
 			fprintf(stderr, "cpu_stall: the perf event never fired\n");
 			return 1;
 		}
-		printf("%llu %llu\n", end - ms * 1000000ull, end);
+		printf("%llu %llu\n", (unsigned long long)skel->bss->stopped_from,
+		       (unsigned long long)skel->bss->stopped_to);
 		fflush(stdout);
 		struct timespec pause = {0, 300 * 1000000};
 		nanosleep(&pause, NULL);

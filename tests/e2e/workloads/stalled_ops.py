@@ -1,7 +1,7 @@
-"""Matrix products on one thread, ~5 ms each, whose CPU stops for 80 ms three times (cpu_stall
+"""Matrix products on one thread, ~1.5 ms each, whose CPU stops for 80 ms three times (cpu_stall
 stops the CPU under this thread while it runs them), as a vCPU its hypervisor did not run.
 Usage: stalled_ops.py STEPS CPU_STALL_TOOL; prints each stop's start and end (ns) as the tool
-does, after the steps."""
+does, after the steps (and as many more as it takes for every stop to come)."""
 import os
 import subprocess
 import sys
@@ -17,6 +17,8 @@ for i in range(steps):
     if i in stops:
         tools.append(subprocess.Popen([tool, "1", "80", str(os.getpid())], stdout=subprocess.PIPE,
                                       text=True))
+    torch.mm(a, a)
+while any(t.poll() is None for t in tools):  # (a stop comes after 2 ms more of this thread's CPU)
     torch.mm(a, a)
 for t in tools:
     out, _ = t.communicate()
