@@ -33,6 +33,14 @@ std::string unusual_text(const detect::Anomaly& a) {
   if (a.usual_us > 0)
     out = fmt::format("{:.3g}x its usual {}", double(a.dur_ns) / 1e3 / a.usual_us,
                       ms_text(uint64_t(a.usual_us * 1e3)));
+  if (a.late_share > 0) {
+    double usual_us = a.measured.empty() ? 0 : a.measured.front().usual;
+    return fmt::format("{} late joins of that rank in {:.3g} s, its peers waiting for it {:.0f}% of "
+                       "that time; a join is usually {} late in this job (its first seconds: judged "
+                       "against its own collectives, not a model)",
+                       a.burst, double(a.burst_window_ns) / 1e9, 100 * a.late_share,
+                       ms_text(uint64_t(usual_us * 1e3)));
+  }
   if (a.burst > 0 && !a.burst_of.empty())
     out += fmt::format("{}with its process's burst of slow {} ({} in {:.3g} s where {:.2g} are "
                        "usual)", out.empty() ? "" : "; ", a.burst_of, a.burst,

@@ -406,12 +406,31 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
       // a fault that fell in a write went unseen, session 51's net_delay)
     }
     judged_to_ = std::max(judged_to_, t.ts_ns.back());
+    const bool modelled = detector_.model(g.layer, g.name) != nullptr;
+    auto job_of = [this](uint32_t pid) {
+      auto job = job_of_.find(pid);
+      return job != job_of_.end() ? job->second->first : std::string();
+    };
     for (auto& a : detector_.observe(t, judged)) {
       std::string name = process_name(a.pid);
-      auto job = job_of_.find(a.pid);
-      std::string key = job != job_of_.end() ? job->second->first : std::string();
-      out.push_back({std::move(a), std::move(name), std::move(key)});
+      out.push_back({std::move(a), std::move(name), job_of(a.pid)});
     }
+    // the late joins the models do not judge (a warm-up's, an operation with no model yet):
+    // judged against the job's own collectives (young_stragglers.h), kept out of later fits
+    if (g.peers && !g.on_gpu)
+      for (size_t i = 0; i < n; ++i) {
+        const PeerWait* w = waits[i];
+        if (!w) continue;
+        std::string key = job_of(t.pid[i]);
+        if (key.empty()) key = fmt::format("pid {}", t.pid[i]);
+        MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
+                      w->straggling_ns(), w->last_pid};
+        for (auto& a : young_stragglers_.observe(key, g.name, c, !judged[i] || !modelled)) {
+          detector_.note_reported(t.group, a.ts_ns, a.dur_ns);
+          std::string name = process_name(a.pid);
+          out.push_back({std::move(a), std::move(name), job_of(a.pid)});
+        }
+      }
     if (const detect::GroupModel* m = detector_.model(g.layer, g.name)) {
       Eigen::MatrixXd last = t.values.bottomRows(1);
       g.last_score = detect::score_gmm(m->model, last).component_log_density(0);
@@ -428,6 +447,8 @@ void DetectionSink::flush() {
   uint64_t now = monotonic_now_ns();
   // (calls are scored within seconds of their end: two minutes of samples cover them)
   if (now > 120'000'000'000ull) context_.forget_before(now - 120'000'000'000ull);
+  // (by the calls' time: a job quiet for a minute has ended or is another job's now)
+  if (judged_to_ > 60'000'000'000ull) young_stragglers_.forget_before(judged_to_ - 60'000'000'000ull);
   std::erase_if(gone_, [&](const auto& g) { return g.second + 60'000'000'000ull < now; });
   auto [quiet_start, quiet_end] = quiet_span(now);
   for (auto it = job_windows_.begin(); it != job_windows_.end();) {

@@ -182,6 +182,20 @@ void mark_reported(Group& g, const Anomaly& a) {
 }
 }  // namespace
 
+void OnlineDetector::note_reported(const std::string& group, uint64_t ts_ns, uint64_t dur_ns) {
+  auto g = groups_.find(group);
+  if (g == groups_.end()) return;
+  auto mark = [&](auto& samples) {
+    for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns >= ts_ns; ++it)
+      if (it->ts_ns == ts_ns && it->dur_ns == dur_ns) {
+        it->flagged = it->reported = true;
+        return true;
+      }
+    return false;
+  };
+  if (!mark(g->second.window)) mark(g->second.limbo);
+}
+
 // Each candidate joins its group's recent ones of its kind (report_burst).
 void OnlineDetector::report_bursts(Group& g, std::vector<Anomaly>& candidates,
                                    std::vector<Anomaly>& out) {

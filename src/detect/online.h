@@ -132,6 +132,11 @@ class OnlineDetector {
                                  const std::vector<std::string>& feature_names, uint64_t ts_ns,
                                  uint64_t dur_ns, const Eigen::VectorXd& x);
 
+  // A call of the group that its caller reported by a rule of its own (the agent's late joins
+  // in a job's first seconds): an anomaly reported, so kept out of the fits, the tails and the
+  // bursts' history as the detector's own reported ones are. Its start and duration name it.
+  void note_reported(const std::string& group, uint64_t ts_ns, uint64_t dur_ns);
+
   // With refit_inline off: the refits that are due, each taken once until installed (or
   // dropped, if the fit failed: install(group, nullopt)).
   std::vector<RefitJob> take_due_refits();

@@ -1,0 +1,101 @@
+// A rank late in a job's first seconds (agent/young_stragglers.h).
+#include "agent/young_stragglers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "detect/materiality.h"
+
+namespace eacgm {
+
+std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
+                                                      const std::string& op,
+                                                      const MatchedCall& c, bool judge) {
+  std::vector<detect::Anomaly> out;
+  // (the last rank's own call waited for no one)
+  if (!c.late_pid || c.late_pid == c.pid) return out;
+  auto [it, fresh] = states_.try_emplace({job, op});
+  State& s = it->second;
+  if (fresh) s.first_ns = c.ts_ns;
+  s.last_ns = std::max(s.last_ns, c.ts_ns);
+  double usual = NAN;
+  if (s.waits.size() >= options_.min_usual) {
+    std::vector<uint64_t> w(s.waits.begin(), s.waits.end());
+    auto mid = w.begin() + std::ptrdiff_t(w.size() / 2);
+    std::nth_element(w.begin(), mid, w.end());
+    usual = double(*mid);
+  }
+  s.waits.push_back(c.straggling_ns);
+  if (s.waits.size() > options_.usual_waits) s.waits.pop_front();
+  const double late = double(c.straggling_ns);
+  if (!judge || c.ts_ns < s.first_ns + options_.start_ns || std::isnan(usual) ||
+      c.straggling_ns < options_.min_late_ns || late < options_.usual_factor * usual ||
+      late < 0.25 * double(c.dur_ns))
+    return out;
+  while (!s.recent.empty() && s.recent.front().call.ts_ns + options_.window_ns <= c.ts_ns)
+    s.recent.pop_front();
+  s.recent.push_back({c, usual, false});
+
+  // Per late rank: its late joins of the window as events (one per instance: the waiting ranks'
+  // calls closer than merge_ns are one, its longest wait), their sum, the first one's time.
+  struct Rank {
+    std::vector<std::pair<uint64_t, uint64_t>> joins;  // (ts, straggling)
+    size_t events = 0;
+    double sum_ns = 0;
+    uint64_t first_ns = 0;
+  };
+  std::map<uint32_t, Rank> ranks;
+  for (const Candidate& k : s.recent)
+    ranks[k.call.late_pid].joins.emplace_back(k.call.ts_ns, k.call.straggling_ns);
+  for (auto& [pid, r] : ranks) {
+    std::sort(r.joins.begin(), r.joins.end());
+    uint64_t event_ts = 0, event_max = 0;
+    for (const auto& [ts, wait] : r.joins) {
+      if (r.events == 0 || ts >= event_ts + options_.merge_ns) {
+        r.sum_ns += double(event_max);
+        ++r.events, event_ts = ts, event_max = 0;
+      }
+      event_max = std::max(event_max, wait);
+    }
+    r.sum_ns += double(event_max);
+    r.first_ns = r.joins.front().first;
+  }
+  const Rank& r = ranks[c.late_pid];
+  double others = 0;
+  for (const auto& [pid, o] : ranks)
+    if (pid != c.late_pid) others = std::max(others, o.sum_ns);
+  double span = std::max(double(detect::kMinMaterialSpanNs),
+                         double(c.ts_ns + c.straggling_ns - std::min(r.first_ns, c.ts_ns)));
+  double share = r.sum_ns / span;
+  if (r.events < options_.min_events || share < options_.min_share ||
+      r.sum_ns < options_.stand_out * others)
+    return out;
+  for (Candidate& k : s.recent) {
+    if (k.reported || k.call.late_pid != c.late_pid) continue;
+    k.reported = true;
+    detect::Anomaly a;
+    a.layer = "comm";
+    a.name = op;
+    a.ts_ns = k.call.ts_ns;
+    a.dur_ns = k.call.dur_ns;
+    a.pid = k.call.pid;
+    a.tid = k.call.tid;
+    a.runq_ns = k.call.runq_ns;
+    a.cause = fmt::format("straggling rank: {} waited for a peer", op);
+    a.top_features = {{"log_straggler_wait_10us", 1.0}};
+    a.measured = {{"log_straggler_wait_10us", double(k.call.straggling_ns) / 1e3, k.usual_ns / 1e3}};
+    a.burst = r.events;
+    a.burst_window_ns = uint64_t(span);
+    a.late_share = share;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void YoungStragglers::forget_before(uint64_t ts_ns) {
+  std::erase_if(states_, [&](const auto& s) { return s.second.last_ns < ts_ns; });
+}
+
+}  // namespace eacgm

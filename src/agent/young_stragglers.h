@@ -1,0 +1,80 @@
+// A rank late in a job's first seconds, named without a model. The agent's models judge a call
+// once its operation has 200 calls over 30 s and the calling process is 10 s old (a job's start
+// is not its normal): a job of 15 s is never judged, and a straggler there from the start would
+// be learnt as the job's normal. Yet a straggler needs no learnt normal: its peers wait for it
+// in the same instance of the same collective, and how long a join is usually late is the job's
+// own median wait for the last rank. YoungStragglers judges the matched collectives the models
+// do not (a process's warm-up; an operation with no model yet), per job and operation:
+// a call that waited for its last rank at least `min_late_ns`, `usual_factor` times the job's
+// median such wait and a quarter of its own time is a late join; the late joins of one rank go
+// out when, within `window_ns`, there are `min_events` of them (joins closer than `merge_ns` are
+// one: the waiting ranks of one instance) on which its peers waited at least `min_share` of the
+// span they came in (at least a second) and `stand_out` times as long as on any other rank (ranks
+// late in turns are a busy machine, not a straggler), and each next one while that holds. The
+// job's first `start_ns` of collectives are not judged: its ranks meet there for the first time.
+//
+// The issue's case (31): a 2-rank Gloo job of 14 s whose rank 1 sleeps 30 ms before 1% of its
+// all_reduces: its peers wait ~10% of the time for it. A healthy irregular job's checkpoint
+// (rank 0 late by a few ms every 2 s, bench/irregular_job.py) is under 1%.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "detect/detector.h"
+
+namespace eacgm {
+
+struct YoungStragglerOptions {
+  uint64_t start_ns = 500'000'000;
+  uint64_t min_late_ns = 5'000'000;
+  double usual_factor = 10;
+  uint64_t window_ns = 10'000'000'000;
+  uint64_t merge_ns = 50'000'000;
+  size_t min_events = 3;
+  double min_share = 0.05;
+  double stand_out = 3;
+  size_t usual_waits = 512;  // the median over the job's last this many waits
+  size_t min_usual = 20;     // and none before it has this many
+};
+
+// A matched collective call of a rank (PeerWait, report/collectives.h).
+struct MatchedCall {
+  uint64_t ts_ns = 0, dur_ns = 0;
+  uint32_t pid = 0, tid = 0;
+  int64_t runq_ns = -1;
+  uint64_t straggling_ns = 0;  // the wait for the last rank less what its CPU and previous call explain
+  uint32_t late_pid = 0;       // the rank that joined last (0: unknown)
+};
+
+class YoungStragglers {
+ public:
+  explicit YoungStragglers(YoungStragglerOptions o = {}) : options_(o) {}
+  // One matched call of `op` in `job`, in time order per job and op; `judge`: whether it is
+  // one the models do not judge. Returns the late joins that go out with it (its own and those
+  // of its rank pending in the window), as anomalies of layer comm ("straggling rank: OP waited
+  // for a peer"; who joined late is explain_wait's to say).
+  std::vector<detect::Anomaly> observe(const std::string& job, const std::string& op,
+                                       const MatchedCall& c, bool judge);
+  // Forgets the jobs and operations with no call since `ts_ns`.
+  void forget_before(uint64_t ts_ns);
+
+ private:
+  struct Candidate {
+    MatchedCall call;
+    double usual_ns;
+    bool reported;
+  };
+  struct State {
+    uint64_t first_ns = 0, last_ns = 0;
+    std::deque<uint64_t> waits;     // the last usual_waits waits for the last rank
+    std::deque<Candidate> recent;   // late joins of the last window_ns
+  };
+  YoungStragglerOptions options_;
+  std::map<std::pair<std::string, std::string>, State> states_;
+};
+
+}  // namespace eacgm
