@@ -65,6 +65,22 @@ DetectionSink::DetectionSink(DetectionOptions options,
       job_starts_(options_.job_starts) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0 && host[0]) on_host_ = fmt::format(" on host {}", host);
+  // a CPU-stall episode goes out where the job's processes lost at least 1% of their CPU time
+  // to stops in the minute before its end (stall_episodes.h)
+  stall_episodes_.set_material([this](const std::string& job, uint32_t pid, uint64_t end_ns) {
+    constexpr uint64_t kMinute = 60'000'000'000ull;
+    constexpr double kShare = 0.01;
+    std::vector<uint32_t> pids;
+    if (auto j = job_windows_.find(job); j != job_windows_.end()) pids = j->second.windows.pids();
+    if (pids.empty() && pid) pids.push_back(pid);
+    uint64_t from = end_ns > kMinute ? end_ns - kMinute : 0;
+    double stall = 0, oncpu = 0;
+    for (uint32_t p : pids) {
+      detect::HostContext c = context_.over(p, from, end_ns - from);
+      stall += c.stall_ns, oncpu += c.oncpu_ns;
+    }
+    return stall >= kShare * std::max(oncpu, 1e6);
+  });
   worker_ = std::thread([this] { worker(); });
 }
 

@@ -35,7 +35,7 @@ void StallEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
     const detect::Anomaly& a = x.anomaly;
     auto it = episodes_.find(x.job);
     if (it != episodes_.end() && a.ts_ns > it->second.last_end_ns + options_.gap_ns) {
-      out.push_back(close(it->first, it->second));
+      close_into(it->first, it->second, out);
       episodes_.erase(it);
       it = episodes_.end();
     }
@@ -62,7 +62,7 @@ void StallEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
   for (auto it = episodes_.begin(); it != episodes_.end();) {
     Episode& e = it->second;
     if (e.last_end_ns + options_.gap_ns < now_ns || e.opened_ns + options_.max_ns <= now_ns) {
-      out.push_back(close(it->first, e));
+      close_into(it->first, e, out);
       it = episodes_.erase(it);
     } else {
       ++it;
@@ -72,8 +72,19 @@ void StallEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
 }
 
 void StallEpisodes::finish(std::vector<AgentAnomaly>& found) {
-  for (auto& [job, e] : episodes_) found.push_back(close(job, e));
+  for (auto& [job, e] : episodes_) close_into(job, e, found);
   episodes_.clear();
+}
+
+void StallEpisodes::close_into(const std::string& job, const Episode& e,
+                               std::vector<AgentAnomaly>& out) {
+  if (material_ && !material_(job, e.pid, e.last_end_ns)) {
+    ++dropped_;
+    for (const auto& [name, n] : e.calls) dropped_anomalies_ += n;
+    for (const auto& [kind, n] : e.windows) dropped_anomalies_ += n;
+    return;
+  }
+  out.push_back(close(job, e));
 }
 
 AgentAnomaly StallEpisodes::close(const std::string& job, const Episode& e) {

@@ -20,8 +20,13 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
   State& s = it->second;
   if (fresh) s.first_ns = c.ts_ns;
   s.last_ns = std::max(s.last_ns, c.ts_ns);
+  const double late = double(c.straggling_ns);
+  // (the median of the waits before this one, looked up only for a call that may be late)
+  bool may_be = judge && c.ts_ns >= s.first_ns + options_.start_ns &&
+                s.waits.size() >= options_.min_usual && c.straggling_ns >= options_.min_late_ns &&
+                late >= 0.25 * double(c.dur_ns);
   double usual = NAN;
-  if (s.waits.size() >= options_.min_usual) {
+  if (may_be) {
     std::vector<uint64_t> w(s.waits.begin(), s.waits.end());
     auto mid = w.begin() + std::ptrdiff_t(w.size() / 2);
     std::nth_element(w.begin(), mid, w.end());
@@ -29,11 +34,7 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
   }
   s.waits.push_back(c.straggling_ns);
   if (s.waits.size() > options_.usual_waits) s.waits.pop_front();
-  const double late = double(c.straggling_ns);
-  if (!judge || c.ts_ns < s.first_ns + options_.start_ns || std::isnan(usual) ||
-      c.straggling_ns < options_.min_late_ns || late < options_.usual_factor * usual ||
-      late < 0.25 * double(c.dur_ns))
-    return out;
+  if (!may_be || late < options_.usual_factor * usual) return out;
   while (!s.recent.empty() && s.recent.front().call.ts_ns + options_.window_ns <= c.ts_ns)
     s.recent.pop_front();
   s.recent.push_back({c, usual, false});

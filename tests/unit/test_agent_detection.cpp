@@ -928,6 +928,50 @@ TEST(DetectionSink, WhatACpuStallSlowedIsOneAnomalyNamingIt) {
   EXPECT_NE(found[0].cause.find("1 slow call (aten::mm 1)"), std::string::npos) << found[0].cause;
 }
 
+// A stop that cost its job little is no anomaly (stall_episodes.h): a busy process (a core's
+// CPU every second) whose CPU stopped 140 ms once under a 150 ms call (this VM's vCPUs stop
+// ~100 ms once or twice a minute) has nothing reported; the node's stall counters have it. A
+// 650 ms stop 2 s later makes the stops of its minute over 1% of the process's CPU time: one
+// anomaly naming it.
+TEST(DetectionSink, AStopThatCostItsJobLittleIsNoAnomaly) {
+  QuickSink q;
+  auto& found = q.found;
+  auto& sink = q.sink;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
+  auto op = [&](uint64_t ts, uint64_t ns) {
+    TorchCallRow t;
+    t.ts_ns = ts, t.dur_ns = ns, t.pid = t.tid = 42, t.name = "aten::mm";
+    sink.add(t);
+  };
+  const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
+  const uint64_t tick = kSecond / 10;
+  auto busy_until = [&, next = start](uint64_t to) mutable {
+    for (; next + tick <= to; next += tick) sink.add(process_sample(42, next + tick, 0, tick));
+  };
+  q.train([&](int i) {
+    op(start + uint64_t(i) * 20'000'000, dur(rng));
+    busy_until(start + uint64_t(i) * 20'000'000);
+  }, 1);
+  ASSERT_TRUE(found.empty()) << found.front().cause;
+  auto stop = [&](uint64_t at, uint64_t call_ns, uint64_t stall_ns) {
+    busy_until(at);
+    HostSampleRow h = process_sample(42, at + call_ns, 0, call_ns);
+    h.interval_ns = call_ns;
+    h.stall_ns = stall_ns, h.stalls = 1, h.stall_end_ns = at + call_ns - 5'000'000;
+    sink.add(h);
+    busy_until(at + call_ns);
+    op(at, call_ns);  // 1,500 times the usual: a report of its own
+    sink.flush();
+  };
+  stop(start + 41 * kSecond, 150'000'000, 140'000'000);
+  EXPECT_TRUE(found.empty()) << found.front().cause;
+  stop(start + 43 * kSecond, 700'000'000, 650'000'000);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(detect::cause_kind(found[0].cause), "CPU stall");
+  EXPECT_NE(found[0].cause.find("stopped for up to 650.0 ms"), std::string::npos) << found[0].cause;
+}
+
 // Fits wait for idle CPUs: the refit thread runs at SCHED_IDLE (a fit at nice 10 held a CPU
 // training's steps up by tens of ms), and a fit not done refit_hurry_ns after it was asked for
 // is hurried (nice 10) until the worker has caught up, then waits for idle CPUs again.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "agent/job_starts.h"
@@ -274,6 +275,37 @@ TEST(StallEpisodes, WhatOneStopSlowedIsOneAnomalyNamingIt) {
   EXPECT_NE(last[0].anomaly.cause.find("up to 40.0 ms"), std::string::npos) << last[0].anomaly.cause;
   stalls.finish(last);
   EXPECT_EQ(last.size(), 1u) << "nothing open after the end";
+}
+
+// An episode goes out only where its job lost a material share of its time to stops (the
+// agent's rule: 1% of its processes' CPU time in the minute before the episode's end); the
+// others are dropped, and counted.
+TEST(StallEpisodes, AnEpisodeThatCostItsJobLittleIsDroppedAndCounted) {
+  StallEpisodes stalls;
+  std::vector<std::tuple<std::string, uint32_t, uint64_t>> asked;
+  stalls.set_material([&](const std::string& job, uint32_t pid, uint64_t end_ns) {
+    asked.emplace_back(job, pid, end_ns);
+    return job == "job b";
+  });
+  auto stalled = [](AgentAnomaly x, uint32_t pid) {
+    x.anomaly.stalled_ns = 98e6;
+    x.anomaly.pid = pid;
+    return x;
+  };
+  std::vector<AgentAnomaly> found = {stalled(slow_call("job a", 100 * kSecond, "aten::addmm"), 7),
+                                     stalled(slow_call("job a", 100 * kSecond, "aten::linear"), 7),
+                                     stalled(slow_call("job b", 100 * kSecond), 9)};
+  stalls.fold(found, 100 * kSecond);
+  EXPECT_TRUE(found.empty());
+  stalls.fold(found, 110 * kSecond);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].job, "job b");
+  EXPECT_EQ(detect::cause_kind(found[0].anomaly.cause), "CPU stall");
+  EXPECT_EQ(stalls.dropped(), 1u);
+  EXPECT_EQ(stalls.dropped_anomalies(), 2u);
+  ASSERT_EQ(asked.size(), 2u);
+  std::sort(asked.begin(), asked.end());
+  EXPECT_EQ(asked[0], std::make_tuple(std::string("job a"), 7u, 100 * kSecond + 3'000'000));
 }
 
 TEST(JobStarts, APythonProcessOrALauncherMayStartAJobAShellLoopNot) {
