@@ -91,7 +91,9 @@ void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids, 
 
 void CallContext::explain(std::vector<Anomaly>& anomalies) const {
   for (auto& a : anomalies) {
-    if (a.layer == "window" || !a.pid || !a.dur_ns) continue;
+    // (a collective that waited for a late rank is explained by it: what the host did to the
+    // waiting process meanwhile, a retransmitted segment on loopback, does not explain the wait)
+    if (a.layer == "window" || !a.pid || !a.dur_ns || a.late_pid) continue;
     HostContext c = over(a.pid, a.ts_ns, a.dur_ns);
     double dur = double(a.dur_ns);
     // A stop of the CPU first: a thread that waited for a CPU while its own stopped (queued

@@ -689,7 +689,11 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
                                 call("torch", 10, 2500, 50),  call("torch", 99, 4200, 20),
                                 call("window", 0, 4200, 100),   call("torch", 10, 4200, 20, 2),
                                 call("torch", 10, 4200, 20), call("torch", 10, 4200, 20, 12),
-                                call("torch", 10, 4200, 20, 12)};
+                                call("torch", 10, 4200, 20, 12), call("comm", 10, 2500, 50)};
+  // a collective that waited for a late rank: the rank explains it, not the host
+  found[11].cause = "straggling rank: op waited for a peer; rank 1 (pid 11) joined 40.0 ms late "
+                    "(straggler)";
+  found[11].late_pid = 11;
   // an operation whose calls usually wait 8 ms for a CPU (more runnable threads than cores):
   // 12 ms is its own; one whose calls wait 5 ms: 12 ms is beyond twice that and 1 ms more
   found[9].runq_tail_us = 8000;
@@ -710,6 +714,7 @@ TEST(CallContext, ExplainsCallsByWhatTheHostDidMeanwhile) {
   EXPECT_EQ(found[4].cause, "slow operator: op") << "retransmits explain collectives only";
   EXPECT_EQ(found[5].cause, "slow operator: op") << "no samples of that process";
   EXPECT_EQ(found[6].cause, "slow operator: op") << "windows have causes of their own";
+  EXPECT_TRUE(found[11].cause.ends_with("joined 40.0 ms late (straggler)")) << found[11].cause;
   fs::remove(path);
 }
 
