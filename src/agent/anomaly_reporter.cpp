@@ -36,8 +36,8 @@ std::string unusual_text(const detect::Anomaly& a) {
   if (a.late_share > 0) {
     double usual_us = a.measured.empty() ? 0 : a.measured.front().usual;
     return fmt::format("{} late joins of that rank in {:.3g} s, its peers waiting for it {:.0f}% of "
-                       "that time; a join is usually {} late in this job (its first seconds: judged "
-                       "against its own collectives, not a model)",
+                       "that time; a join is usually {} late in this job (judged against its own "
+                       "collectives: no model judges these calls yet)",
                        a.burst, double(a.burst_window_ns) / 1e9, 100 * a.late_share,
                        ms_text(uint64_t(usual_us * 1e3)));
   }

@@ -436,12 +436,14 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
     if (g.peers && !g.on_gpu)
       for (size_t i = 0; i < n; ++i) {
         const PeerWait* w = waits[i];
-        if (!w) continue;
+        // (NCCL's waits measured on the GPU are left to the models: the API call's time is not
+        // its kernels', so which rows are one instance is not known here)
+        if (!w || w->on_gpu || (judged[i] && modelled) || w->last_pid == t.pid[i]) continue;
         std::string key = job_of(t.pid[i]);
         if (key.empty()) key = fmt::format("pid {}", t.pid[i]);
         MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
-                      w->straggling_ns(), w->last_pid};
-        for (auto& a : young_stragglers_.observe(key, g.name, c, !judged[i] || !modelled)) {
+                      w->straggling_ns(), t.ts_ns[i] + w->wait_ns, w->last_pid};
+        for (auto& a : young_stragglers_.observe(key, g.name, c)) {
           detector_.note_reported(t.group, a.ts_ns, a.dur_ns);
           std::string name = process_name(a.pid);
           out.push_back({std::move(a), std::move(name), job_of(a.pid)});

@@ -58,6 +58,7 @@ void StallEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
       ++e.calls[a.name];
     if (!e.scored || a.score - a.threshold < e.score - e.threshold)
       e.score = a.score, e.threshold = a.threshold, e.scored = true;
+    if (material_ && !e.material) e.material = material_(x.job, e.pid, e.last_end_ns);
   }
   for (auto it = episodes_.begin(); it != episodes_.end();) {
     Episode& e = it->second;
@@ -78,7 +79,7 @@ void StallEpisodes::finish(std::vector<AgentAnomaly>& found) {
 
 void StallEpisodes::close_into(const std::string& job, const Episode& e,
                                std::vector<AgentAnomaly>& out) {
-  if (material_ && !material_(job, e.pid, e.last_end_ns)) {
+  if (material_ && !e.material && !material_(job, e.pid, e.last_end_ns)) {
     ++dropped_;
     for (const auto& [name, n] : e.calls) dropped_anomalies_ += n;
     for (const auto& [kind, n] : e.windows) dropped_anomalies_ += n;

@@ -11,11 +11,11 @@
 //
 // An episode goes out only where the job lost a material share of its CPU time to stops
 // (`material`, set by the agent: its processes' stops in the minute before the episode's end at
-// least 1% of their CPU time, the rate the EacgmCpuStalls alert fires at): this VM's vCPUs stop
-// for ~100 ms once or twice a minute, and one such stop under an operator was an anomaly of a
-// healthy job (bench/agent_false_alarms.sh: 1 of 2 anomalies in a 120 s run, tens an hour);
+// least 1% of their CPU time; EacgmCpuStalls alerts on 1% of each CPU's wall time): this VM's
+// vCPUs stop for ~100 ms once or twice a minute, and one such stop under an operator was an
+// anomaly of a healthy job (bench/agent_false_alarms.sh: 1 of 2 anomalies in a 120 s run, tens an hour);
 // the node's stall counters (eacgm_cpu_stall_seconds_total) have each stop. The others are
-// dropped (dropped()).
+// dropped (dropped()). It is asked as each member joins and at the close.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -61,6 +61,9 @@ class StallEpisodes {
     std::map<std::string, size_t> windows;  // windows by cause kind
     double score = 0, threshold = 0;        // its most unusual member's
     bool scored = false;
+    // found material when a member joined (while the job's processes and their host samples
+    // are known: a job that ended before the episode closed has none left)
+    bool material = false;
   };
   AgentAnomaly close(const std::string& job, const Episode& e);
   // close(), into `out` where the episode is material

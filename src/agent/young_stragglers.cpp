@@ -12,7 +12,7 @@ namespace eacgm {
 
 std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
                                                       const std::string& op,
-                                                      const MatchedCall& c, bool judge) {
+                                                      const MatchedCall& c) {
   std::vector<detect::Anomaly> out;
   // (the last rank's own call waited for no one)
   if (!c.late_pid || c.late_pid == c.pid) return out;
@@ -22,7 +22,7 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
   s.last_ns = std::max(s.last_ns, c.ts_ns);
   const double late = double(c.straggling_ns);
   // (the median of the waits before this one, looked up only for a call that may be late)
-  bool may_be = judge && c.ts_ns >= s.first_ns + options_.start_ns &&
+  bool may_be = c.ts_ns >= s.first_ns + options_.start_ns &&
                 s.waits.size() >= options_.min_usual && c.straggling_ns >= options_.min_late_ns &&
                 late >= 0.25 * double(c.dur_ns);
   double usual = NAN;
@@ -45,11 +45,11 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
     std::vector<std::pair<uint64_t, uint64_t>> joins;  // (ts, straggling)
     size_t events = 0;
     double sum_ns = 0;
-    uint64_t first_ns = 0;
+    uint64_t first_ns = 0, last_ns = 0;
   };
   std::map<uint32_t, Rank> ranks;
   for (const Candidate& k : s.recent)
-    ranks[k.call.late_pid].joins.emplace_back(k.call.ts_ns, k.call.straggling_ns);
+    ranks[k.call.late_pid].joins.emplace_back(k.call.joined_ns, k.call.straggling_ns);
   for (auto& [pid, r] : ranks) {
     std::sort(r.joins.begin(), r.joins.end());
     uint64_t event_ts = 0, event_max = 0;
@@ -62,13 +62,16 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
     }
     r.sum_ns += double(event_max);
     r.first_ns = r.joins.front().first;
+    r.last_ns = r.joins.back().first;
   }
   const Rank& r = ranks[c.late_pid];
   double others = 0;
   for (const auto& [pid, o] : ranks)
     if (pid != c.late_pid) others = std::max(others, o.sum_ns);
+  // (n joins a period T apart span nT: from the first to the last and one mean interval more)
+  double between = double(r.last_ns - r.first_ns);
   double span = std::max(double(detect::kMinMaterialSpanNs),
-                         double(c.ts_ns + c.straggling_ns - std::min(r.first_ns, c.ts_ns)));
+                         r.events > 1 ? between * double(r.events) / double(r.events - 1) : 0.0);
   double share = r.sum_ns / span;
   if (r.events < options_.min_events || share < options_.min_share ||
       r.sum_ns < options_.stand_out * others)

@@ -165,11 +165,15 @@ void OnlineDetector::report_window_runs(Group& g, const FeatureTable& rows,
 }
 
 namespace {
+// Samples come in the order their calls ended: a call that began up to this long before
+// another may come after it (the waiting ranks of one collective end together).
+constexpr uint64_t kOrderSlackNs = 1'000'000'000;
 // Marks the history's sample of a reported anomaly (searched from the newest: it is recent;
 // in the limbo where it left the window).
 template <class Samples>
 bool mark_reported_in(Samples& samples, const Anomaly& a) {
-  for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns >= a.ts_ns; ++it)
+  for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns + kOrderSlackNs >= a.ts_ns;
+       ++it)
     if (it->ts_ns == a.ts_ns && it->dur_ns == a.dur_ns && it->flagged) {
       it->reported = true;
       return true;
@@ -186,7 +190,8 @@ void OnlineDetector::note_reported(const std::string& group, uint64_t ts_ns, uin
   auto g = groups_.find(group);
   if (g == groups_.end()) return;
   auto mark = [&](auto& samples) {
-    for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns >= ts_ns; ++it)
+    for (auto it = samples.rbegin(); it != samples.rend() && it->ts_ns + kOrderSlackNs >= ts_ns;
+         ++it)
       if (it->ts_ns == ts_ns && it->dur_ns == dur_ns) {
         it->flagged = it->reported = true;
         return true;
