@@ -76,8 +76,17 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
   if (r.events < options_.min_events || share < options_.min_share ||
       r.sum_ns < options_.stand_out * others)
     return out;
+  // Those of its late joins that go out: not the few much shorter than its typical one (a busy
+  // machine's 5 ms late join among a straggler's 30 ms ones is the job's own, not the fault)
+  std::vector<uint64_t> waits;
+  for (const auto& j : r.joins) waits.push_back(j.second);
+  auto mid = waits.begin() + std::ptrdiff_t(waits.size() / 2);
+  std::nth_element(waits.begin(), mid, waits.end());
+  const double typical = double(*mid);
   for (Candidate& k : s.recent) {
-    if (k.reported || k.call.late_pid != c.late_pid) continue;
+    if (k.reported || k.call.late_pid != c.late_pid ||
+        double(k.call.straggling_ns) < options_.typical_share * typical)
+      continue;
     k.reported = true;
     detect::Anomaly a;
     a.layer = "comm";

@@ -14,8 +14,10 @@
 // least `min_share` of the span they came in (from the first to the last, and one mean interval
 // more: n joins a period T apart span nT; at least a second) and `stand_out` times as long as on
 // any other rank (ranks late in turns are a busy machine, not a straggler), and each next one
-// while that holds. A job's first `start_ns` of collectives and first `min_usual` waits are not
-// judged: its ranks meet there for the first time.
+// while that holds (but those under `typical_share` of the rank's median late join: a busy
+// machine's 5 ms late join beside a straggler's 30 ms ones). A job's first `start_ns` of
+// collectives and first `min_usual` waits are not judged: its ranks meet there for the first
+// time.
 //
 // The case (31): a 2-rank Gloo job of 14 s whose rank 1 sleeps 30 ms before 1% of its
 // all_reduces: its peers wait ~10% of the time for it. A healthy irregular job's checkpoint
@@ -45,7 +47,8 @@ struct YoungStragglerOptions {
   size_t min_events = 3;
   double min_share = 0.05;
   double stand_out = 3;
-  size_t usual_waits = 512;  // the median over the job's last this many waits
+  double typical_share = 0.5;  // a late join under this share of the rank's median one stays in
+  size_t usual_waits = 512;    // the median over the job's last this many waits
   size_t min_usual = 50;     // and none before it has this many
 };
 

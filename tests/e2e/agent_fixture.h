@@ -63,6 +63,14 @@ class Agent : public RecordingTest {
     EXPECT_EQ(agent_->wait(20), 0) << agent_->err();  // a clean stop on SIGTERM
     agent_.reset();
   }
+  // stop_agent(), returning what the agent wrote to stderr (its log)
+  std::string stop_agent_and_read_log() {
+    kill(agent_->pid(), SIGTERM);
+    EXPECT_EQ(agent_->wait(20), 0);
+    std::string err = agent_->err();
+    agent_.reset();
+    return err;
+  }
   void TearDown() override {
     if (agent_) stop_agent();
   }

@@ -24,6 +24,31 @@ namespace {
 
 double metric_sum(const std::string& text, const std::string& name, const std::string& labels);
 
+// The late steps a straggling workload wrote down (eval/workloads/gloo_straggler.py's truth:
+// each delay's start and end, CLOCK_MONOTONIC ns), which of them the anomalies lay on, and how
+// long after its late call each anomaly on one was reported (found_ns).
+struct LateSteps {
+  explicit LateSteps(const nlohmann::json& truth) {
+    for (const auto& i : truth["intervals"])
+      late.emplace_back(i[0].get<int64_t>(), i[1].get<int64_t>());
+  }
+  // whether an anomaly over [ts, end] lies on a late step
+  bool on_late(int64_t ts, int64_t end, int64_t found_ns) {
+    bool hit = false;
+    for (size_t i = 0; i < late.size(); ++i)
+      if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
+    double lag = double(found_ns - ts) / 1e9;
+    if (hit) lag_s.insert(std::upper_bound(lag_s.begin(), lag_s.end(), lag), lag);
+    return hit;
+  }
+  double median_lag() const { return lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2]; }
+  double max_lag() const { return lag_s.empty() ? 0.0 : lag_s.back(); }
+  double recall() const { return double(found.size()) / double(late.size()); }
+  std::vector<std::pair<int64_t, int64_t>> late;
+  std::set<size_t> found;
+  std::vector<double> lag_s;  // sorted
+};
+
 
 TEST_F(Agent, ServesOnlyGetOfKnownPaths) {
   httplib::Client c("127.0.0.1", port_);
@@ -289,30 +314,22 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
                {"TORCHELASTIC_RUN_ID=late-e2e"}, 150);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the last flush and burst window
-  kill(agent_->pid(), SIGTERM);
-  EXPECT_EQ(agent_->wait(20), 0);
-  const std::string agent_err = agent_->err();
-  agent_.reset();
+  const std::string agent_err = stop_agent_and_read_log();
   auto t = nlohmann::json::parse(std::ifstream(truth));
-  std::vector<std::pair<int64_t, int64_t>> late;
-  for (const auto& i : t["intervals"]) late.emplace_back(i[0].get<int64_t>(), i[1].get<int64_t>());
+  LateSteps steps(t);
+  const auto& late = steps.late;
   ASSERT_GT(late.size(), 60u) << "the premise: late steps to find";
   std::string named = fmt::format("rank 1 (pid {} on host ", t["pid"].get<int>());
   Db db(dir_ + "/state/anomalies.db");
   size_t comm = 0, at_late = 0, naming = 0, own_time = 0;
-  std::set<size_t> found;
   std::string wrong;
-  std::vector<double> lag_s;  // late step's call to its report (found_ns): a figure, printed
   db.each("SELECT ts_ns, dur_ns, cause, found_ns FROM anomalies WHERE layer = 'comm'",
           [&](sqlite3_stmt* s) {
     int64_t ts = sqlite3_column_int64(s, 0), end = ts + sqlite3_column_int64(s, 1);
     std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
     ++comm;
-    bool hit = false;
-    for (size_t i = 0; i < late.size(); ++i)
-      if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
+    bool hit = steps.on_late(ts, end, sqlite3_column_int64(s, 3));
     at_late += hit;
-    if (hit) lag_s.push_back(double(sqlite3_column_int64(s, 3) - ts) / 1e9);
     bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
                  cause.find(named) != std::string::npos &&
                  cause.find(", job late-e2e) joined ") != std::string::npos &&
@@ -325,13 +342,11 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
     if (!hit || !names)
       wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - late.front().first) / 1e9, cause);
   });
-  std::sort(lag_s.begin(), lag_s.end());
   printf("late steps %zu (in the second half), found %zu; collective anomalies %zu, at late steps "
          "%zu, naming rank 1 %zu, own time at healthy steps %zu; reported %.2f s after the late "
          "call (median), at most %.2f s%s\n",
-         late.size(), found.size(), comm, at_late, naming, own_time,
-         lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2], lag_s.empty() ? 0.0 : lag_s.back(),
-         wrong.c_str());
+         late.size(), steps.found.size(), comm, at_late, naming, own_time, steps.median_lag(),
+         steps.max_lag(), wrong.c_str());
   ASSERT_GT(comm - own_time, 0u) << agent_err;
   // Reported in bursts (more late steps in 10 s than the usual share of slow calls explains),
   // which take along the window's other candidates (healthy slow calls: 1-8 of about 190 idle,
@@ -339,8 +354,7 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
   // scored against the late steps the workload wrote down, at issue 31's target (online F1 0.9);
   // and those at late steps named (rank 1's lateness is 30 ms against a healthy wait of about
   // 1 ms).
-  double precision = double(at_late) / double(comm - own_time),
-         recall = double(found.size()) / double(late.size());
+  double precision = double(at_late) / double(comm - own_time), recall = steps.recall();
   // on a miss, also how the agent judged the bursts it reported (its log's anomaly lines)
   std::string told;
   for (size_t at = 0, n = 0; (at = agent_err.find("eacgm: anomaly: ", at)) != std::string::npos && n < 40;
@@ -374,44 +388,34 @@ TEST_F(Agent, AStragglerInAShortJobIsNamedWithPlainDefaults) {
                {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the last flush
-  kill(agent_->pid(), SIGTERM);
-  EXPECT_EQ(agent_->wait(20), 0);
-  const std::string agent_err = agent_->err();
-  agent_.reset();
+  const std::string agent_err = stop_agent_and_read_log();
   auto t = nlohmann::json::parse(std::ifstream(truth));
-  std::vector<std::pair<int64_t, int64_t>> late;
-  for (const auto& i : t["intervals"]) late.emplace_back(i[0].get<int64_t>(), i[1].get<int64_t>());
+  LateSteps steps(t);
+  const auto& late = steps.late;
   ASSERT_GE(late.size(), 15u) << "the premise: late steps to find";
   std::string named = fmt::format("; rank 1 (pid {} on host ", t["pid"].get<int>());
   Db db(dir_ + "/state/anomalies.db");
   size_t all = 0, at_late = 0, naming = 0;
-  std::set<size_t> found;
-  std::vector<double> lag_s;
   std::string wrong;
   db.each("SELECT ts_ns, dur_ns, cause, found_ns FROM anomalies", [&](sqlite3_stmt* s) {
     int64_t ts = sqlite3_column_int64(s, 0), end = ts + sqlite3_column_int64(s, 1);
     std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
     ++all;
-    bool hit = false;
-    for (size_t i = 0; i < late.size(); ++i)
-      if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
+    bool hit = steps.on_late(ts, end, sqlite3_column_int64(s, 3));
     at_late += hit;
-    if (hit) lag_s.push_back(double(sqlite3_column_int64(s, 3) - ts) / 1e9);
     bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
                  cause.find(named) != std::string::npos && cause.ends_with("late (straggler)");
     naming += names;
     if (!hit || !names)
       wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - late.front().first) / 1e9, cause);
   });
-  std::sort(lag_s.begin(), lag_s.end());
-  double median_lag = lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2];
+  double median_lag = steps.median_lag();
   printf("late steps %zu, found %zu; anomalies %zu, at late steps %zu, naming rank 1 %zu; "
          "reported %.2f s after the late call (median), at most %.2f s%s\n",
-         late.size(), found.size(), all, at_late, naming, median_lag,
-         lag_s.empty() ? 0.0 : lag_s.back(), wrong.c_str());
+         late.size(), steps.found.size(), all, at_late, naming, median_lag, steps.max_lag(),
+         wrong.c_str());
   ASSERT_GT(all, 0u) << "the straggler went unnamed";
-  double precision = double(at_late) / double(all),
-         recall = double(found.size()) / double(late.size());
+  double precision = double(at_late) / double(all), recall = steps.recall();
   // (the job's first half second is not judged: its ranks meet there for the first time)
   EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
       << "precision " << precision << ", recall " << recall << wrong;

@@ -54,6 +54,14 @@ struct QuickSink {
   DetectionSink sink{options(), [this](std::vector<AgentAnomaly>& a) {
                        for (auto& x : a) found.push_back(x.anomaly);
                      }};
+  // an aten::mm call of thread 42, and the time one usually takes (90-110 us)
+  void mm(uint64_t ts, uint64_t ns) {
+    TorchCallRow t;
+    t.ts_ns = ts, t.dur_ns = ns, t.pid = t.tid = 42, t.name = "aten::mm";
+    sink.add(t);
+  }
+  std::mt19937 rng{9};
+  uint64_t usual_mm_ns() { return std::uniform_int_distribution<uint64_t>(90'000, 110'000)(rng); }
   // step(i) for 2,000 steps, a flush every 100, then a wait until `models` models are fitted
   // (for the refit thread, not a bound: a fit of a few thousand calls takes milliseconds)
   void train(const std::function<void(int)>& step, size_t models) {
@@ -905,22 +913,15 @@ TEST(DetectionSink, WhatACpuStallSlowedIsOneAnomalyNamingIt) {
   QuickSink q;
   auto& found = q.found;
   auto& sink = q.sink;
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
-  auto op = [&](uint64_t ts, uint64_t ns) {
-    TorchCallRow t;
-    t.ts_ns = ts, t.dur_ns = ns, t.pid = t.tid = 42, t.name = "aten::mm";
-    sink.add(t);
-  };
   const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
-  q.train([&](int i) { op(start + uint64_t(i) * 20'000'000, dur(rng)); }, 1);
+  q.train([&](int i) { q.mm(start + uint64_t(i) * 20'000'000, q.usual_mm_ns()); }, 1);
   ASSERT_TRUE(found.empty()) << found.front().cause;
   const uint64_t at = start + 41 * kSecond;
   HostSampleRow h = process_sample(42, at + 500'000'000, 0, 100'000'000);
   h.interval_ns = 600'000'000;
   h.stall_ns = 480'000'000, h.stalls = 1, h.stall_end_ns = at + 490'000'000;
   sink.add(h);
-  op(at, 500'000'000);  // 5,000 times the usual: a report of its own
+  q.mm(at, 500'000'000);  // 5,000 times the usual: a report of its own
   sink.flush();  // (the calls are 100 s old: the episode's 5 s of data are over at once)
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(detect::cause_kind(found[0].cause), "CPU stall");
@@ -937,20 +938,13 @@ TEST(DetectionSink, AStopThatCostItsJobLittleIsNoAnomaly) {
   QuickSink q;
   auto& found = q.found;
   auto& sink = q.sink;
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<uint64_t> dur(90'000, 110'000);
-  auto op = [&](uint64_t ts, uint64_t ns) {
-    TorchCallRow t;
-    t.ts_ns = ts, t.dur_ns = ns, t.pid = t.tid = 42, t.name = "aten::mm";
-    sink.add(t);
-  };
   const uint64_t start = monotonic_now_ns() - 100 * kSecond;  // all calls ended long ago
   const uint64_t tick = kSecond / 10;
   auto busy_until = [&, next = start](uint64_t to) mutable {
     for (; next + tick <= to; next += tick) sink.add(process_sample(42, next + tick, 0, tick));
   };
   q.train([&](int i) {
-    op(start + uint64_t(i) * 20'000'000, dur(rng));
+    q.mm(start + uint64_t(i) * 20'000'000, q.usual_mm_ns());
     busy_until(start + uint64_t(i) * 20'000'000);
   }, 1);
   ASSERT_TRUE(found.empty()) << found.front().cause;
@@ -961,7 +955,7 @@ TEST(DetectionSink, AStopThatCostItsJobLittleIsNoAnomaly) {
     h.stall_ns = stall_ns, h.stalls = 1, h.stall_end_ns = at + call_ns - 5'000'000;
     sink.add(h);
     busy_until(at + call_ns);
-    op(at, call_ns);  // 1,500 times the usual: a report of its own
+    q.mm(at, call_ns);  // 1,500 times the usual: a report of its own
     sink.flush();
   };
   stop(start + 41 * kSecond, 150'000'000, 140'000'000);

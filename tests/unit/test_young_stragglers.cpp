@@ -57,9 +57,15 @@ TEST(YoungStragglers, ARankLateFromTheStartIsNamedOnceItsPeersWaitAShareForIt) {
   Steps s;
   std::set<int> late;
   for (int k = 200; k < 3000; k += 97) late.insert(k);  // ~1% of the steps, from 0.6 s on
-  std::set<uint64_t> late_ts;
   uint64_t t0 = s.t;
-  s.run(3000, late);
+  s.run(1000, late);
+  // a busy machine's 6 ms late join of the same rank among its 30 ms ones: the job's own
+  s.run(1, {0}, 101, 6 * kMs);
+  EXPECT_EQ(s.reported.count(s.t - 3 * kMs - 6 * kMs), 0u);
+  std::set<int> rest;
+  for (int k : late)
+    if (k >= 1000) rest.insert(k - 1001);
+  s.run(1999, rest);
   // every late step's call went out (the first two with the third), and nothing else
   ASSERT_EQ(s.reported.size(), late.size());
   for (const auto& a : s.all) {
