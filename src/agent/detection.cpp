@@ -441,8 +441,8 @@ void DetectionSink::score_calls(std::vector<AgentAnomaly>& out) {
         if (!w || w->on_gpu || (judged[i] && modelled) || w->last_pid == t.pid[i]) continue;
         std::string key = job_of(t.pid[i]);
         if (key.empty()) key = fmt::format("pid {}", t.pid[i]);
-        MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
-                      w->straggling_ns(), t.ts_ns[i] + w->wait_ns, w->last_pid};
+        detect::MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
+                      w->straggling_ns(), t.ts_ns[i] + w->wait_ns, w->last_pid, i};
         for (auto& a : young_stragglers_.observe(key, g.name, c)) {
           detector_.note_reported(t.group, a.ts_ns, a.dur_ns);
           std::string name = process_name(a.pid);

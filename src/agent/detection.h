@@ -23,7 +23,7 @@
 #include "agent/stall_episodes.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
-#include "agent/young_stragglers.h"
+#include "detect/young_stragglers.h"
 #include "detect/call_context.h"
 #include "detect/online.h"
 #include "export/metrics.h"
@@ -200,7 +200,7 @@ class DetectionSink final : public Sink {
   std::vector<uint32_t> exited_;
   JobStarts job_starts_;
   StallEpisodes stall_episodes_;  // what CPU stalls slowed: one anomaly each
-  YoungStragglers young_stragglers_;  // late ranks the models do not judge yet
+  detect::YoungStragglers young_stragglers_;  // late ranks the models do not judge yet
   uint64_t judged_to_ = 0;  // the latest call or window end judged
   uint64_t last_save_ = 0;
   bool unsaved_ = false;

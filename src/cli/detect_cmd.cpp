@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "detect/call_context.h"
 #include "detect/detector.h"
 #include "detect/materiality.h"
+#include "detect/young_stragglers.h"
 #include "report/collectives.h"
 #include "store/anomalies.h"
 #include "store/merge.h"
@@ -325,9 +327,12 @@ void print_strongest(const DetectArgs& a, const std::vector<detect::Anomaly>& an
       break;
     }
     // (a collective flagged for a wait past its group's tail may score above the threshold)
-    std::string judged = an.score < an.threshold
-                             ? fmt::format("score {:.1f} < {:.1f}", an.score, an.threshold)
-                             : fmt::format("score {:.1f}, wait past its tail", an.score);
+    std::string judged =
+        an.late_share > 0
+            ? fmt::format("{} late joins in {:.3g} s, peers waiting {:.0f}% of it", an.burst,
+                          double(an.burst_window_ns) / 1e9, 100 * an.late_share)
+        : an.score < an.threshold ? fmt::format("score {:.1f} < {:.1f}", an.score, an.threshold)
+                                  : fmt::format("score {:.1f}, wait past its tail", an.score);
     fmt::print("  +{:.3f} s  {:<6} {:<24} {:>10}  {}  {} ({})\n",
                double(int64_t(an.ts_ns) - start) / 1e9, an.layer,
                anomaly_subject(an.layer, an.name), human_duration(an.dur_ns), judged, an.cause,
@@ -364,7 +369,33 @@ int run_detect(const DetectArgs& a) {
   load_or_train_elsewhere(a, opts, t);
   Collectives collectives(rec);
   auto tables = tables_of(rec, t.window_ns, a.layers, collectives);
-  if (a.model.empty() && a.train.empty()) train_on_own_start(a, start, end, tables, opts, t);
+  // Late joins judged against the job's own collectives, where no model judges them (as the
+  // agent: detect/young_stragglers.h): first each operation's training calls, which training
+  // then leaves out where a rank was late...
+  detect::YoungStragglers young_rule;
+  std::vector<detect::Anomaly> young;
+  const bool own = a.model.empty() && a.train.empty();
+  if (own) {
+    auto split = detect::split_by_count(tables, a.train_fraction);
+    young = detect::young_stragglers(
+        tables, collectives, young_rule, [&](const detect::FeatureTable& tb, size_t i) {
+          auto s = split.find(tb.group);
+          return s == split.end() || tb.ts_ns[i] < s->second;
+        });
+    train_on_own_start(a, start, end, tables, opts, t);
+  }
+  // ... then the rest of the calls of the operations without a model
+  {
+    std::set<std::string> modelled;
+    for (const auto& g : t.model.groups) modelled.insert(g.group);
+    auto more = detect::young_stragglers(
+        tables, collectives, young_rule, [&](const detect::FeatureTable& tb, size_t i) {
+          if (modelled.count(tb.group)) return false;
+          auto s = t.split.find(tb.group);
+          return !own || s == t.split.end() || tb.ts_ns[i] >= s->second;
+        });
+    young.insert(young.end(), more.begin(), more.end());
+  }
   if (!a.save_model.empty()) {
     std::ofstream out(a.save_model);
     out << detect::detector_to_json(t.model).dump(1) << "\n";
@@ -383,6 +414,10 @@ int run_detect(const DetectArgs& a) {
                                           a.min_excess_us, &not_flagged, t.score_from);
   // as the agent: an operation's slow calls that cost it next to nothing are not reported
   t.immaterial = detect::drop_immaterial(anomalies, a.min_share, detect::kMaterialSpanNs);
+  // (the late joins are material by their own rule: their peers waited a share of the time)
+  anomalies.insert(anomalies.end(), young.begin(), young.end());
+  std::stable_sort(anomalies.begin(), anomalies.end(),
+                   [](const auto& x, const auto& y) { return x.ts_ns < y.ts_ns; });
   detect::explain_waits(collectives, anomalies);
   detect::CallContext context(rec);
   context.explain(anomalies);

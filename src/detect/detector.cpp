@@ -22,10 +22,14 @@ Eigen::MatrixXd select_rows(const Eigen::MatrixXd& x, const std::vector<Eigen::I
   return out;
 }
 
+// A row that training leaves out (FeatureTable::left_out).
+bool left_out(const FeatureTable& t, size_t i) { return i < t.left_out.size() && t.left_out[i]; }
+
+// The rows before `cut` (training: but those left out) or from it on.
 Eigen::MatrixXd rows_where(const FeatureTable& t, bool before, uint64_t cut) {
   std::vector<Eigen::Index> keep;
   for (size_t i = 0; i < t.ts_ns.size(); ++i)
-    if ((t.ts_ns[i] < cut) == before) keep.push_back(Eigen::Index(i));
+    if ((t.ts_ns[i] < cut) == before && !(before && left_out(t, i))) keep.push_back(Eigen::Index(i));
   return select_rows(t.values, keep);
 }
 
@@ -373,7 +377,7 @@ Eigen::Index startup_windows(const GroupModel& g, const Eigen::MatrixXd& x, doub
 double runq_tail_us(const FeatureTable& t, uint64_t until_ns, double q) {
   std::vector<int64_t> waits;
   for (size_t i = 0; i < t.ts_ns.size() && i < t.runq_ns.size(); ++i)
-    if (t.ts_ns[i] < until_ns && t.runq_ns[i] >= 0) waits.push_back(t.runq_ns[i]);
+    if (t.ts_ns[i] < until_ns && t.runq_ns[i] >= 0 && !left_out(t, i)) waits.push_back(t.runq_ns[i]);
   if (waits.empty()) return -1;
   auto at = waits.begin() + std::ptrdiff_t(std::min(double(waits.size() - 1),
                                                     std::floor((1 - q) * double(waits.size() - 1))));

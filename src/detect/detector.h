@@ -180,7 +180,7 @@ struct Anomaly {
   // The CPU stalls the host saw under it (CallContext::explain, explain_window); 0: none
   // worth naming.
   double stalled_ns = 0;
-  // Online, a late join in a job's first seconds (agent/young_stragglers.h): the share of the
+  // Online, a late join in a job's first seconds (detect/young_stragglers.h): the share of the
   // span its `burst` late joins came in (burst_window_ns) that its peers waited for the late
   // rank; 0 for the others.
   double late_share = 0;

@@ -30,6 +30,10 @@ struct FeatureTable {
   // collectives matched across ranks: the pid of the rank that joined last (0: unmatched);
   // empty where no row was matched (find_anomalies then takes the waiting process for it)
   std::vector<uint32_t> late_pid;
+  // Rows left out of training where set (1): calls already reported before any model judged
+  // them (a straggler's late joins from the job's start, young_stragglers.h), which are no
+  // normal to learn. Empty: none.
+  std::vector<uint8_t> left_out;
   Eigen::MatrixXd values;  // rows x features
   // The window features other than durations are log(1 + rate) (the agent's windows), not
   // rates: for saying what was measured in its units (detect::Measured)

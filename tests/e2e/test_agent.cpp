@@ -17,38 +17,13 @@
 #include <sstream>
 
 #include "agent_fixture.h"
+#include "late_steps.h"
 #include "node_pair.h"
 
 namespace e2e {
 namespace {
 
 double metric_sum(const std::string& text, const std::string& name, const std::string& labels);
-
-// The late steps a straggling workload wrote down (eval/workloads/gloo_straggler.py's truth:
-// each delay's start and end, CLOCK_MONOTONIC ns), which of them the anomalies lay on, and how
-// long after its late call each anomaly on one was reported (found_ns).
-struct LateSteps {
-  explicit LateSteps(const nlohmann::json& truth) {
-    for (const auto& i : truth["intervals"])
-      late.emplace_back(i[0].get<int64_t>(), i[1].get<int64_t>());
-  }
-  // whether an anomaly over [ts, end] lies on a late step
-  bool on_late(int64_t ts, int64_t end, int64_t found_ns) {
-    bool hit = false;
-    for (size_t i = 0; i < late.size(); ++i)
-      if (ts <= late[i].second && end >= late[i].first) hit = true, found.insert(i);
-    double lag = double(found_ns - ts) / 1e9;
-    if (hit) lag_s.insert(std::upper_bound(lag_s.begin(), lag_s.end(), lag), lag);
-    return hit;
-  }
-  double median_lag() const { return lag_s.empty() ? 0.0 : lag_s[lag_s.size() / 2]; }
-  double max_lag() const { return lag_s.empty() ? 0.0 : lag_s.back(); }
-  double recall() const { return double(found.size()) / double(late.size()); }
-  std::vector<std::pair<int64_t, int64_t>> late;
-  std::set<size_t> found;
-  std::vector<double> lag_s;  // sorted
-};
-
 
 TEST_F(Agent, ServesOnlyGetOfKnownPaths) {
   httplib::Client c("127.0.0.1", port_);
@@ -377,7 +352,7 @@ TEST_F(Agent, ALateRankIsNamedOnlineAsDetectNamesIt) {
 // Issue 31's own case, with plain `eacgm agent` (no option): a 2-rank Gloo job of 3,000 steps
 // (~10 s here) whose rank 1 joins 30 ms late in 1% of them from the start. No model judges a
 // job so short (10 s of warm-up, 30 s before a first model); its late rank is named all the
-// same, from its own collectives (agent/young_stragglers.h): every anomaly at a late step,
+// same, from its own collectives (detect/young_stragglers.h): every anomaly at a late step,
 // naming rank 1, reported within two 1 s windows of it; nothing else.
 TEST_F(Agent, AStragglerInAShortJobIsNamedWithPlainDefaults) {
   const std::string w = EACGM_WORKLOAD_SOURCES;

@@ -15,6 +15,7 @@
 #include "detect/call_context.h"
 #include "detect/detector.h"
 #include "detect/features.h"
+#include "detect/young_stragglers.h"
 #include "report/collectives.h"
 #include "store/reader.h"
 #include "store/sqlite_util.h"
@@ -694,6 +695,72 @@ TEST(Collectives, DetectFindsTheStragglerAndOnlyIt) {
   }
   EXPECT_EQ(waited, straggled);
   EXPECT_EQ(slowed, slow);
+  fs::remove(path);
+}
+
+// A rank late from the job's start, as detect judges a recording on its own first half: each
+// operation's model would learn its late joins as the job's normal (1% of the steps, in both
+// halves), and find none. Judged by the job's own collectives where no model judges them (the
+// training calls: young_stragglers.h, as the agent) and left out of training, the late joins of
+// the first half are named by that rule and those of the second by the model: every late step,
+// and nothing else.
+TEST(Collectives, DetectNamesARankLateFromTheStartInBothHalves) {
+  std::string path = temp_path("collectives_young");
+  std::set<uint64_t> late;
+  {
+    RecordingWriter w(path, true);
+    Loop loop(w);
+    std::mt19937_64 rng(5);
+    std::lognormal_distribution<double> gap(std::log(3e6), 0.2);
+    for (int k = 0; k < 3000; ++k) {
+      Loop::Step s;
+      s.gap[0] = uint64_t(gap(rng)), s.gap[1] = uint64_t(gap(rng));
+      bool is_late = k >= 200 && k % 60 == 30;  // (0.8% of the rows, beyond the 0.5% tail)
+      if (is_late) s.gap[1] += 30 * ms;
+      auto start = loop.step(s);
+      if (is_late) late.insert(start[0]);
+    }
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  RecordingReader rec(path);
+  Collectives c(rec);
+  auto tables = call_features(rec, &c);
+  ASSERT_EQ(tables.size(), 1u);
+  auto split = split_by_count(tables, 0.5);
+  const uint64_t half = split.at(tables[0].group);
+  auto judge = [&](bool leave_out) {
+    std::vector<FeatureTable> own = tables;
+    YoungStragglers rule;
+    auto found = young_stragglers(own, c, rule, [&](const FeatureTable& t, size_t i) {
+      return t.ts_ns[i] < half;
+    });
+    if (!leave_out) own[0].left_out.clear();
+    size_t young = found.size();
+    for (size_t k = 0; k < young; ++k) {
+      EXPECT_LT(found[k].ts_ns, half);
+      EXPECT_EQ(own[0].left_out.size(), leave_out ? own[0].ts_ns.size() : 0u);
+      if (leave_out) EXPECT_EQ(own[0].left_out.at(found[k].row), 1) << found[k].ts_ns;
+      EXPECT_EQ(own[0].ts_ns.at(found[k].row), found[k].ts_ns);
+    }
+    auto model = train_detector(own, split, DetectOptions{}, nullptr);
+    auto scored = find_anomalies(model, own, split, 3, 1000, nullptr);
+    found.insert(found.end(), scored.begin(), scored.end());
+    explain_waits(c, found);
+    std::set<uint64_t> at;
+    for (const auto& a : found) {
+      at.insert(a.ts_ns);
+      EXPECT_EQ(a.pid, 100u);
+      EXPECT_EQ(a.late_pid, 200u) << a.cause;
+    }
+    return std::make_pair(at, young);
+  };
+  auto [named, young] = judge(true);
+  EXPECT_EQ(named, late);
+  EXPECT_GE(young, 10u) << "the first half's late joins, named by the job's own collectives";
+  // learnt with its late joins, the model finds few of the second half's
+  auto [learnt, young_too] = judge(false);
+  EXPECT_LT(learnt.size() - young_too, (late.size() - young) / 2);
   fs::remove(path);
 }
 

@@ -1,4 +1,4 @@
-// A rank late in a job's first seconds, named without a model (agent/young_stragglers.h), and
+// A rank late in a job's first seconds, named without a model (detect/young_stragglers.h), and
 // the agent naming it as issue 31 asks of a 14 s job: plain `eacgm agent` beside a 2-rank job
 // whose rank 1 joins 30 ms late in 1% of its 3,000 steps.
 #include <gtest/gtest.h>
@@ -12,11 +12,13 @@
 #include "agent/anomaly_reporter.h"
 #include "agent/detection.h"
 #include "agent/node_collectives.h"
-#include "agent/young_stragglers.h"
+#include "detect/young_stragglers.h"
 #include "gpu/gpu_samples.h"  // monotonic_now_ns
 
 namespace eacgm {
 namespace {
+using detect::MatchedCall;
+using detect::YoungStragglers;
 
 constexpr uint64_t kMs = 1'000'000, kUs = 1'000, kSecond = 1'000'000'000;
 

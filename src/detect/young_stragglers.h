@@ -24,11 +24,16 @@
 // (rank 0 late by 5-70 ms every 2 s, bench/irregular_job.py) is 1-2%; a rank that keeps its
 // peers waiting 5% of the time or more (a 100 ms checkpoint every 2 s) is named, periodic or not.
 //
+// One rule for both drivers: the agent feeds it the calls its models do not judge yet, detect
+// (young_stragglers() below) each operation's training calls, which would otherwise teach its
+// model a rank late from the job's start as the job's normal.
+//
 // Calls come in the order they ended (not quite in time order across ranks): the joins of the
 // window are sorted before they are counted.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -37,6 +42,10 @@
 #include "detect/detector.h"
 
 namespace eacgm {
+class Collectives;
+}
+
+namespace eacgm::detect {
 
 struct YoungStragglerOptions {
   uint64_t start_ns = 500'000'000;
@@ -60,6 +69,7 @@ struct MatchedCall {
   uint64_t straggling_ns = 0;  // the wait for the last rank less what its CPU and previous call explain
   uint64_t joined_ns = 0;      // when the last rank joined (the same for every call of the instance)
   uint32_t late_pid = 0;       // the rank that joined last (0: unknown)
+  size_t row = 0;              // its row in its table (the anomaly's `row`)
 };
 
 class YoungStragglers {
@@ -89,4 +99,15 @@ class YoungStragglers {
   std::map<std::pair<std::string, std::string>, State> states_;
 };
 
-}  // namespace eacgm
+// Offline (detect), the same rule over a recording (one job): feeds `rule` the matched
+// collectives of the comm tables' rows that `unjudged` picks (those no model judges: each
+// operation's training calls, and the calls of an operation without a model), each table's in
+// time order, and returns the late joins it names (their `row` is their table's). Those rows are
+// marked left out of training (FeatureTable::left_out): a rank late from the job's start is not
+// its normal, and the models, learnt without its late joins, judge the rest of the job as the
+// agent's do.
+std::vector<Anomaly> young_stragglers(std::vector<FeatureTable>& tables,
+                                      const Collectives& collectives, YoungStragglers& rule,
+                                      const std::function<bool(const FeatureTable&, size_t)>& unjudged);
+
+}  // namespace eacgm::detect

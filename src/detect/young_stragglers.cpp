@@ -1,5 +1,5 @@
-// A rank late in a job's first seconds (agent/young_stragglers.h).
-#include "agent/young_stragglers.h"
+// A rank late in a job's first seconds (detect/young_stragglers.h).
+#include "detect/young_stragglers.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,9 @@
 #include <cmath>
 
 #include "detect/materiality.h"
+#include "report/collectives.h"
 
-namespace eacgm {
+namespace eacgm::detect {
 
 std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
                                                       const std::string& op,
@@ -95,6 +96,7 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
     a.dur_ns = k.call.dur_ns;
     a.pid = k.call.pid;
     a.tid = k.call.tid;
+    a.row = k.call.row;
     a.runq_ns = k.call.runq_ns;
     a.cause = fmt::format("straggling rank: {} waited for a peer", op);
     a.top_features = {{"log_straggler_wait_10us", 1.0}};
@@ -107,8 +109,36 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
   return out;
 }
 
+std::vector<Anomaly> young_stragglers(std::vector<FeatureTable>& tables,
+                                      const Collectives& collectives, YoungStragglers& rule,
+                                      const std::function<bool(const FeatureTable&, size_t)>& unjudged) {
+  std::vector<Anomaly> out;
+  for (FeatureTable& t : tables) {
+    if (t.layer != "comm" || t.late_pid.empty()) continue;
+    std::vector<size_t> rows;
+    for (size_t i = 0; i < t.ts_ns.size(); ++i)
+      if (t.late_pid[i] && unjudged(t, i)) rows.push_back(i);
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](size_t a, size_t b) { return t.ts_ns[a] < t.ts_ns[b]; });
+    for (size_t i : rows) {
+      const PeerWait* w = collectives.find(t.pid[i], t.ts_ns[i]);
+      // (NCCL's waits measured on the GPU are the models' alone, as in the agent)
+      if (!w || w->on_gpu || w->last_pid == t.pid[i]) continue;
+      MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
+                    w->straggling_ns(), t.ts_ns[i] + w->wait_ns, w->last_pid, i};
+      for (Anomaly& a : rule.observe("", t.name, c)) {
+        if (t.left_out.empty()) t.left_out.assign(t.ts_ns.size(), 0);
+        t.left_out[a.row] = 1;
+        a.name = t.name;
+        out.push_back(std::move(a));
+      }
+    }
+  }
+  return out;
+}
+
 void YoungStragglers::forget_before(uint64_t ts_ns) {
   std::erase_if(states_, [&](const auto& s) { return s.second.last_ns < ts_ns; });
 }
 
-}  // namespace eacgm
+}  // namespace eacgm::detect
