@@ -114,7 +114,7 @@ bool JobStarts::join(AgentAnomaly& x, uint64_t now_ns) {
     ++e->windows[detect::cause_kind(a.cause)];
   else
     ++e->calls[a.name];
-  if (!e->scored || a.score - a.threshold < e->score - e->threshold)
+  if (!e->scored || detect::margin(a) < detect::margin(e->score, e->threshold))
     e->score = a.score, e->threshold = a.threshold, e->scored = true;
   return true;
 }

@@ -56,7 +56,7 @@ void StallEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
       ++e.windows[detect::cause_kind(a.cause)];
     else
       ++e.calls[a.name];
-    if (!e.scored || a.score - a.threshold < e.score - e.threshold)
+    if (!e.scored || detect::margin(a) < detect::margin(e.score, e.threshold))
       e.score = a.score, e.threshold = a.threshold, e.scored = true;
     if (material_ && !e.material) e.material = material_(x.job, e.pid, e.last_end_ns);
   }

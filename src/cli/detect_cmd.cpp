@@ -206,8 +206,12 @@ void load_or_train_elsewhere(const DetectArgs& a, const detect::DetectOptions& o
   } else if (!a.train.empty()) {
     RecordingReader train(a.train);
     Collectives train_collectives(train);
-    t.model = detect::train_detector(tables_of(train, t.window_ns, a.layers, train_collectives),
-                                     UINT64_MAX, opts, &t.skipped);
+    auto tables = tables_of(train, t.window_ns, a.layers, train_collectives);
+    // (a rank late throughout the training recording is no normal to learn: as on its own start)
+    detect::YoungStragglers rule;
+    detect::young_stragglers(tables, train_collectives, rule,
+                             [](const detect::FeatureTable&, size_t) { return true; });
+    t.model = detect::train_detector(tables, UINT64_MAX, opts, &t.skipped);
     t.model.window_ns = t.window_ns;
     t.trained_on = a.trains.size() > 1 ? fmt::format("recordings {}", fmt::join(a.trains, ", "))
                                         : "recording " + a.train;
@@ -309,13 +313,14 @@ void print_notes(const Trained& t, const Collectives& collectives,
                not_flagged.a_little_slower, detect::kMinWindowSlowdown);
 }
 
-// The strongest anomalies first: how far below its threshold each one fell.
+// The strongest anomalies first: how far below its threshold each one fell (those no model
+// scored, late joins named against the job's own collectives, last).
 void print_strongest(const DetectArgs& a, const std::vector<detect::Anomaly>& anomalies,
                      int64_t start) {
   std::vector<const detect::Anomaly*> strongest;
   for (const auto& an : anomalies) strongest.push_back(&an);
   std::sort(strongest.begin(), strongest.end(), [](const auto* x, const auto* y) {
-    return x->score - x->threshold < y->score - y->threshold;
+    return detect::margin(*x) < detect::margin(*y);
   });
   if (!strongest.empty()) fmt::print("  strongest:\n");
   size_t shown = 0;
@@ -386,8 +391,10 @@ int run_detect(const DetectArgs& a) {
   }
   // ... then the rest of the calls of the operations without a model
   {
-    std::set<std::string> modelled;
-    for (const auto& g : t.model.groups) modelled.insert(g.group);
+    std::set<std::string> modelled;  // (a model whose features differ judges nothing)
+    for (const auto& g : t.model.groups)
+      for (const auto& table : tables)
+        if (table.group == g.group && table.feature_names == g.features) modelled.insert(g.group);
     auto more = detect::young_stragglers(
         tables, collectives, young_rule, [&](const detect::FeatureTable& tb, size_t i) {
           if (modelled.count(tb.group)) return false;

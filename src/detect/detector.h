@@ -2,6 +2,7 @@
 // windows), a threshold calibrated on the training samples, and a probable cause from the
 // features that pull a sample's score down.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -185,6 +186,15 @@ struct Anomaly {
   // rank; 0 for the others.
   double late_share = 0;
 };
+
+// How far below its threshold an anomaly's score fell (the lower, the more unusual); +infinity
+// for one that no model scored (a late join named against the job's own collectives:
+// young_stragglers.h, score and threshold NaN), which ranks after every scored one.
+inline double margin(double score, double threshold) {
+  double m = score - threshold;
+  return std::isnan(m) ? INFINITY : m;
+}
+inline double margin(const Anomaly& a) { return margin(a.score, a.threshold); }
 
 // The anomaly's measured features in words, joined by ", " ("run-queue wait 458 ms/s (usual 3
 // ms/s), CPU 0.3 cores (usual 1 cores)"; those that read as usual left out: describe_features);

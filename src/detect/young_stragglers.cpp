@@ -99,7 +99,9 @@ std::vector<detect::Anomaly> YoungStragglers::observe(const std::string& job,
     a.row = k.call.row;
     a.runq_ns = k.call.runq_ns;
     a.cause = fmt::format("straggling rank: {} waited for a peer", op);
-    a.top_features = {{"log_straggler_wait_10us", 1.0}};
+    // (no model scored it: no log-density, no threshold, no contribution; stored as NULL)
+    a.score = a.threshold = NAN;
+    a.top_features = {{"log_straggler_wait_10us", NAN}};
     a.measured = {{"log_straggler_wait_10us", double(k.call.straggling_ns) / 1e3, k.usual_ns / 1e3}};
     a.burst = r.events;
     a.burst_window_ns = uint64_t(span);
@@ -126,7 +128,9 @@ std::vector<Anomaly> young_stragglers(std::vector<FeatureTable>& tables,
       if (!w || w->on_gpu || w->last_pid == t.pid[i]) continue;
       MatchedCall c{t.ts_ns[i], t.dur_ns[i], t.pid[i], t.tid[i], t.runq_ns[i],
                     w->straggling_ns(), t.ts_ns[i] + w->wait_ns, w->last_pid, i};
-      for (Anomaly& a : rule.observe("", t.name, c)) {
+      // (one state per table, its group for the job: a recording, merged or not, is one job)
+      for (Anomaly& a : rule.observe(t.group, t.name, c)) {
+        if (a.row >= t.ts_ns.size() || t.ts_ns[a.row] != a.ts_ns) continue;  // (not this table's)
         if (t.left_out.empty()) t.left_out.assign(t.ts_ns.size(), 0);
         t.left_out[a.row] = 1;
         a.name = t.name;

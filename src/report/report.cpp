@@ -61,10 +61,12 @@ void print_anomalies(const RecordingReader& rec, FILE* out) {
   for (const AnomalyRow& a : strongest_anomalies(rec, 10)) {
     // the top features as detect prints them: measured and usual, in their units
     std::string top = features_text(a.features);
-    // (a collective flagged for a wait past its group's tail may score above it)
-    std::string judged = a.score < a.threshold
-                             ? fmt::format("score {:.1f} < {:.1f}", a.score, a.threshold)
-                             : fmt::format("score {:.1f}, wait past its tail", a.score);
+    // (a collective flagged for a wait past its group's tail may score above it; a late join
+    // named against the job's own collectives has no score: detect/young_stragglers.h)
+    std::string judged =
+        std::isnan(a.score)        ? std::string("late join, against the job's own collectives")
+        : a.score < a.threshold ? fmt::format("score {:.1f} < {:.1f}", a.score, a.threshold)
+                                : fmt::format("score {:.1f}, wait past its tail", a.score);
     fmt::print(out, "  +{:.3f} s  {:<6} {:<24} {:>11}  {}  {}{}\n",
                (double(a.ts_ns) - double(t0)) / 1e9, a.layer, anomaly_subject(a.layer, a.name),
                human_ns(double(a.dur_ns)), judged, a.cause, top.empty() ? "" : " (" + top + ")");

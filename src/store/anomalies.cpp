@@ -120,10 +120,13 @@ std::string features_text(std::string_view json_text, size_t n) {
   std::string contributions;  // (recordings before the values were stored)
   for (const auto& e : f) {
     if (n-- == 0) break;
-    if (!e.is_array() || e.size() < 2 || !e[0].is_string() || !e[1].is_number()) continue;
+    // (a contribution is null where no model scored the anomaly)
+    if (!e.is_array() || e.size() < 2 || !e[0].is_string() ||
+        !(e[1].is_number() || e[1].is_null()))
+      continue;
     if (e.size() >= 4 && e[2].is_number() && e[3].is_number())
       measured.push_back({e[0].get<std::string>(), e[2].get<double>(), e[3].get<double>()});
-    else
+    else if (e[1].is_number())
       contributions += fmt::format("{}{}={:.1f}", contributions.empty() ? "" : " ",
                                    e[0].get<std::string>(), e[1].get<double>());
   }

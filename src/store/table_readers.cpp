@@ -289,7 +289,8 @@ void each_anomaly(const RecordingReader& rec, const std::function<void(const Ano
 
 std::vector<AnomalyRow> strongest_anomalies(const RecordingReader& rec, size_t limit) {
   std::vector<AnomalyRow> out;
-  anomalies_in(rec, "ORDER BY score - threshold LIMIT " + std::to_string(limit),
+  // (those without a score, late joins no model judged, after every scored one)
+  anomalies_in(rec, "ORDER BY score IS NULL, score - threshold LIMIT " + std::to_string(limit),
                [&](const AnomalyRow& a) { out.push_back(a); });
   return out;
 }

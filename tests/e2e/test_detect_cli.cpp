@@ -233,36 +233,64 @@ TEST(DetectStraggler, ARankLateFromTheJobsStartIsNamedWithPlainDefaults) {
                 truth, "0", "1", "0.01", "30"},
                {}, 180);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto d = run({kEacgm, "detect", db}, {}, 120);
-  ASSERT_EQ(d.exit_code, 0) << d.err;
   auto t = nlohmann::json::parse(std::ifstream(truth));
-  LateSteps steps(t);
-  ASSERT_GE(steps.late.size(), 15u) << "the premise: late steps to find";
-  std::string named = fmt::format("; rank 1 (pid {}) joined ", t["pid"].get<int>());
-  size_t all = 0, at_late = 0, naming = 0;
-  std::string wrong;
-  Db(db).each("SELECT ts_ns, dur_ns, cause FROM anomalies", [&](sqlite3_stmt* s) {
-    int64_t ts = sqlite3_column_int64(s, 0), end = ts + sqlite3_column_int64(s, 1);
-    std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
-    ++all;
-    bool hit = steps.on_late(ts, end);
-    at_late += hit;
-    bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
-                 cause.find(named) != std::string::npos && cause.ends_with("late (straggler)");
-    naming += names;
-    if (!hit || !names)
-      wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - steps.late.front().first) / 1e9, cause);
-  });
-  printf("late steps %zu, found %zu; anomalies %zu, at late steps %zu, naming rank 1 %zu%s\n",
-         steps.late.size(), steps.found.size(), all, at_late, naming, wrong.c_str());
-  ASSERT_GT(all, 0u) << "the straggler went unnamed:\n" << d.out;
-  double precision = double(at_late) / double(all), recall = steps.recall();
-  // (the job's first half second is not judged: its ranks meet there for the first time)
-  EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
-      << "precision " << precision << ", recall " << recall << wrong;
-  EXPECT_EQ(naming, all) << wrong;
-  EXPECT_NE(d.out.find("straggling rank: gloo:all_reduce waited for a peer" + named), std::string::npos)
-      << d.out;
+  ASSERT_GE(LateSteps(t).late.size(), 15u) << "the premise: late steps to find";
+  const std::string named = fmt::format("; rank 1 (pid {}) joined ", t["pid"].get<int>());
+  // Scores the collectives' anomalies against the late steps: F1 at least 0.9, and every one at a
+  // late step, naming rank 1 (the job's first half second is not judged: its ranks meet there
+  // for the first time); or, from `from_ns` on, every one at a late step naming it. (Windows
+  // are the host's: a 0.1 s window of this 2-core VM's own interference is no straggler's.)
+  auto expect_named = [&](const std::string& how, const std::string& out, int64_t from_ns = 0) {
+    LateSteps steps(t);
+    std::erase_if(steps.late, [&](const auto& l) { return l.first < from_ns; });
+    size_t all = 0, at_late = 0, naming = 0, unscored = 0, naming_at_late = 0;
+    std::string wrong;
+    Db(db).each(fmt::format("SELECT ts_ns, dur_ns, cause, score IS NULL FROM anomalies WHERE "
+                            "layer = 'comm' AND ts_ns >= {}",
+                            from_ns),
+                [&](sqlite3_stmt* s) {
+      int64_t ts = sqlite3_column_int64(s, 0), end = ts + sqlite3_column_int64(s, 1);
+      std::string cause = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
+      ++all;
+      unscored += sqlite3_column_int(s, 3);
+      bool hit = steps.on_late(ts, end);
+      at_late += hit;
+      bool names = cause.starts_with("straggling rank: gloo:all_reduce waited for a peer; ") &&
+                   cause.find(named) != std::string::npos && cause.ends_with("late (straggler)");
+      naming += names;
+      naming_at_late += names && hit;
+      if (!hit || !names)
+        wrong += fmt::format("\n  {:+.2f} s: {}", double(ts - steps.late.front().first) / 1e9, cause);
+    });
+    printf("%s: late steps %zu, found %zu; anomalies %zu (%zu without a score), at late steps %zu, "
+           "naming rank 1 %zu%s\n",
+           how.c_str(), steps.late.size(), steps.found.size(), all, unscored, at_late, naming,
+           wrong.c_str());
+    EXPECT_GT(all, 0u) << how << ": the straggler went unnamed:\n" << out;
+    if (all == 0) return size_t(0);
+    double precision = double(at_late) / double(all), recall = steps.recall();
+    EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
+        << how << ": precision " << precision << ", recall " << recall << wrong;
+    EXPECT_EQ(from_ns ? naming_at_late : naming, from_ns ? at_late : all) << how << wrong;
+    EXPECT_NE(out.find("straggling rank: gloo:all_reduce waited for a peer" + named),
+              std::string::npos)
+        << out;
+    return unscored;
+  };
+  std::string model = dir + "/model.json";
+  auto d = run({kEacgm, "detect", "--save-model", model, db}, {}, 120);
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  // the first half's late joins named by the rule (no score), the second half's by the model
+  EXPECT_GT(expect_named("plain detect", d.out), 0u);
+  // The model saved, learnt without the late joins, names them all on its own, the first half's
+  // too (a model that had learnt them would name none). From the job's second second on: a
+  // model given a whole recording judges its start-up too (the ranks' first meetings, windows),
+  // which a job's own training leaves out; and its own training calls, of which a healthy one
+  // may fall past its threshold (in 1 of 3 runs, one "slow collective").
+  auto again = run({kEacgm, "detect", "--model", model, db}, {}, 120);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  int64_t first = Db(db).scalar("SELECT min(ts_ns) FROM comm_calls");
+  EXPECT_EQ(expect_named("detect --model", again.out, first + 1'000'000'000), 0u);
 }
 
 }  // namespace

@@ -1042,6 +1042,10 @@ TEST(Explanations, MeasuredAndUsualInTheirUnits) {
   EXPECT_EQ(features_text(R"([["log_duration_us", -25.5]])"), "log_duration_us=-25.5")
       << "recordings before the values were stored";
   EXPECT_EQ(features_text("not json"), "not json");
+  // a late join no model scored (young_stragglers.h): no contribution, its values all the same
+  EXPECT_EQ(features_text(R"([["log_straggler_wait_10us", null, 30300, 38.9]])"),
+            "waited for a late rank 30.3 ms (usual 38.9 us)");
+  EXPECT_EQ(features_text(R"([["log_straggler_wait_10us", null]])"), "");
 
   // from the detector: a call 50 times its usual 100 us; a window of the agent's (log rates)
   FeatureTable calls;

@@ -8,6 +8,7 @@
 #include <csignal>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "store/recording.h"
 #include "store/rows.h"
 #include "store/sqlite_util.h"
+#include "store/table_readers.h"
 #include "util/error.h"
 #include "util/output_file.h"
 
@@ -255,6 +257,48 @@ TEST_F(Store, BadOutputPathsNameTheProblem) {
     fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
     EXPECT_NE(message((dir_ / "ro/run.db").string()).find("not writable"), std::string::npos);
   }
+}
+
+// A late join that no model judged (detect/young_stragglers.h) has no score: stored as NULL,
+// listed after every scored anomaly, and said as what it is, not as "score nan".
+TEST_F(Store, AnAnomalyNoModelScoredHasNoScore) {
+  {
+    RecordingWriter w(path_, false);
+    w.set_meta("start_monotonic_ns", "1");
+    w.flush();
+    ASSERT_EQ(w.close(), "");
+  }
+  const std::string late = R"([["log_straggler_wait_10us",null,30300.0,38.9]])";
+  write_anomalies(path_,
+                  {AnomalyRow{5, 31'000'000, "comm", "gloo:all_reduce", NAN, NAN,
+                              "straggling rank: gloo:all_reduce waited for a peer", late},
+                   AnomalyRow{9, 2, "cuda", "cudaMalloc", -9, -3, "slow cuda call: cudaMalloc", "[]"}},
+                  {{"detect_trained_on", "the first half"}});
+  RecordingReader rec(path_);
+  auto strongest = strongest_anomalies(rec, 5);
+  ASSERT_EQ(strongest.size(), 2u);
+  EXPECT_EQ(strongest[0].name, "cudaMalloc");
+  EXPECT_TRUE(std::isnan(strongest[1].score) && std::isnan(strongest[1].threshold));
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  ASSERT_NO_THROW(print_report(path_, false, out));
+  fclose(out);
+  std::string printed(text, size);
+  free(text);
+  EXPECT_NE(printed.find("late join, against the job's own collectives  straggling rank: "
+                         "gloo:all_reduce waited for a peer (waited for a late rank 30.3 ms "
+                         "(usual 38.9 us))"),
+            std::string::npos)
+      << printed;
+  EXPECT_EQ(printed.find("nan"), std::string::npos) << printed;
+  out = open_memstream(&text, &size);
+  ASSERT_NO_THROW(print_report(path_, true, out));
+  fclose(out);
+  auto j = nlohmann::json::parse(std::string(text, size));
+  free(text);
+  ASSERT_EQ(j["anomalies"].size(), 2u);
+  EXPECT_TRUE(j["anomalies"][0]["score"].is_null()) << j["anomalies"][0];
 }
 
 // A damaged or edited recording (found by fuzz_recording): a time in meta that is no number is

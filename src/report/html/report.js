@@ -98,11 +98,17 @@
     };
   }
 
+  // How an anomaly was judged: its score against its model's threshold, or, with no score, a late
+  // join named against the job's own collectives (no model judged it)
+  function judged(a) {
+    if (a.score === null || a.score === undefined) return "late join, against the job's own collectives";
+    return 'score ' + num(a.score, 1) + (a.score < a.threshold ? ' < ' : ' >= ') + num(a.threshold, 1);
+  }
   function anomalyTooltip(row) {
     const a = data.anomalies[row];
     return '<b style="color:' + RED + '">anomaly: ' + esc(a.cause) + '</b><br>' + esc(a.layer) + ' ' + esc(a.subject) +
-      '<br>at ' + num(a.t, 3) + ' s, ' + num(a.dur_ms, 3) + ' ms<br>score ' + num(a.score, 1) + ' &lt; ' +
-      num(a.threshold, 1) + (a.features ? '<br>' + esc(a.features) : '');
+      '<br>at ' + num(a.t, 3) + ' s, ' + num(a.dur_ms, 3) + ' ms<br>' + esc(judged(a)) +
+      (a.features ? '<br>' + esc(a.features) : '');
   }
 
   // ---- summary ---------------------------------------------------------------------------
@@ -461,7 +467,7 @@
       { title: 'layer', show: (r) => r.layer, value: (r) => r.layer },
       { title: 'what', show: (r) => r.subject, value: (r) => r.subject, cls: 'name' },
       { title: 'cause', show: (r) => r.cause, value: (r) => r.cause },
-      { title: 'score', show: (r) => num(r.score, 1) + ' < ' + num(r.threshold, 1), value: (r) => r.score - r.threshold },
+      { title: 'score', show: judged, value: (r) => (r.score === null ? Infinity : r.score - r.threshold) },
       { title: 'strongest features', show: (r) => r.features, value: (r) => r.features, cls: 'features' }],
       (r, tr) => focus(r.row, tr));
     sec.append(t);
