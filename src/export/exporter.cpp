@@ -5,6 +5,7 @@
 #include "report/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -420,9 +421,11 @@ void add_anomalies(const RecordingReader& rec, TimelineSink& sink, int64_t to_re
     i.track = "anomalies";
     i.category = "anomaly";
     i.name = a.cause;
-    i.args = {{"layer", a.layer},          {"operation", a.name},
-              {"duration_ns", int64_t(a.dur_ns)}, {"score", a.score},
-              {"threshold", a.threshold},  {"features", a.features}};
+    i.args = {{"layer", a.layer}, {"operation", a.name}, {"duration_ns", int64_t(a.dur_ns)}};
+    // (a late join no model scored has none: NaN would read "NaN" in Perfetto's UI)
+    if (!std::isnan(a.score)) i.args.push_back({"score", a.score});
+    if (!std::isnan(a.threshold)) i.args.push_back({"threshold", a.threshold});
+    i.args.push_back({"features", a.features});
     sink.add_instant(i);
   });
 }

@@ -222,8 +222,8 @@ TEST(DetectCliSignals, AStopSignalLeavesNoTemporaryCopy) {
 // operation's model learns from its first half of calls, which hold as many late joins as the
 // rest: learnt as the job's normal, none was found (0 anomalies, where `report` counted 35).
 // Judged by the job's own collectives where no model judges them, as the agent judges them
-// (detect/young_stragglers.h), and left out of training, every late step is named, by rank,
-// and nothing else is.
+// (detect/young_stragglers.h), and left out of training, the late steps are named, by rank
+// (F1 >= 0.9: 32 of 34 and nothing else on an idle machine).
 TEST(DetectStraggler, ARankLateFromTheJobsStartIsNamedWithPlainDefaults) {
   E2E_REQUIRE_ROOT();
   std::string dir = scratch_dir(), db = dir + "/job.eacgm.db", truth = dir + "/truth.json";
@@ -236,10 +236,11 @@ TEST(DetectStraggler, ARankLateFromTheJobsStartIsNamedWithPlainDefaults) {
   auto t = nlohmann::json::parse(std::ifstream(truth));
   ASSERT_GE(LateSteps(t).late.size(), 15u) << "the premise: late steps to find";
   const std::string named = fmt::format("; rank 1 (pid {}) joined ", t["pid"].get<int>());
-  // Scores the collectives' anomalies against the late steps: F1 at least 0.9, and every one at a
-  // late step, naming rank 1 (the job's first half second is not judged: its ranks meet there
-  // for the first time); or, from `from_ns` on, every one at a late step naming it. (Windows
-  // are the host's: a 0.1 s window of this 2-core VM's own interference is no straggler's.)
+  // Scores the collectives' anomalies from `from_ns` on against the late steps: F1 at least 0.9
+  // (the job's first half second is not judged: its ranks meet there for the first time), and
+  // every one at a late step naming rank 1. (Beside other work, this 2-core VM slows a healthy
+  // all_reduce now and then, and detect names it: in 1 of 4 runs beside a CI run, one "slow
+  // collective" at +4.9 s. Windows are the host's: its interference is no straggler's.)
   auto expect_named = [&](const std::string& how, const std::string& out, int64_t from_ns = 0) {
     LateSteps steps(t);
     std::erase_if(steps.late, [&](const auto& l) { return l.first < from_ns; });
@@ -271,7 +272,7 @@ TEST(DetectStraggler, ARankLateFromTheJobsStartIsNamedWithPlainDefaults) {
     double precision = double(at_late) / double(all), recall = steps.recall();
     EXPECT_GE(2 * precision * recall / (precision + recall), 0.9)
         << how << ": precision " << precision << ", recall " << recall << wrong;
-    EXPECT_EQ(from_ns ? naming_at_late : naming, from_ns ? at_late : all) << how << wrong;
+    EXPECT_EQ(naming_at_late, at_late) << how << wrong;
     EXPECT_NE(out.find("straggling rank: gloo:all_reduce waited for a peer" + named),
               std::string::npos)
         << out;
@@ -282,6 +283,15 @@ TEST(DetectStraggler, ARankLateFromTheJobsStartIsNamedWithPlainDefaults) {
   ASSERT_EQ(d.exit_code, 0) << d.err;
   // the first half's late joins named by the rule (no score), the second half's by the model
   EXPECT_GT(expect_named("plain detect", d.out), 0u);
+  // on the exported timeline, the rule's markers carry no score (NaN would read "NaN" there)
+  ASSERT_EQ(run({kEacgm, "export", db, "--chrome", dir + "/run.json"}).exit_code, 0);
+  auto trace = nlohmann::json::parse(std::ifstream(dir + "/run.json"));
+  size_t scored = 0, unscored = 0;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "i" && e.value("cat", "") == "anomaly")
+      ++(e.at("args").contains("score") ? scored : unscored);
+  EXPECT_GT(scored, 0u);
+  EXPECT_GT(unscored, 0u);
   // The model saved, learnt without the late joins, names them all on its own, the first half's
   // too (a model that had learnt them would name none). From the job's second second on: a
   // model given a whole recording judges its start-up too (the ranks' first meetings, windows),
