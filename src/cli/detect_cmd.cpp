@@ -226,7 +226,7 @@ void load_or_train_elsewhere(const DetectArgs& a, const detect::DetectOptions& o
 void train_on_own_start(const DetectArgs& a, int64_t start, int64_t end,
                         const std::vector<detect::FeatureTable>& tables,
                         const detect::DetectOptions& opts, Trained& t) {
-  t.split = detect::split_by_count(tables, a.train_fraction);
+  // (t.split: each operation's first train_fraction of calls, set by the caller)
   if (auto w = t.split.find("window"); w != t.split.end())
     t.score_from = w->second;
   else
@@ -381,11 +381,11 @@ int run_detect(const DetectArgs& a) {
   std::vector<detect::Anomaly> young;
   const bool own = a.model.empty() && a.train.empty();
   if (own) {
-    auto split = detect::split_by_count(tables, a.train_fraction);
+    t.split = detect::split_by_count(tables, a.train_fraction);
     young = detect::young_stragglers(
         tables, collectives, young_rule, [&](const detect::FeatureTable& tb, size_t i) {
-          auto s = split.find(tb.group);
-          return s == split.end() || tb.ts_ns[i] < s->second;
+          auto s = t.split.find(tb.group);
+          return s == t.split.end() || tb.ts_ns[i] < s->second;
         });
     train_on_own_start(a, start, end, tables, opts, t);
   }

@@ -133,7 +133,6 @@ std::vector<Anomaly> young_stragglers(std::vector<FeatureTable>& tables,
         if (a.row >= t.ts_ns.size() || t.ts_ns[a.row] != a.ts_ns) continue;  // (not this table's)
         if (t.left_out.empty()) t.left_out.assign(t.ts_ns.size(), 0);
         t.left_out[a.row] = 1;
-        a.name = t.name;
         out.push_back(std::move(a));
       }
     }
