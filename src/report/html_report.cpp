@@ -695,6 +695,9 @@ json html_report_data(const RecordingReader& rec, const HtmlReportOptions& opt) 
                      {"layer", a.layer},
                      {"subject", std::string(anomaly_subject(a.layer, a.name))},
                      {"cause", a.cause},
+                     // (an infinite score is null too: `scored` tells a late join no model
+                     // judged from it)
+                     {"scored", !std::isnan(a.score)},
                      {"score", rounded(a.score, 2)},
                      {"threshold", rounded(a.threshold, 2)},
                      {"features", top_features(a.features, 4)},

@@ -169,12 +169,18 @@ TEST(HtmlReport, NonFiniteAndAbsurdValuesDoNotBreakThePage) {
   a.score = std::nan(""), a.threshold = -INFINITY;
   a.cause = "slow cuda call: cudaMalloc";
   a.features = "not json <script>";
-  write_anomalies(path, {a}, {{"detect_trained_on", "x"}});
+  AnomalyRow inf = a;  // a score that is not finite, but a score: judged by a model
+  inf.score = -INFINITY, inf.threshold = -12;
+  inf.ts_ns += 1000;
+  write_anomalies(path, {a, inf}, {{"detect_trained_on", "x"}});
   RecordingReader rec(path);
   json d = html_report_data(rec, {});
   std::string text = d.dump();
   EXPECT_TRUE(d.at("anomalies").at(0).at("score").is_null());
   EXPECT_TRUE(d.at("anomalies").at(0).at("threshold").is_null());
+  EXPECT_FALSE(d.at("anomalies").at(0).at("scored"));  // NaN: no model scored it
+  EXPECT_TRUE(d.at("anomalies").at(1).at("score").is_null());
+  EXPECT_TRUE(d.at("anomalies").at(1).at("scored"));
   EXPECT_EQ(d.at("anomalies").at(0).at("features"), "not json <script>");
   EXPECT_EQ(d.at("layers").at(0).at("series").at(0).at("points").size(), 2u);
   fs::remove(path);

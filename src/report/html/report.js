@@ -101,7 +101,8 @@
   // How an anomaly was judged: its score against its model's threshold, or, with no score, a late
   // join named against the job's own collectives (no model judged it)
   function judged(a) {
-    if (a.score === null || a.score === undefined) return "late join, against the job's own collectives";
+    if (a.scored === false) return "late join, against the job's own collectives";
+    if (a.score === null) return 'score beyond any finite value, threshold ' + num(a.threshold, 1);
     return 'score ' + num(a.score, 1) + (a.score < a.threshold ? ' < ' : ' >= ') + num(a.threshold, 1);
   }
   function anomalyTooltip(row) {
@@ -467,7 +468,7 @@
       { title: 'layer', show: (r) => r.layer, value: (r) => r.layer },
       { title: 'what', show: (r) => r.subject, value: (r) => r.subject, cls: 'name' },
       { title: 'cause', show: (r) => r.cause, value: (r) => r.cause },
-      { title: 'score', show: judged, value: (r) => (r.score === null ? Infinity : r.score - r.threshold) },
+      { title: 'score', show: judged, value: (r) => (r.scored === false ? Infinity : r.score === null ? -Infinity : r.score - r.threshold) },
       { title: 'strongest features', show: (r) => r.features, value: (r) => r.features, cls: 'features' }],
       (r, tr) => focus(r.row, tr));
     sec.append(t);
