@@ -123,7 +123,11 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
 void explain_wait(const PeerWait& w, const std::string& on_host, Anomaly& a) {
   if (a.layer != "comm" || !a.dur_ns) return;
   double quarter = 0.25 * double(a.dur_ns);
-  if (double(w.straggling_ns()) >= quarter) {
+  // A call flagged for its wait (the straggling feature) names who it waited for whatever share
+  // of the call the wait was: the wait is what was unusual (session 65: a 2.2 ms late join in a
+  // 10 ms all_reduce flagged as "waited for a peer" named no one). Other causes, a quarter.
+  bool flagged_for_wait = a.cause.starts_with("straggling rank") && w.straggling_ns() > 0;
+  if (flagged_for_wait || double(w.straggling_ns()) >= quarter) {
     // A collective flagged as slow was judged on its duration net of every wait for the last
     // rank (detect's and the agent's models alike): its own time stood out, not the lateness,
     // which its wait feature would have named.

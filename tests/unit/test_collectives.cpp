@@ -243,6 +243,19 @@ TEST(Collectives, MatchedAsTheyComeAsInTheRecording) {
                     slow.cause = "slow collective: " + name;
                     explain_wait(got, " on host h", slow);
                     EXPECT_EQ(slow.cause, "slow collective: " + name);
+                    // flagged for its wait, a tenth of a long call: still the straggler's
+                    Anomaly tenth = straggled;
+                    tenth.cause = "straggling rank: " + name + " waited for a peer";
+                    tenth.dur_ns = 10 * got.wait_ns;
+                    explain_wait(got, " on host h", tenth);
+                    EXPECT_EQ(tenth.cause, straggled.cause);
+                    EXPECT_EQ(tenth.late_pid, 200u);
+                    // any other cause, under a quarter of the call: not named
+                    Anomaly size = tenth;
+                    size.cause = "unusual size: " + name;
+                    size.late_pid = 0;
+                    explain_wait(got, " on host h", size);
+                    EXPECT_EQ(size.cause, "unusual size: " + name);
                   }
                 }
               }
