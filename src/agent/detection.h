@@ -21,6 +21,7 @@
 #include "agent/flight.h"
 #include "agent/job_starts.h"
 #include "agent/stall_episodes.h"
+#include "agent/symptom_runs.h"
 #include "agent/node_collectives.h"
 #include "agent/windows.h"
 #include "detect/young_stragglers.h"
@@ -44,6 +45,8 @@ struct DetectionOptions {
   std::string models_path;   // where models are saved and resumed from; "": nowhere
   // a job starting beside others: the anomalies of its start one (agent/job_starts.h)
   JobStartOptions job_starts;
+  // windows that name only a symptom: reported in runs this long (agent/symptom_runs.h)
+  SymptomRunOptions symptom_runs;
   // judged by the time of the latest calls and windows, or this long before now if those are
   // older (no job calls anything: the held anomalies and ended episodes still go out)
   uint64_t fold_lag_ns = 30'000'000'000;
@@ -54,6 +57,10 @@ struct DetectionOptions {
   // asked for runs at nice 10 until the worker has caught up
   uint64_t refit_hurry_ns = 5'000'000'000;
 };
+
+// Whether an anomalous window of a job goes out without waiting for the next one (detection.cpp
+// says when): `row` of the job's windows `t`, judged by `model`.
+bool window_stands_alone(const detect::FeatureTable& t, size_t row, const detect::GroupModel& model);
 
 class DetectionSink final : public Sink {
  public:
@@ -200,6 +207,7 @@ class DetectionSink final : public Sink {
   std::vector<uint32_t> exited_;
   JobStarts job_starts_;
   StallEpisodes stall_episodes_;  // what CPU stalls slowed: one anomaly each
+  SymptomRuns symptom_runs_;      // a job slower for seconds with nothing to blame: held
   detect::YoungStragglers young_stragglers_;  // late ranks the models do not judge yet
   uint64_t judged_to_ = 0;  // the latest call or window end judged
   uint64_t last_save_ = 0;

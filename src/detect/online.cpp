@@ -139,7 +139,7 @@ std::vector<Anomaly> OnlineDetector::observe(const FeatureTable& rows,
 
 // Each row a window (its start and length, in time order): an anomalous one extends the run
 // that ended where it starts, or starts one; a run of window_run goes out, and each later
-// window of it at once; a run cut short (a window judged normal, or unjudged, or a gap) is
+// window of it at once, as does one that stands alone (window_stands_alone); a run cut short (a window judged normal, or unjudged, or a gap) is
 // dropped, unreported.
 void OnlineDetector::report_window_runs(Group& g, const FeatureTable& rows,
                                         std::vector<Anomaly>& found) {
@@ -156,7 +156,8 @@ void OnlineDetector::report_window_runs(Group& g, const FeatureTable& rows,
     ++g.run_length;
     g.run_end_ns = rows.ts_ns[i] + rows.dur_ns[i];
     g.run_held.push_back(std::move(*next++));
-    if (g.run_length >= options_.window_run) {
+    if (g.run_length >= options_.window_run ||
+        (options_.window_stands_alone && g.model && options_.window_stands_alone(rows, i, *g.model))) {
       for (Anomaly& a : g.run_held) out.push_back(std::move(a));
       g.run_held.clear();
     }

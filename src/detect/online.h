@@ -28,6 +28,7 @@
 #include <Eigen/Core>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -84,6 +85,10 @@ struct OnlineOptions {
   // Window anomalies only in runs of this many consecutive windows (each window's row: its
   // start and length), then each of the run's; 1: every one at once.
   size_t window_run = 1;
+  // A window for which this says yes goes out at once, however short its run (a neighbour that
+  // took much of the job's CPU for a second: agent/detection.cpp); empty: none does.
+  std::function<bool(const FeatureTable& rows, size_t row, const GroupModel& model)>
+      window_stands_alone;
 };
 
 // P(X >= k) for X ~ Poisson(lambda): how unusual k events are where lambda were expected.

@@ -1261,3 +1261,46 @@ TEST(DetectionSink, ASecondJobsStartIsOneAnomalyNamingIt) {
 
 }  // namespace
 }  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// The agent's lone windows (window_stands_alone), on the windows of session 66's online
+// cpu_interference runs: the job used 0.5 cores and waited 4 ms a second for a CPU; the hog's
+// full window 0.27 cores and 454 ms, the window it grazed for half a second 0.38 and 242 ms.
+TEST(AgentWindows, ANeighbourThatTookMuchOfTheJobsCpuStandsAlone) {
+  detect::GroupModel m;
+  m.features = {"cpu_cores", "runq_wait_ms_per_s", "torch_calls_per_s"};
+  Eigen::MatrixXd means(1, 3);
+  means << std::log1p(0.5), std::log1p(4.0), std::log1p(30000.0);
+  m.model = detect::GaussianMixture(detect::CovarianceType::full, Eigen::VectorXd::Ones(1), means,
+                                    {Eigen::MatrixXd::Identity(3, 3)});
+  auto window = [&](double cores, double wait_ms) {
+    detect::FeatureTable t;
+    t.layer = "window";
+    t.feature_names = m.features;
+    t.log_rates = true;
+    t.values.resize(1, 3);
+    t.values << std::log1p(cores), std::log1p(wait_ms), std::log1p(30000.0);
+    return window_stands_alone(t, 0, m);
+  };
+  EXPECT_TRUE(window(0.27, 454));
+  EXPECT_TRUE(window(0.38, 242));
+  // a checkpoint: every thread blocked, none queued
+  EXPECT_FALSE(window(0.15, 3));
+  // waiting a little more than usual, but under a third of what it wanted
+  EXPECT_FALSE(window(0.38, 150));
+  // the CPU as usual: its own threads queued behind each other
+  EXPECT_FALSE(window(0.5, 400));
+  // a job that always queues (more threads than cores): 300 ms usual, 400 now
+  means(0, 1) = std::log1p(300.0);
+  m.model = detect::GaussianMixture(detect::CovarianceType::full, Eigen::VectorXd::Ones(1), means,
+                                    {Eigen::MatrixXd::Identity(3, 3)});
+  EXPECT_FALSE(window(0.38, 400));
+  // features of another model: nothing said
+  m.features = {"cpu_cores", "runq_wait_ms_per_s", "cuda_calls_per_s"};
+  EXPECT_FALSE(window(0.27, 454));
+}
+
+}  // namespace
+}  // namespace eacgm

@@ -1537,6 +1537,45 @@ TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
   EXPECT_EQ(d.unreported(), 4u) << "the windows at 122, 131, 133 and 135";
 }
 
+// A window the caller says stands alone (the agent's: a neighbour took much of the job's CPU)
+// goes out at once, without waiting for the next; one it does not say so of still waits.
+TEST(OnlineDetector, AWindowThatStandsAloneGoesOutAtOnce) {
+  OnlineOptions o;
+  o.window_ns = 600'000'000'000;
+  o.min_samples = 60;
+  o.window_run = 2;
+  size_t asked = 0;
+  o.window_stands_alone = [&](const FeatureTable& t, size_t row, const GroupModel& m) {
+    ++asked;
+    EXPECT_EQ(m.features, t.feature_names);
+    return t.values(Eigen::Index(row), 0) < 0.3;
+  };
+  OnlineDetector d(o);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  const uint64_t sec = 1'000'000'000;
+  uint64_t t = 0;
+  auto windows = [&](std::vector<double> rates) {
+    FeatureTable w;
+    w.group = w.layer = w.name = "window";
+    w.feature_names = {"cpu_cores"};
+    w.values.resize(Eigen::Index(rates.size()), 1);
+    for (size_t i = 0; i < rates.size(); ++i, t += sec) {
+      w.ts_ns.push_back(t), w.dur_ns.push_back(sec);
+      w.values(Eigen::Index(i), 0) = rates[i] + noise(rng);
+    }
+    std::vector<uint64_t> at;
+    for (const auto& a : d.observe(w)) at.push_back(a.ts_ns / sec);
+    return at;
+  };
+  EXPECT_TRUE(windows(std::vector<double>(120, 1.9)).empty());
+  EXPECT_EQ(asked, 0u) << "no model, nothing flagged: nothing asked";
+  EXPECT_EQ(windows({1.9, 0.1, 1.9}), (std::vector<uint64_t>{121})) << "alone, at once";
+  EXPECT_TRUE(windows({1.9, 0.6, 1.9}).empty()) << "a lone dip the caller does not vouch for";
+  EXPECT_EQ(windows({0.6, 0.1, 1.9}), (std::vector<uint64_t>{126, 127})) << "its run's held one too";
+  EXPECT_GE(asked, 3u);
+}
+
 // The cuda_latency scenario under the agent: 2,100 launches a second, 10 ms added to 7 of them
 // in 1.3 s, 80 s into the job (a model fitted at 30 s, refitted each minute, on the agent's
 // 20,000 calls). Against the 21,000 calls of a whole 10 s burst window 6 such events are no
