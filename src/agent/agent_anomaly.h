@@ -14,6 +14,9 @@ struct AgentAnomaly {
   std::string job;      // the key of its job (DetectionSink::job_key); "" where not known
   // an episode of a job's start (agent/job_starts.h): the slow calls and windows it stands for
   size_t folded_calls = 0, folded_windows = 0;
+  // a window that went out on its own (a neighbour took much of the job's CPU:
+  // window_stands_alone), whatever its cause reads
+  bool stands_alone = false;
 };
 
 }  // namespace eacgm

@@ -496,7 +496,10 @@ void DetectionSink::flush() {
   if (judged_to_ > 60'000'000'000ull) young_stragglers_.forget_before(judged_to_ - 60'000'000'000ull);
   std::erase_if(gone_, [&](const auto& g) { return g.second + 60'000'000'000ull < now; });
   auto [quiet_start, quiet_end] = quiet_span(now);
-  std::map<std::string, uint64_t> windows_judged_to;  // per job, this flush's
+  // per job, the windows judged in this flush (but those the detector holds for the next), and
+  // the jobs whose windows ended (after SymptomRuns saw their last ones)
+  std::map<std::string, std::vector<uint64_t>> windows_judged;
+  std::vector<std::string> ended_jobs;
   for (auto it = job_windows_.begin(); it != job_windows_.end();) {
     const std::string& key = it->first;
     JobWindows& j = it->second;
@@ -506,12 +509,20 @@ void DetectionSink::flush() {
     w.name = key;
     if (!w.ts_ns.empty()) {
       judged_to_ = std::max(judged_to_, w.ts_ns.back() + w.dur_ns.back());
-      windows_judged_to[key] = w.ts_ns.back() + w.dur_ns.back();
       std::string who = job_who(key);
-      for (auto& a : detector_.observe(w)) {
+      std::vector<detect::Anomaly> flagged = detector_.observe(w);
+      const detect::GroupModel* judge = detector_.model("window", key);  // (after: it may reset)
+      for (auto& a : flagged) {
         a.name = "window";  // (as detect's: the job is the anomaly's process)
+        bool alone = judge && a.row < w.ts_ns.size() && w.ts_ns[a.row] == a.ts_ns &&
+                     window_stands_alone(w, a.row, *judge);
         found.push_back({std::move(a), who, key});
+        found.back().stands_alone = alone;
       }
+      std::vector<uint64_t> held = detector_.held_windows(w.group);
+      auto& judged = windows_judged[key];
+      for (uint64_t ts : w.ts_ns)
+        if (std::find(held.begin(), held.end(), ts) == held.end()) judged.push_back(ts);
       if (const detect::GroupModel* m = detector_.model("window", key)) {
         Eigen::MatrixXd last = w.values.bottomRows(1);
         j.last_score = detect::score_gmm(m->model, last).component_log_density(0);
@@ -521,7 +532,7 @@ void DetectionSink::flush() {
     if (j.windows.traced_processes() == 0) {  // the job ended: its windows and model go
       detector_.forget(w.group);
       job_starts_.ended(key);
-      symptom_runs_.ended(key);
+      ended_jobs.push_back(key);
       it = job_windows_.erase(it);
     } else {
       ++it;
@@ -581,7 +592,8 @@ void DetectionSink::flush() {
     }
   }
   // a job slower for seconds with nothing on the node to blame: only when it lasts
-  symptom_runs_.fold(found, windows_judged_to);
+  symptom_runs_.fold(found, windows_judged);
+  for (const std::string& key : ended_jobs) symptom_runs_.ended(key);
   // a job's start beside others, a CPU's stop: what it slowed, one anomaly
   uint64_t data_now = std::max(judged_to_, now > options_.fold_lag_ns ? now - options_.fold_lag_ns : 0);
   stall_episodes_.fold(found, data_now);

@@ -15,8 +15,8 @@ constexpr uint64_t kSlackNs = 1'000'000;
 
 bool names_only_a_symptom(const AgentAnomaly& x) {
   const detect::Anomaly& a = x.anomaly;
-  if (a.layer != "window" || a.stalled_ns > 0 || a.late_pid != 0 || x.folded_calls > 0 ||
-      x.folded_windows > 0)
+  if (a.layer != "window" || x.stands_alone || a.stalled_ns > 0 || a.late_pid != 0 ||
+      x.folded_calls > 0 || x.folded_windows > 0)
     return false;
   // (the GPU's own symptoms, idle or busier, are measured on the GPU, not inferred from how
   // fast the host's threads ran: they go out as before)
@@ -37,7 +37,27 @@ void SymptomRuns::drop(Run& r) {
 }
 
 void SymptomRuns::fold(std::vector<AgentAnomaly>& found,
-                       const std::map<std::string, uint64_t>& judged_to) {
+                       const std::map<std::string, std::vector<uint64_t>>& judged) {
+  // the windows judged normal since the last fold, per job: those judged that are no anomaly
+  std::map<std::string, std::vector<uint64_t>> normal;
+  {
+    std::map<std::string, std::vector<uint64_t>> anomalous;
+    for (const AgentAnomaly& x : found)
+      if (x.anomaly.layer == "window") anomalous[x.job].push_back(x.anomaly.ts_ns);
+    for (const auto& [job, starts] : judged) {
+      auto& a = anomalous[job];
+      std::sort(a.begin(), a.end());
+      for (uint64_t ts : starts)
+        if (!std::binary_search(a.begin(), a.end(), ts)) normal[job].push_back(ts);
+    }
+  }
+  // the first window judged normal at or after `from` (UINT64_MAX: none)
+  auto normal_from = [&](const std::string& job, uint64_t from) {
+    auto it = normal.find(job);
+    if (it == normal.end()) return UINT64_MAX;
+    auto n = std::lower_bound(it->second.begin(), it->second.end(), from);
+    return n == it->second.end() ? UINT64_MAX : *n;
+  };
   std::vector<AgentAnomaly> out;
   out.reserve(found.size());
   auto release = [&](Run& r) {
@@ -51,7 +71,15 @@ void SymptomRuns::fold(std::vector<AgentAnomaly>& found,
     }
     const uint64_t ts = x.anomaly.ts_ns, end = ts + x.anomaly.dur_ns;
     auto it = runs_.find(x.job);
-    bool joins = it != runs_.end() && ts <= it->second.end_ns + kSlackNs && ts >= it->second.start_ns;
+    // it continues the job's run where no window was judged normal between them (windows not
+    // judged at all, for up to max_gap_ns, do not part them)
+    bool joins = false;
+    if (it != runs_.end()) {
+      Run& r = it->second;
+      r.normal_after_ns = std::min(r.normal_after_ns, normal_from(x.job, r.end_ns));
+      joins = ts >= r.start_ns && ts <= r.end_ns + options_.max_gap_ns + kSlackNs &&
+              r.normal_after_ns >= ts;
+    }
     if (!names_only_a_symptom(x)) {
       // a cause named: the symptom windows right before it were its onset; the symptom
       // windows after it count as a run of their own
@@ -80,11 +108,16 @@ void SymptomRuns::fold(std::vector<AgentAnomaly>& found,
       r.out = true;
     }
   }
-  // a job whose windows were judged past a held run's end: the window after it was normal
+  // a run with a window judged normal after it, or none judged anomalous for max_gap_ns since
+  // its end while the job's windows were judged past that: over
   for (auto it = runs_.begin(); it != runs_.end();) {
-    auto j = judged_to.find(it->first);
-    if (j != judged_to.end() && j->second > it->second.end_ns + kSlackNs) {
-      drop(it->second);
+    Run& r = it->second;
+    r.normal_after_ns = std::min(r.normal_after_ns, normal_from(it->first, r.end_ns));
+    auto j = judged.find(it->first);
+    bool stale = j != judged.end() && !j->second.empty() &&
+                 j->second.back() > r.end_ns + options_.max_gap_ns + kSlackNs;
+    if (r.normal_after_ns != UINT64_MAX || stale) {
+      drop(r);
       it = runs_.erase(it);
     } else {
       ++it;

@@ -14,7 +14,9 @@
 // anomalous windows lasting `min_ns` (then the run's held windows go out, and its later ones as
 // they come), or as the onset of a window that names a cause (a symptom window right before a
 // CPU-interference or memory-pressure window is that episode's start: both go out). A run that
-// ends shorter is dropped and counted (dropped_runs, dropped_windows). The slow calls of a fault
+// ends shorter (a window of the job judged normal after it) is dropped and counted
+// (dropped_runs, dropped_windows). Windows not judged (those of the agent's own flight
+// recording, a lull held back) do not end a run, for up to `max_gap_ns`. The slow calls of a fault
 // (a slow operator, a late rank) are judged apart, by their own models, and report the fault
 // whatever its windows do.
 #pragma once
@@ -30,6 +32,7 @@ namespace eacgm {
 
 struct SymptomRunOptions {
   uint64_t min_ns = 15'000'000'000;  // a run of symptom-only windows this long goes out
+  uint64_t max_gap_ns = 5'000'000'000;  // unjudged windows a run spans
 };
 
 // Whether an anomaly is a window that names only a symptom (above).
@@ -39,9 +42,10 @@ class SymptomRuns {
  public:
   explicit SymptomRuns(SymptomRunOptions o = {}) : options_(o) {}
   // Takes from `found` the symptom-only windows it holds and puts back those whose run went
-  // out. `judged_to`: per job, the end of its latest window judged (a run that ended before it
-  // is over: dropped if it is still held).
-  void fold(std::vector<AgentAnomaly>& found, const std::map<std::string, uint64_t>& judged_to);
+  // out. `judged`: per job, the starts of its windows judged since the last fold, in order (one
+  // that is not among `found`'s windows was normal: it ends the run before it).
+  void fold(std::vector<AgentAnomaly>& found,
+            const std::map<std::string, std::vector<uint64_t>>& judged);
   // The job's windows end (it ended): what it holds is dropped.
   void ended(const std::string& job);
   // At the agent's end: what is held is dropped (a run cut short).
@@ -54,6 +58,7 @@ class SymptomRuns {
   struct Run {
     uint64_t start_ns = 0, end_ns = 0;
     bool out = false;  // it went out: its later windows go at once
+    uint64_t normal_after_ns = UINT64_MAX;  // the first window judged normal after it
     std::vector<AgentAnomaly> held;
   };
   void drop(Run& r);

@@ -416,7 +416,7 @@ DetectorModel train_split(const std::vector<FeatureTable>& tables, const SplitOf
     if (t.values.cols() == 0 || size_t(x.rows()) < needed) {
       if (skipped)
         skipped->push_back(fmt::format("{}: {} training samples, {} features (needs {} samples)",
-                                       t.group, x.rows(), t.values.cols(), options.min_samples));
+                                       t.group, x.rows(), t.values.cols(), needed));
       continue;
     }
     double drawn = 0;

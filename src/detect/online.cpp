@@ -790,6 +790,14 @@ DetectorModel OnlineDetector::models() const {
   return out;
 }
 
+std::vector<uint64_t> OnlineDetector::held_windows(const std::string& group) const {
+  std::vector<uint64_t> out;
+  auto it = groups_.find(group);
+  if (it != groups_.end())
+    for (const Anomaly& a : it->second.run_held) out.push_back(a.ts_ns);
+  return out;
+}
+
 size_t OnlineDetector::fitted() const {
   size_t n = 0;
   for (const auto& [key, g] : groups_) n += g.model.has_value();

@@ -154,6 +154,9 @@ class OnlineDetector {
   // Every current model, for saving.
   DetectorModel models() const;
 
+  // The starts of a window group's anomalous windows held for the next (window_run), not
+  // reported yet.
+  std::vector<uint64_t> held_windows(const std::string& group) const;
   size_t refits() const { return refits_; }
   // Call anomalies never reported: alone in their burst window, as a healthy job has them.
   size_t unreported() const { return unreported_; }

@@ -252,7 +252,7 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   if (procs_watch_.due(procs) || sweep) sample_processes(now_ns, epoch, sweep, out);
   if (nets_watch_.due(nets)) sample_net(now_ns, out);
   if (disks_watch_.due(disks)) sample_disks(now_ns, epoch, out);
-  sample_cpus(out);
+  sample_cpus(now_ns, out);
   for (auto& row : out) {
     row.ts_ns = now_ns;
     row.interval_ns = now_ns - last_ns_;
@@ -286,7 +286,7 @@ void HostTracer::scan_tasks(uint64_t now_ns) {
   close(fd);
 }
 
-void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
+void HostTracer::sample_processes(uint64_t now_ns, uint64_t epoch, bool sweep,
                                   std::vector<HostSampleRow>& out) {
   int fd = bpf_map__fd(skel_->maps.proc_stats);
   const size_t ncpu = size_t(ncpu_);
@@ -346,7 +346,10 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
     row.reclaims = delta(total.reclaims, before.reclaims);
     row.pagein_bytes = delta(total.pagein_bytes, before.pagein_bytes);
     row.stall_ns = delta(total.stall_ns, before.stall_ns);
-    row.stall_end_ns = row.stall_ns ? total.stall_end_ns : 0;
+    // (a stop that ended while the maps were read, microseconds after now_ns, is counted in this
+    // sample, which covers up to now_ns: it ended by then, to within that read; e2e
+    // RecordHost.ACpuStallIsChargedToTheProcessItStoppedWithWhenItEnded saw 18 us past it)
+    row.stall_end_ns = row.stall_ns ? std::min<uint64_t>(total.stall_end_ns, now_ns) : 0;
     row.stalls = delta(total.stalls, before.stalls);
     bool active = row.runq_waits || row.voluntary_switches || row.involuntary_switches ||
                   row.oncpu_ns || row.tx_bytes || row.rx_bytes || row.io_ops ||
@@ -379,7 +382,7 @@ void HostTracer::sample_processes(uint64_t, uint64_t epoch, bool sweep,
 
 // Each CPU's stops since the last sample (host_timer_late): one lookup of the per-CPU array,
 // and a row only for a CPU that stopped.
-void HostTracer::sample_cpus(std::vector<HostSampleRow>& out) {
+void HostTracer::sample_cpus(uint64_t now_ns, std::vector<HostSampleRow>& out) {
   if (!bpf_program__autoload(skel_->progs.host_timer_late)) return;
   const size_t ncpu = size_t(ncpu_);
   std::vector<eacgm_cpu_stalls> now(ncpu);
@@ -395,7 +398,7 @@ void HostTracer::sample_cpus(std::vector<HostSampleRow>& out) {
     row.name = fmt::format("cpu {}", i);
     row.stall_ns = delta(now[i].stall_ns, seen.stall_ns);
     row.stalls = delta(now[i].stalls, seen.stalls);
-    row.stall_end_ns = now[i].stall_end_ns;
+    row.stall_end_ns = std::min<uint64_t>(now[i].stall_end_ns, now_ns);  // (as a process's, above)
     seen = now[i];
     out.push_back(std::move(row));
   }

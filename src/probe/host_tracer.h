@@ -58,7 +58,7 @@ class HostTracer {
                         std::vector<HostSampleRow>& out);
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
-  void sample_cpus(std::vector<HostSampleRow>& out);
+  void sample_cpus(uint64_t now_ns, std::vector<HostSampleRow>& out);
   std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
 
   std::unique_ptr<host_bpf, Deleter> skel_;

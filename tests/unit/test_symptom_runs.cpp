@@ -41,7 +41,7 @@ std::vector<AgentAnomaly> feed(SymptomRuns& runs, const std::string& job, uint64
   for (size_t i = 0; i < causes.size(); ++i) {
     std::vector<AgentAnomaly> found;
     if (!causes[i].empty()) found.push_back(window(job, from + i, causes[i]));
-    runs.fold(found, {{job, (from + i + 1) * kSecond}});
+    runs.fold(found, {{job, {(from + i) * kSecond}}});
     for (auto& x : found) out.push_back(std::move(x));
   }
   return out;
@@ -115,14 +115,14 @@ TEST(SymptomRuns, JobsApartAndCallsUntouched) {
   std::vector<AgentAnomaly> found = {window("a", 10, "slow operators"), slow_call("a", 10),
                                      window("b", 10, "slow operators"),
                                      window("b", 11, "CPU interference")};
-  runs.fold(found, {{"a", 11 * kSecond}, {"b", 12 * kSecond}});
+  runs.fold(found, {{"a", {10 * kSecond}}, {"b", {10 * kSecond, 11 * kSecond}}});
   ASSERT_EQ(found.size(), 3u);  // a's call, b's onset and its cause
   EXPECT_EQ(found[0].anomaly.layer, "torch");
   EXPECT_EQ(found[1].job, "b");
   EXPECT_EQ(found[2].anomaly.cause, "CPU interference");
   EXPECT_EQ(runs.held(), 1u);  // a's window: its next one not judged yet
   found = {window("a", 11, "slow operators"), window("a", 12, "slow operators")};
-  runs.fold(found, {{"a", 13 * kSecond}});
+  runs.fold(found, {{"a", {11 * kSecond, 12 * kSecond}}});
   EXPECT_EQ(found.size(), 3u);  // three seconds of it: out
   found = {window("a", 13, "slow operators")};
   runs.fold(found, {});
@@ -131,14 +131,54 @@ TEST(SymptomRuns, JobsApartAndCallsUntouched) {
   EXPECT_EQ(runs.dropped_runs(), 0u);
   // a gap breaks a run: a window judged normal between two symptom windows
   found = {window("c", 1, "slow operators")};
-  runs.fold(found, {{"c", 2 * kSecond}});
+  runs.fold(found, {{"c", {1 * kSecond}}});
   found = {window("c", 3, "slow operators")};
-  runs.fold(found, {{"c", 4 * kSecond}});
+  runs.fold(found, {{"c", {2 * kSecond, 3 * kSecond}}});
   EXPECT_TRUE(found.empty());
   EXPECT_EQ(runs.dropped_runs(), 1u);
   runs.ended("c");
   EXPECT_EQ(runs.dropped_runs(), 2u);
   EXPECT_EQ(runs.held(), 0u);
+}
+
+// Windows not judged (the agent's flight recording write, a lull held back, a window the
+// detector holds for the next) do not end a run: a 20 s slowdown with a 3 s gap in its middle is
+// one run and goes out, and a run that went out keeps going out after such a gap; a gap longer
+// than max_gap_ns ends it.
+TEST(SymptomRuns, WindowsNotJudgedDoNotEndARun) {
+  SymptomRuns runs({.min_ns = 15 * kSecond, .max_gap_ns = 5 * kSecond});
+  std::vector<AgentAnomaly> out;
+  auto second = [&](uint64_t s, bool judged, const std::string& cause) {
+    std::vector<AgentAnomaly> found;
+    if (!cause.empty()) found.push_back(window("job", s, cause));
+    std::map<std::string, std::vector<uint64_t>> j;
+    if (judged) j["job"] = {s * kSecond};
+    runs.fold(found, j);
+    for (auto& x : found) out.push_back(std::move(x));
+  };
+  for (uint64_t s = 100; s < 110; ++s) second(s, true, "slow operators");
+  for (uint64_t s = 110; s < 113; ++s) second(s, false, "");  // the flight recording's write
+  for (uint64_t s = 113; s < 118; ++s) second(s, true, "slow operators");
+  EXPECT_EQ(out.size(), 15u) << "10 + 5 windows spanning 18 s: out together";
+  for (uint64_t s = 118; s < 121; ++s) second(s, false, "");
+  second(121, true, "slow operators");
+  EXPECT_EQ(out.size(), 16u) << "still the run that went out";
+  for (uint64_t s = 122; s < 130; ++s) second(s, false, "");
+  second(130, true, "slow operators");
+  EXPECT_EQ(out.size(), 16u) << "after 8 s not judged: a new run";
+  EXPECT_EQ(runs.held(), 1u);
+  second(131, true, "");
+  EXPECT_EQ(runs.held(), 0u);
+  EXPECT_EQ(runs.dropped_windows(), 1u);
+}
+
+// A window that stood alone (a neighbour took the job's CPU) goes out whatever its cause reads.
+TEST(SymptomRuns, AWindowThatStoodAloneIsNotHeld) {
+  SymptomRuns runs;
+  std::vector<AgentAnomaly> found = {window("job", 5, "slow operators")};
+  found[0].stands_alone = true;
+  runs.fold(found, {{"job", {5 * kSecond}}});
+  EXPECT_EQ(found.size(), 1u);
 }
 
 }  // namespace
