@@ -1522,23 +1522,16 @@ TEST(OnlineDetector, ReportedClustersDoNotMakeTheNextOnesLookRarer) {
   EXPECT_GE(job.rise(), 100u) << "of the 200 slow calls of a lasting rise";
 }
 
-// The agent's windows (window_run 2): a lone anomalous window, a healthy job's checkpoint
-// that stalled it for most of a second, is not reported; a fault's 3 windows in a row are,
-// each of them (the first when the second comes); a window that comes after a gap starts a new
-// run; windows not judged cut a run.
-TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
-  OnlineOptions o;
-  o.window_ns = 600'000'000'000;
-  o.refit_every_ns = 60'000'000'000;
-  o.min_samples = 60;
-  o.window_run = 2;
-  OnlineDetector d(o);
-  std::mt19937_64 rng(31);
-  std::normal_distribution<double> noise(0.0, 0.02);
-  const uint64_t sec = 1'000'000'000;
+// Feeds an online detector one window a second of the CPU the job used (with a little noise),
+// from second 0 on, and returns the seconds of the windows it reported.
+struct CpuWindows {
+  OnlineDetector& d;
+  std::mt19937_64 rng;
+  std::normal_distribution<double> noise{0.0, 0.02};
   uint64_t t = 0;
-  // one window a second: the CPU the job used (1.9 cores; a stall: a third of it)
-  auto windows = [&](std::vector<double> rates, std::vector<bool> judged = {}) {
+  static constexpr uint64_t sec = 1'000'000'000;
+  CpuWindows(OnlineDetector& detector, uint64_t seed) : d(detector), rng(seed) {}
+  std::vector<uint64_t> operator()(const std::vector<double>& rates, std::vector<bool> judged = {}) {
     FeatureTable w;
     w.group = w.layer = w.name = "window";
     w.feature_names = {"cpu_cores"};
@@ -1551,7 +1544,22 @@ TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
     for (const auto& a : judged.empty() ? d.observe(w) : d.observe(w, judged))
       at.push_back(a.ts_ns / sec);
     return at;
-  };
+  }
+};
+
+// The agent's windows (window_run 2): a lone anomalous window, a healthy job's checkpoint
+// that stalled it for most of a second, is not reported; a fault's 3 windows in a row are,
+// each of them (the first when the second comes); a window that comes after a gap starts a new
+// run; windows not judged cut a run.
+TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
+  OnlineOptions o;
+  o.window_ns = 600'000'000'000;
+  o.refit_every_ns = 60'000'000'000;
+  o.min_samples = 60;
+  o.window_run = 2;
+  OnlineDetector d(o);
+  // one window a second: the CPU the job used (1.9 cores; a stall: a third of it)
+  CpuWindows windows(d, 31);
   std::vector<double> healthy(120, 1.9);
   EXPECT_TRUE(windows(healthy).empty());
   ASSERT_NE(d.model("window", "window"), nullptr);
@@ -1559,9 +1567,9 @@ TEST(OnlineDetector, WindowAnomaliesOnlyInRunsOfConsecutiveWindows) {
   EXPECT_TRUE(windows({1.9, 0.6}).empty()) << "held: the next window decides";
   EXPECT_EQ(windows({0.6, 0.7, 1.9}), (std::vector<uint64_t>{126, 127, 128}))
       << "a run of 3 (across two batches), each";
-  t += sec;  // a gap: no window at 130
+  windows.t += CpuWindows::sec;  // a gap: no window at 130
   EXPECT_TRUE(windows({0.6}).empty());
-  t += sec;
+  windows.t += CpuWindows::sec;
   EXPECT_TRUE(windows({0.6, 1.9}).empty()) << "not after the window before the gap";
   EXPECT_TRUE(windows({0.6, 0.6, 0.6}, {true, false, true}).empty())
       << "a window not judged cuts the run";
@@ -1583,23 +1591,7 @@ TEST(OnlineDetector, AWindowThatStandsAloneGoesOutAtOnce) {
     return t.values(Eigen::Index(row), 0) < 0.3;
   };
   OnlineDetector d(o);
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> noise(0.0, 0.02);
-  const uint64_t sec = 1'000'000'000;
-  uint64_t t = 0;
-  auto windows = [&](std::vector<double> rates) {
-    FeatureTable w;
-    w.group = w.layer = w.name = "window";
-    w.feature_names = {"cpu_cores"};
-    w.values.resize(Eigen::Index(rates.size()), 1);
-    for (size_t i = 0; i < rates.size(); ++i, t += sec) {
-      w.ts_ns.push_back(t), w.dur_ns.push_back(sec);
-      w.values(Eigen::Index(i), 0) = rates[i] + noise(rng);
-    }
-    std::vector<uint64_t> at;
-    for (const auto& a : d.observe(w)) at.push_back(a.ts_ns / sec);
-    return at;
-  };
+  CpuWindows windows(d, 5);
   EXPECT_TRUE(windows(std::vector<double>(120, 1.9)).empty());
   EXPECT_EQ(asked, 0u) << "no model, nothing flagged: nothing asked";
   EXPECT_EQ(windows({1.9, 0.1, 1.9}), (std::vector<uint64_t>{121})) << "alone, at once";
