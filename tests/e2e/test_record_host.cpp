@@ -327,17 +327,38 @@ static void expect_busy_thread_in_every_interval(const std::string& db_path,
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Db db(db_path);
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'host_cpu_scan'"), scan);
-  std::vector<double> share;  // CPU time over the interval, in the burst's order
-  db.each("SELECT oncpu_ns * 1.0 / interval_ns FROM host_samples WHERE name = 'sched_probe' "
+  struct Row {
+    int64_t ts, interval, oncpu;
+  };
+  std::vector<Row> rows;  // in the burst's order
+  db.each("SELECT ts_ns, interval_ns, oncpu_ns FROM host_samples WHERE name = 'sched_probe' "
           "AND scope = 'process' ORDER BY ts_ns",
-          [&](sqlite3_stmt* st) { share.push_back(sqlite3_column_double(st, 0)); });
+          [&](sqlite3_stmt* st) {
+            rows.push_back({sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                            sqlite3_column_int64(st, 2)});
+          });
+  std::string dump;  // every row, to tell a missed pass from a late sampler on failure
+  for (const auto& r : rows)
+    dump += std::to_string(r.ts) + " " + std::to_string(r.interval) + " " +
+            std::to_string(r.oncpu) + "\n";
   // (on an idle machine the burst is never switched out: without the scan its 800 ms land in
   // one row, 16 cores' worth; on a busy one, preemptions split it either way). The scan counts
   // up to the sample's timestamp (idle: exactly 1.0 a row); only a switch-out between that
   // timestamp and the sampler's read of the counters can add to a row (1.1: 5 ms of it).
-  ASSERT_GE(share.size(), 10u) << "one burst of 800 ms, sampled every 50 ms";
-  for (size_t i = steady_from; i < share.size(); ++i)
-    EXPECT_LE(share[i], 1.1) << "interval " << i << " of " << share.size();
+  // Every pass of the sampler while the process lived has its row: each row's interval starts
+  // at the one before it. How many passes there were is the sampler's: 16 on a quiet machine,
+  // fewer where its CPU was held (CI once had 5 rows in 800 ms); 3 at least, or nothing here
+  // was split.
+  ASSERT_GE(rows.size(), 3u) << "one burst of 800 ms, sampled every 50 ms (ts interval oncpu):\n"
+                             << dump;
+  for (size_t i = steady_from + 1; i < rows.size(); ++i)
+    EXPECT_EQ(rows[i].ts - rows[i].interval, rows[i - 1].ts)
+        << "a pass with no row for the busy process before row " << i << ":\n" << dump;
+  EXPECT_GE(rows.back().ts - (rows.front().ts - rows.front().interval), 800'000'000)
+      << "the rows cover the process's life:\n" << dump;
+  for (size_t i = steady_from; i < rows.size(); ++i)
+    EXPECT_LE(double(rows[i].oncpu) / double(rows[i].interval), 1.1)
+        << "interval " << i << " of " << rows.size() << ":\n" << dump;
   EXPECT_GE(db.scalar("SELECT sum(oncpu_ns) FROM host_samples WHERE name = 'sched_probe' AND "
                       "scope = 'process'"),
             300'000'000)

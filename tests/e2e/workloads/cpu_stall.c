@@ -62,6 +62,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		unsigned long long before = skel->bss->fired, start = now_ns();
+		__atomic_store_n(&skel->bss->armed, 1, __ATOMIC_SEQ_CST); /* one stop (cpu_stall.bpf.c) */
 		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
 		struct timespec poll = {0, 200 * 1000};
 		while (__atomic_load_n(&skel->bss->fired, __ATOMIC_RELAXED) == before &&
