@@ -193,6 +193,17 @@ class OnlineDetector {
         double level;
       };
       std::deque<Seen> seen;
+      // The last candidate of the kind that went out as a burst (0: none yet) and that burst's
+      // pace (its span over its events): a candidate well past the burst's pace starts a burst
+      // of its own (report_burst).
+      uint64_t out_ns = 0;
+      double out_pace_ns = 0;
+      // A candidate at `ts_ns` went out in a burst of `events` from `first_ns`.
+      void went_out(uint64_t ts_ns, uint64_t first_ns, size_t events) {
+        if (ts_ns < out_ns) return;
+        out_ns = ts_ns;
+        out_pace_ns = double(ts_ns - std::min(first_ns, ts_ns)) / double(std::max<size_t>(events, 2) - 1);
+      }
     };
     std::map<std::string, Burst> bursts;  // by kind
     // The history's calls that left the window for max_samples (not for their age), by span
@@ -245,8 +256,9 @@ class OnlineDetector {
                     std::vector<Anomaly>& out);
   bool material(const std::string& kind, const std::deque<Anomaly>& pending, const Anomaly& a,
                 double level) const;
+  // (only the candidates after `since` count: see report_burst)
   bool report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a, size_t calls,
-                     std::vector<Anomaly>& out);
+                     uint64_t since, std::vector<Anomaly>& out);
   void report_window_runs(Group& g, const FeatureTable& rows, std::vector<Anomaly>& found);
   // (take_along_share) the last slow-call burst of a process's layer: recorded from the calls
   // `out` gained from `first`, then the other operations' pending candidates it takes along
