@@ -278,6 +278,9 @@ struct LoopChores {
                                        pipeline.probes(), sinks.metrics().traced_processes(),
                                        cpu_seconds(), resident_bytes()});
       sinks.metrics().set_models(sinks.detection().states(), sinks.detection().models());
+      sinks.metrics().set_dismissed({sinks.detection().unreported_calls(),
+                                     sinks.detection().lone_windows(),
+                                     sinks.detection().brief_windows()});
       sinks.metrics().expire_series(now);
       sinks.flight().note_dropped(pipeline.counters().ring_drops);
       last_stats = now;

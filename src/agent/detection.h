@@ -107,6 +107,11 @@ class DetectionSink final : public Sink {
   // What /metrics shows of the models: per group with a model, its last score and threshold.
   std::vector<ModelState> states() const;
   size_t models() const { return detector_.fitted(); }
+  // Unusual and not reported, so far: slow calls no burst carried, windows alone (shorter than
+  // window_run), windows of a slowdown too brief to report.
+  size_t unreported_calls() const { return detector_.unreported(); }
+  size_t lone_windows() const { return detector_.unreported_windows(); }
+  size_t brief_windows() const { return symptom_runs_.dropped_windows(); }
   // The refit thread (0 before it started), and how often its fits were hurried.
   pid_t refit_thread() const;
   size_t refit_hurries() const;

@@ -148,7 +148,7 @@ void OnlineDetector::report_window_runs(Group& g, const FeatureTable& rows,
   for (size_t i = 0; i < rows.ts_ns.size(); ++i) {
     const bool anomalous = next != found.end() && next->row == i;
     if (!anomalous || rows.ts_ns[i] != g.run_end_ns) {
-      unreported_ += g.run_held.size();
+      unreported_windows_ += g.run_held.size();
       g.run_held.clear();
       g.run_length = 0;
     }

@@ -160,6 +160,8 @@ class OnlineDetector {
   size_t refits() const { return refits_; }
   // Call anomalies never reported: alone in their burst window, as a healthy job has them.
   size_t unreported() const { return unreported_; }
+  // Anomalous windows never reported: runs shorter than window_run.
+  size_t unreported_windows() const { return unreported_windows_; }
   // The current model of a group, if it has one (for saving, or to show what is normal).
   const GroupModel* model(const std::string& layer, const std::string& name) const;
   size_t groups() const { return groups_.size(); }
@@ -287,7 +289,7 @@ class OnlineDetector {
   };
   std::map<std::pair<uint32_t, std::string>, RecentBurst> recent_bursts_;  // (pid, layer)
   size_t refits_ = 0;
-  size_t unreported_ = 0;
+  size_t unreported_ = 0, unreported_windows_ = 0;
 };
 
 }  // namespace eacgm::detect

@@ -209,7 +209,17 @@ MetricsSink::MetricsSink(std::string hostname)
       models_(BuildGauge()
                   .Name("eacgm_detector_models")
                   .Help("Models the online detector has fitted (operations and the window)")
-                  .Register(*registry_)) {
+                  .Register(*registry_)),
+      dismissed_(BuildCounter()
+                     .Name("eacgm_detector_dismissed_total")
+                     .Help("What the online detector scored as unusual and did not report: "
+                           "slow calls no burst of their kind carried (reason no_burst), "
+                           "anomalous windows alone, no run of them (lone_window), windows of "
+                           "a slowdown under 15 s with nothing on the node to blame "
+                           "(brief_slowdown)")
+                     .Register(*registry_)) {
+  for (const char* reason : {"no_burst", "lone_window", "brief_slowdown"})
+    dismissed_.Add({{"reason", reason}});
   // every CPU's stop counters at 0 from the start (a CPU that stops later raises them)
   long cpus = sysconf(_SC_NPROCESSORS_CONF);
   for (long c = 0; c < cpus; ++c) {
@@ -547,6 +557,17 @@ void MetricsSink::set_models(const std::vector<ModelState>& models, size_t fitte
     model_threshold_.Add(labels).Set(m.threshold);
   }
   models_.Add({}).Set(double(fitted));
+}
+
+void MetricsSink::set_dismissed(const Dismissed& d) {
+  // counters only go up: add what is new since the last call
+  auto add = [this](const char* reason, size_t now, size_t& last) {
+    dismissed_.Add({{"reason", reason}}).Increment(double(now - std::min(now, last)));
+    last = std::max(last, now);
+  };
+  add("no_burst", d.no_burst, last_dismissed_.no_burst);
+  add("lone_window", d.lone_window, last_dismissed_.lone_window);
+  add("brief_slowdown", d.brief_slowdown, last_dismissed_.brief_slowdown);
 }
 
 std::string MetricsSink::text() const {

@@ -86,6 +86,13 @@ class MetricsSink final : public Sink {
   // occur), so that the first anomaly of each is an increase that alerts see.
   void zero_anomalies(const std::vector<std::pair<std::string, std::string>>& kinds);
   void set_models(const std::vector<ModelState>& models, size_t fitted);
+  // What the online detector scored as unusual and did not report, in all so far.
+  struct Dismissed {
+    size_t no_burst = 0;        // slow calls that no burst of their kind carried
+    size_t lone_window = 0;     // anomalous windows alone, no run of them
+    size_t brief_slowdown = 0;  // windows of a slowdown too brief to report (SymptomRuns)
+  };
+  void set_dismissed(const Dismissed& d);
   // The exposition text (thread-safe: the HTTP thread calls it while the loop adds).
   std::string text() const;
   // Processes that made traced calls and have not exited.
@@ -189,7 +196,9 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& model_score_;
   prometheus::Family<prometheus::Gauge>& model_threshold_;
   prometheus::Family<prometheus::Gauge>& models_;
+  prometheus::Family<prometheus::Counter>& dismissed_;
   AgentStats last_stats_;
+  Dismissed last_dismissed_;
 
   // by pid, then by the op name's address (names are interned or static: stable for the
   // pipeline's life); a pid's entries go when it exits or execs (its process name changes)

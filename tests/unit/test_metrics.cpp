@@ -102,6 +102,26 @@ void exit_(MetricsSink& m, uint32_t pid) {
 constexpr uint64_t s = 1'000'000'000;
 constexpr uint64_t kLinger = MetricsSink::kSeriesLingerNs;
 
+// What the detector did not report is counted by reason, every reason at 0 from the start, and
+// the counters follow the detector's running totals (set twice a second) without going back.
+TEST(MetricsSink, DismissedAnomaliesAreCountedByReasonFromZero) {
+  MetricsSink m("node-a");
+  auto value = [&](const char* reason) {
+    return series_value(m.text(), "eacgm_detector_dismissed_total",
+                        std::string("reason=\"") + reason + "\"");
+  };
+  for (const char* reason : {"no_burst", "lone_window", "brief_slowdown"})
+    EXPECT_EQ(value(reason), 0.0) << reason;
+  m.set_dismissed({5, 1, 3});
+  m.set_dismissed({7, 1, 3});
+  EXPECT_EQ(value("no_burst"), 7.0);
+  EXPECT_EQ(value("lone_window"), 1.0);
+  EXPECT_EQ(value("brief_slowdown"), 3.0);
+  m.set_dismissed({2, 1, 4});  // (a total that went back, as no detector's does: no decrease)
+  EXPECT_EQ(value("no_burst"), 7.0);
+  EXPECT_EQ(value("brief_slowdown"), 4.0);
+}
+
 TEST(MetricsSink, AFinishedJobsSeriesGoAfterTheLingerAndNotBefore) {
   MetricsSink m("node-a");
   start(m, 100, "train");
