@@ -352,8 +352,10 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
   // (eval net_delay online, session 66: a 16 ms all_reduce 9 s after the delay, "12 such calls
   // in 10 s"). A fault that goes on at its pace goes on going out. The calls the count is
   // expected of stay the window's: a burst since is judged as strictly as the first one.
+  // (a candidate older than the last that went out, another rank's call of the same instance
+  // that ended later, is part of it)
   uint64_t since = from;
-  if (b.out_ns > from &&
+  if (b.out_ns > from && a.ts_ns > b.out_ns &&
       double(a.ts_ns - b.out_ns) > std::max(3 * b.out_pace_ns, double(kMinMaterialSpanNs)))
     since = b.out_ns;
   if (report_severe(g, kind, b, a, calls, since, out)) return;
@@ -369,13 +371,18 @@ void OnlineDetector::report_burst(Group& g, const std::string& kind, Group::Burs
   double expected = double(std::max(calls, events)) * rate;
   if (events > m.usual_burst &&
       negbin_tail(events, expected, m.dispersion) <= options_.burst_alpha &&
-      material(kind, b.pending, a, std::nan(""))) {
-    for (Anomaly& p : b.pending) {
-      p.burst = events, p.burst_expected = expected, p.burst_window_ns = span;
-      mark_reported(g, p);
-      out.push_back(std::move(p));
+      material(kind, b.pending, a, std::nan(""), since)) {
+    // (those before `since` are not of this burst: they stay pending, and age out)
+    for (auto p = b.pending.begin(); p != b.pending.end();) {
+      if (p->ts_ns <= since) {
+        ++p;
+        continue;
+      }
+      p->burst = events, p->burst_expected = expected, p->burst_window_ns = span;
+      mark_reported(g, *p);
+      out.push_back(std::move(*p));
+      p = b.pending.erase(p);
     }
-    b.pending.clear();
     a.burst = events, a.burst_expected = expected, a.burst_window_ns = span;
     b.went_out(a.ts_ns, first, events);
     mark_reported(g, a);
@@ -402,9 +409,11 @@ constexpr double kMinScanNs = double(kMinMaterialSpanNs);
 // went unnamed, e2e GpuTimeAgent.NamesAStragglerOnlyTheGpuSeesAsDetectDoes), and kinds without
 // a tail (a size, a count) are not judged by time.
 bool OnlineDetector::material(const std::string& kind, const std::deque<Anomaly>& pending,
-                              const Anomaly& a, double level) const {
+                              const Anomaly& a, double level, uint64_t since) const {
   if (options_.min_burst_share <= 0 || kind != kTailKindNames[0]) return true;
-  auto counts = [&](const Anomaly& c) { return std::isnan(level) || value_of(c, kind) >= level; };
+  auto counts = [&](const Anomaly& c) {
+    return c.ts_ns > since && (std::isnan(level) || value_of(c, kind) >= level);
+  };
   double lost = counts(a) ? lost_us(a) : 0;
   uint64_t first = a.ts_ns;
   for (const Anomaly& p : pending)
@@ -431,7 +440,7 @@ bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Bur
   const std::vector<GroupModel::TailEntry>& tail = it->second;
   std::vector<double> levels;
   for (const auto& c : b.seen)
-    if (std::isfinite(c.value)) levels.push_back(c.value);
+    if (c.ts_ns > since && std::isfinite(c.value)) levels.push_back(c.value);
   std::sort(levels.begin(), levels.end(), std::greater<>());
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
   const bool full = tail.size() >= kSlowTail;
@@ -482,10 +491,10 @@ bool OnlineDetector::report_severe(Group& g, const std::string& kind, Group::Bur
     if (events < 2 || events <= usual ||
         negbin_tail(events, expected, spread) * window / span * double(levels.size()) >
             options_.burst_alpha ||
-        !material(kind, b.pending, a, v))
+        !material(kind, b.pending, a, v, since))
       continue;
     for (auto p = b.pending.begin(); p != b.pending.end();) {
-      if (!(value_of(*p, kind) >= v)) {
+      if (p->ts_ns <= since || !(value_of(*p, kind) >= v)) {
         ++p;
         continue;
       }

@@ -158,7 +158,8 @@ class OnlineDetector {
   // reported yet.
   std::vector<uint64_t> held_windows(const std::string& group) const;
   size_t refits() const { return refits_; }
-  // Call anomalies never reported: alone in their burst window, as a healthy job has them.
+  // Call candidates never reported: no burst of their kind carried them (counted when they
+  // leave the burst window, or a refit drops them), or a size the history had again and again.
   size_t unreported() const { return unreported_; }
   // Anomalous windows never reported: runs shorter than window_run.
   size_t unreported_windows() const { return unreported_windows_; }
@@ -257,7 +258,7 @@ class OnlineDetector {
   void report_burst(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a,
                     std::vector<Anomaly>& out);
   bool material(const std::string& kind, const std::deque<Anomaly>& pending, const Anomaly& a,
-                double level) const;
+                double level, uint64_t since = 0) const;
   // (only the candidates after `since` count: see report_burst)
   bool report_severe(Group& g, const std::string& kind, Group::Burst& b, Anomaly& a, size_t calls,
                      uint64_t since, std::vector<Anomaly>& out);

@@ -213,7 +213,7 @@ MetricsSink::MetricsSink(std::string hostname)
       dismissed_(BuildCounter()
                      .Name("eacgm_detector_dismissed_total")
                      .Help("What the online detector scored as unusual and did not report: "
-                           "slow calls no burst of their kind carried (reason no_burst), "
+                           "call candidates no burst of their kind carried (reason no_burst), "
                            "anomalous windows alone, no run of them (lone_window), windows of "
                            "a slowdown under 15 s with nothing on the node to blame "
                            "(brief_slowdown)")
