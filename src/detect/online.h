@@ -205,7 +205,8 @@ class OnlineDetector {
       void went_out(uint64_t ts_ns, uint64_t first_ns, size_t events) {
         if (ts_ns < out_ns) return;
         out_ns = ts_ns;
-        out_pace_ns = double(ts_ns - std::min(first_ns, ts_ns)) / double(std::max<size_t>(events, 2) - 1);
+        out_pace_ns =
+            double(ts_ns - std::min(first_ns, ts_ns)) / double(std::max<size_t>(events, 2) - 1);
       }
     };
     std::map<std::string, Burst> bursts;  // by kind

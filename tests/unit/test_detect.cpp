@@ -1566,7 +1566,8 @@ struct CpuWindows {
   uint64_t t = 0;
   static constexpr uint64_t sec = 1'000'000'000;
   CpuWindows(OnlineDetector& detector, uint64_t seed) : d(detector), rng(seed) {}
-  std::vector<uint64_t> operator()(const std::vector<double>& rates, std::vector<bool> judged = {}) {
+  std::vector<uint64_t> operator()(const std::vector<double>& rates,
+                                   std::vector<bool> judged = {}) {
     FeatureTable w;
     w.group = w.layer = w.name = "window";
     w.feature_names = {"cpu_cores"};
