@@ -9,7 +9,11 @@
 # every anomaly is a false alarm. Targets: <= 1 an hour after warm-up, <= 2 in the 15 s job.
 #   bench/agent_false_alarms.sh              an hour (JOB_S=3600)
 #   JOB_S=600 bench/agent_false_alarms.sh    ten minutes
-# Run as root after scripts/build.sh.
+#   KEEP=DIR ...                             keep its files (the agent's state and flight
+#                                            recordings, procs.txt: who else ran) in DIR
+# Run as root after scripts/build.sh, with nothing else on the machine: on 2 cores a build or a
+# few `python3` runs (pyenv's shim is a bash script) take the job's CPUs, which the agent
+# rightly reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EACGM=build/eacgm
@@ -26,9 +30,11 @@ W=tests/e2e/workloads
 out=$(mktemp -d)
 agent=""
 stat_logger=""
+procs_logger=""
 cleanup() {
   [ -n "$agent" ] && { kill "$agent" 2>/dev/null || true; }
   [ -n "$stat_logger" ] && { kill "$stat_logger" 2>/dev/null || true; }
+  [ -n "$procs_logger" ] && { kill "$procs_logger" 2>/dev/null || true; }
   wait 2>/dev/null || true
   [ -n "${KEEP:-}" ] && cp -r "$out" "$KEEP"
   rm -rf "$out"
@@ -78,6 +84,35 @@ with open(sys.argv[1], "w", buffering=1) as out:
         out.write(f"{time.monotonic_ns()} {worst // 1000} {running}\n")
 PY
 stat_logger=$!
+# Who else ran: every 2 s, each process that used 5% of a core or more since the last look, by
+# its /proc/PID/stat (utime + stime in 10 ms ticks), at normal priority (it must not stall the
+# job it watches); the job's own ranks marked "job". For the episodes: what took the CPUs.
+$PY - "$out/procs.txt" <<'PY' &
+import os, sys, time
+tick = os.sysconf("SC_CLK_TCK")
+seen, job = {}, {}
+with open(sys.argv[1], "w", buffering=1) as out:
+    while True:
+        now = time.monotonic_ns()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    st = f.read()
+                if pid not in job:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        job[pid] = b"irregular_job" in f.read()
+            except OSError:
+                continue
+            comm = st[st.index("(") + 1:st.rindex(")")].replace(" ", "_")
+            fields = st[st.rindex(")") + 2:].split()
+            cpu = int(fields[11]) + int(fields[12])
+            last = seen.get(pid)
+            seen[pid] = (now, cpu)
+            if last and (share := (cpu - last[1]) / tick / ((now - last[0]) / 1e9)) >= 0.05:
+                out.write(f"{now} {pid} {comm} {share:.2f} {'job' if job[pid] else 'other'}\n")
+        time.sleep(2)
+PY
+procs_logger=$!
 start_agent
 t0=$(mono)
 $PY $W/launch_ranks.py 2 bench/irregular_job.py "$JOB_S" "$out/ckpt" >"$out/job.log" 2>&1 &
@@ -116,11 +151,13 @@ echo "  of them while the second job ran ($(awk -v a="$s0" -v b="$s1" 'BEGIN{pri
 
 # each anomaly after the warm-up with the machine's stall around it (the latest wake-up of the
 # real-time sleeper within 2 s of it, and procs_running then)
-kill "$stat_logger" 2>/dev/null || true
-$PY - "$out/state/anomalies.db" "$out/stat.txt" "$after" "$s_1" "$s2" <<'PY' || true
+kill "$stat_logger" "$procs_logger" 2>/dev/null || true
+$PY - "$out/state/anomalies.db" "$out/stat.txt" "$out/procs.txt" "$after" "$s_1" "$s2" <<'PY' || true
 import sqlite3, sys
-db, stat, after, s0, s2 = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+db, stat, procs, after, s0, s2 = *sys.argv[1:4], *map(int, sys.argv[4:])
 rows = [tuple(map(int, l.split())) for l in open(stat) if len(l.split()) == 3]
+others = [(int(l.split()[0]), l.split()[1], l.split()[2], float(l.split()[3]))
+          for l in open(procs) if len(l.split()) == 5 and l.split()[4] == "other"]
 late = sorted(r[1] for r in rows)
 if late:
     print(f"  the real-time sleeper's latest wake-up per second: median {late[len(late) // 2]} us, "
@@ -131,9 +168,15 @@ for ts, cause in con.execute("SELECT ts_ns, cause FROM anomalies WHERE ts_ns >= 
                              (after,)):
     near = [r for r in rows if abs(r[0] - 500_000_000 - ts) <= 2_000_000_000]
     where = "second job" if s0 <= ts < s2 else "alone"
+    busy = {}  # the other processes busiest within 3 s of it: (comm, pid) -> most of a core
+    for t, pid, comm, share in others:
+        if abs(t - ts) <= 3_000_000_000:
+            busy[(comm, pid)] = max(busy.get((comm, pid), 0), share)
+    top = sorted(busy.items(), key=lambda kv: -kv[1])[:3]
     print(f"    {(ts - after) / 1e9:8.1f} s after warm-up ({where}): wake-up up to "
           f"{max((r[1] for r in near), default=0)} us late, {max((r[2] for r in near), default=0)} "
-          f"running; {cause[:110]}")
+          f"running; others busy: {', '.join(f'{c} ({p}) {s:.0%}' for (c, p), s in top) or 'none'}; "
+          f"{cause[:110]}")
 PY
 mv "$out/state/anomalies.db" "$out/first.anomalies.db"
 start_agent
