@@ -71,7 +71,9 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     std::string kind = detect::cause_kind(a.cause);
     metrics_.count_anomaly(a.layer, kind);
     uint64_t real = uint64_t(int64_t(a.ts_ns) + to_real_);
-    Limit& limit = limits_[a.layer + "\t" + kind];
+    // (an episode's one anomaly has a line of its own, not taken by its kind's others)
+    const bool folded = f.folded_calls + f.folded_windows > 0;
+    Limit& limit = limits_[a.layer + "\t" + kind + (folded ? "\tfolded" : "")];
     if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
       std::string what =
           f.folded_calls + f.folded_windows > 0

@@ -599,6 +599,8 @@ void DetectionSink::flush() {
   stall_episodes_.fold(found, data_now);
   job_starts_.fold(found, data_now, monotonic_now_ns(),
                    [this](const std::string& key) { return job_who(key); });
+  // what no start explains: a neighbour's episode, its first call at once and the rest as one
+  interference_episodes_.fold(found, data_now);
   if (!found.empty()) report_(found);
 }
 
@@ -607,6 +609,8 @@ void DetectionSink::finish() {
   symptom_runs_.finish();
   stall_episodes_.finish(found);
   job_starts_.finish(found, [this](const std::string& key) { return job_who(key); });
+  interference_episodes_.fold(found, 0);
+  interference_episodes_.finish(found);
   if (!found.empty()) report_(found);
 }
 

@@ -20,6 +20,7 @@
 #include "agent/agent_anomaly.h"
 #include "agent/flight.h"
 #include "agent/job_starts.h"
+#include "agent/interference_episodes.h"
 #include "agent/stall_episodes.h"
 #include "agent/symptom_runs.h"
 #include "agent/node_collectives.h"
@@ -212,6 +213,8 @@ class DetectionSink final : public Sink {
   std::vector<uint32_t> exited_;
   JobStarts job_starts_;
   StallEpisodes stall_episodes_;  // what CPU stalls slowed: one anomaly each
+  // what a neighbour preempted, past an episode's first: one anomaly each
+  InterferenceEpisodes interference_episodes_;
   SymptomRuns symptom_runs_;      // a job slower for seconds with nothing to blame: held
   detect::YoungStragglers young_stragglers_;  // late ranks the models do not judge yet
   uint64_t judged_to_ = 0;  // the latest call or window end judged

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/interference_episodes.h"
 #include "agent/job_starts.h"
 #include "agent/stall_episodes.h"
 
@@ -311,6 +312,114 @@ TEST(StallEpisodes, AnEpisodeThatCostItsJobLittleIsDroppedAndCounted) {
   EXPECT_EQ(std::count_if(asked.begin(), asked.end(),
                           [](const auto& q) { return std::get<0>(q) == "job b"; }),
             1);
+}
+
+// Session 67's half hour: something took the CPUs from a healthy job for 28 s, and each of the
+// 200 operators it preempted was an anomaly. The episode's first goes out at once (a CPU hog is
+// reported within a second), the rest as one anomaly once 10 s passed without another; a call
+// the host does not explain by a wait for a CPU, a window, a stalled call and another job's
+// episode are not folded into it.
+TEST(InterferenceEpisodes, ANeighboursEpisodeIsItsFirstCallAndOneAnomalyForTheRest) {
+  InterferenceEpisodes episodes;
+  std::vector<AgentAnomaly> out;
+  auto fold = [&](std::vector<AgentAnomaly> found, uint64_t now) {
+    episodes.fold(found, now);
+    for (auto& x : found) out.push_back(std::move(x));
+  };
+  auto preempted = [](const std::string& job, uint64_t ts, const std::string& name, double ms) {
+    AgentAnomaly x = slow_call(job, ts, name);
+    x.anomaly.pid = 7;
+    x.anomaly.runq_ns = int64_t(ms * 1e6);
+    return x;
+  };
+  fold({preempted("job a", 100 * kSecond, "aten::mm", 2.1)}, 100 * kSecond);
+  ASSERT_EQ(out.size(), 1u) << "the first at once";
+  EXPECT_EQ(out[0].anomaly.name, "aten::mm");
+  EXPECT_EQ(out[0].folded_calls, 0u);
+  out.clear();
+  AgentAnomaly own = slow_call("job a", 106 * kSecond);
+  own.anomaly.cause = "slow operator: aten::mm";
+  AgentAnomaly stalled = preempted("job a", 106 * kSecond, "aten::bmm", 1);
+  stalled.anomaly.stalled_ns = 90e6;
+  fold({preempted("job a", 101 * kSecond, "aten::mm", 8.1),
+        preempted("job a", 105 * kSecond, "aten::addmm", 3), own, stalled,
+        window("job a", 106 * kSecond, "CPU interference"),
+        preempted("job b", 107 * kSecond, "aten::gelu", 4)},
+       107 * kSecond);
+  ASSERT_EQ(out.size(), 4u) << "the slow code, the stalled call, the window, job b's first";
+  EXPECT_EQ(out[0].anomaly.cause, "slow operator: aten::mm");
+  EXPECT_EQ(out[1].anomaly.name, "aten::bmm");
+  EXPECT_EQ(out[2].anomaly.layer, "window");
+  EXPECT_EQ(out[3].job, "job b");
+  out.clear();
+  fold({preempted("job a", 110 * kSecond, "aten::linear", 5)}, 112 * kSecond);
+  fold({}, 120 * kSecond);
+  EXPECT_TRUE(out.empty()) << "open: job a's last ended under 10 s ago";
+  fold({}, 121 * kSecond);
+  ASSERT_EQ(out.size(), 1u) << "job a's three followers (job b's episode had none)";
+  const AgentAnomaly& e = out[0];
+  EXPECT_EQ(e.folded_calls, 3u);
+  EXPECT_EQ(e.anomaly.layer, "torch") << "counted as its members were";
+  EXPECT_EQ(e.anomaly.name, "aten::addmm");
+  EXPECT_EQ(e.job, "job a");
+  EXPECT_EQ(e.anomaly.pid, 7u);
+  EXPECT_EQ(e.anomaly.ts_ns, 101 * kSecond);
+  EXPECT_EQ(e.anomaly.dur_ns, 9 * kSecond + 3'000'000);
+  EXPECT_EQ(detect::cause_kind(e.anomaly.cause), "slow operator");
+  EXPECT_EQ(e.anomaly.cause,
+            "slow operator: after the first, 3 slow calls (aten::addmm 1, aten::linear 1, "
+            "aten::mm 1) over 9.0 s in python3 (pid 7); preempted: their threads waited up to "
+            "8.1 ms for a CPU (CPU interference)");
+  EXPECT_EQ(episodes.open_episodes(), 0u) << "both over";
+  out.clear();
+  // a later one: an episode of its own, its first at once; the same job's CUDA calls are
+  // another episode, and a call judged late, from long before the episode, is not part of it;
+  // the followers of two ranks name both
+  AgentAnomaly cuda = preempted("job a", 141 * kSecond, "cudaMalloc", 2);
+  cuda.anomaly.layer = "cuda";
+  cuda.anomaly.cause = "slow cuda call: cudaMalloc; preempted: waited 2.0 ms for a CPU (CPU "
+                       "interference)";
+  AgentAnomaly rank1 = preempted("job a", 143 * kSecond, "aten::mm", 3);
+  rank1.anomaly.pid = 8;
+  fold({rank1, preempted("job a", 140 * kSecond, "aten::mm", 2), cuda}, 143 * kSecond);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].anomaly.ts_ns, 140 * kSecond) << "in time order: the episode's first";
+  EXPECT_EQ(out[1].anomaly.layer, "cuda") << "the CUDA episode's first";
+  out.clear();
+  fold({preempted("job a", 144 * kSecond, "aten::mm", 1),
+        preempted("job a", 125 * kSecond, "aten::gelu", 2)},
+       160 * kSecond);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].anomaly.name, "aten::gelu") << "from before the episode: alone";
+  EXPECT_EQ(out[0].folded_calls, 0u);
+  EXPECT_EQ(out[1].folded_calls, 2u);
+  EXPECT_NE(out[1].anomaly.cause.find("in python3 (pids 7, 8);"), std::string::npos)
+      << out[1].anomaly.cause;
+  EXPECT_EQ(episodes.open_episodes(), 0u);
+}
+
+// A neighbour that keeps taking the CPUs: its followers go out once a minute, and the agent's
+// end reports what is open.
+TEST(InterferenceEpisodes, ALastingNeighboursFollowersGoOutOnceAMinute) {
+  InterferenceEpisodes episodes;
+  std::vector<AgentAnomaly> out;
+  for (uint64_t t = 100; t <= 250; t += 5) {
+    std::vector<AgentAnomaly> found{slow_call("job a", t * kSecond)};
+    episodes.fold(found, t * kSecond);
+    for (auto& x : found) out.push_back(std::move(x));
+  }
+  // the first (100 s), then the followers counted from 105 s out at 165 s, those from 170 s
+  // at 230 s
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].folded_calls, 0u);
+  EXPECT_EQ(out[1].folded_calls, 13u);  // 105..165
+  EXPECT_EQ(out[2].folded_calls, 13u);  // 170..230
+  std::vector<AgentAnomaly> last;
+  episodes.finish(last);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].folded_calls, 4u);  // 235..250
+  episodes.finish(last);
+  EXPECT_EQ(last.size(), 1u) << "nothing open after the end";
 }
 
 TEST(JobStarts, APythonProcessOrALauncherMayStartAJobAShellLoopNot) {
