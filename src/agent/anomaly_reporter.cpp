@@ -76,7 +76,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
     Limit& limit = limits_[a.layer + "\t" + kind + (folded ? "\tfolded" : "")];
     if (limit.last == 0 || now - limit.last >= 10'000'000'000ull) {
       std::string what =
-          f.folded_calls + f.folded_windows > 0
+          folded
               ? fmt::format("{}, in {}, from {}", a.cause, process, utc_time(real))
           : a.layer == "window"
               ? fmt::format("{} in {}, {} s window at {}", a.cause,
@@ -85,7 +85,7 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
               : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
                             process.empty() ? "?" : process, a.pid, utc_time(real));
       std::string how;
-      if (f.folded_calls + f.folded_windows > 0) {
+      if (folded) {
         how = fmt::format("one anomaly for the {} it brought", f.folded_calls + f.folded_windows);
       } else if (a.layer == "window") {
         how = detect::describe_measured(a);
