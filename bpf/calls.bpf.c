@@ -305,8 +305,12 @@ static __always_inline void offcpu_blocks(void *ctx, struct task_struct *prev, _
 		int frames = py_read_stack((__u64)prev->tgid << 32 | (__u32)prev->pid, now,
 					   EACGM_PY_MAX_STACK, &st->py, 0);
 		/* the head read after the walk: a state pushed in between is another thread's (this
-		 * one's is made by its parent before it runs, or by itself) */
-		__u64 at = frames == PY_NO_THREAD_STATE && prev->pid != prev->tgid
+		 * one's is made by its parent before it runs, or by itself). Not in a thread's first
+		 * second: one that blocked before binding the state its parent made (a malloc lock
+		 * in its first instants) looks stateless on 3.10 and 3.11, whose unbound states carry
+		 * the parent's ids until taken (3.12+ zero them: py_read_stack returns 0 for those) */
+		__u64 at = frames == PY_NO_THREAD_STATE && prev->pid != prev->tgid &&
+					   now - prev->start_time >= OFFCPU_PY_ABSENT_NS
 				   ? py_thread_list_head_at(prev->tgid)
 				   : 0;
 		if (at && bpf_probe_read_user(&st->py_head, sizeof(st->py_head), (void *)at) == 0) {
