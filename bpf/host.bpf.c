@@ -87,6 +87,38 @@ struct {
 	__type(value, __u32); /* tgid */
 } sock_owner SEC(".maps");
 
+/* Who had the CPUs the traced threads waited for (struct eacgm_cpu_taker): LRU, as the
+ * takers are any of the node's processes; userspace forgets a victim's entries when it exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct eacgm_cpu_taker_key);
+	__type(value, struct eacgm_cpu_taker);
+} cpu_takers SEC(".maps");
+
+/* Charges a traced process's wait for a CPU to `prev`, the task that ran on the CPU until the
+ * waiting thread got it: the one that held it last (most waits are behind one task, a hog's or
+ * a neighbour's slice; a wait behind several is charged to the last). Not the idle task (the
+ * CPU was free: a wakeup's latency), nor the waiting process's own threads (its own load). */
+static __always_inline void charge_taker(__u32 victim, struct task_struct *prev, __u64 wait)
+{
+	struct eacgm_cpu_taker_key key = {victim, prev->tgid};
+	if (wait < EACGM_TAKER_MIN_WAIT_NS || !prev->pid || key.taker == victim)
+		return;
+	changes_here()->takers++;
+	struct eacgm_cpu_taker *v = bpf_map_lookup_elem(&cpu_takers, &key);
+	if (!v) {
+		struct eacgm_cpu_taker zero = {};
+		BPF_CORE_READ_STR_INTO(&zero.comm, prev, group_leader, comm);
+		bpf_map_update_elem(&cpu_takers, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&cpu_takers, &key);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->wait_ns, wait);
+	__sync_fetch_and_add(&v->waits, 1);
+}
+
 struct rq_start {
 	__u64 ts;
 };
@@ -208,6 +240,7 @@ int BPF_PROG(host_switch, bool preempt, struct task_struct *prev, struct task_st
 				if (wait > s->runq_max_ns)
 					s->runq_max_ns = wait;
 				t->runnable_since = 0;
+				charge_taker(next_tgid, prev, wait);
 			}
 			if (t->off_since)
 				s->offcpu_ns += now - t->off_since;

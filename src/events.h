@@ -198,8 +198,8 @@ enum eacgm_counter {
  * `changes`, read by userspace through the mapped .bss to skip walking unchanged maps). */
 #define EACGM_CHANGE_SLOTS 256
 struct eacgm_changes {
-	__u64 procs, nets, disks;
-	__u64 pad[5]; /* one 64-byte cache line per slot */
+	__u64 procs, nets, disks, takers;
+	__u64 pad[4]; /* one 64-byte cache line per slot */
 };
 
 /*
@@ -229,6 +229,23 @@ struct eacgm_host_proc_stats {
 	__u64 stall_end_ns; /* when the last such stop ended (ktime) */
 	__u64 stalls;       /* such stops */
 	char comm[16]; /* the process's name when first seen */
+};
+
+/*
+ * Who had the CPU a traced thread waited for (host layer, cpu_takers): at the switch that ends a
+ * wait of EACGM_TAKER_MIN_WAIT_NS or more for a CPU, the wait is charged to the process that ran
+ * on that CPU until then, when it is another process than the waiting one's and not the idle
+ * task. One entry per (waiting process, taker), cumulative.
+ */
+#define EACGM_TAKER_MIN_WAIT_NS 100000ull
+struct eacgm_cpu_taker_key {
+	__u32 victim; /* tgid of the traced process that waited */
+	__u32 taker;  /* tgid of the process that ran */
+};
+struct eacgm_cpu_taker {
+	__u64 wait_ns; /* waits charged to it */
+	__u64 waits;
+	char comm[16]; /* the taker's name (its main thread's) when first charged */
 };
 
 /*

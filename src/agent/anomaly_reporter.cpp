@@ -79,9 +79,12 @@ void AnomalyReporter::operator()(std::vector<AgentAnomaly>& found) {
           folded
               ? fmt::format("{}, in {}, from {}", a.cause, process, utc_time(real))
           : a.layer == "window"
-              ? fmt::format("{} in {}, {} s window at {}", a.cause,
+              // (its kind, where and when, then what the cause adds: "CPU interference in P,
+              // 1 s window at T; mostly behind cc1plus (pid 4242): ...")
+              ? fmt::format("{} in {}, {} s window at {}{}", kind,
                             process.empty() ? "the traced processes" : process,
-                            double(a.dur_ns) / 1e9, utc_time(real))
+                            double(a.dur_ns) / 1e9, utc_time(real),
+                            std::string_view(a.cause).substr(std::min(kind.size(), a.cause.size())))
               : fmt::format("{}, {}, in {} (pid {}) at {}", a.cause, ms_text(a.dur_ns),
                             process.empty() ? "?" : process, a.pid, utc_time(real));
       std::string how;

@@ -27,6 +27,21 @@ bool interference_can_fold(const AgentAnomaly& x) {
          a.cause.find("straggl") == std::string::npos;
 }
 
+namespace {
+
+constexpr std::string_view kBehind = ", mostly behind ";
+
+// The taker CallContext::explain named in a cause ("cc1plus (pid 4242)"), or "".
+std::string taker_named(const std::string& cause) {
+  size_t at = cause.find(kBehind);
+  if (at == std::string::npos) return "";
+  at += kBehind.size();
+  size_t end = cause.find(')', at);
+  return end == std::string::npos ? "" : cause.substr(at, end + 1 - at);
+}
+
+}  // namespace
+
 void InterferenceEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_ns) {
   // in time order: calls are judged operation by operation, and JobStarts lets anomalies it
   // held go out after the newer ones
@@ -72,6 +87,7 @@ void InterferenceEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_n
     e.pids.insert(a.pid);
     if (e.name.empty()) e.name = x.process;
     e.runq_ns = std::max(e.runq_ns, a.runq_ns);
+    if (std::string by = taker_named(a.cause); !by.empty()) ++e.behind[by];
     if (!e.scored || detect::margin(a) < detect::margin(e.score, e.threshold))
       e.score = a.score, e.threshold = a.threshold, e.scored = true;
   }
@@ -110,10 +126,18 @@ void InterferenceEpisodes::flush_into(const std::pair<std::string, std::string>&
   std::string who = e.name.empty() ? "pid" : e.name + " (pid";
   who += fmt::format("{} {}", e.pids.size() > 1 ? "s" : "", fmt::join(e.pids, ", "));
   if (!e.name.empty()) who += ")";
+  // the taker named for half of the calls or more, as each call names one
+  size_t n = 0;
+  for (const auto& [op, count] : e.calls) n += count;
+  auto top = std::max_element(e.behind.begin(), e.behind.end(),
+                              [](const auto& p, const auto& q) { return p.second < q.second; });
+  std::string behind =
+      top != e.behind.end() && 2 * top->second >= n ? std::string(kBehind) + top->first : "";
   a.cause = fmt::format(
       "{}: after the first, {} over {:.1f} s in {}; preempted: their threads waited up to {:.1f} "
-      "ms for a CPU (CPU interference)",
-      e.kind, folded_words(e.calls, {}), double(a.dur_ns) / 1e9, who, double(e.runq_ns) / 1e6);
+      "ms for a CPU (CPU interference){}",
+      e.kind, folded_words(e.calls, {}), double(a.dur_ns) / 1e9, who, double(e.runq_ns) / 1e6,
+      behind);
   x.process = e.name;
   x.job = job.starts_with("pid ") ? std::string() : job;
   out.push_back(std::move(x));
@@ -121,6 +145,7 @@ void InterferenceEpisodes::flush_into(const std::pair<std::string, std::string>&
   e.pids.clear();
   e.first_ns = UINT64_MAX, e.end_ns = 0;
   e.runq_ns = 0;
+  e.behind.clear();
   e.scored = false;
 }
 

@@ -58,6 +58,7 @@ class InterferenceEpisodes {
     std::set<uint32_t> pids;                 // of its followers
     std::map<std::string, size_t> calls;     // followers by operation
     int64_t runq_ns = 0;                     // their longest wait for a CPU
+    std::map<std::string, size_t> behind;    // followers by the taker named ("cc1plus (pid 7)")
     double score = 0, threshold = 0;         // the most unusual follower's
     bool scored = false;
   };

@@ -24,7 +24,8 @@ void CallContext::add(const HostSampleRow& r) {
   // (a row of one stop knows its span; of several, or of an older recording, not: spread)
   Sample s{r.ts_ns, r.interval_ns,
            {double(r.reclaim_ns), double(r.tcp_retransmits), double(r.stall_ns),
-            double(r.oncpu_ns)},
+            double(r.oncpu_ns), double(r.runq_wait_ns), r.taker_name, double(r.taker_ns),
+            r.taker_procs, r.taker_pid},
            r.stall_ns && r.stalls == 1 ? r.stall_end_ns : 0};
   // (in order of their ends: a sample that comes late goes to its place)
   auto at = std::upper_bound(samples.begin(), samples.end(), s.end_ns,
@@ -41,10 +42,48 @@ void CallContext::forget_before(uint64_t end_ns) {
   }
 }
 
+namespace {
+
+// Adds a wait charged to processes of one name to `takers` (by name): the processes, as many as
+// the most any sample had; the pid, the one of the sample that charged them the most.
+void add_taker(std::vector<HostContext>& takers, const std::string& name, double ns,
+               uint32_t procs, uint32_t pid) {
+  auto t = std::find_if(takers.begin(), takers.end(),
+                        [&](const HostContext& x) { return x.taker_name == name; });
+  if (t == takers.end()) {
+    HostContext n;
+    n.taker_name = name;
+    n.taker_pid = pid;
+    n.runq_ns = ns;  // (here: the most one sample charged)
+    n.taker_ns = ns;
+    n.taker_procs = procs;
+    takers.push_back(std::move(n));
+    return;
+  }
+  t->taker_ns += ns;
+  t->taker_procs = std::max(t->taker_procs, procs);
+  if (ns > t->runq_ns) t->runq_ns = ns, t->taker_pid = pid;
+}
+
+// The taker charged the most, into `sum`'s taker fields.
+void top_taker(const std::vector<HostContext>& takers, HostContext& sum) {
+  for (const HostContext& t : takers)
+    if (t.taker_ns > sum.taker_ns) {
+      sum.taker_name = t.taker_name;
+      sum.taker_ns = t.taker_ns;
+      sum.taker_procs = t.taker_procs;
+      sum.taker_pid = t.taker_pid;
+    }
+}
+
+}  // namespace
+
 HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) const {
   HostContext sum;
   auto it = by_pid_.find(pid);
   if (it == by_pid_.end()) return sum;
+  // the takers' waits, prorated as the rest (a few: one a sample, the top of its interval)
+  std::vector<HostContext> takers;
   const auto& samples = it->second;
   uint64_t end = ts_ns + dur_ns;
   // the first sample that ends after the call starts
@@ -65,18 +104,40 @@ HostContext CallContext::over(uint32_t pid, uint64_t ts_ns, uint64_t dur_ns) con
     sum.reclaim_ns += s->v.reclaim_ns * share;
     sum.retransmits += s->v.retransmits * share;
     sum.oncpu_ns += s->v.oncpu_ns * share;
+    sum.runq_ns += s->v.runq_ns * share;
     if (!s->stall_end_ns) sum.stall_ns += s->v.stall_ns * share;
+    if (s->v.taker_name.empty()) continue;
+    add_taker(takers, s->v.taker_name, s->v.taker_ns * share, s->v.taker_procs, s->v.taker_pid);
   }
+  top_taker(takers, sum);
   return sum;
 }
+
+namespace {
+
+// ", mostly behind cc1plus (pid 4242)": the process that had the CPUs where it did for half or
+// more of the waits, or "".
+std::string behind(const HostContext& c) {
+  if (c.taker_name.empty() || c.taker_ns <= 0 || c.taker_ns < 0.5 * c.runq_ns) return "";
+  if (c.taker_procs > 1)
+    return fmt::format(", mostly behind {} ({} processes, pid {} the most)", c.taker_name,
+                       c.taker_procs, c.taker_pid);
+  return fmt::format(", mostly behind {} (pid {})", c.taker_name, c.taker_pid);
+}
+
+}  // namespace
 
 void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids, bool all) const {
   if (!w.dur_ns) return;
   HostContext sum;
+  std::vector<HostContext> takers;  // by name: each process's top one
   auto add = [&](uint32_t pid) {
     HostContext c = over(pid, w.ts_ns, w.dur_ns);
     sum.stall_ns += c.stall_ns;
     sum.oncpu_ns += c.oncpu_ns;
+    sum.runq_ns += c.runq_ns;
+    if (!c.taker_name.empty())
+      add_taker(takers, c.taker_name, c.taker_ns, c.taker_procs, c.taker_pid);
   };
   if (all)
     for (const auto& [pid, samples] : by_pid_) add(pid);
@@ -87,6 +148,11 @@ void CallContext::explain_window(Anomaly& w, const std::vector<uint32_t>& pids, 
     w.cause += fmt::format("; its CPUs stopped for {:.1f} ms (CPU stall)", sum.stall_ns / 1e6);
     w.stalled_ns = sum.stall_ns;
   }
+  if (!w.cause.starts_with("CPU interference")) return;
+  top_taker(takers, sum);
+  if (std::string by = behind(sum); !by.empty())
+    w.cause += fmt::format("; {}: {:.1f} s of the {:.1f} s its threads waited for a CPU",
+                           by.substr(2), sum.taker_ns / 1e9, sum.runq_ns / 1e9);
 }
 
 void CallContext::explain(std::vector<Anomaly>& anomalies) const {
@@ -111,8 +177,8 @@ void CallContext::explain(std::vector<Anomaly>& anomalies) const {
     double tail_ns = std::max(a.runq_tail_us, 0.0) * 1e3;
     if (a.runq_ns >= 0 && double(a.runq_ns) >= 0.25 * dur &&
         double(a.runq_ns) > std::max(2 * tail_ns, tail_ns + 1e6))
-      a.cause += fmt::format("; preempted: waited {:.1f} ms for a CPU (CPU interference)",
-                             double(a.runq_ns) / 1e6);
+      a.cause += fmt::format("; preempted: waited {:.1f} ms for a CPU (CPU interference){}",
+                             double(a.runq_ns) / 1e6, behind(c));
     else if (c.reclaim_ns >= 0.25 * dur)
       a.cause += fmt::format("; {:.1f} ms reclaiming memory (memory pressure)", c.reclaim_ns / 1e6);
     else if (a.layer == "comm" && c.retransmits >= 0.5)

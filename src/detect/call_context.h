@@ -23,6 +23,12 @@ struct HostContext {
   double retransmits = 0;  // TCP segments its sockets sent again
   double stall_ns = 0;     // the CPU under a thread of it stopped (HostSampleRow::stall_ns)
   double oncpu_ns = 0;     // its threads' CPU time
+  double runq_ns = 0;      // its threads' waits for a CPU
+  // who had the CPUs its threads waited for the most, by process name (HostSampleRow::taker_*):
+  // the wait charged to it, how many processes of that name, the one charged the most; "": none
+  std::string taker_name;
+  double taker_ns = 0;
+  uint32_t taker_procs = 0, taker_pid = 0;
 };
 
 class CallContext {
@@ -52,6 +58,13 @@ class CallContext {
   // window (of the processes `pids`, or of every process with `all`) gains the stops of its span
   // where they are kWindowStallShare or more of the CPU time its processes had in it: "slow
   // operators; its CPUs stopped for 98.3 ms (CPU stall)" (its kind stays first).
+  //
+  // A wait for a CPU names who had the CPUs the most, by process name, where that was half or
+  // more of the process's waits in the samples around it (HostSampleRow::taker_*): "slow
+  // operator: aten::mm; preempted: waited 8.1 ms for a CPU (CPU interference), mostly behind
+  // cc1plus (pid 4242)", or "(3 processes, pid 4242 the most)". A window of CPU interference
+  // the same, over its span and processes: "...; mostly behind cc1plus (pid 4242): 1.2 s of
+  // the 1.4 s its threads waited for a CPU".
   void explain(std::vector<Anomaly>& anomalies) const;
   void explain_window(Anomaly& window, const std::vector<uint32_t>& pids, bool all) const;
   static constexpr double kWindowStallShare = 0.03;

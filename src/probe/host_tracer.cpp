@@ -236,7 +236,7 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   uint64_t epoch = skel_->data->epoch;
   skel_->data->epoch = epoch + 1;
   scan_tasks(now_ns);  // before the change counts: what it counted moves them
-  uint64_t procs = 0, nets = 0, disks = 0;
+  uint64_t procs = 0, nets = 0, disks = 0, takers = 0;
   // Slot = CPU number modulo the slot count: only the first ncpu_ slots are ever written, and
   // reading all 256 cache lines at every pass costs more than the rest of an idle pass.
   size_t slots = std::min<size_t>(size_t(ncpu_), EACGM_CHANGE_SLOTS);
@@ -245,11 +245,13 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
     procs += __atomic_load_n(&c.procs, __ATOMIC_RELAXED);
     nets += __atomic_load_n(&c.nets, __ATOMIC_RELAXED);
     disks += __atomic_load_n(&c.disks, __ATOMIC_RELAXED);
+    takers += __atomic_load_n(&c.takers, __ATOMIC_RELAXED);
   }
   std::vector<HostSampleRow> out;
   // processes also every 100th pass: entries of idle processes that exited are dropped
   bool sweep = ++passes_ % 100 == 0;
   if (procs_watch_.due(procs) || sweep) sample_processes(now_ns, epoch, sweep, out);
+  if (takers_watch_.due(takers)) sample_takers(out);  // (onto the rows just made)
   if (nets_watch_.due(nets)) sample_net(now_ns, out);
   if (disks_watch_.due(disks)) sample_disks(now_ns, epoch, out);
   sample_cpus(now_ns, out);
@@ -375,8 +377,58 @@ void HostTracer::sample_processes(uint64_t now_ns, uint64_t epoch, bool sweep,
     }
     bpf_map_delete_elem(fd, &pid);
     procs_.erase(pid);
+    // (its takers' entries: a pid taken again starts them at zero, read as a first look)
+    takers_.erase(takers_.lower_bound(uint64_t(pid) << 32),
+                  takers_.lower_bound(uint64_t(pid + 1) << 32));
     std::lock_guard lock(names_mu_);
     names_.erase(pid);
+  }
+}
+
+// Who had the CPUs each traced process waited for since the last sample (cpu_takers): the
+// taker charged the most goes on the process's row. A walk of the map, only when it changed.
+void HostTracer::sample_takers(std::vector<HostSampleRow>& out) {
+  int fd = bpf_map__fd(skel_->maps.cpu_takers);
+  struct Taker {  // the processes of one name
+    uint64_t ns = 0, most_ns = 0;
+    uint32_t procs = 0, most_pid = 0;
+  };
+  // by waiting process, then the takers' name (a build's many cc1plus are one taker)
+  std::map<uint32_t, std::map<std::string, Taker>> by_victim;
+  eacgm_cpu_taker_key key{}, next{};
+  eacgm_cpu_taker v{};
+  std::vector<eacgm_cpu_taker_key> gone;  // of processes that exited
+  for (void* at = nullptr; bpf_map_get_next_key(fd, at, &next) == 0; at = &key) {
+    key = next;
+    if (!procs_.count(key.victim) && kill(pid_t(key.victim), 0) != 0 && errno == ESRCH) {
+      gone.push_back(key);
+      continue;
+    }
+    if (bpf_map_lookup_elem(fd, &key, &v) != 0) continue;  // (evicted meanwhile)
+    uint64_t& seen = takers_[uint64_t(key.victim) << 32 | key.taker];
+    uint64_t ns = delta(v.wait_ns, seen);
+    seen = v.wait_ns;
+    if (!ns) continue;
+    std::string name(v.comm, strnlen(v.comm, sizeof(v.comm)));
+    Taker& t = by_victim[key.victim][name.empty() ? fmt::format("pid {}", key.taker) : name];
+    t.ns += ns;
+    ++t.procs;
+    if (ns > t.most_ns) t.most_ns = ns, t.most_pid = key.taker;
+  }
+  for (const auto& k : gone) {
+    bpf_map_delete_elem(fd, &k);
+    takers_.erase(uint64_t(k.victim) << 32 | k.taker);
+  }
+  for (HostSampleRow& row : out) {
+    if (row.scope != HostScope::Process) continue;
+    auto taken = by_victim.find(uint32_t(row.id));
+    if (taken == by_victim.end()) continue;
+    auto top = std::max_element(taken->second.begin(), taken->second.end(),
+                                [](const auto& a, const auto& b) { return a.second.ns < b.second.ns; });
+    row.taker_name = top->first;
+    row.taker_ns = top->second.ns;
+    row.taker_procs = top->second.procs;
+    row.taker_pid = top->second.most_pid;
   }
 }
 

@@ -59,6 +59,7 @@ class HostTracer {
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   void sample_cpus(uint64_t now_ns, std::vector<HostSampleRow>& out);
+  void sample_takers(std::vector<HostSampleRow>& out);
   std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
 
   std::unique_ptr<host_bpf, Deleter> skel_;
@@ -81,12 +82,13 @@ class HostTracer {
       return walk;
     }
   };
-  MapWatch procs_watch_, nets_watch_, disks_watch_;
+  MapWatch procs_watch_, nets_watch_, disks_watch_, takers_watch_;
   uint64_t passes_ = 0;
   std::map<uint32_t, eacgm_host_proc_stats> procs_;
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;
   std::vector<eacgm_cpu_stalls> cpu_seen_;  // per CPU: its counts read last
+  std::map<uint64_t, uint64_t> takers_;  // victim << 32 | taker: the wait charged, read last
   std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;

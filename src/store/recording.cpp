@@ -40,6 +40,8 @@ CREATE TABLE cuda_calls(ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, pid INT
 -- Host layer, one row per scope and sampling interval (counts over the interval ending at ts_ns).
 -- scope 'process' (id = pid), 'net' (id = ifindex in netns), 'disk' (id = major << 20 | minor).
 -- tx/rx bytes: frames with link-layer headers for 'net'; socket payload for 'process'.
+-- taker_*: for 'process', who had the CPUs its threads waited for the most, by process name:
+-- the name, the wait charged to those processes, how many, and the pid charged the most.
 CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
                           scope TEXT NOT NULL, id INTEGER NOT NULL, netns INTEGER, name TEXT,
                           runq_wait_ns INTEGER, runq_waits INTEGER, runq_max_ns INTEGER,
@@ -51,7 +53,8 @@ CREATE TABLE host_samples(ts_ns INTEGER NOT NULL, interval_ns INTEGER NOT NULL,
                           write_bytes INTEGER, io_latency_ns INTEGER, io_latency_max_ns INTEGER,
                           tcp_retransmits INTEGER, page_faults INTEGER, reclaim_ns INTEGER,
                           reclaims INTEGER, pagein_bytes INTEGER, stall_ns INTEGER,
-                          stall_end_ns INTEGER, stalls INTEGER);
+                          stall_end_ns INTEGER, stalls INTEGER, taker_name TEXT,
+                          taker_ns INTEGER, taker_procs INTEGER, taker_pid INTEGER);
 -- GPU layer (NVML), sampled every interval. NULL: not supported by this GPU or driver.
 CREATE TABLE gpu_devices(gpu INTEGER PRIMARY KEY, name TEXT, uuid TEXT, pci_bus_id TEXT);
 CREATE TABLE gpu_samples(ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, sm_util_pct INTEGER,

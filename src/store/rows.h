@@ -202,6 +202,13 @@ struct HostSampleRow {
   // one of its running threads, when the last such stop ended (0: none), and how many stops.
   // CPU: the same for the CPU, whatever it ran.
   uint64_t stall_ns = 0, stall_end_ns = 0, stalls = 0;
+  // Process: who had the CPUs its threads waited for the most (waits of 0.1 ms or more, each
+  // charged to the task a CPU ran until the waiting thread got it), by process name: the name,
+  // the wait charged to processes of that name, how many they were and the one charged the
+  // most; "" and 0: none (no such wait, or none behind another process).
+  std::string taker_name;
+  uint64_t taker_ns = 0;
+  uint32_t taker_procs = 0, taker_pid = 0;
 };
 
 // One CPU sample of a traced thread that was running (record --sample-hz): its stacks, as ids

@@ -35,7 +35,8 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
   if (rows.empty()) return true;
   Statement& insert =
       db("INSERT INTO host_samples VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-         "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33)");
+         "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,"
+         "?37)");
   auto num = [&](int col, uint64_t v) { insert.bind(col, static_cast<int64_t>(v)); };
   for (const auto& r : rows) {
     num(1, r.ts_ns);
@@ -57,6 +58,12 @@ bool write_host_samples(Statements& db, const std::vector<HostSampleRow>& rows) 
       num(28, r.reclaim_ns);
       num(29, r.reclaims);
       num(30, r.pagein_bytes);
+      if (r.taker_ns) {
+        insert.bind(34, r.taker_name);
+        num(35, r.taker_ns);
+        num(36, r.taker_procs);
+        num(37, r.taker_pid);
+      }
     }
     if (r.scope == HostScope::Process || r.scope == HostScope::Cpu) {
       num(31, r.stall_ns);

@@ -224,7 +224,7 @@ void each_host_sample(const RecordingReader& rec,
               "io_ops", "io_bytes", "read_ops", "read_bytes", "write_ops", "write_bytes",
               "io_latency_ns", "io_latency_max_ns", "tcp_retransmits", "page_faults",
               "reclaim_ns", "reclaims", "pagein_bytes", "stall_ns",
-              "stall_end_ns", "stalls"},
+              "stall_end_ns", "stalls", "taker_name", "taker_ns", "taker_procs", "taker_pid"},
              order == SampleOrder::by_time ? "ORDER BY ts_ns" : "ORDER BY scope, id, ts_ns"),
       [&](Statement& s) {
         HostSampleRow r;
@@ -256,6 +256,11 @@ void each_host_sample(const RecordingReader& rec,
                               &r.reclaim_ns,     &r.reclaims,       &r.pagein_bytes,
                               &r.stall_ns,       &r.stall_end_ns,   &r.stalls};
         for (int i = 0; i < int(std::size(fields)); ++i) *fields[i] = u(6 + i);
+        const int kTaker = 6 + int(std::size(fields));  // (after the counts)
+        r.taker_name = std::string(s.text_at(kTaker));
+        r.taker_ns = u(kTaker + 1);
+        r.taker_procs = uint32_t(s.int_at(kTaker + 2));
+        r.taker_pid = uint32_t(s.int_at(kTaker + 3));
         row(r);
       });
 }

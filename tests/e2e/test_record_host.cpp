@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "e2e_util.h"
@@ -22,6 +23,7 @@ class CpuHog {
   explicit CpuHog(int cpu) {
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_NAME, "cpu_hog");  // (its name: not this test's, whose process may run too)
       cpu_set_t set;
       CPU_ZERO(&set);
       CPU_SET(cpu, &set);
@@ -34,6 +36,7 @@ class CpuHog {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_;
@@ -115,6 +118,43 @@ TEST_F(RecordHost, CpuHogRaisesRunQueueLatencyAndPreemptions) {
                  << "otherwise idle machine; the counts above still matched the kernel's";
   EXPECT_GT(busy.mean_wait_us(), 3 * quiet.mean_wait_us());
   EXPECT_GT(busy.involuntary, quiet.involuntary + 40);
+}
+
+// Who had the CPU: the probe's waits beside two hogs on its CPU are charged to them, by their
+// process name, with the pid charged the most.
+TEST_F(RecordHost, WaitsForACpuAreChargedToWhoHadIt) {
+  std::set<int64_t> hogs;
+  const std::string hog_name = "cpu_hog";
+  {
+    CpuHog hog1(probe_cpu()), hog2(probe_cpu());
+    hogs = {hog1.pid(), hog2.pid()};
+    record_sched_probe(db_);
+  }
+  Db db(db_);
+  int64_t waited = 0, charged = 0, rows = 0, named = 0, procs = 0;
+  db.each("SELECT runq_wait_ns, taker_name, taker_ns, taker_procs, taker_pid FROM host_samples "
+          "WHERE scope = 'process' AND name = 'sched_probe'",
+          [&](sqlite3_stmt* st) {
+            ++rows;
+            waited += sqlite3_column_int64(st, 0);
+            if (sqlite3_column_type(st, 1) == SQLITE_NULL) return;
+            const char* name = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+            if (name != hog_name) return;
+            ++named;
+            charged += sqlite3_column_int64(st, 2);
+            procs = std::max<int64_t>(procs, sqlite3_column_int64(st, 3));
+            EXPECT_TRUE(hogs.count(sqlite3_column_int64(st, 4)))
+                << "pid " << sqlite3_column_int64(st, 4) << " is not a hog";
+          });
+  std::cerr << "charged to the hogs: " << charged / 1e6 << " of " << waited / 1e6 << " ms in "
+            << named << " of " << rows << " samples\n";
+  ASSERT_GT(rows, 40);
+  EXPECT_GT(named, rows / 2);
+  // (waits under 0.1 ms are not charged: the probe's wakeups on a free CPU, a hog's slice cut)
+  EXPECT_GE(double(charged), 0.8 * double(waited));
+  // (a wait may be charged just after its process's counts were read: the next sample has it)
+  EXPECT_LE(double(charged), 1.01 * double(waited));
+  EXPECT_EQ(procs, 2) << "both hogs, in some sample";
 }
 
 // Per call, the calling thread's own wait for a CPU: torch.mm on 400x400 matrices (a few ms of

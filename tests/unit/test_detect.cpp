@@ -816,6 +816,79 @@ TEST(CallContext, ACallAroundACpuStallIsExplainedByIt) {
   fs::remove(path);
 }
 
+// Who had the CPUs a process waited for (HostSampleRow::taker_*, by process name): from 4 s to
+// 5 s three cc1plus were charged 50 of each sample's 60 ms of waits; from 6 s to 7 s a sh 20 of
+// 60 ms; from 8 s to 9 s one stress 40 of 60 ms. A call preempted meanwhile names the taker where
+// it had half or more of the waits; a window of CPU interference too, over its span.
+TEST(CallContext, AWaitForACpuNamesWhoHadIt) {
+  std::string path = (fs::temp_directory_path() /
+                      ("eacgm_taker_" + std::to_string(getpid()) + ".eacgm.db")).string();
+  constexpr uint64_t ms = 1'000'000;
+  write_process_samples(path, 10'000, [](HostSampleRow& h, uint64_t at) {
+    h.runq_waits = 10;
+    h.runq_wait_ns = 1 * ms;
+    auto in = [&](uint64_t from_s) { return at > from_s * 1000 * ms && at <= (from_s + 1) * 1000 * ms; };
+    if (in(4)) h.taker_name = "cc1plus", h.taker_ns = 50 * ms, h.taker_procs = 3, h.taker_pid = 4242;
+    if (in(6)) h.taker_name = "sh", h.taker_ns = 20 * ms, h.taker_procs = 1, h.taker_pid = 77;
+    if (in(8)) h.taker_name = "stress", h.taker_ns = 40 * ms, h.taker_procs = 1, h.taker_pid = 55;
+    if (in(4) || in(6) || in(8)) h.runq_wait_ns = 60 * ms;
+  });
+  RecordingReader rec(path);
+  CallContext ctx(rec);
+  // (read back from the store: the wait charged, prorated; the name, count and pid)
+  HostContext c = ctx.over(10, kStart + 4'150 * ms, 100 * ms);
+  EXPECT_NEAR(c.taker_ns, 50 * ms, 1);
+  EXPECT_NEAR(c.runq_ns, 60 * ms, 1);
+  EXPECT_EQ(c.taker_name, "cc1plus");
+  EXPECT_EQ(c.taker_procs, 3u);
+  EXPECT_EQ(c.taker_pid, 4242u);
+  EXPECT_EQ(ctx.over(10, kStart + 2'000 * ms, 100 * ms).taker_name, "") << "no one charged";
+
+  auto call = [&](uint64_t at_ms) {
+    Anomaly a;
+    a.layer = "torch";
+    a.name = "aten::mm";
+    a.pid = 10;
+    a.runq_ns = 12 * int64_t(ms);
+    a.ts_ns = kStart + at_ms * ms;
+    a.dur_ns = 20 * ms;
+    a.cause = "slow operator: aten::mm";
+    return a;
+  };
+  std::vector<Anomaly> found = {call(4'200), call(6'200), call(8'200), call(2'200)};
+  ctx.explain(found);
+  EXPECT_EQ(found[0].cause, "slow operator: aten::mm; preempted: waited 12.0 ms for a CPU (CPU "
+                            "interference), mostly behind cc1plus (3 processes, pid 4242 the "
+                            "most)");
+  EXPECT_EQ(found[1].cause, "slow operator: aten::mm; preempted: waited 12.0 ms for a CPU (CPU "
+                            "interference)")
+      << "20 of 60 ms: not most of the waits";
+  EXPECT_EQ(found[2].cause, "slow operator: aten::mm; preempted: waited 12.0 ms for a CPU (CPU "
+                            "interference), mostly behind stress (pid 55)");
+  EXPECT_EQ(found[3].cause, "slow operator: aten::mm; preempted: waited 12.0 ms for a CPU (CPU "
+                            "interference)")
+      << "no one charged";
+
+  Anomaly w;
+  w.layer = w.name = "window";
+  w.cause = "CPU interference";
+  w.ts_ns = kStart + 4'000 * ms, w.dur_ns = 1'000 * ms;
+  Anomaly slow = w;
+  slow.cause = "slow operators";
+  Anomaly sh = w;
+  sh.ts_ns = kStart + 6'000 * ms;
+  ctx.explain_window(w, {}, true);
+  ctx.explain_window(slow, {10}, false);
+  ctx.explain_window(sh, {10}, false);
+  EXPECT_EQ(w.cause, "CPU interference; mostly behind "
+                     "cc1plus (3 processes, pid 4242 the most): 0.5 s of the 0.6 s its threads "
+                     "waited for a CPU");
+  EXPECT_EQ(cause_kind(w.cause), "CPU interference");
+  EXPECT_EQ(slow.cause, "slow operators") << "not a window of CPU interference";
+  EXPECT_EQ(sh.cause, "CPU interference");
+  fs::remove(path);
+}
+
 // A Python function around a slow operator around a slow Python function, on one thread, and
 // a call on another thread at the same time: each enclosing call names the innermost one on its
 // own thread, without that one's context; the innermost and the other thread keep their causes.

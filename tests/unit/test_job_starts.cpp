@@ -398,6 +398,33 @@ TEST(InterferenceEpisodes, ANeighboursEpisodeIsItsFirstCallAndOneAnomalyForTheRe
   EXPECT_EQ(episodes.open_episodes(), 0u);
 }
 
+// The followers' taker (CallContext::explain's ", mostly behind NAME (...)") is the episode's
+// where it was named for half of them or more.
+TEST(InterferenceEpisodes, TheFoldedCallsNameTheirTaker) {
+  for (int named : {2, 1}) {
+    InterferenceEpisodes episodes;
+    std::vector<AgentAnomaly> found;
+    for (int i = 0; i < 4; ++i) {
+      found.push_back(slow_call("job a", (100 + i) * kSecond));
+      if (i > 0 && i <= named)
+        found.back().anomaly.cause += ", mostly behind cc1plus (3 processes, pid 42 the most)";
+      if (i == 3) found.back().anomaly.cause += ", mostly behind sh (pid 9)";
+    }
+    episodes.fold(found, 103 * kSecond);
+    ASSERT_EQ(found.size(), 1u);
+    std::vector<AgentAnomaly> rest;
+    episodes.finish(rest);
+    ASSERT_EQ(rest.size(), 1u);
+    const std::string& cause = rest[0].anomaly.cause;
+    if (named == 2)
+      EXPECT_TRUE(cause.ends_with("for a CPU (CPU interference), mostly behind cc1plus (3 "
+                                  "processes, pid 42 the most)"))
+          << cause;
+    else
+      EXPECT_TRUE(cause.ends_with("for a CPU (CPU interference)")) << "1 of 3 only: " << cause;
+  }
+}
+
 // A neighbour that keeps taking the CPUs: its followers go out once a minute, and the agent's
 // end reports what is open.
 TEST(InterferenceEpisodes, ALastingNeighboursFollowersGoOutOnceAMinute) {
