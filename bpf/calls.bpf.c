@@ -251,8 +251,9 @@ static __always_inline bool offcpu_same_stack(const struct offcpu_state *st, __u
  * walk of the list). A thread takes a state late in two ways, both caught: a native thread
  * calling into Python (PyGILState_Ensure) pushes a new state at the list's head; a Python
  * thread that blocked before binding the state its parent made for it (a page fault or a malloc
- * lock in its first instants) was not marked, as the walk saw that state unbound. The second's
- * bound covers a new state made where a freed one was (the same head pointer again).
+ * lock in its first instants) was not marked: 3.12+ leave that state's ids zero, which the walk
+ * sees, and 3.10-3.11 give it the parent's, so no thread is marked in its first second. The
+ * second's bound covers a new state made where a freed one was (the same head pointer again).
  */
 static __always_inline bool offcpu_py_absent(const struct offcpu_state *st, __u64 now)
 {

@@ -87,8 +87,9 @@ struct {
 	__type(value, __u32); /* tgid */
 } sock_owner SEC(".maps");
 
-/* Who had the CPUs the traced threads waited for (struct eacgm_cpu_taker): LRU, as the
- * takers are any of the node's processes; userspace forgets a victim's entries when it exits. */
+/* Who had the CPUs the traced threads waited for (struct eacgm_cpu_taker): the waits charged
+ * since userspace last took the entries out (it takes them all at each sample where the map
+ * changed); LRU, so that a flood of takers between two samples loses the oldest. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);

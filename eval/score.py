@@ -91,7 +91,10 @@ CAUSES = {
 
 def cause_share(table, y, test, anomalies, fault):
     """Share of the found fault windows with an anomaly whose cause is the right kind."""
-    right = [a for a in anomalies if re.search(CAUSES.get(fault, "$^"), a["cause"], re.I)]
+    # (without who had the CPU: "mostly behind python3 (pid N)" names no Python latency)
+    right = [a for a in anomalies
+             if re.search(CAUSES.get(fault, "$^"), re.sub(r"[,;] mostly behind [^;]*", "",
+                                                          a["cause"]), re.I)]
     found = y & test & flagged_by_detect(table, anomalies)
     if not found.any():
         return float("nan")

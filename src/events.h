@@ -235,7 +235,7 @@ struct eacgm_host_proc_stats {
  * Who had the CPU a traced thread waited for (host layer, cpu_takers): at the switch that ends a
  * wait of EACGM_TAKER_MIN_WAIT_NS or more for a CPU, the wait is charged to the process that ran
  * on that CPU until then, when it is another process than the waiting one's and not the idle
- * task. One entry per (waiting process, taker), cumulative.
+ * task. One entry per (waiting process, taker): the waits since userspace last took it out.
  */
 #define EACGM_TAKER_MIN_WAIT_NS 100000ull
 struct eacgm_cpu_taker_key {

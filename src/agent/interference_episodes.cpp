@@ -33,11 +33,16 @@ constexpr std::string_view kBehind = ", mostly behind ";
 
 // The taker CallContext::explain named in a cause ("cc1plus (pid 4242)"), or "".
 std::string taker_named(const std::string& cause) {
-  size_t at = cause.find(kBehind);
+  size_t at = cause.rfind(kBehind);
   if (at == std::string::npos) return "";
   at += kBehind.size();
-  size_t end = cause.find(')', at);
-  return end == std::string::npos ? "" : cause.substr(at, end + 1 - at);
+  size_t end = cause.find("; ", at);  // (attribute_nested's "; inside it: ..." may follow)
+  return cause.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// Its name: "cc1plus" of "cc1plus (pid 4242)" ("(sd-pam)" of "(sd-pam) (pid 7)").
+std::string taker_name_of(const std::string& named) {
+  return named.substr(0, std::min(named.rfind(" ("), named.size()));
 }
 
 }  // namespace
@@ -87,7 +92,11 @@ void InterferenceEpisodes::fold(std::vector<AgentAnomaly>& found, uint64_t now_n
     e.pids.insert(a.pid);
     if (e.name.empty()) e.name = x.process;
     e.runq_ns = std::max(e.runq_ns, a.runq_ns);
-    if (std::string by = taker_named(a.cause); !by.empty()) ++e.behind[by];
+    if (std::string by = taker_named(a.cause); !by.empty()) {
+      auto& [count, text] = e.behind[taker_name_of(by)];
+      ++count;
+      text = std::move(by);
+    }
     if (!e.scored || detect::margin(a) < detect::margin(e.score, e.threshold))
       e.score = a.score, e.threshold = a.threshold, e.scored = true;
   }
@@ -129,10 +138,12 @@ void InterferenceEpisodes::flush_into(const std::pair<std::string, std::string>&
   // the taker named for half of the calls or more, as each call names one
   size_t n = 0;
   for (const auto& [op, count] : e.calls) n += count;
-  auto top = std::max_element(e.behind.begin(), e.behind.end(),
-                              [](const auto& p, const auto& q) { return p.second < q.second; });
-  std::string behind =
-      top != e.behind.end() && 2 * top->second >= n ? std::string(kBehind) + top->first : "";
+  auto top = std::max_element(e.behind.begin(), e.behind.end(), [](const auto& p, const auto& q) {
+    return p.second.first < q.second.first;
+  });
+  std::string behind = top != e.behind.end() && 2 * top->second.first >= n
+                           ? std::string(kBehind) + top->second.second
+                           : "";
   a.cause = fmt::format(
       "{}: after the first, {} over {:.1f} s in {}; preempted: their threads waited up to {:.1f} "
       "ms for a CPU (CPU interference){}",

@@ -58,7 +58,9 @@ class InterferenceEpisodes {
     std::set<uint32_t> pids;                 // of its followers
     std::map<std::string, size_t> calls;     // followers by operation
     int64_t runq_ns = 0;                     // their longest wait for a CPU
-    std::map<std::string, size_t> behind;    // followers by the taker named ("cc1plus (pid 7)")
+    // followers by the taker's name ("cc1plus"), and how the last of them named it ("cc1plus
+    // (3 processes, pid 7 the most)": the pids and counts differ from call to call)
+    std::map<std::string, std::pair<size_t, std::string>> behind;
     double score = 0, threshold = 0;         // the most unusual follower's
     bool scored = false;
   };

@@ -251,7 +251,8 @@ std::vector<HostSampleRow> HostTracer::sample(uint64_t now_ns) {
   // processes also every 100th pass: entries of idle processes that exited are dropped
   bool sweep = ++passes_ % 100 == 0;
   if (procs_watch_.due(procs) || sweep) sample_processes(now_ns, epoch, sweep, out);
-  if (takers_watch_.due(takers)) sample_takers(out);  // (onto the rows just made)
+  // (onto the rows just made; what waits for a row of its process, also when nothing changed)
+  if (bool due = takers_watch_.due(takers); due || !taken_.empty()) sample_takers(out, due);
   if (nets_watch_.due(nets)) sample_net(now_ns, out);
   if (disks_watch_.due(disks)) sample_disks(now_ns, epoch, out);
   sample_cpus(now_ns, out);
@@ -377,58 +378,93 @@ void HostTracer::sample_processes(uint64_t now_ns, uint64_t epoch, bool sweep,
     }
     bpf_map_delete_elem(fd, &pid);
     procs_.erase(pid);
-    // (its takers' entries: a pid taken again starts them at zero, read as a first look)
-    takers_.erase(takers_.lower_bound(uint64_t(pid) << 32),
-                  takers_.lower_bound(uint64_t(pid + 1) << 32));
+    taken_.erase(pid);  // (waits charged after its last row)
     std::lock_guard lock(names_mu_);
     names_.erase(pid);
   }
 }
 
-// Who had the CPUs each traced process waited for since the last sample (cpu_takers): the
-// taker charged the most goes on the process's row. A walk of the map, only when it changed.
-void HostTracer::sample_takers(std::vector<HostSampleRow>& out) {
-  int fd = bpf_map__fd(skel_->maps.cpu_takers);
-  struct Taker {  // the processes of one name
-    uint64_t ns = 0, most_ns = 0;
-    uint32_t procs = 0, most_pid = 0;
-  };
-  // by waiting process, then the takers' name (a build's many cc1plus are one taker)
-  std::map<uint32_t, std::map<std::string, Taker>> by_victim;
-  eacgm_cpu_taker_key key{}, next{};
-  eacgm_cpu_taker v{};
-  std::vector<eacgm_cpu_taker_key> gone;  // of processes that exited
-  for (void* at = nullptr; bpf_map_get_next_key(fd, at, &next) == 0; at = &key) {
-    key = next;
-    if (!procs_.count(key.victim) && kill(pid_t(key.victim), 0) != 0 && errno == ESRCH) {
-      gone.push_back(key);
+// Takes every entry of a (non-per-CPU) hash map out of it: batches of lookup-and-delete (one
+// system call for the lot), or one key at a time where the kernel has no batches for it.
+template <typename Key, typename Value>
+void take_map(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
+  keys.clear();
+  values.clear();
+  uint32_t chunk = 256;
+  uint64_t token_in = 0, token_out = 0;
+  bool first = true;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  for (;;) {
+    size_t have = keys.size();
+    keys.resize(have + chunk);
+    values.resize(have + chunk);
+    uint32_t count = chunk;
+    int err = bpf_map_lookup_and_delete_batch(fd, first ? nullptr : &token_in, &token_out,
+                                              keys.data() + have, values.data() + have, &count,
+                                              &opts);
+    int e = err ? errno : 0;
+    keys.resize(have + (err == 0 || e == ENOENT ? count : 0));
+    values.resize(keys.size());
+    if (err == 0) {
+      token_in = token_out;
+      first = false;
       continue;
     }
-    if (bpf_map_lookup_elem(fd, &key, &v) != 0) continue;  // (evicted meanwhile)
-    uint64_t& seen = takers_[uint64_t(key.victim) << 32 | key.taker];
-    uint64_t ns = delta(v.wait_ns, seen);
-    seen = v.wait_ns;
-    if (!ns) continue;
-    std::string name(v.comm, strnlen(v.comm, sizeof(v.comm)));
-    Taker& t = by_victim[key.victim][name.empty() ? fmt::format("pid {}", key.taker) : name];
-    t.ns += ns;
-    ++t.procs;
-    if (ns > t.most_ns) t.most_ns = ns, t.most_pid = key.taker;
+    if (e == ENOENT) return;
+    if (e == ENOSPC && chunk < (1u << 20)) {
+      chunk *= 2;
+      continue;
+    }
+    if (!keys.empty()) return;  // (what was taken is kept; the rest, next time)
+    break;
   }
-  for (const auto& k : gone) {
-    bpf_map_delete_elem(fd, &k);
-    takers_.erase(uint64_t(k.victim) << 32 | k.taker);
+  // one by one (each taken from the map's start: the last one is gone)
+  Key key{};
+  Value v{};
+  for (size_t n = 0; n < (1u << 20) && bpf_map_get_next_key(fd, nullptr, &key) == 0; ++n) {
+    if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0 && bpf_map_delete_elem(fd, &key) != 0)
+      break;  // (neither: leave it, rather than loop on it)
+    keys.push_back(key);
+    values.push_back(v);
+  }
+}
+
+// Who had the CPUs each traced process waited for since the last sample (cpu_takers): the
+// entries are taken out of the map (each holds the waits charged since), summed by waiting
+// process and the takers' name, and the top one goes on the process's row; a process with no
+// row this time keeps its sums for its next. (An entry being charged as it is taken may lose
+// that one wait, or charge it to the entry that reuses its slot.)
+void HostTracer::sample_takers(std::vector<HostSampleRow>& out, bool take) {
+  std::vector<eacgm_cpu_taker_key> keys;
+  std::vector<eacgm_cpu_taker> values;
+  if (take) take_map(bpf_map__fd(skel_->maps.cpu_takers), keys, values);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const eacgm_cpu_taker& v = values[i];
+    if (!v.wait_ns) continue;
+    std::string name(v.comm, strnlen(v.comm, sizeof(v.comm)));
+    if (name.empty()) name = fmt::format("pid {}", keys[i].taker);
+    taken_[keys[i].victim][name][keys[i].taker] += v.wait_ns;
   }
   for (HostSampleRow& row : out) {
     if (row.scope != HostScope::Process) continue;
-    auto taken = by_victim.find(uint32_t(row.id));
-    if (taken == by_victim.end()) continue;
-    auto top = std::max_element(taken->second.begin(), taken->second.end(),
-                                [](const auto& a, const auto& b) { return a.second.ns < b.second.ns; });
-    row.taker_name = top->first;
-    row.taker_ns = top->second.ns;
-    row.taker_procs = top->second.procs;
-    row.taker_pid = top->second.most_pid;
+    auto taken = taken_.find(uint32_t(row.id));
+    if (taken == taken_.end()) continue;
+    uint64_t best = 0;
+    for (const auto& [name, by_pid] : taken->second) {
+      uint64_t ns = 0, most = 0;
+      uint32_t most_pid = 0;
+      for (const auto& [pid, wait] : by_pid) {
+        ns += wait;
+        if (wait > most) most = wait, most_pid = pid;
+      }
+      if (ns <= best) continue;
+      best = ns;
+      row.taker_name = name;
+      row.taker_ns = ns;
+      row.taker_procs = uint32_t(by_pid.size());
+      row.taker_pid = most_pid;
+    }
+    taken_.erase(taken);
   }
 }
 

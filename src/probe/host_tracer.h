@@ -59,7 +59,7 @@ class HostTracer {
   void sample_net(uint64_t now_ns, std::vector<HostSampleRow>& out);
   void sample_disks(uint64_t now_ns, uint64_t epoch, std::vector<HostSampleRow>& out);
   void sample_cpus(uint64_t now_ns, std::vector<HostSampleRow>& out);
-  void sample_takers(std::vector<HostSampleRow>& out);
+  void sample_takers(std::vector<HostSampleRow>& out, bool take);
   std::string process_name(uint32_t pid, const char (&bpf_comm)[16]);
 
   std::unique_ptr<host_bpf, Deleter> skel_;
@@ -88,7 +88,9 @@ class HostTracer {
   std::map<uint64_t, eacgm_net_stats> nets_;  // key: netns << 32 | ifindex
   std::map<uint32_t, eacgm_disk_stats> disks_;
   std::vector<eacgm_cpu_stalls> cpu_seen_;  // per CPU: its counts read last
-  std::map<uint64_t, uint64_t> takers_;  // victim << 32 | taker: the wait charged, read last
+  // waits for a CPU charged to other processes and not on a row yet (sample_takers): by waiting
+  // process, the takers' name and pid
+  std::map<uint32_t, std::map<std::string, std::map<uint32_t, uint64_t>>> taken_;
   std::mutex names_mu_;  // names_ is written by the record loop, read by the sampler
   std::map<uint32_t, std::string> names_;
   std::map<uint32_t, std::string> disk_names_;

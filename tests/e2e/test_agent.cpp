@@ -613,8 +613,9 @@ TEST_F(Agent, CpuHogBesideATracedJobIsAnAnomalyWithItsCause) {
   // (a window's row names its job: here the one process; and who had the CPUs it waited for,
   // the two hogs, `sh` both)
   std::string query =
-      "SELECT count(*) FROM anomalies WHERE cause LIKE 'CPU interference; mostly behind sh (%' "
-      "AND layer = 'window' AND process = 'demo_train (pid " + std::to_string(job.pid()) + ")'";
+      "SELECT count(*) FROM anomalies WHERE cause LIKE 'CPU interference%' AND cause LIKE "
+      "'%; mostly behind sh (%' AND layer = 'window' AND process = 'demo_train (pid " +
+      std::to_string(job.pid()) + ")'";
   ASSERT_EQ(sqlite3_prepare_v2(db, query.c_str(), -1, &count, nullptr),
             SQLITE_OK);
   ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
