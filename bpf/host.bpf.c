@@ -117,7 +117,6 @@ static __always_inline void charge_taker(__u32 victim, struct task_struct *prev,
 			return;
 	}
 	__sync_fetch_and_add(&v->wait_ns, wait);
-	__sync_fetch_and_add(&v->waits, 1);
 }
 
 struct rq_start {

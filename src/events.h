@@ -244,7 +244,6 @@ struct eacgm_cpu_taker_key {
 };
 struct eacgm_cpu_taker {
 	__u64 wait_ns; /* waits charged to it */
-	__u64 waits;
 	char comm[16]; /* the taker's name (its main thread's) when first charged */
 };
 

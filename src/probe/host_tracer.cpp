@@ -422,8 +422,10 @@ void take_map(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
   Key key{};
   Value v{};
   for (size_t n = 0; n < (1u << 20) && bpf_map_get_next_key(fd, nullptr, &key) == 0; ++n) {
-    if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0 && bpf_map_delete_elem(fd, &key) != 0)
-      break;  // (neither: leave it, rather than loop on it)
+    if (bpf_map_lookup_and_delete_elem(fd, &key, &v) != 0) {
+      if (bpf_map_delete_elem(fd, &key) != 0) break;  // (neither: leave it, not loop on it)
+      continue;  // (its value unread: dropped, not taken with the last one's)
+    }
     keys.push_back(key);
     values.push_back(v);
   }
