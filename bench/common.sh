@@ -56,3 +56,23 @@ stop_launched() {
   wait 2>/dev/null || true
   rm -rf "$out"
 }
+
+# hold_python_probe EACGM DIR BASE_NS: starts a recording (pid in $hold; the caller stops it)
+# whose python layer probes the 3.10 interpreter $PY310, so that every call of that interpreter
+# traps, in any process; returns once a call loop outside the recording shows the probe (more
+# than BASE_NS + 100 ns a call), which can take seconds after the programs load (the layer is
+# attached when the recording sees its interpreter). Fails after 20 s.
+hold_python_probe() {
+  "$1" record -q -f -o "$2/hold.db" --python-calls '*' -- "$PY310" -c 'import time; time.sleep(90)' \
+    >/dev/null 2>&1 &
+  hold=$!
+  local v
+  for _ in $(seq 40); do
+    v=$("$PY310" bench/python_call_loop.py 200000 | value ns_per_call)
+    awk -v v="$v" -v b="$3" 'BEGIN { exit !(v > b + 100) }' && return 0
+    kill -0 "$hold" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "the python probe on $PY310 did not show in 20 s: traps not measured" >&2
+  return 1
+}

@@ -19,6 +19,7 @@ cd "$(dirname "$0")/.."
 EACGM=${EACGM:-build/eacgm}
 PY310=/root/.pyenv/versions/3.10.13/bin/python3.10
 WINDOW_S=${WINDOW_S:-4}
+source bench/common.sh
 layers=${1:-python,torch,comm}
 shift || true
 # The window opens when the command prints a line WARM_MARK (train_steps.py: "warm", after its
@@ -65,11 +66,7 @@ wait_attached() {
 trap_ns=""
 if [ -x "$PY310" ]; then
   base=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
-  $EACGM record -q -f -o "$out/hold.db" --python-calls '*' -- "$PY310" -c 'import time; time.sleep(30)' \
-    >/dev/null 2>&1 &
-  hold=$!
-  wait_attached
-  sleep 1
+  hold_python_probe "$EACGM" "$out" "$base" || exit 1
   probed=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
   ids=$(prog_ids)
   snapshot $ids > "$out/h0"

@@ -141,18 +141,15 @@ echo "torch calls in the last plain record: $(sqlite3 "$out/r.db" 'select count(
 trap_ns=0
 if [ -x "$PY310" ]; then
   plain=$($PY310 bench/python_call_loop.py 2000000 | value ns_per_call)
-  $EACGM record -q -f -o "$out/hold.db" --python-calls '*' -- "$PY310" -c 'import time; time.sleep(20)' \
-    >/dev/null 2>&1 &
-  hold=$!
-  for _ in $(seq 100); do
-    [ -n "$(bpftool prog show name loader_update 2>/dev/null)" ] && break; sleep 0.1
-  done
-  sleep 1
-  probed=$($PY310 bench/python_call_loop.py 2000000 | value ns_per_call)
+  if hold_python_probe "$EACGM" "$out" "$plain"; then
+    probed=$($PY310 bench/python_call_loop.py 2000000 | value ns_per_call)
+  else
+    probed=""
+  fi
   kill -INT $hold; wait $hold 2>/dev/null || true
   # the program's own part of such a hit is ~150 ns (its first map lookup fails)
-  trap_ns=$(awk -v p="$probed" -v b="$plain" 'BEGIN{ printf "%.0f", p - b - 150 }')
-  echo "trap: a 3.10 call costs $plain ns untraced, $probed ns with a probe on its interpreter: ~$trap_ns ns per uprobe hit besides the program"
+  [ -n "$probed" ] && trap_ns=$(awk -v p="$probed" -v b="$plain" 'BEGIN{ printf "%.0f", p - b - 150 }')
+  [ -n "$probed" ] && echo "trap: a 3.10 call costs $plain ns untraced, $probed ns with a probe on its interpreter: ~$trap_ns ns per uprobe hit besides the program"
 else
   echo "no $PY310 (scripts/setup.sh): traps not measured, programs only"
 fi
@@ -167,44 +164,65 @@ for p in json.load(sys.stdin):
 sysctl -qw kernel.bpf_stats_enabled=1
 WIN=${WINDOW_S:-4}
 long=$((STEPS * 4))
-# shellcheck disable=SC2046
-$EACGM record -f -o "$out/a.db" -- $(MODE=none workload "$long") >"$out/a.out" 2>&1 &
-rec=$!
-for _ in $(seq 600); do grep -qx warm "$out/a.out" && break; sleep 0.1; done
-grep -qx warm "$out/a.out" || { echo "the training printed no 'warm' in 60 s:"; cat "$out/a.out"; exit 1; }
-sleep 0.5
-# the training process (rank 0's for gloo: the first started), not the recorder
-if [ "$WORKLOAD" = gloo ]; then
-  tpid=$(pgrep -f "^$PY bench/gloo_steps.py $long" | head -1)
-else
-  tpid=$(pgrep -f "^$PY bench/train_steps.py $long" | head -1)
-fi
-[ -n "$tpid" ] || { echo "cannot find the training process"; exit 1; }
-epid=$rec
+hz=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ctx() { awk '/ctxt_switches/ {s += $2} END {print s}' "/proc/$1/task/$1/status"; }
-snap > "$out/s0"; c0=$(ctx "$tpid"); e0=$(ticks "$epid")
-sleep "$WIN"
-snap > "$out/s1"; c1=$(ctx "$tpid"); e1=$(ticks "$epid")
-kill -0 "$tpid" 2>/dev/null || echo "warning: the training ended inside the window; raise STEPS" >&2
-wait $rec || { echo "the recording failed:"; cat "$out/a.out"; exit 1; }
-hz=$(getconf CLK_TCK)
-sps=$(grep -o 'steps_per_s=[0-9.]*' "$out/a.out" | cut -d= -f2)
-cms=$(grep -o 'cpu_ms_per_step=[0-9.]*' "$out/a.out" | cut -d= -f2)
-echo
-echo "breakdown of one plain record (window of ${WIN} s in the steady state; $sps steps/s, training thread ${cms} ms CPU per step):"
-join <(sort "$out/s0") <(sort "$out/s1") | awk -v sps="$sps" -v trap="$trap_ns" -v w="$WIN" '
-  $7 > $4 {
-    runs = ($7 - $4) / w / sps; ns = ($6 - $3) / ($7 - $4)
-    up = ($2 ~ /^call_|^py_eval|^loader/) ? 1 : 0   # uprobes: each run is also a trap
-    us = runs * (ns + up * trap) / 1000
-    printf "  %-22s %8.1f runs/step %6.0f ns/run %s %8.1f us/step\n", $2, runs, ns, up ? "+ trap" : "       ", us
-    total += us
-  }
-  END { printf "  %-22s %55.1f us/step (programs and traps)\n", "BPF total", total }'
-awk -v a="$c0" -v b="$c1" -v w="$WIN" -v sps="$sps" 'BEGIN{printf "  training thread: %.2f context switches per step\n", (b - a) / w / sps}'
-awk -v a="$e0" -v b="$e1" -v w="$WIN" -v sps="$sps" -v hz="$hz" \
-  'BEGIN{printf "  eacgm record (its own threads: reader, decoder, writer, samplers): %.0f us CPU per step (%.1f%% of a core)\n", (b - a) / hz / w / sps * 1e6, (b - a) / hz / w * 100}'
+# breakdown record|agent: one training of $long steps under plain `record` (launched by it) or
+# beside plain `agent` (started first); the counters over WIN seconds of its steady state
+breakdown() {
+  local tracer what
+  if [ "$1" = record ]; then
+    # shellcheck disable=SC2046
+    $EACGM record -f -o "$out/a.db" -- $(MODE=none workload "$long") >"$out/a.out" 2>&1 &
+    tracer=$!
+    what="eacgm record (its own threads: reader, decoder, writer, samplers)"
+  else
+    start_agent
+    # shellcheck disable=SC2046
+    $(MODE=none workload "$long") >"$out/a.out" 2>&1 &
+    tracer=$agent
+    what="eacgm agent (all its threads: the node's sampling, detection, flight recorder)"
+  fi
+  local job=$!
+  for _ in $(seq 600); do grep -qx warm "$out/a.out" && break; sleep 0.1; done
+  grep -qx warm "$out/a.out" || { echo "the training printed no 'warm' in 60 s:"; cat "$out/a.out"; exit 1; }
+  sleep 0.5
+  # the training process (rank 0's for gloo: the first started), not the recorder
+  local tpid
+  if [ "$WORKLOAD" = gloo ]; then
+    tpid=$(pgrep -f "^$PY bench/gloo_steps.py $long" | head -1)
+  else
+    tpid=$(pgrep -f "^$PY bench/train_steps.py $long" | head -1)
+  fi
+  [ -n "$tpid" ] || { echo "cannot find the training process"; exit 1; }
+  local c0 c1 e0 e1
+  snap > "$out/s0"; c0=$(ctx "$tpid"); e0=$(ticks "$tracer")
+  sleep "$WIN"
+  snap > "$out/s1"; c1=$(ctx "$tpid"); e1=$(ticks "$tracer")
+  kill -0 "$tpid" 2>/dev/null || echo "warning: the training ended inside the window; raise STEPS" >&2
+  wait $job || { echo "the $1 run failed:"; cat "$out/a.out"; exit 1; }
+  [ "$1" = record ] || stop_agent
+  local sps cms
+  sps=$(grep -o 'steps_per_s=[0-9.]*' "$out/a.out" | cut -d= -f2)
+  cms=$(grep -o 'cpu_ms_per_step=[0-9.]*' "$out/a.out" | cut -d= -f2)
+  echo
+  echo "breakdown of one plain $1 (window of ${WIN} s in the steady state; $sps steps/s, training thread ${cms} ms CPU per step):"
+  join <(sort "$out/s0") <(sort "$out/s1") | awk -v sps="$sps" -v cms="$cms" -v trap="$trap_ns" -v w="$WIN" '
+    $7 > $4 {
+      runs = ($7 - $4) / w / sps; ns = ($6 - $3) / ($7 - $4)
+      up = ($2 ~ /^call_|^py_eval|^loader/) ? 1 : 0   # uprobes: each run is also a trap
+      us = runs * (ns + up * trap) / 1000
+      if (us >= 0.05)
+        printf "  %-22s %8.1f runs/step %6.0f ns/run %s %8.1f us/step\n", $2, runs, ns, up ? "+ trap" : "       ", us
+      total += us
+    }
+    END { printf "  %-22s %55.1f us/step (programs and traps; %.1f%% of the step)\n", "BPF total", total, total / cms / 10 }'
+  awk -v a="$c0" -v b="$c1" -v w="$WIN" -v sps="$sps" 'BEGIN{printf "  training thread: %.2f context switches per step\n", (b - a) / w / sps}'
+  awk -v a="$e0" -v b="$e1" -v w="$WIN" -v sps="$sps" -v hz="$hz" -v what="$what" \
+    'BEGIN{printf "  %s: %.0f us CPU per step (%.1f%% of a core)\n", what, (b - a) / hz / w / sps * 1e6, (b - a) / hz / w * 100}'
+}
+breakdown record
 sqlite3 "$out/a.db" "select 'recording: ' || (select count(*) from torch_calls) || ' torch calls, ' ||
   (select value from meta where key = 'python_stacks_reused') || ' of their Python stacks reused (one of the thread''s last), ' ||
   (select count(*) from stack_samples) || ' CPU samples, ' || (select value from meta where key = 'dropped_events') || ' dropped'"
+breakdown agent

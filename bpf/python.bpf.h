@@ -610,6 +610,30 @@ static __always_inline __u64 py_thread_state(const struct eacgm_py_process *p,
 	return 0;
 }
 
+/* The frame field of the thread state the thread's last stack read found (`tstate`), in
+ * *frame, when that state is still the thread's: its thread id and frame in one read (two reads
+ * cost a walk ~150 ns more in this VM). false when the layout has them too far apart (3.10),
+ * when the read fails or the state now belongs to another thread: then py_thread_state. */
+static __always_inline bool py_cached_tstate_frame(__u64 tstate, const struct eacgm_py_layout *l,
+						   __u32 tid, struct task_struct *task,
+						   __u64 *frame, __u32 scratch)
+{
+	__u32 key = scratch & 1;
+	struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
+	if (!span || !l->tstate_span_len)
+		return false;
+	__u64 lo = l->tstate_span_lo;
+	if (!py_read_span(span->b, l->tstate_span_len, tstate + lo))
+		return false;
+	__u64 want = l->version == 310 ? BPF_CORE_READ(task, thread.fsbase) : tid;
+	__u64 id;
+	__builtin_memcpy(&id, span->b + PY_SPAN_OFF(l->tstate_thread_id - lo), 8);
+	if (id != want)
+		return false;
+	__builtin_memcpy(frame, span->b + PY_SPAN_OFF(l->tstate_frame - lo), 8);
+	return true;
+}
+
 /* Where the process's main interpreter keeps the head of its thread-state list (0: not known).
  * CPython 3.10-3.13 push every new thread state at that head, so while it holds the same
  * pointer no thread state was made since it was read. */
@@ -794,13 +818,17 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct py_task *t = bpf_task_storage_get(&py_tasks, task, 0,
 						 for_call ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-	bool unbound = false;
-	__u64 tstate = py_thread_state(p, l, tid, task, t, &unbound);
-	if (!tstate)
-		return unbound ? 0 : PY_NO_THREAD_STATE;
-	if (t && for_call)
-		t->tstate = tstate;
-	__u64 frame = py_ptr(tstate + l->tstate_frame);
+	__u64 frame = 0;
+	if (!t || !t->tstate || !py_cached_tstate_frame(t->tstate, l, tid, task, &frame,
+							 PY_SCRATCH_SLOT(for_call))) {
+		bool unbound = false;
+		__u64 tstate = py_thread_state(p, l, tid, task, t, &unbound);
+		if (!tstate)
+			return unbound ? 0 : PY_NO_THREAD_STATE;
+		if (t && for_call)
+			t->tstate = tstate;
+		frame = py_ptr(tstate + l->tstate_frame);
+	}
 	if (l->version == 311 || l->version == 312) /* through the cframe; 3.13 has none */
 		frame = frame ? py_ptr(frame + l->cframe_current_frame) : 0;
 	if (!frame)

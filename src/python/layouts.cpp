@@ -146,6 +146,8 @@ void set_read_spans(eacgm_py_layout& l) {
     span({{l.frame_back, 8}, {l.frame_code, 8}, instr}, l.frame_span_lo, l.frame_span_len);
   }
   span({{l.code_name, 8}, {l.code_firstlineno, 4}}, l.code_span_lo, l.code_span_len);
+  // 3.10's (pthread_self and frame) lie 160 bytes apart: read one by one there
+  span({{l.tstate_thread_id, 8}, {l.tstate_frame, 8}}, l.tstate_span_lo, l.tstate_span_len);
 }
 
 }  // namespace eacgm

@@ -149,6 +149,13 @@ TEST(PythonLayouts, ReadSpansCoverTheirFields) {
     ASSERT_GT(l.code_span_len, 0u);
     EXPECT_TRUE(inside(l.code_span_lo, l.code_span_len, l.code_name, 8));
     EXPECT_TRUE(inside(l.code_span_lo, l.code_span_len, l.code_firstlineno, 4));
+    if (minor == 10) {
+      EXPECT_EQ(l.tstate_span_len, 0u);  // 160 bytes apart
+    } else {
+      ASSERT_GT(l.tstate_span_len, 0u);
+      EXPECT_TRUE(inside(l.tstate_span_lo, l.tstate_span_len, l.tstate_thread_id, 8));
+      EXPECT_TRUE(inside(l.tstate_span_lo, l.tstate_span_len, l.tstate_frame, 8));
+    }
   }
   // fields too far apart: read one by one
   eacgm_py_layout far = *cpython_layout(11);
