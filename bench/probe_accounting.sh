@@ -66,17 +66,21 @@ wait_attached() {
 trap_ns=""
 if [ -x "$PY310" ]; then
   base=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
-  hold_python_probe "$EACGM" "$out" "$base" || exit 1
-  probed=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
-  ids=$(prog_ids)
-  snapshot $ids > "$out/h0"
-  $PY310 bench/python_call_loop.py 1000000 >/dev/null
-  snapshot $ids > "$out/h1"
-  kill -INT $hold; wait $hold 2>/dev/null || true
-  # the program's own part of an untraced hit, from its counters
-  prog_ns=$(paste -d' ' "$out/h0" "$out/h1" | awk '$8 > $4 { r += $8 - $4; t += $7 - $3 } END { if (r) printf "%.0f", t / r; else print 0 }')
-  trap_ns=$(awk -v p="$probed" -v b="$base" -v g="$prog_ns" 'BEGIN { printf "%.0f", p - b - g }')
-  echo "trap: an untraced 3.10 call costs ${probed} ns with the probe on its interpreter, ${base} ns without; ${prog_ns} ns of it the program, so the trap is ${trap_ns} ns"
+  if hold_python_probe "$EACGM" "$out" "$base"; then
+    probed=$($PY310 bench/python_call_loop.py 2000000 | sed -n 's/ns_per_call=//p')
+    ids=$(prog_ids)
+    snapshot $ids > "$out/h0"
+    $PY310 bench/python_call_loop.py 1000000 >/dev/null
+    snapshot $ids > "$out/h1"
+    kill -INT "$hold" 2>/dev/null || true; wait "$hold" 2>/dev/null || true
+    # the program's own part of an untraced hit, from its counters
+    prog_ns=$(paste -d' ' "$out/h0" "$out/h1" | awk '$8 > $4 { r += $8 - $4; t += $7 - $3 } END { if (r) printf "%.0f", t / r; else print 0 }')
+    trap_ns=$(awk -v p="$probed" -v b="$base" -v g="$prog_ns" 'BEGIN { printf "%.0f", p - b - g }')
+    echo "trap: an untraced 3.10 call costs ${probed} ns with the probe on its interpreter, ${base} ns without; ${prog_ns} ns of it the program, so the trap is ${trap_ns} ns"
+  else
+    kill -INT "$hold" 2>/dev/null || true; wait "$hold" 2>/dev/null || true
+    trap_ns=0  # (said why above) program time only
+  fi
 else
   echo "$PY310 is not installed (scripts/setup.sh): no trap measurement, program time only"
   trap_ns=0

@@ -51,8 +51,10 @@ $PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scr
 out=$(mktemp -d)
 agent=""
 old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled)
+hold=""
 cleanup() {
   [ -n "$agent" ] && kill -INT "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+  [ -n "$hold" ] && kill -INT "$hold" 2>/dev/null && wait "$hold" 2>/dev/null
   sysctl -qw kernel.bpf_stats_enabled="$old_stats"
   rm -rf "$out"
 }
@@ -146,7 +148,7 @@ if [ -x "$PY310" ]; then
   else
     probed=""
   fi
-  kill -INT $hold; wait $hold 2>/dev/null || true
+  kill -INT "$hold" 2>/dev/null || true; wait "$hold" 2>/dev/null || true; hold=""
   # the program's own part of such a hit is ~150 ns (its first map lookup fails)
   [ -n "$probed" ] && trap_ns=$(awk -v p="$probed" -v b="$plain" 'BEGIN{ printf "%.0f", p - b - 150 }')
   [ -n "$probed" ] && echo "trap: a 3.10 call costs $plain ns untraced, $probed ns with a probe on its interpreter: ~$trap_ns ns per uprobe hit besides the program"
@@ -205,6 +207,7 @@ breakdown() {
   local sps cms
   sps=$(grep -o 'steps_per_s=[0-9.]*' "$out/a.out" | cut -d= -f2)
   cms=$(grep -o 'cpu_ms_per_step=[0-9.]*' "$out/a.out" | cut -d= -f2)
+  [ -n "$cms" ] || { echo "the training under $1 printed no result:"; cat "$out/a.out"; exit 1; }
   echo
   echo "breakdown of one plain $1 (window of ${WIN} s in the steady state; $sps steps/s, training thread ${cms} ms CPU per step):"
   join <(sort "$out/s0") <(sort "$out/s1") | awk -v sps="$sps" -v cms="$cms" -v trap="$trap_ns" -v w="$WIN" '
