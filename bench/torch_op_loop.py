@@ -1,5 +1,7 @@
-"""A tight loop of one PyTorch operator (torch.mm on 2x2 tensors), for bench/torch_op_cost.sh.
-Usage: torch_op_loop.py N. Prints 'ns_per_call=X' for the timed loop (after a warm-up)."""
+"""A tight loop of one PyTorch operator (torch.mm on 2x2 tensors), for bench/torch_op_cost.sh and
+bench/stack_walk_cost.sh. Usage: torch_op_loop.py N [DEPTH]: the loop runs DEPTH Python frames
+below the module's (default 0), each with a few locals, as a model's forward does. Prints
+'ns_per_call=X' for the timed loop (after a warm-up)."""
 import sys
 import time
 
@@ -7,10 +9,25 @@ import torch
 
 torch.set_num_threads(1)
 n = int(sys.argv[1])
+depth = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 a = torch.ones(2, 2)
-for _ in range(1000):
-    torch.mm(a, a)
-t0 = time.perf_counter()
-for _ in range(n):
-    torch.mm(a, a)
-print(f"ns_per_call={(time.perf_counter() - t0) / n * 1e9:.0f}")
+
+
+def loop():
+    for _ in range(1000):
+        torch.mm(a, a)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.mm(a, a)
+    return time.perf_counter() - t0
+
+
+def nest(d):
+    x = y = z = d  # locals, as a forward's
+    if d <= 1:
+        return loop()
+    return nest(d - 1) + 0 * (x + y + z)
+
+
+elapsed = nest(depth) if depth > 0 else loop()
+print(f"ns_per_call={elapsed / n * 1e9:.0f}")

@@ -6,9 +6,10 @@
  * which), and does three things:
  *  - times each call of _PyEval_EvalFrameDefault (entry + return probe; arg 2 is the frame),
  *    for code objects userspace said to trace (py_codes), and names each new code object once;
- *  - on 3.11+ (3.13 included), makes every Python call enter _PyEval_EvalFrameDefault from C: userspace writes
- *    that function's own address into interp->eval_frame (PEP 523), after which the interpreter stops
- *    inlining Python-to-Python calls (their specialised instructions deoptimise) and calls
+ *  - on 3.11+ (3.13 included), makes every Python call enter _PyEval_EvalFrameDefault from C:
+ *    userspace writes that function's own address into interp->eval_frame (PEP 523), after
+ *    which the interpreter stops inlining Python-to-Python calls (their specialised
+ *    instructions deoptimise) and calls
  *    _PyEval_EvalFrame -> eval_frame -> _PyEval_EvalFrameDefault, i.e. the very same function;
  *  - gives the call layers the Python stack of the calling thread (py_emit_stack).
  */
@@ -57,15 +58,18 @@ struct py_open_call {
 };
 
 /*
- * What the thread's last stack walks learned of each frame, to skip reading its code's identity
- * again (one bpf_probe_read_user, 100-150 ns here) and registering it: most CUDA calls and
- * operators of a training step share their outer frames with the one before. Direct-mapped by
- * frame address. An entry holds only while py_code_gen has not moved since it was made: a frame
- * at the same address running code at the same address is the same code object unless that one
- * was freed and a new one made there, and a new code object bumps py_code_gen when it is first
- * named, at its first call through the eval probe. That is exact where every call goes through
- * the eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could run unseen,
- * and entries hold for PY_MEMO_TTL_NS only. Code made from a string is never remembered.
+ * What the thread's last stack walks learned of each code object, to skip reading its identity
+ * again (one bpf_probe_read_user, 100-180 ns here) and registering it: the operators of a
+ * training step run the same few dozen functions over and over. Direct-mapped by code address
+ * (by frame address until session 71: a frame address that ran one module's forward for some
+ * operators and another's for the next, as a training's do, missed at every walk, one read a
+ * walk on the tiny GPT; keyed by code, one in six walks). An entry holds only while py_code_gen
+ * has not moved since it was made: code at the same address is the same code object unless that
+ * one was freed and a new one made there, and a new code object bumps py_code_gen when it is
+ * first named, at its first call through the eval probe. That is exact where every call goes
+ * through the eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could
+ * run unseen, and entries hold for PY_MEMO_TTL_NS only. Code made from a string is never
+ * remembered.
  */
 #define PY_MEMO_SLOTS 32
 
@@ -79,7 +83,6 @@ struct py_open_call {
 #define PY_MEMO_TTL_NS 100000000ull
 
 struct py_frame_memo {
-	__u64 frame;
 	__u64 code;
 	__u64 name_obj;
 	__u64 gen;
@@ -618,9 +621,11 @@ static __always_inline bool py_cached_tstate_frame(__u64 tstate, const struct ea
 						   __u32 tid, struct task_struct *task,
 						   __u64 *frame, __u32 scratch)
 {
+	if (!l->tstate_span_len)
+		return false;
 	__u32 key = scratch & 1;
 	struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
-	if (!span || !l->tstate_span_len)
+	if (!span)
 		return false;
 	__u64 lo = l->tstate_span_lo;
 	if (!py_read_span(span->b, l->tstate_span_len, tstate + lo))
@@ -660,18 +665,85 @@ struct py_frame_fields {
 	__u8 pad[7];
 };
 
+/*
+ * 3.11+ keeps a thread's frames one after another in its data stack (each caller below its
+ * callee), so a stack walk reads them through a window: the bytes from the innermost frame's
+ * fields down to the start of their PY_WINDOW-aligned block, in one read, and the frames found
+ * inside it need none of their own. On the tiny GPT a walk of ~6 frames made ~6 frame reads
+ * and now makes ~1.0 window reads of ~1.1 KiB (bench/README.md, session 71; a 4 KiB window
+ * gave no fewer). The window never reaches below that block, which lies in the page of the
+ * frame that opened it: that page is mapped and touched, while the page below may lie outside
+ * the stack's chunk. A frame outside the window (a generator's or coroutine's, in its object;
+ * 3.12's C-stack shims) opens one of its own; 3.10's heap frames are read one by one.
+ */
+#define PY_WINDOW 2048
+_Static_assert(PY_WINDOW <= 4096 && (PY_WINDOW & (PY_WINDOW - 1)) == 0,
+	       "a window stays inside the page of the frame that opens it");
+
+struct py_window {
+	__u64 base;  /* the address of b[0] */
+	__u64 len;   /* bytes read; 0: none in this walk yet */
+	__u64 owner; /* the thread (pid_tid) whose walk read it: another's may have preempted it */
+	__u8 b[PY_WINDOW + PY_SPAN_BUF];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct py_window);
+} py_window_scratch SEC(".maps");
+
+/* The frame's span (len bytes at addr) inside the walk's window, read one first if it is not:
+ * NULL when it cannot be (then it is read by itself). `fresh`: the walk's first frame. */
+static __always_inline __u8 *py_window_span(__u64 addr, __u64 len, __u32 key, bool fresh)
+{
+	struct py_window *w = bpf_map_lookup_elem(&py_window_scratch, &key);
+	if (!w || !len || len > EACGM_PY_READ_SPAN)
+		return NULL;
+	__u64 owner = bpf_get_current_pid_tgid();
+	if (fresh || w->owner != owner)
+		w->len = 0;
+	__u64 end = addr + len;
+	if (!w->len || addr < w->base || end > w->base + w->len) {
+		__u64 floor = addr & ~(__u64)(PY_WINDOW - 1);
+		__u64 base = end - PY_WINDOW;
+		if (end < PY_WINDOW || base < floor)
+			base = floor;
+		__u64 size = end - base; /* at most PY_WINDOW - 1 + len */
+		asm volatile("" : "+r"(size));
+		w->len = 0;
+		if (size == 0 || size > PY_WINDOW + EACGM_PY_READ_SPAN ||
+		    bpf_probe_read_user(w->b, size, (void *)base) != 0)
+			return NULL;
+		w->base = base;
+		w->len = size;
+		w->owner = owner;
+	}
+	__u64 off = addr - w->base; /* below PY_WINDOW: the window starts in addr's block */
+	if (off >= PY_WINDOW)
+		return NULL;
+	return w->b + (off & (PY_WINDOW - 1));
+}
+
 __noinline int py_read_frame(__u64 frame, const struct eacgm_py_layout *l,
-			     struct py_frame_fields *out, __u32 scratch)
+			     struct py_frame_fields *out, __u32 scratch, bool fresh)
 {
 	if (!out || !l)
 		return -1;
 	__u32 key = scratch & 1;
-	struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
-	__u8 *buf = span ? span->b : NULL;
 	__u64 lo = l->frame_span_lo;
+	__u8 *buf = l->version == 310 ? NULL
+				       : py_window_span(frame + lo, l->frame_span_len, key, fresh);
+	if (!buf) {
+		struct py_span *span = bpf_map_lookup_elem(&py_span_scratch, &key);
+		buf = span ? span->b : NULL;
+		if (buf && !py_read_span(buf, l->frame_span_len, frame + lo))
+			buf = NULL;
+	}
 	out->instr = 0;
 	out->owner = 0;
-	if (!buf || !py_read_span(buf, l->frame_span_len, frame + lo)) {
+	if (!buf) {
 		out->back = py_ptr(frame + l->frame_back);
 		out->code = py_ptr(frame + l->frame_code);
 		bpf_probe_read_user(&out->instr, l->version == 310 ? 4 : 8,
@@ -721,7 +793,7 @@ static long py_walk_frame(__u32 i, void *ctx)
 	if (!frame || !l || !s || w->n >= w->depth || w->n >= EACGM_PY_MAX_STACK)
 		return 1;
 	struct py_frame_fields ff = {};
-	if (py_read_frame(frame, l, &ff, PY_SCRATCH_SLOT(w->for_call)) != 0)
+	if (py_read_frame(frame, l, &ff, PY_SCRATCH_SLOT(w->for_call), i == 0) != 0)
 		return 1;
 	w->frame = ff.back;
 	__u64 code = ff.code;
@@ -746,8 +818,8 @@ static long py_walk_frame(__u32 i, void *ctx)
 		lf->instr = ff.instr;
 	}
 	struct py_frame_memo *m =
-		t ? &t->memo[(frame >> 4 ^ frame >> 12) & (PY_MEMO_SLOTS - 1)] : NULL;
-	if (m && m->frame == frame && m->code == code && m->gen == w->gen &&
+		t ? &t->memo[(code >> 4 ^ code >> 9 ^ code >> 14) & (PY_MEMO_SLOTS - 1)] : NULL;
+	if (m && m->code == code && m->gen == w->gen &&
 	    (w->gen_exact || w->now - m->ts < PY_MEMO_TTL_NS)) {
 		f->name_obj = m->name_obj;
 		f->firstlineno = m->firstlineno;
@@ -764,7 +836,6 @@ static long py_walk_frame(__u32 i, void *ctx)
 			w->same = 0;
 		/* remembered once userspace has its name (a PENDING one may have been lost) */
 		else if (m) {
-			m->frame = frame;
 			m->code = code;
 			m->name_obj = f->name_obj;
 			m->firstlineno = f->firstlineno;
@@ -822,7 +893,9 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	if (!t || !t->tstate || !py_cached_tstate_frame(t->tstate, l, tid, task, &frame,
 							 PY_SCRATCH_SLOT(for_call))) {
 		bool unbound = false;
-		__u64 tstate = py_thread_state(p, l, tid, task, t, &unbound);
+		/* a cached state that failed the one-read check is not checked again */
+		bool checked = t && t->tstate && l->tstate_span_len;
+		__u64 tstate = py_thread_state(p, l, tid, task, checked ? NULL : t, &unbound);
 		if (!tstate)
 			return unbound ? 0 : PY_NO_THREAD_STATE;
 		if (t && for_call)

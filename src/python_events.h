@@ -49,8 +49,9 @@ struct eacgm_py_layout {
 	__u32 unicode_compact_data;
 	__u32 object_type;          /* PyObject.ob_type */
 	/* Where the frame fields above (back, code, instr, owner), the code object's name and
-	 * first line, and the thread state's thread id and frame lie: each read in one go when the span is at most EACGM_PY_READ_SPAN bytes
-	 * (len 0: field by field). Set by set_read_spans(). */
+	 * first line, and the thread state's thread id and frame lie: each read in one go when the
+	 * span is at most EACGM_PY_READ_SPAN bytes (len 0: field by field). Set by
+	 * set_read_spans(). */
 	__u32 frame_span_lo;
 	__u32 frame_span_len;
 	__u32 code_span_lo;
@@ -59,6 +60,7 @@ struct eacgm_py_layout {
 	 * read in one go (each read costs ~150 ns in this VM, a stack walk six to ten of them) */
 	__u32 tstate_span_lo;
 	__u32 tstate_span_len;
+	__u32 pad;
 	__s64 runtime_from_eval;    /* in the file: &_PyRuntime - &_PyEval_EvalFrameDefault */
 	__s64 code_type_from_runtime; /* &PyCode_Type - &_PyRuntime; 0: frames hold only code */
 };

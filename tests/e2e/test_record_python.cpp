@@ -77,14 +77,16 @@ TEST_P(RecordPython, CallsCountsAndNestingAreExact) {
             0);
 }
 
-// The Python frames of each call named `call` in cuda_stack.py's recording: "depth name" -> line.
-std::map<std::string, int64_t> cuda_stack_frames(Db& db, const std::string& call) {
+// The Python frames of each call named `call` in the recording of `script` (in kPyWorkloads):
+// "depth name" -> line.
+std::map<std::string, int64_t> cuda_stack_frames(Db& db, const std::string& call,
+                                                 const std::string& script = "cuda_stack.py") {
   std::map<std::string, int64_t> m;
   db.each("SELECT s.depth, s.name, s.file, s.line FROM cuda_calls c JOIN python_stacks s "
           "ON s.id = c.py_stack WHERE c.name = '" + call + "' ORDER BY s.depth",
           [&](sqlite3_stmt* s) {
             std::string file = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
-            EXPECT_EQ(file, kPyWorkloads + "/cuda_stack.py");
+            EXPECT_EQ(file, kPyWorkloads + "/" + script);
             m[std::to_string(sqlite3_column_int64(s, 0)) + " " +
               reinterpret_cast<const char*>(sqlite3_column_text(s, 1))] =
                 sqlite3_column_int64(s, 3);
@@ -119,6 +121,31 @@ TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
                       "AND p.name = 'cuda_stack.allocate' AND p.ts_ns <= c.ts_ns AND "
                       "c.ts_ns + c.dur_ns <= p.ts_ns + p.dur_ns WHERE c.name = 'cudaMalloc'"),
             1);
+}
+
+// Frames outside the thread's data stack (a generator's, a coroutine's: 3.11+ keeps them in
+// their objects) and a walk of 28 frames, more than one page of them, which the walk reads a
+// page at a time (py_window_span): every frame in order, with its line.
+TEST_P(RecordPython, StacksThroughGeneratorsCoroutinesAndManyFrames) {
+  E2E_REQUIRE_CUDA();
+  auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python",
+                "--python-stack-depth", "32", "--", GetParam().path,
+                kPyWorkloads + "/cuda_gen_stack.py",
+                std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{{"cudaMalloc", 1}, {"cudaFree", 1}}));
+  for (const auto& [call, inner] :
+       std::vector<std::pair<std::string, std::pair<std::string, int64_t>>>{
+           {"cudaMalloc", {"cuda_gen_stack.batches", 13}},
+           {"cudaFree", {"cuda_gen_stack.release", 17}}}) {
+    std::map<std::string, int64_t> want{{"0 " + inner.first, inner.second},
+                                        {"1 cuda_gen_stack.deep", call == "cudaMalloc" ? 23 : 27}};
+    for (int d = 2; d <= 25; d++) want[std::to_string(d) + " cuda_gen_stack.deep"] = 31;
+    want["26 cuda_gen_stack.<module>"] = 34;
+    EXPECT_EQ(cuda_stack_frames(db, call, "cuda_gen_stack.py"), want) << call;
+  }
 }
 
 // A thread whose CUDA calls found its process was no Python one (so it stops looking) and that
