@@ -68,8 +68,9 @@ struct py_open_call {
  * one was freed and a new one made there, and a new code object bumps py_code_gen when it is
  * first named, at its first call through the eval probe. That is exact where every call goes
  * through the eval probe (3.10, or 3.11+ with eacgm's hook); elsewhere a new code object could
- * run unseen, and entries hold for PY_MEMO_TTL_NS only. Code made from a string is never
- * remembered.
+ * run unseen, and entries hold for PY_MEMO_TTL_NS only (a code object freed and another made at
+ * its address within that time is named as the first until then; keyed by frame too, that
+ * needed the same frame address as well). Code made from a string is never remembered.
  */
 #define PY_MEMO_SLOTS 32
 
@@ -673,10 +674,14 @@ struct py_frame_fields {
  * and now makes ~1.0 window reads of ~1.1 KiB (bench/README.md, session 71; a 4 KiB window
  * gave no fewer). The window never reaches below that block, which lies in the page of the
  * frame that opened it: that page is mapped and touched, while the page below may lie outside
- * the stack's chunk. A frame outside the window (a generator's or coroutine's, in its object;
- * 3.12's C-stack shims) opens one of its own; 3.10's heap frames are read one by one.
+ * the stack's chunk. A frame below the window opens the next one; a frame elsewhere (a
+ * generator's or coroutine's, in its object; 3.12+'s C-stack shims) is read alone, unless it is
+ * the walk's first; 3.10's heap frames are read one by one.
  */
 #define PY_WINDOW 2048
+/* How far below its window a frame that misses it may lie to open the next one (the data
+ * stack's next block); farther, it is taken for a frame elsewhere */
+#define PY_WINDOW_REACH (64 * 1024)
 _Static_assert(PY_WINDOW <= 4096 && (PY_WINDOW & (PY_WINDOW - 1)) == 0,
 	       "a window stays inside the page of the frame that opens it");
 
@@ -706,6 +711,11 @@ static __always_inline __u8 *py_window_span(__u64 addr, __u64 len, __u32 key, bo
 		w->len = 0;
 	__u64 end = addr + len;
 	if (!w->len || addr < w->base || end > w->base + w->len) {
+		/* a frame above the window or far below it lies elsewhere (3.12+'s C-stack shims,
+		 * which --python-calls puts between every two frames; a generator's): read alone,
+		 * keeping the window for the data stack's next frames */
+		if (w->len && (addr >= w->base || w->base - addr > PY_WINDOW_REACH))
+			return NULL;
 		__u64 floor = addr & ~(__u64)(PY_WINDOW - 1);
 		__u64 base = end - PY_WINDOW;
 		if (end < PY_WINDOW || base < floor)
@@ -713,14 +723,15 @@ static __always_inline __u8 *py_window_span(__u64 addr, __u64 len, __u32 key, bo
 		__u64 size = end - base; /* at most PY_WINDOW - 1 + len */
 		asm volatile("" : "+r"(size));
 		w->len = 0;
+		w->owner = owner; /* first: a walk that preempts this one takes it over */
 		if (size == 0 || size > PY_WINDOW + EACGM_PY_READ_SPAN ||
 		    bpf_probe_read_user(w->b, size, (void *)base) != 0)
 			return NULL;
 		w->base = base;
 		w->len = size;
-		w->owner = owner;
 	}
-	__u64 off = addr - w->base; /* below PY_WINDOW: the window starts in addr's block */
+	/* below PY_WINDOW: a frame inside ends where the opener's span ends or lower */
+	__u64 off = addr - w->base;
 	if (off >= PY_WINDOW)
 		return NULL;
 	return w->b + (off & (PY_WINDOW - 1));

@@ -124,8 +124,8 @@ TEST_P(RecordPython, CudaCallsCarryTheirPythonStacks) {
 }
 
 // Frames outside the thread's data stack (a generator's, a coroutine's: 3.11+ keeps them in
-// their objects) and a walk of 28 frames, more than one page of them, which the walk reads a
-// page at a time (py_window_span): every frame in order, with its line.
+// their objects) and a walk of 27 frames, several 2 KiB blocks of them, which the walk reads a
+// block at a time (py_window_span): every frame in order, with its line.
 TEST_P(RecordPython, StacksThroughGeneratorsCoroutinesAndManyFrames) {
   E2E_REQUIRE_CUDA();
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--layers", "cuda,python",

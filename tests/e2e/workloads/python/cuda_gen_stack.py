@@ -1,7 +1,7 @@
 # Calls the CUDA runtime (through ctypes) from a generator and from a coroutine under a deep
 # chain of plain calls, for the stack walk's frames that lie outside the thread's data stack
-# (3.11+ keeps a generator's or coroutine's frame in its object) and for walks longer than a
-# page of frames. argv[1]: libcudart.so.13. Without a GPU the calls fail; they still run.
+# (3.11+ keeps a generator's or coroutine's frame in its object) and for walks longer than one
+# 2 KiB block of frames. argv[1]: libcudart.so.13. Without a GPU the calls fail; they still run.
 import ctypes
 import sys, time
 time.sleep(0.3)  # stacks begin once the recorder has read this libpython (docs/layers.md)
@@ -18,7 +18,7 @@ async def release():
 
 
 def deep(k):
-    a = b = c = d = e = f = g = h = k  # locals: frames of ~200 bytes, 27 of them over a page
+    a = b = c = d = e = f = g = h = k  # locals: 25 frames of ~200 bytes
     if k == 0:
         for _ in batches():  # line 23
             pass
