@@ -7,6 +7,8 @@ import ctypes
 import sys
 import time
 
+from nest import at_depth
+
 time.sleep(0.5)  # stacks begin once the recorder has read this interpreter (docs/layers.md)
 lib = ctypes.CDLL(sys.argv[1])
 n, depth = int(sys.argv[2]), int(sys.argv[3])
@@ -22,11 +24,4 @@ def loop():
     return time.perf_counter() - t0
 
 
-def nest(d):
-    x = y = z = d  # locals, as a forward's
-    if d <= 1:
-        return loop()
-    return nest(d - 1) + 0 * (x + y + z)
-
-
-print(f"ns_per_call={nest(depth) / n * 1e9:.0f}")
+print(f"ns_per_call={at_depth(depth, loop) / n * 1e9:.0f}")

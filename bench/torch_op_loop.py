@@ -6,6 +6,7 @@ import sys
 import time
 
 import torch
+from nest import at_depth
 
 torch.set_num_threads(1)
 n = int(sys.argv[1])
@@ -22,12 +23,5 @@ def loop():
     return time.perf_counter() - t0
 
 
-def nest(d):
-    x = y = z = d  # locals, as a forward's
-    if d <= 1:
-        return loop()
-    return nest(d - 1) + 0 * (x + y + z)
-
-
-elapsed = nest(depth) if depth > 0 else loop()
+elapsed = at_depth(depth, loop) if depth > 0 else loop()
 print(f"ns_per_call={elapsed / n * 1e9:.0f}")
