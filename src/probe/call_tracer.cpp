@@ -64,6 +64,15 @@ bool kernel_has_uprobe_sessions() {
   return has;
 }
 
+// Whether this kernel has uprobe_multi links (6.6+): its BTF names their link type.
+bool kernel_has_uprobe_multi() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return false;
+  bool has = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
+  btf__free(vmlinux);
+  return has;
+}
+
 // The BPF_LINK_CREATE member of union bpf_attr, in its uprobe_multi form.
 union UprobeMultiAttr {
   struct {
@@ -176,6 +185,20 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   for (bpf_program* p : {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
                          skel_->progs.call_exit_multi, skel_->progs.loader_update_multi})
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+  // The perf-event programs (call_entry, call_return, call_exit) are for kernels without
+  // uprobe_multi links. The entry one reads Python stacks, which costs the kernel's verifier
+  // ~1.3 s of CPU at every start here (of plain record's ~6 s): where the kernel's BTF shows
+  // multi links they are not loaded, and a file whose points cannot be attached together is
+  // attached a point at a time with multi links. EACGM_NO_UPROBE_MULTI=1: the perf-event
+  // programs only (what a kernel before 6.6 gets; to compare, or to step around a kernel bug).
+  if (getenv("EACGM_NO_UPROBE_MULTI")) {
+    multi_supported_ = false;
+  } else if (kernel_has_uprobe_multi()) {
+    per_event_loaded_ = false;
+    for (bpf_program* p : {skel_->progs.call_entry, skel_->progs.call_return,
+                           skel_->progs.call_exit})
+      bpf_program__set_autoload(p, false);
+  }
   // EACGM_NO_UPROBE_SESSIONS=1: the uprobe and uretprobe pair even where sessions exist (to
   // compare, or to step around a kernel bug)
   session_supported_ = options.python && !getenv("EACGM_NO_UPROBE_SESSIONS") &&
@@ -248,9 +271,15 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
   if (points.empty()) return {};
   if (multi_supported_ && attach_multi(path, points))
     return std::vector<std::string>(points.size());
-  // One perf-event uprobe pair per point: older kernels, or to learn which point failed.
+  // One point at a time, to learn which point failed (or a perf-event uprobe pair per point,
+  // on older kernels).
   std::vector<std::string> errors;
-  for (const auto& p : points) errors.push_back(attach_one(path, p));
+  for (const auto& p : points) {
+    if (per_event_loaded_)
+      errors.push_back(attach_one(path, p));
+    else
+      errors.push_back(attach_multi(path, {p}) ? std::string() : errno_text(errno));
+  }
   return errors;
 }
 
@@ -278,8 +307,11 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
                                cookies[kind], kind == 1 ? kUprobeMultiReturn : 0);
     if (fd < 0) {
       // EINVAL/EOPNOTSUPP: a kernel without uprobe_multi; stop trying
-      if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) multi_supported_ = false;
+      int err = errno;
+      if (per_event_loaded_ && (err == EINVAL || err == EOPNOTSUPP || err == ENOSYS))
+        multi_supported_ = false;
       for (int f : fds) close(f);
+      errno = err;
       return false;
     }
     fds.push_back(fd);
@@ -325,7 +357,8 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
       multi_link_fds_.push_back(fd);
       return {};
     }
-    if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
+    if (!per_event_loaded_ || (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS))
+      return errno_text(errno);
     multi_supported_ = false;
   }
   LIBBPF_OPTS(bpf_uprobe_opts, opts);

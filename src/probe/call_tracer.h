@@ -128,6 +128,7 @@ class CallTracer {
   std::vector<int> multi_link_fds_;
   bool session_supported_ = false;  // session uprobes for the Python eval function
   bool multi_supported_ = true;     // until the kernel says otherwise
+  bool per_event_loaded_ = true;    // call_entry, call_return and call_exit (the fallback)
   bool trace_all_ = false;
   uint32_t sample_hz_ = 0;
   bool off_cpu_ = false;

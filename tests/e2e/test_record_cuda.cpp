@@ -153,6 +153,32 @@ TEST_F(RecordCuda, NestedCallsAndCallsLeftByLongjmp) {
   EXPECT_EQ(db.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
 }
 
+TEST_F(RecordCuda, PerEventUprobesWhereTheKernelHasNoMultiLinks) {
+  // EACGM_NO_UPROBE_MULTI=1: a perf-event uprobe per point, what a kernel before 6.6 gets (where
+  // the kernel has multi links those programs are not even loaded); the same calls recorded,
+  // with entry, return and exit-instruction probes, nested calls and calls left by longjmp
+  auto r = run({kEacgm, "record", "-q", "--layers", "cuda", "-o", db_, "--",
+                kWorkloads + "/cuda_api_calls", "--repeat", "2"},
+               {"EACGM_NO_UPROBE_MULTI=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Db db(db_);
+  EXPECT_EQ(db.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            times(kRuntimeCallsPerRun, 2));
+  EXPECT_EQ(db.scalar("SELECT sum(bytes) FROM cuda_calls WHERE name = 'cudaMalloc'"), 2 * 3 << 20);
+  EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE dur_ns <= 0 OR ret != 35"), 0);
+
+  std::string db2 = dir_ + "/nesting.eacgm.db";
+  r = run({kEacgm, "record", "-q", "--layers", "cuda", "-o", db2, "--",
+           kWorkloads + "/cuda_nesting", "3", "20", "5"},
+          {"EACGM_NO_UPROBE_MULTI=1", "LD_LIBRARY_PATH=" + kWorkloads + "/fakecuda"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db nesting(db2);
+  EXPECT_EQ(nesting.pairs("SELECT name, count(*) FROM cuda_calls GROUP BY name"),
+            (std::map<std::string, int64_t>{
+                {"cuCtxSynchronize", 8}, {"cuMemFree_v2", 8}, {"cuStreamSynchronize", 16}}));
+  EXPECT_EQ(nesting.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
+}
+
 TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
   auto r = run({kEacgm, "record", "-q", "-o", db_, "--", kWorkloads + "/cuda_api_calls",
                 "--exit-code", "7"});
