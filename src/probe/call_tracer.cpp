@@ -54,24 +54,25 @@ constexpr uint32_t kTraceUprobeMulti = 48;  // BPF_TRACE_UPROBE_MULTI
 constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
 constexpr uint32_t kTraceUprobeSession = 57;  // BPF_TRACE_UPROBE_SESSION (6.10+)
 
-// Whether this kernel has session uprobes (one program at entry and return, the entry able to
-// skip the return): its BTF names their kfunc.
-bool kernel_has_uprobe_sessions() {
+// What this kernel's BTF says of its uprobes: uprobe_multi links (6.6+: their link type, or
+// the function that makes them, as `eacgm doctor` looks), and session uprobes (6.10+: one
+// program at entry and return, the entry able to skip the return; their kfunc). Read once.
+struct KernelUprobes {
+  bool multi = false, sessions = false;
+};
+KernelUprobes kernel_uprobes() {
+  KernelUprobes k;
   btf* vmlinux = btf__load_vmlinux_btf();
-  if (!vmlinux) return false;
-  bool has = btf__find_by_name_kind(vmlinux, "bpf_session_is_return", BTF_KIND_FUNC) >= 0;
+  if (!vmlinux) return k;
+  k.multi = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0 ||
+            btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link_attach", BTF_KIND_FUNC) >= 0;
+  k.sessions = btf__find_by_name_kind(vmlinux, "bpf_session_is_return", BTF_KIND_FUNC) >= 0;
   btf__free(vmlinux);
-  return has;
+  return k;
 }
 
-// Whether this kernel has uprobe_multi links (6.6+): its BTF names their link type.
-bool kernel_has_uprobe_multi() {
-  btf* vmlinux = btf__load_vmlinux_btf();
-  if (!vmlinux) return false;
-  bool has = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
-  btf__free(vmlinux);
-  return has;
-}
+// Kernel errors that say it makes no uprobe_multi links at all (not that one point is bad).
+bool refuses_multi_links(int err) { return err == EOPNOTSUPP || err == ENOSYS; }
 
 // The BPF_LINK_CREATE member of union bpf_attr, in its uprobe_multi form.
 union UprobeMultiAttr {
@@ -191,9 +192,10 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   // multi links they are not loaded, and a file whose points cannot be attached together is
   // attached a point at a time with multi links. EACGM_NO_UPROBE_MULTI=1: the perf-event
   // programs only (what a kernel before 6.6 gets; to compare, or to step around a kernel bug).
+  const KernelUprobes kernel = kernel_uprobes();
   if (getenv("EACGM_NO_UPROBE_MULTI")) {
     multi_supported_ = false;
-  } else if (kernel_has_uprobe_multi()) {
+  } else if (kernel.multi) {
     per_event_loaded_ = false;
     for (bpf_program* p : {skel_->progs.call_entry, skel_->progs.call_return,
                            skel_->progs.call_exit})
@@ -202,7 +204,7 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   // EACGM_NO_UPROBE_SESSIONS=1: the uprobe and uretprobe pair even where sessions exist (to
   // compare, or to step around a kernel bug)
   session_supported_ = options.python && !getenv("EACGM_NO_UPROBE_SESSIONS") &&
-                       kernel_has_uprobe_sessions();
+                       kernel.sessions;
   if (session_supported_)
     bpf_program__set_expected_attach_type(skel_->progs.py_eval_session,
                                           static_cast<bpf_attach_type>(kTraceUprobeSession));
@@ -223,8 +225,8 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   // recording goes on without them and says why)
   if (!err && options.python && getenv("EACGM_TEST_REFUSE_PYTHON")) {
     err = -EACCES;
-    log = "libbpf: prog 'call_entry': BPF program load failed: Permission denied\n"
-          "libbpf: prog 'call_entry': -- BEGIN PROG LOAD LOG --\n"
+    log = "libbpf: prog 'call_entry_multi': BPF program load failed: Permission denied\n"
+          "libbpf: prog 'call_entry_multi': -- BEGIN PROG LOAD LOG --\n"
           "refused for the test (EACGM_TEST_REFUSE_PYTHON)\n"
           "-- END PROG LOAD LOG --\n";
   }
@@ -274,11 +276,21 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
   // One point at a time, to learn which point failed (or a perf-event uprobe pair per point,
   // on older kernels).
   std::vector<std::string> errors;
+  std::string refused;  // the kernel made no multi link: the rest would fail the same way
   for (const auto& p : points) {
-    if (per_event_loaded_)
+    if (per_event_loaded_) {
       errors.push_back(attach_one(path, p));
-    else
-      errors.push_back(attach_multi(path, {p}) ? std::string() : errno_text(errno));
+    } else if (!refused.empty()) {
+      errors.push_back(refused);
+    } else if (attach_multi(path, {p})) {
+      errors.emplace_back();
+    } else {
+      int err = errno;
+      errors.push_back(errno_text(err));
+      if (refuses_multi_links(err))
+        refused = errors.back() += " (the kernel refused a uprobe_multi link; "
+                                   "EACGM_NO_UPROBE_MULTI=1 uses perf-event uprobes)";
+    }
   }
   return errors;
 }
@@ -357,9 +369,10 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
       multi_link_fds_.push_back(fd);
       return {};
     }
-    if (!per_event_loaded_ || (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS))
-      return errno_text(errno);
-    multi_supported_ = false;
+    if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
+    // the perf-event program is loaded either way; the call probes go on with multi links a
+    // point at a time where theirs are not loaded
+    if (per_event_loaded_) multi_supported_ = false;
   }
   LIBBPF_OPTS(bpf_uprobe_opts, opts);
   bpf_link* link = bpf_program__attach_uprobe_opts(skel_->progs.loader_update, -1, path.c_str(),

@@ -177,6 +177,20 @@ TEST_F(RecordCuda, PerEventUprobesWhereTheKernelHasNoMultiLinks) {
             (std::map<std::string, int64_t>{
                 {"cuCtxSynchronize", 8}, {"cuMemFree_v2", 8}, {"cuStreamSynchronize", 16}}));
   EXPECT_EQ(nesting.text("SELECT value FROM meta WHERE key = 'dropped_events'"), "0");
+
+  // and the perf-event entry program's Python stack walk (the one that costs the verifier most)
+  std::string db3 = dir_ + "/python.eacgm.db";
+  r = run({kEacgm, "record", "-q", "--layers", "cuda,python", "-o", db3, "--", "/usr/bin/python3",
+           std::string(EACGM_PY_WORKLOADS) + "/cuda_stack.py",
+           std::string(EACGM_CUDA_HOME) + "/lib64/libcudart.so.13"},
+          {"EACGM_NO_UPROBE_MULTI=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  Db python(db3);
+  EXPECT_EQ(python.text("SELECT group_concat(s.name || ':' || s.line, ' < ') FROM (SELECT s.name, "
+                        "s.line FROM cuda_calls c JOIN python_stacks s ON s.id = c.py_stack "
+                        "WHERE c.name = 'cudaMalloc' ORDER BY s.depth) s"),
+            "cuda_stack.allocate:11 < cuda_stack.layer:15 < cuda_stack.Trainer.step:20 < "
+            "cuda_stack.<module>:23");
 }
 
 TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
