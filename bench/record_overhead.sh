@@ -42,7 +42,8 @@ echo "last eacgm run recorded $recorded calls of $((N + 1)) made, dropped $(sqli
 $EACGM record -q -f -o "$out/p.db" -- $LOOP 1000000 1 100000 >/dev/null
 sqlite3 "$out/p.db" "select 'paced 100k/s: recorded ' || (select count(*) from cuda_calls) ||
   ', dropped ' || (select value from meta where key='dropped_events') ||
-  ', recorder cpu ' || printf('%.1f', 100.0 * (select value from meta where key='recorder_cpu_seconds') /
+  ', recorder cpu ' || printf('%.1f', 100.0 * ((select value from meta where key='recorder_cpu_seconds') -
+    (select value from meta where key='recorder_start_cpu_seconds')) /
   ((select value from meta where key='end_monotonic_ns') - (select value from meta where key='start_monotonic_ns')) * 1e9) || '% of one core'"
 
 # two threads as fast as they go, for at least 10 s (about 830k calls/s here)

@@ -93,6 +93,7 @@ class Pipeline {
   std::function<void(uint32_t pid)> on_process_exit;
 
   uint64_t start_monotonic_ns() const { return start_mono_; }
+  static double own_cpu_seconds();
   uint64_t calls() const;
   size_t probes() const;
   TracerCounters counters() const;

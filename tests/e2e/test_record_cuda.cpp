@@ -78,6 +78,13 @@ TEST_F(RecordCuda, RuntimeApiCountsBytesKindsAndKernels) {
   EXPECT_EQ(db.scalar("SELECT count(*) FROM cuda_calls WHERE dur_ns <= 0 OR ts_ns <= 0"), 0);
   EXPECT_EQ(db.scalar("SELECT count(DISTINCT pid) FROM cuda_calls"), 1);
   EXPECT_EQ(db.text("SELECT name FROM processes ORDER BY rowid DESC LIMIT 1"), "cuda_api_calls");
+  // eacgm's own CPU, and the part of it before the recording began (loading its programs)
+  auto meta = [&](const std::string& key) {
+    return std::stod(db.text("SELECT value FROM meta WHERE key = '" + key + "'"));
+  };
+  double start = meta("recorder_start_cpu_seconds"), total = meta("recorder_cpu_seconds");
+  EXPECT_GT(start, 0);
+  EXPECT_LE(start, total);
 }
 
 TEST_F(RecordCuda, DriverApiThroughStubLibcuda) {
