@@ -318,9 +318,9 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
     int fd = create_multi_link(progs[kind], kTraceUprobeMulti, path, offsets[kind],
                                cookies[kind], kind == 1 ? kUprobeMultiReturn : 0);
     if (fd < 0) {
-      // EINVAL/EOPNOTSUPP: a kernel without uprobe_multi; stop trying
+      // EINVAL too: a kernel without uprobe_multi; stop trying where there is a fallback
       int err = errno;
-      if (per_event_loaded_ && (err == EINVAL || err == EOPNOTSUPP || err == ENOSYS))
+      if (per_event_loaded_ && (err == EINVAL || refuses_multi_links(err)))
         multi_supported_ = false;
       for (int f : fds) close(f);
       errno = err;
@@ -369,7 +369,7 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
       multi_link_fds_.push_back(fd);
       return {};
     }
-    if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
+    if (errno != EINVAL && !refuses_multi_links(errno)) return errno_text(errno);
     // the perf-event program is loaded either way; the call probes go on with multi links a
     // point at a time where theirs are not loaded
     if (per_event_loaded_) multi_supported_ = false;

@@ -193,11 +193,12 @@ TEST_F(RecordCuda, PerEventUprobesWhereTheKernelHasNoMultiLinks) {
           {"EACGM_NO_UPROBE_MULTI=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   Db python(db3);
-  EXPECT_EQ(python.text("SELECT group_concat(s.name || ':' || s.line, ' < ') FROM (SELECT s.name, "
-                        "s.line FROM cuda_calls c JOIN python_stacks s ON s.id = c.py_stack "
-                        "WHERE c.name = 'cudaMalloc' ORDER BY s.depth) s"),
-            "cuda_stack.allocate:11 < cuda_stack.layer:15 < cuda_stack.Trainer.step:20 < "
-            "cuda_stack.<module>:23");
+  EXPECT_EQ(python.pairs("SELECT s.depth || ' ' || s.name, s.line FROM cuda_calls c JOIN "
+                         "python_stacks s ON s.id = c.py_stack WHERE c.name = 'cudaMalloc'"),
+            (std::map<std::string, int64_t>{{"0 cuda_stack.allocate", 11},
+                                            {"1 cuda_stack.layer", 15},
+                                            {"2 cuda_stack.Trainer.step", 20},
+                                            {"3 cuda_stack.<module>", 23}}));
 }
 
 TEST_F(RecordCuda, ExitStatusOfTheCommandIsKept) {
