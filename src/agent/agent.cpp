@@ -27,7 +27,7 @@
 #include "agent/instance_lock.h"
 #include "detect/detector.h"  // cause_kinds
 #include "export/metrics.h"
-#include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_now_ns
+#include "gpu/gpu_samples.h"  // monotonic_now_ns, realtime_minus_monotonic_ns
 #include "util/error.h"
 #include "util/privileges.h"
 
@@ -353,7 +353,7 @@ int run_agent(const AgentOptions& given) {
       [&](std::vector<AgentAnomaly>& found) { (*reporter)(found); }, f, o.match);
   reporter = std::make_unique<AnomalyReporter>(
       sinks.metrics(), std::move(store), sinks.flight(), f.seconds_ns,
-      int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns()));
+      realtime_minus_monotonic_ns());
   sinks.metrics().identify = read_job_identity;
   sinks.metrics().set_kernel_names(o.gpu_kernel_names);
   sinks.metrics().zero_anomalies(detect::cause_kinds());

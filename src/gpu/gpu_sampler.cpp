@@ -164,7 +164,7 @@ void GpuSampler::run() {
 void GpuSampler::run_pass() {
   uint64_t start = monotonic_now_ns();
   // realtime - monotonic, to place NVML's CLOCK_REALTIME stamps on eacgm's clock.
-  int64_t rt_minus_mono = int64_t(realtime_now_ns()) - int64_t(monotonic_now_ns());
+  int64_t rt_minus_mono = realtime_minus_monotonic_ns();
   // due within half a pass: at 10 ms passes and 100 ms for the slow metrics, every 10th pass
   uint64_t slow_ns = uint64_t(options_.slow_interval.count());
   bool slow = slow_ns == 0 || last_slow_ns_ == 0 ||

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <charconv>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -98,5 +99,23 @@ std::optional<uint32_t> read_ns_pid(uint32_t pid) {
 
 uint64_t monotonic_now_ns() { return clock_now_ns(CLOCK_MONOTONIC); }
 uint64_t realtime_now_ns() { return clock_now_ns(CLOCK_REALTIME); }
+
+int64_t realtime_minus_monotonic_ns() {
+  // A realtime read bracketed by two monotonic reads, the tightest bracket of a few: one pair
+  // read apart can be preempted between its reads (hundreds of us on a busy 2-core machine),
+  // which would misplace every wall-clock time of a recording by that much.
+  int64_t best = 0;
+  uint64_t best_gap = UINT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    uint64_t before = monotonic_now_ns();
+    uint64_t real = realtime_now_ns();
+    uint64_t after = monotonic_now_ns();
+    if (after - before < best_gap) {
+      best_gap = after - before;
+      best = int64_t(real) - int64_t(before + (after - before) / 2);
+    }
+  }
+  return best;
+}
 
 }  // namespace eacgm

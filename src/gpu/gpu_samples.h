@@ -90,5 +90,7 @@ std::optional<uint32_t> read_ns_pid(uint32_t pid);
 
 uint64_t monotonic_now_ns();
 uint64_t realtime_now_ns();
+// CLOCK_REALTIME - CLOCK_MONOTONIC now, from reads a few ns apart (never split by preemption).
+int64_t realtime_minus_monotonic_ns();
 
 }  // namespace eacgm

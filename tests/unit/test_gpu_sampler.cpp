@@ -1,6 +1,7 @@
 // The GPU layer against fake NVML libraries (tests/unit/fake_nvml): loading, fallbacks, exact
 // values and units, per-process join, XID events, error handling, stop().
 #include <gtest/gtest.h>
+
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -730,6 +731,20 @@ TEST(GpuSamples, ThrottleReasonBitsHaveNvmlNames) {
   }
   EXPECT_EQ(throttle_reasons_text(0), "none");
   EXPECT_EQ(throttle_reasons_text(0x201), "gpu_idle,0x200");
+}
+
+// realtime - monotonic agrees with a bracket this test reads itself, to within that bracket's
+// width and 20 us (the helper's own reads are never split by a preemption: it keeps the tightest
+// of several)
+TEST(GpuSamples, RealtimeMinusMonotonicIsReadAsOneInstant) {
+  for (int i = 0; i < 20; ++i) {
+    uint64_t before = monotonic_now_ns();
+    uint64_t real = realtime_now_ns();
+    uint64_t after = monotonic_now_ns();
+    int64_t helper = realtime_minus_monotonic_ns();
+    int64_t mine = int64_t(real) - int64_t(before + (after - before) / 2);
+    EXPECT_LE(std::llabs(helper - mine), int64_t(after - before) + 20'000) << i;
+  }
 }
 
 TEST(GpuSamples, ClockAndNamespaceHelpers) {
