@@ -1,4 +1,6 @@
 // eacgm entry point: subcommand dispatch and the one place errors become messages and exit codes.
+#include <sqlite3.h>
+
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -30,6 +32,9 @@ class BriefSubcommands : public CLI::Formatter {
 
 int main(int argc, char** argv) {
   eacgm::save_inherited_signals();
+  // No SQLite memory statistics (eacgm reads none): they take a process-wide lock around every
+  // allocation SQLite makes, each row the recorder writes. Before SQLite's first use.
+  sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
   CLI::App app{"eacgm: full-stack tracing and anomaly detection for AI/ML workloads, without "
                "changing their code: eBPF on CUDA, NCCL and the host, NVML for the GPU, Gaussian "
                "mixture models for what is not normal",

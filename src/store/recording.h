@@ -117,6 +117,8 @@ class RecordingWriter final : public Sink {
   size_t queued_rows_ = 0;
   size_t backlog_peak_ = 0;  // most rows queued since the queue was last empty
   static constexpr size_t kTrimAfterRows = 100'000;
+  // the most rows of one kind a new batch is made ready for (~10 MB of CUDA call rows)
+  static constexpr size_t kReserveRows = 65'536;
   std::condition_variable drained_;
   bool writer_done_ = false;
   bool stopping_ = false;

@@ -64,6 +64,45 @@ TEST(AnomalySubject, AWindowIsAboutAllLayersACallAboutItsOperation) {
   EXPECT_EQ(anomaly_subject("cuda", "cudaMemcpy"), "cudaMemcpy");
 }
 
+// Statement::run resets only the parameters the last run bound (not every one, as
+// sqlite3_clear_bindings did): whatever a run does not bind is NULL all the same, including
+// parameters past the 64 it keeps a bit for.
+TEST(Statement, AParameterNotBoundSinceTheLastRunIsNull) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  std::string columns, params;
+  for (int c = 1; c <= 70; ++c) {
+    columns += (c > 1 ? ", c" : "c") + std::to_string(c);
+    params += (c > 1 ? ", ?" : "?") + std::to_string(c);
+  }
+  ASSERT_EQ(exec_sql(db, ("CREATE TABLE t(" + columns + ")").c_str()), "");
+  std::vector<std::string> rows;
+  {
+    Statement insert(db, "INSERT INTO t VALUES(" + params + ")");
+    insert.bind(1, int64_t(1)), insert.bind(2, "two"), insert.bind_double(64, 6.5);
+    EXPECT_EQ(insert.run(), SQLITE_DONE);
+    insert.bind(1, int64_t(2));  // 2 and 64 left out: NULL
+    EXPECT_EQ(insert.run(), SQLITE_DONE);
+    insert.bind(1, int64_t(3)), insert.bind(70, int64_t(70));  // past the bits
+    EXPECT_EQ(insert.run(), SQLITE_DONE);
+    insert.bind(1, int64_t(4)), insert.bind(2, "again");
+    EXPECT_EQ(insert.run(), SQLITE_DONE);
+    insert.bind(1, int64_t(5)), insert.bind(2, "x"), insert.bind_null(2);
+    EXPECT_EQ(insert.run(), SQLITE_DONE);
+    Statement read(db, "SELECT c1, c2, c64, c70 FROM t ORDER BY c1");
+    while (read.step()) {
+      std::string row;
+      for (int c = 0; c < 4; ++c)
+        row += (read.null_at(c) ? std::string("NULL") : std::string(read.text_at(c))) + "|";
+      rows.push_back(row);
+    }
+  }
+  sqlite3_close(db);
+  EXPECT_EQ(rows, (std::vector<std::string>{"1|two|6.5|NULL|", "2|NULL|NULL|NULL|",
+                                            "3|NULL|NULL|70|", "4|again|NULL|NULL|",
+                                            "5|NULL|NULL|NULL|"}));
+}
+
 TEST_F(Store, RowsAndMetaComeBackAsWritten) {
   {
     RecordingWriter w(path_, false);
