@@ -57,6 +57,14 @@ class Statement {
     if (wide_) sqlite3_clear_bindings(stmt_), bound_before_ = 0, wide_ = false;  // see mark()
     return rc;
   }
+  // run() for a statement whose every parameter the caller binds before each run (NULLs too):
+  // nothing to reset. A later run() resets them all.
+  int run_all_bound() {
+    int rc = sqlite3_step(stmt_);
+    sqlite3_reset(stmt_);
+    bound_before_ = ~uint64_t(0), bound_now_ = 0, wide_ = false;
+    return rc;
+  }
   bool step() {
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -173,6 +174,59 @@ TEST_F(Store, RowsAndMetaComeBackAsWritten) {
   EXPECT_EQ(trace, (std::vector<std::string>{
                        "cuda|cudaMemcpyAsync|HostToDevice|250",
                        "cuda|cudaLaunchKernel|void scale<float>(float*, float, int)|50"}));
+}
+
+// CUDA calls go in eight rows a statement: copies and launches mixed in one batch (two
+// statements of eight and a rest of three) come back in order, each with its own values and
+// NULLs, none of a neighbour's.
+TEST_F(Store, CudaCallsOfOneMultiRowInsertKeepTheirOwnColumns) {
+  std::vector<std::string> kernels;
+  for (int i = 0; i < 19; ++i) kernels.push_back("kernel" + std::to_string(i));
+  {
+    RecordingWriter w(path_, false);
+    for (int i = 0; i < 19; ++i) {
+      if (i % 3 != 0) {  // a period that eight is not a multiple of: a slot of the statement
+                         // holds a copy in one run and a launch in the next
+        w.add(copy_call(uint64_t(1000 + i), 100 * i));
+        continue;
+      }
+      CudaCallRow launch;
+      launch.ts_ns = uint64_t(1000 + i), launch.dur_ns = 50, launch.pid = 10, launch.tid = 11;
+      launch.name = "cudaLaunchKernel";
+      launch.ret = 35;
+      launch.is_launch = true;
+      launch.grid[0] = 4, launch.grid[1] = 2, launch.grid[2] = 1;
+      launch.block[0] = 128, launch.block[1] = 1, launch.block[2] = 1;
+      launch.shared_mem = uint64_t(i);
+      launch.kernel = kernels[size_t(i)];
+      launch.address = 0x401000;
+      launch.runq_ns = i;
+      w.add(launch);
+    }
+    w.flush();
+    EXPECT_EQ(w.close(), "");
+  }
+  RecordingReader r(path_);
+  std::vector<std::string> rows;
+  r.query("SELECT ts_ns, name, ret, bytes, memcpy_kind, stream, grid_x, block_x, shared_mem, "
+          "kernel, address, runq_ns FROM cuda_calls ORDER BY rowid",
+          [&](Statement& s) {
+            std::string row;
+            for (int c = 0; c < 12; ++c)
+              row += (s.null_at(c) ? std::string("NULL") : std::string(s.text_at(c))) + "|";
+            rows.push_back(row);
+          });
+  ASSERT_EQ(rows.size(), 19u);
+  for (int i = 0; i < 19; ++i) {
+    std::string want =
+        i % 3 != 0 ? fmt::format("{}|cudaMemcpyAsync|0|{}|HostToDevice|4660|NULL|NULL|NULL|NULL|"
+                                 "NULL|NULL|",
+                                 1000 + i, 100 * i)
+                   : fmt::format("{}|cudaLaunchKernel|35|NULL|NULL|NULL|4|128|{}|kernel{}|4198400|"
+                                 "{}|",
+                                 1000 + i, i, i, i);
+    EXPECT_EQ(rows[size_t(i)], want) << i;
+  }
 }
 
 TEST_F(Store, ManyBatchesAllLandInOrder) {
