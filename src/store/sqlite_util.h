@@ -47,6 +47,8 @@ class Statement {
   // last run had bound are reset: clearing all of a 20-column insert's parameters each row was
   // ~5% of the recorder's writer.
   int run() {
+    if (all_bound_wide_)
+      fail("internal error: run() after run_all_bound() on a statement of over 64 parameters");
     uint64_t stale = bound_before_ & ~bound_now_;
     for (int i = 1; stale; ++i, stale >>= 1)
       if (stale & 1) sqlite3_bind_null(stmt_, i);
@@ -58,11 +60,14 @@ class Statement {
     return rc;
   }
   // run() for a statement whose every parameter the caller binds before each run (NULLs too):
-  // nothing to reset. A later run() resets them all.
+  // nothing to reset. A later run() resets them all (one of more than 64 parameters must keep
+  // to run_all_bound: run() could not tell which of the others to reset).
   int run_all_bound() {
     int rc = sqlite3_step(stmt_);
     sqlite3_reset(stmt_);
-    bound_before_ = ~uint64_t(0), bound_now_ = 0, wide_ = false;
+    int count = sqlite3_bind_parameter_count(stmt_);
+    bound_before_ = count >= 64 ? ~uint64_t(0) : (uint64_t(1) << count) - 1;
+    bound_now_ = 0, wide_ = false, all_bound_wide_ = count > 64;
     return rc;
   }
   bool step() {
@@ -97,7 +102,7 @@ class Statement {
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   uint64_t bound_before_ = 0, bound_now_ = 0;
-  bool wide_ = false;
+  bool wide_ = false, all_bound_wide_ = false;
 };
 
 // Statements prepared once per connection and reused (each run() resets them): the writer
