@@ -30,6 +30,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A result row's first `columns` values as "v|v|NULL|...|".
+std::string row_text(const Statement& s, int columns) {
+  std::string row;
+  for (int c = 0; c < columns; ++c)
+    row += (s.null_at(c) ? std::string("NULL") : std::string(s.text_at(c))) + "|";
+  return row;
+}
+
 class Store : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -95,12 +103,7 @@ TEST(Statement, AParameterNotBoundSinceTheLastRunIsNull) {
     insert.bind(1, int64_t(7)), insert.bind(64, int64_t(1));  // 2 and 70 left out
     EXPECT_EQ(insert.run(), SQLITE_DONE);
     Statement read(db, "SELECT c1, c2, c64, c70 FROM t ORDER BY c1");
-    while (read.step()) {
-      std::string row;
-      for (int c = 0; c < 4; ++c)
-        row += (read.null_at(c) ? std::string("NULL") : std::string(read.text_at(c))) + "|";
-      rows.push_back(row);
-    }
+    while (read.step()) rows.push_back(row_text(read, 4));
   }
   sqlite3_close(db);
   EXPECT_EQ(rows, (std::vector<std::string>{"1|two|6.5|NULL|", "2|NULL|NULL|NULL|",
@@ -158,12 +161,7 @@ TEST_F(Store, RowsAndMetaComeBackAsWritten) {
   std::vector<std::string> calls;
   r.query("SELECT name, ret, bytes, memcpy_kind, stream, grid_x, grid_y, block_x, shared_mem, "
           "kernel, address FROM cuda_calls ORDER BY ts_ns",
-          [&](Statement& s) {
-            std::string row;
-            for (int c = 0; c < 11; ++c)
-              row += (s.null_at(c) ? std::string("NULL") : std::string(s.text_at(c))) + "|";
-            calls.push_back(row);
-          });
+          [&](Statement& s) { calls.push_back(row_text(s, 11)); });
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0], "cudaMemcpyAsync|0|4096|HostToDevice|4660|NULL|NULL|NULL|NULL|NULL|NULL|");
   EXPECT_EQ(calls[1],
@@ -215,12 +213,7 @@ TEST_F(Store, CudaCallsOfOneMultiRowInsertKeepTheirOwnColumns) {
   std::vector<std::string> rows;
   r.query("SELECT ts_ns, name, ret, bytes, memcpy_kind, stream, grid_x, block_x, shared_mem, "
           "kernel, address, runq_ns FROM cuda_calls ORDER BY rowid",
-          [&](Statement& s) {
-            std::string row;
-            for (int c = 0; c < 12; ++c)
-              row += (s.null_at(c) ? std::string("NULL") : std::string(s.text_at(c))) + "|";
-            rows.push_back(row);
-          });
+          [&](Statement& s) { rows.push_back(row_text(s, 12)); });
   ASSERT_EQ(rows.size(), 19u);
   for (int i = 0; i < 19; ++i) {
     std::string want =
