@@ -122,6 +122,10 @@ struct py_task {
 	__u64 tstate; /* the thread's PyThreadState, as the last eval call or stack read found it */
 	__u32 depth;
 	__u32 evals; /* the eval probe has run on this thread (see struct py_frame_memo) */
+	/* a call's walk (py_read_stack, for_call): bit k, so far the frames of last[k]; and the
+	 * stack its frames are written over. Here, not in struct py_walk: see py_walk_frame. */
+	__u32 walk_same;
+	__u32 walk_victim;
 	struct py_open_call calls[PY_MAX_DEPTH];
 	struct py_frame_memo memo[PY_MEMO_SLOTS];
 	struct py_last_stack last[PY_LAST_STACKS];
@@ -784,24 +788,35 @@ struct py_walk {
 	__u64 now;
 	__u32 pid;
 	__u32 li;
-	__u32 n;
-	__u32 depth;     /* frames wanted */
+	__u32 depth;     /* frames wanted (the frames kept so far: s->depth, see py_walk_frame) */
 	bool gen_exact;  /* every call passes the eval probe: the memo needs no time bound */
-	bool for_call;   /* a call's stack: compared with the thread's last ones, and kept */
-	__u32 same;      /* bit k: so far, the frames of the thread's last stack k */
-	__u32 victim;    /* the last stack this one's frames are written over */
+	bool for_call;   /* a call's stack: compared with the thread's last ones (t->walk_same),
+			    and kept (in t->last[t->walk_victim]) */
 };
 
-/* One frame of the walk (a bpf_loop callback: the verifier checks it once, whatever the
- * depth, where an unrolled loop cost it seconds per program and refused more than 14 frames).
- * Returns 1 to stop. */
+/*
+ * One frame of the walk (a bpf_loop callback, where an unrolled loop cost the verifier seconds
+ * per program and refused more than 14 frames). Returns 1 to stop.
+ *
+ * The count of frames kept so far is s->depth, in the record's map memory, and what a call's
+ * walk compares and overwrites in the thread's storage (walk_same, walk_victim), not fields of
+ * struct py_walk on the stack: kernels since 6.7 check a callback again for each iteration
+ * until its state at entry repeats, and values on the stack that the verifier follows exactly
+ * (the count indexes the frames, the bits decide branches) never repeat: 6.18 went through the
+ * callback once per possible frame and combination, ~640,000 instructions and ~1.3 s of CPU for
+ * each of the three programs that walk stacks, at every start. Read from a map they are
+ * unknowns, the same at each entry.
+ */
 static long py_walk_frame(__u32 i, void *ctx)
 {
 	struct py_walk *w = ctx;
 	const struct eacgm_py_layout *l = w->l;
 	struct eacgm_py_stack_event *s = w->s;
 	__u64 frame = w->frame;
-	if (!frame || !l || !s || w->n >= w->depth || w->n >= EACGM_PY_MAX_STACK)
+	if (!frame || !l || !s)
+		return 1;
+	__u32 n = s->depth;
+	if (n >= w->depth || n >= EACGM_PY_MAX_STACK)
 		return 1;
 	struct py_frame_fields ff = {};
 	if (py_read_frame(frame, l, &ff, PY_SCRATCH_SLOT(w->for_call), i == 0) != 0)
@@ -811,19 +826,21 @@ static long py_walk_frame(__u32 i, void *ctx)
 	/* C-stack shim frames (3.12+) are no Python code */
 	if (ff.owner == 3 || !py_is_code(code, l, w->runtime))
 		return 0;
-	struct eacgm_py_frame *f = &s->frames[w->n & (EACGM_PY_MAX_STACK - 1)];
+	struct eacgm_py_frame *f = &s->frames[n & (EACGM_PY_MAX_STACK - 1)];
 	f->code = code;
 	struct py_task *t = w->t;
 	if (t && w->for_call) {
-		__u32 i = w->n & (EACGM_PY_MAX_STACK - 1);
+		__u32 i = n & (EACGM_PY_MAX_STACK - 1);
+		__u32 same = t->walk_same;
 		for (int k = 0; k < PY_LAST_STACKS; k++) {
 			struct py_last_frame *lf = &t->last[k].f[i];
-			if ((w->same & (1u << k)) &&
-			    (w->n >= t->last[k].n || lf->frame != frame || lf->code != code ||
+			if ((same & (1u << k)) &&
+			    (n >= t->last[k].n || lf->frame != frame || lf->code != code ||
 			     lf->instr != ff.instr))
-				w->same &= ~(1u << k);
+				same &= ~(1u << k);
 		}
-		struct py_last_frame *lf = &t->last[w->victim & (PY_LAST_STACKS - 1)].f[i];
+		t->walk_same = same;
+		struct py_last_frame *lf = &t->last[t->walk_victim & (PY_LAST_STACKS - 1)].f[i];
 		lf->frame = frame;
 		lf->code = code;
 		lf->instr = ff.instr;
@@ -843,8 +860,10 @@ static long py_walk_frame(__u32 i, void *ctx)
 		/* code made from a string may be freed and another made at its address at any
 		 * time (the name's print tells them apart, checked above): never taken as the same */
 		if ((verdict & EACGM_PY_VOLATILE) ||
-		    (verdict & EACGM_PY_VERDICT_MASK) == EACGM_PY_PENDING)
-			w->same = 0;
+		    (verdict & EACGM_PY_VERDICT_MASK) == EACGM_PY_PENDING) {
+			if (t && w->for_call)
+				t->walk_same = 0;
+		}
 		/* remembered once userspace has its name (a PENDING one may have been lost) */
 		else if (m) {
 			m->code = code;
@@ -862,7 +881,7 @@ static long py_walk_frame(__u32 i, void *ctx)
 		__u64 prev = ff.instr;
 		f->instr = prev >= first ? (__u32)((prev - first) / 2) : ~0u;
 	}
-	w->n++;
+	s->depth = n + 1;
 	return 0;
 }
 
@@ -935,21 +954,26 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 			    .for_call = t && for_call};
 	if (t && for_call) {
 		__u64 oldest = ~0ull;
+		__u32 same = 0, victim = 0;
 		for (int k = 0; k < PY_LAST_STACKS; k++) {
 			struct py_last_stack *ls = &t->last[k];
 			if (ls->ts && ls->gen == gen && (w.gen_exact || now - ls->ts < PY_MEMO_TTL_NS))
-				w.same |= 1u << k;
-			__u64 used = (w.same & (1u << k)) ? ls->used : 0; /* empty or stale first */
+				same |= 1u << k;
+			__u64 used = (same & (1u << k)) ? ls->used : 0; /* empty or stale first */
 			if (used < oldest) {
 				oldest = used;
-				w.victim = k;
+				victim = k;
 			}
 		}
+		t->walk_same = same;
+		t->walk_victim = victim;
 	}
 	/* shim frames (3.12+) are skipped without counting: room for some */
+	s->depth = 0;
 	bpf_loop(EACGM_PY_MAX_STACK + 8, py_walk_frame, &w, 0);
-	__u32 n = w.n;
-	struct py_last_stack *victim = t ? &t->last[w.victim & (PY_LAST_STACKS - 1)] : NULL;
+	__u32 n = s->depth;
+	struct py_last_stack *victim =
+		t && for_call ? &t->last[t->walk_victim & (PY_LAST_STACKS - 1)] : NULL;
 	if (n == 0 || n > EACGM_PY_MAX_STACK) {
 		if (victim && for_call)
 			victim->ts = 0; /* its frames were written over */
@@ -962,7 +986,7 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	if (victim && for_call) {
 		for (int k = 0; k < PY_LAST_STACKS; k++) {
 			struct py_last_stack *ls = &t->last[k];
-			if (!(w.same & (1u << k)) || n != ls->n || w.frame != ls->end)
+			if (!(t->walk_same & (1u << k)) || n != ls->n || w.frame != ls->end)
 				continue;
 			if (ls != victim)
 				victim->ts = 0; /* its frames were written over */

@@ -188,10 +188,11 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
     bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kTraceUprobeMulti));
   // The perf-event programs (call_entry, call_return, call_exit) are for kernels without
   // uprobe_multi links. The entry one reads Python stacks, which costs the kernel's verifier
-  // ~1.3 s of CPU at every start here (of plain record's ~6 s): where the kernel's BTF shows
-  // multi links they are not loaded, and a file whose points cannot be attached together is
-  // attached a point at a time with multi links. EACGM_NO_UPROBE_MULTI=1: the perf-event
-  // programs only (what a kernel before 6.6 gets; to compare, or to step around a kernel bug).
+  // ~65 ms of CPU at every start here (~1.3 s until session 74, see py_walk_frame): where the
+  // kernel's BTF shows multi links they are not loaded, and a file whose points cannot be
+  // attached together is attached a point at a time with multi links. EACGM_NO_UPROBE_MULTI=1:
+  // the perf-event programs only (what a kernel before 6.6 gets; to compare, or to step around
+  // a kernel bug).
   const KernelUprobes kernel = kernel_uprobes();
   if (getenv("EACGM_NO_UPROBE_MULTI")) {
     multi_supported_ = false;
@@ -260,6 +261,20 @@ CallTracer::~CallTracer() {
   links_.clear();
   ring_.reset();
   skel_.reset();
+}
+
+CallTracer::VerifierLoad CallTracer::most_verified() const {
+  VerifierLoad most;
+  bpf_program* p = nullptr;
+  bpf_object__for_each_program(p, skel_->obj) {
+    int fd = bpf_program__fd(p);
+    if (fd < 0) continue;  // not loaded (autoload off)
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    if (info.verified_insns > most.instructions) most = {bpf_program__name(p), info.verified_insns};
+  }
+  return most;
 }
 
 void CallTracer::trace_pid(uint32_t pid) {

@@ -55,6 +55,15 @@ class CallTracer {
   // Adds a process (tgid) to the traced set; its future children join automatically.
   void trace_pid(uint32_t pid);
 
+  // The loaded program the kernel's verifier went through the most instructions of (its
+  // limit is 1,000,000 a program), and that count; {"", 0} where the kernel does not say
+  // (before Linux 5.16).
+  struct VerifierLoad {
+    std::string program;
+    uint32_t instructions = 0;
+  };
+  VerifierLoad most_verified() const;
+
   // A function to probe in a file: where it is, and the cookie its events carry.
   struct ProbePoint {
     uint64_t file_offset;

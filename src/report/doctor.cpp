@@ -55,6 +55,17 @@ std::vector<std::string> find_files(const std::vector<std::string>& dirs,
 
 void check_kernel_features(Doctor& d);
 
+// " (the largest, PROGRAM, took the verifier N instructions of the 1000000 it allows a
+// program)", or "" where the kernel does not count them. How close a program is to the limit a kernel with a
+// slightly different verifier could cross (then the layer it belongs to is off there).
+std::string verifier_load(const CallTracer& tracer) {
+  CallTracer::VerifierLoad most = tracer.most_verified();
+  if (!most.instructions) return {};
+  return fmt::format(
+      " (the largest, {}, took the verifier {} instructions of the 1000000 it allows a program)",
+      most.program, most.instructions);
+}
+
 void check_kernel(Doctor& d) {
   utsname u{};
   uname(&u);
@@ -86,12 +97,13 @@ void check_kernel(Doctor& d) {
       std::unique_ptr<CallTracer> loaded;
       try {
         loaded = std::make_unique<CallTracer>(options);
-        d.ok("BPF programs", "call tracer loaded and verified, tracepoints attached");
+        d.ok("BPF programs", "call tracer loaded and verified" + verifier_load(*loaded) +
+                                 ", tracepoints attached");
       } catch (const Error& e) {
         options.python = false;
         loaded = std::make_unique<CallTracer>(options);  // (refused too: the error below)
         d.ok("BPF programs", "call tracer loaded and verified without the python layer's "
-                             "programs, tracepoints attached");
+                             "programs" + verifier_load(*loaded) + ", tracepoints attached");
         std::string why = load_refusal(e.what());
         d.missing("Python stacks", fmt::format("{} (record and the agent go on without them)", why));
       }

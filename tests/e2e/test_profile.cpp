@@ -334,6 +334,23 @@ TEST_F(RecordingTest, DoctorProbesEachKernelFeatureOnThisKernel) {
         << d.out;
 }
 
+// doctor loads the programs as a Python job's recording does (the stack walk in three of them)
+// and says how many instructions the kernel's verifier went through for the largest. Until
+// session 74 the stack walk's bpf_loop callback, checked again by 6.7+ verifiers for each
+// iteration, took ~650,000 of the 1,000,000 a program may take (and ~1.3 s of CPU for each of
+// the three programs at every start of record and the agent); a quarter of the limit leaves the
+// walk room to grow, and a kernel that counts more room to load it.
+TEST_F(RecordingTest, DoctorSaysTheVerifierWentThroughAQuarterOfItsLimitAtMost) {
+  auto d = run({kEacgm, "doctor"});
+  ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      d.out, m,
+      std::regex(R"(call tracer loaded and verified \(the largest, (\w+), took the verifier (\d+) instructions of the 1000000 it allows a program\))")))
+      << d.out;
+  EXPECT_LE(std::stoul(m[2].str()), 250000u) << m[1] << ": " << d.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(CPython, Profile, ::testing::ValuesIn(kInterpreters),
                          [](const auto& info) { return info.param.label; });
 
