@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 
 #include "calls.skel.h"
 #include "events.h"
+#include "probe/link_release.h"
 #include "util/error.h"
 #include "util/privileges.h"
 
@@ -257,8 +259,11 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
 
 CallTracer::~CallTracer() {
   // Links first: no probe may fire into a ring that is going away.
-  for (int fd : multi_link_fds_) close(fd);
+  std::vector<std::function<void()>> releases;
+  for (int fd : multi_link_fds_) releases.emplace_back([fd] { close(fd); });
+  for (auto& link : links_) releases.emplace_back([l = link.release()] { bpf_link__destroy(l); });
   links_.clear();
+  release_together(std::move(releases));
   ring_.reset();
   skel_.reset();
 }

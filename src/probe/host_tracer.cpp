@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string_view>
 
 #include "host.skel.h"
+#include "probe/link_release.h"
 #include "util/error.h"
 
 namespace eacgm {
@@ -216,7 +218,11 @@ HostTracer::HostTracer(int traced_map_fd, bool trace_all) {
 }
 
 HostTracer::~HostTracer() {
+  std::vector<std::function<void()>> releases;
+  for (auto& link : links_) releases.emplace_back([l = link.release()] { bpf_link__destroy(l); });
+  if (scan_) releases.emplace_back([l = scan_.release()] { bpf_link__destroy(l); });
   links_.clear();
+  release_together(std::move(releases));
   skel_.reset();
 }
 
