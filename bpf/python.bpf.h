@@ -970,19 +970,22 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	}
 	/* shim frames (3.12+) are skipped without counting: room for some */
 	s->depth = 0;
+	/* whose walk the record holds: a probe's program can be preempted (a preemptible kernel
+	 * runs it with migration, not preemption, off), and another thread's probe on this CPU
+	 * then fills the same per-CPU record; its walk writes its own ids, and this one's frames
+	 * are given up below instead of sent mixed with the other's */
+	s->pid = pid;
+	s->tid = tid;
 	bpf_loop(EACGM_PY_MAX_STACK + 8, py_walk_frame, &w, 0);
 	__u32 n = s->depth;
 	struct py_last_stack *victim =
 		t && for_call ? &t->last[t->walk_victim & (PY_LAST_STACKS - 1)] : NULL;
-	if (n == 0 || n > EACGM_PY_MAX_STACK) {
+	if (n == 0 || n > EACGM_PY_MAX_STACK || s->pid != pid || s->tid != tid) {
 		if (victim && for_call)
 			victim->ts = 0; /* its frames were written over */
 		return 0;
 	}
 	s->kind = EACGM_REC_PY_STACK;
-	s->pid = pid;
-	s->tid = tid;
-	s->depth = n;
 	if (victim && for_call) {
 		for (int k = 0; k < PY_LAST_STACKS; k++) {
 			struct py_last_stack *ls = &t->last[k];
