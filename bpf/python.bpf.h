@@ -981,12 +981,12 @@ __noinline int py_read_stack(__u64 pid_tid, __u64 call_ts, __u32 depth,
 	struct py_last_stack *victim =
 		t && for_call ? &t->last[t->walk_victim & (PY_LAST_STACKS - 1)] : NULL;
 	if (n == 0 || n > EACGM_PY_MAX_STACK || s->pid != pid || s->tid != tid) {
-		if (victim && for_call)
+		if (victim)
 			victim->ts = 0; /* its frames were written over */
 		return 0;
 	}
 	s->kind = EACGM_REC_PY_STACK;
-	if (victim && for_call) {
+	if (victim) {
 		for (int k = 0; k < PY_LAST_STACKS; k++) {
 			struct py_last_stack *ls = &t->last[k];
 			if (!(t->walk_same & (1u << k)) || n != ls->n || w.frame != ls->end)

@@ -56,8 +56,8 @@ std::vector<std::string> find_files(const std::vector<std::string>& dirs,
 void check_kernel_features(Doctor& d);
 
 // " (the largest, PROGRAM, took the verifier N instructions of the 1000000 it allows a
-// program)", or "" where the kernel does not count them. How close a program is to the limit a kernel with a
-// slightly different verifier could cross (then the layer it belongs to is off there).
+// program)", or "" where the kernel does not count them: how close a program is to the limit
+// that a kernel with a slightly different verifier could cross (its layer is then off there).
 std::string verifier_load(const CallTracer& tracer) {
   CallTracer::VerifierLoad most = tracer.most_verified();
   if (!most.instructions) return {};

@@ -346,7 +346,8 @@ TEST_F(RecordingTest, DoctorSaysTheVerifierWentThroughAQuarterOfItsLimitAtMost) 
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
       d.out, m,
-      std::regex(R"(call tracer loaded and verified \(the largest, (\w+), took the verifier (\d+) instructions of the 1000000 it allows a program\))")))
+      std::regex(R"(call tracer loaded and verified \(the largest, (\w+), took the verifier )"
+                 R"((\d+) instructions of the 1000000 it allows a program\))")))
       << d.out;
   EXPECT_LE(std::stoul(m[2].str()), 250000u) << m[1] << ": " << d.out;
 }
