@@ -79,7 +79,8 @@ std::vector<GpuCollectiveTime> collective_times(const RecordingReader& rec) {
   each_gpu_collective(rec, [&](const GpuCollectiveRow& r) {
     Acc& a = by_kind[{std::string(r.name), r.rank, r.nranks}];
     ++a.t.operations;
-    a.t.bytes += std::max<int64_t>(r.bytes, 0);
+    // (a damaged recording's sizes may sum past int64: the total stops at its largest value)
+    if (r.bytes > 0 && __builtin_add_overflow(a.t.bytes, r.bytes, &a.t.bytes)) a.t.bytes = INT64_MAX;
     if (!r.has_gpu_time) return;
     a.durations.push_back(r.gpu_dur_ns);
     if (r.gpu_start_ns >= r.ts_ns) a.starts.push_back(r.gpu_start_ns - r.ts_ns);
@@ -137,7 +138,11 @@ GpuTimeSummary gpu_time_summary(const RecordingReader& rec, size_t top) {
     d.spans.emplace_back(r.ts_ns, r.ts_ns + r.dur_ns);
     d.first = std::min(d.first, r.ts_ns);
     d.last = std::max(d.last, r.ts_ns + r.dur_ns);
-    if (r.kind == "memcpy") ++d.t.copies, d.t.copy_bytes += std::max<int64_t>(r.bytes, 0);
+    if (r.kind == "memcpy") {
+      ++d.t.copies;
+      if (r.bytes > 0 && __builtin_add_overflow(d.t.copy_bytes, r.bytes, &d.t.copy_bytes))
+        d.t.copy_bytes = INT64_MAX;  // (as the collectives' bytes above)
+    }
     if (r.kind == "memset") ++d.t.memsets;
     if (r.kind != "kernel") return;
     ++d.t.kernels;
