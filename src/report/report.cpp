@@ -337,9 +337,14 @@ void print_summary(const std::string& path, FILE* out) {
       double n = double(profile.samples().size());
       std::string top;
       for (size_t i = 0; i < functions.size() && i < 3; ++i) {
-        std::string name = functions[i].name;
+        const auto& f = functions[i];
+        std::string name = f.name;
         if (name.size() > 60) name = name.substr(0, 57) + "...";
-        top += fmt::format("{}{} {:.0f}%", i ? ", " : "", name, 100.0 * double(functions[i].self) / n);
+        // a function without a symbol is only an address: its file says what it is
+        if (!f.python && !f.where.empty() &&
+            (name.starts_with("fn@") || name.starts_with("unknown+")))
+          name += " in " + f.where;
+        top += fmt::format("{}{} {:.0f}%", i ? ", " : "", name, 100.0 * double(f.self) / n);
       }
       fmt::print(out, "  CPU profile: {} samples; most time in {} (eacgm report; export --pprof)\n",
                  profile.samples().size(), top);

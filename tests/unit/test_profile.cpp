@@ -277,6 +277,37 @@ TEST(CpuProfile, JsonListsEveryThreadThatRanAndTheHeaviestIdleOnes) {
   fs::remove(path);
 }
 
+// The line `record` prints at its end names the hottest functions; one without a symbol (a
+// stripped binary's) is only an address there unless its file is said too.
+TEST(CpuProfile, TheSummaryNamesTheFileOfAFunctionWithoutASymbol) {
+  std::string path =
+      (fs::temp_directory_path() / ("eacgm_summary_" + std::to_string(getpid()) + ".db")).string();
+  {
+    RecordingWriter w(path, true);
+    w.set_meta("sample_hz", "99");
+    w.add(NativeFrameRow{1, 0, "sgemm_kernel", "libopenblas.so"});
+    w.add(NativeFrameRow{2, 0, "fn@0x4fee40", "python3.11"});
+    w.add(NativeFrameRow{3, 0, "unknown+0x1234", "libstripped.so"});
+    uint64_t t = 1000;
+    for (auto [stack, n] : {std::pair{1, 5}, {2, 3}, {3, 2}})
+      for (int i = 0; i < n; ++i) w.add(StackSampleRow{t++, 7, 8, stack, 0});
+    ASSERT_EQ(w.close(), "");
+  }
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* out = open_memstream(&buf, &len);
+  ASSERT_NE(out, nullptr);
+  print_summary(path, out);
+  fclose(out);
+  std::string text(buf, len);
+  free(buf);
+  EXPECT_NE(text.find("most time in sgemm_kernel 50%, fn@0x4fee40 in python3.11 30%, "
+                      "unknown+0x1234 in libstripped.so 20%"),
+            std::string::npos)
+      << text;
+  fs::remove(path);
+}
+
 TEST(CpuProfile, ARecordingWithoutOneIsEmpty) {
   std::string path =
       (fs::temp_directory_path() / ("eacgm_noprofile_" + std::to_string(getpid()) + ".db")).string();
