@@ -28,7 +28,8 @@ count() {
     awk '/^eacgm_anomalies_total\{cause="CPU interference",layer="window"\}/ {s += $NF} END {print s + 0}'
 }
 echo "training the window model ($TRAIN windows of $WINDOW s)..." >&2
-until curl -sf 127.0.0.1:$PORT/metrics | grep -q 'eacgm_detector_threshold{layer="window"'; do sleep 0.5; done
+# (grep reads it all: with -q, curl's write past the match fails, and pipefail says no match)
+until curl -sf 127.0.0.1:$PORT/metrics | grep 'eacgm_detector_threshold{layer="window"' >/dev/null; do sleep 0.5; done
 sleep 5
 lat=()
 for t in $(seq "$TRIALS"); do

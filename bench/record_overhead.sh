@@ -9,7 +9,9 @@ B=build
 LOOP=$B/bench/cuda_call_loop
 EACGM=${EACGM:-$B/eacgm}  # another build: EACGM=/path/to/eacgm
 N=${N:-1000000}
-LIB=$(ldconfig -p | awk '/libcudart.so.13 / {print $NF; exit}')
+# (awk reads to the end: exiting at the match would leave ldconfig writing into a closed pipe,
+# and under pipefail its SIGPIPE ended this script, silently, about one run in five)
+LIB=$(ldconfig -p | awk '/libcudart.so.13 / && !found {print $NF; found = 1}')
 [ -x "$LOOP" ] && [ -x "$EACGM" ] ||
   { echo "record_overhead.sh: build first: cmake --build build --target benchmarks" >&2; exit 1; }
 [ -n "$LIB" ] || { echo "record_overhead.sh: no libcudart.so.13 in ldconfig's cache: install the CUDA toolkit (scripts/setup.sh)" >&2; exit 1; }

@@ -108,7 +108,9 @@ phase_agent() {  # NAME BINARY
   tracer=$!
   local ok=""
   for _ in $(seq 150); do
-    if curl -sf 127.0.0.1:$PORT/metrics 2>/dev/null | grep -q '^eacgm_calls_total{.*layer="torch"'; then
+    # (grep reads all of it: grep -q would stop at the match, and under pipefail curl's
+    # failed write past it would read as no match)
+    if curl -sf 127.0.0.1:$PORT/metrics 2>/dev/null | grep '^eacgm_calls_total{.*layer="torch"' >/dev/null; then
       ok=1
       break
     fi

@@ -179,7 +179,9 @@ build_known_work() {
   [ -x "$work/known_work" ] && return 0
   bounded 120 "$nvcc" -O2 -cudart shared -o "$work/known_work" "$root/scripts/gpu_check/known_work.cu" \
     >"$work/nvcc.txt" 2>&1 || return 1
-  if ldd "$work/known_work" | grep -q "libcudart.*not found"; then
+  # (grep reads all of ldd's lines: with -q it could stop at the first, and under pipefail the
+  # loader's SIGPIPE on the next one would read as "found")
+  if ldd "$work/known_work" | grep "libcudart.*not found" >/dev/null; then
     # a pip-installed toolkit: its libcudart lives in the nvidia wheels
     lib=$("$py" -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
     dir=$(find "${lib:-/nonexistent}" -name 'libcudart.so*' -printf '%h\n' 2>/dev/null | head -1)

@@ -30,7 +30,9 @@ for lib in $needed; do
 done
 echo "release_check.sh: NEEDED: $needed"
 ldd "$bin" | sed 's/^/  ldd: /'
-if ldd "$bin" | grep -v -E 'linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libgcc_s\.so' | grep -q .; then
+# (the last grep reads all: with -q it could stop at the first line, and under pipefail the
+# SIGPIPE before it would read as "nothing listed")
+if ldd "$bin" | grep -v -E 'linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libgcc_s\.so' | grep . >/dev/null; then
   echo "release_check.sh: FAIL ldd lists a library that is neither glibc's nor libgcc_s"; fail=1
 fi
 # the oldest glibc it runs on is a promise of the README: no newer symbol may creep in
