@@ -53,6 +53,7 @@ agent=""
 old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled)
 hold=""
 cleanup() {
+  set +e  # (a killed process waits non-zero: errexit would end the cleanup there)
   [ -n "$agent" ] && kill -INT "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
   [ -n "$hold" ] && kill -INT "$hold" 2>/dev/null && wait "$hold" 2>/dev/null
   sysctl -qw kernel.bpf_stats_enabled="$old_stats"

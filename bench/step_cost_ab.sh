@@ -50,12 +50,18 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 for v in ON_S OFF_S; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a whole number of seconds, not '${!v}'"; exit 2; }
 done
+for v in TRAPS AGENT CPROFILE; do
+  [[ ${!v} =~ ^[01]$ ]] || { echo "$v is 0 or 1, not '${!v}'"; exit 2; }
+done
 $PY -c "import torch" 2>/dev/null || { echo "python3-torch is not installed (scripts/setup.sh)"; exit 1; }
 [ -x "$EACGM" ] || { echo "no $EACGM: run scripts/build.sh first"; exit 1; }
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "BASELINE=$BASELINE is not an executable"; exit 1; }
 out=$(mktemp -d)
 train="" tracer="" idle=""
 cleanup() {
+  # errexit off: a process killed here waits with a non-zero status, which would end the
+  # cleanup there, leaving the rest running and the scratch folder behind
+  set +e
   [ -n "$tracer" ] && kill -INT "$tracer" 2>/dev/null && wait "$tracer" 2>/dev/null
   [ -n "$idle" ] && kill -TERM "$idle" 2>/dev/null && wait "$idle" 2>/dev/null
   [ -n "$train" ] && kill -TERM "$train" 2>/dev/null && wait "$train" 2>/dev/null

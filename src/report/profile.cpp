@@ -22,13 +22,11 @@ bool is_eval_loop(const std::string& name) {
   return name.starts_with("_PyEval_EvalFrame") || name.starts_with("PyEval_EvalFrame");
 }
 
-// A native function without a symbol (see Symbolizer::frame_at): likely built without frame
-// pointers, so the frame-pointer walk above it is not to be trusted.
-bool unnamed_native(const std::string& name) {
+}  // namespace
+
+bool unnamed_native(std::string_view name) {
   return name.starts_with("unknown+") || name.starts_with("fn@");
 }
-
-}  // namespace
 
 CpuProfile::CpuProfile(const RecordingReader& rec, ProfileKind kind) : kind_(kind) {
   const char* table = kind == ProfileKind::Cpu ? "stack_samples" : "offcpu_samples";

@@ -4,11 +4,17 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace eacgm {
 
 class RecordingReader;
+
+// A native function without a symbol (see Symbolizer::frame_at: "fn@0x...", "unknown+0x..."):
+// only an address, and likely built without frame pointers, so that a frame-pointer walk above
+// it is not to be trusted.
+bool unnamed_native(std::string_view name);
 
 struct ProfileFrame {
   std::string name;   // Python: module.qualname; native: the function (or unknown+0x...)

@@ -341,9 +341,7 @@ void print_summary(const std::string& path, FILE* out) {
         std::string name = f.name;
         if (name.size() > 60) name = name.substr(0, 57) + "...";
         // a function without a symbol is only an address: its file says what it is
-        if (!f.python && !f.where.empty() &&
-            (name.starts_with("fn@") || name.starts_with("unknown+")))
-          name += " in " + f.where;
+        if (!f.python && !f.where.empty() && unnamed_native(f.name)) name += " in " + f.where;
         top += fmt::format("{}{} {:.0f}%", i ? ", " : "", name, 100.0 * double(f.self) / n);
       }
       fmt::print(out, "  CPU profile: {} samples; most time in {} (eacgm report; export --pprof)\n",
