@@ -26,7 +26,8 @@ struct {
 
 struct inflight_call {
 	__u64 sp; /* stack pointer at entry: pairs the return with its entry */
-	__u64 op;
+	__u64 op; /* the cookie */
+	__u64 gen; /* calls_gen at entry */
 	__u64 ts_ns;
 	__u64 py_stack_ts; /* see eacgm_call_event */
 	__u64 run_delay; /* the thread's run-queue wait so far, at entry */
@@ -34,6 +35,15 @@ struct inflight_call {
 	__u64 stack[EACGM_STACK_WORDS];
 	__u64 deref[EACGM_DEREF_WORDS];
 };
+
+/*
+ * Bumped by userspace each time the duty-cycled probes (EACGM_COOKIE_DUTY) are attached again
+ * (CallTracer::resume_calls). Their entries from before may have lost their returns while the
+ * probes were off: such an entry would otherwise stay under the thread's later calls as their
+ * outer call, and hand them its Python stack. A call that really spanned the pause loses its
+ * record instead (a duty-cycled layer is a sample of the calls anyway).
+ */
+volatile __u32 calls_gen = 0;
 
 /* Deepest nesting of probed calls in one thread (cudaMalloc -> cuMemAlloc is 2). */
 #define MAX_DEPTH 8
@@ -539,9 +549,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 * this one belong to calls that already left (longjmp); at the same one, to a call that
 	 * left, unless this call is its tail call. */
 	__u32 depth = t->depth;
+	__u32 attach_gen = calls_gen;
 	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
-		__u64 top = t->calls[slot(depth - 1)].sp;
-		if (top > sp || (top == sp && is_tail_call(sp)))
+		const struct inflight_call *top = &t->calls[slot(depth - 1)];
+		bool stale = (top->op & EACGM_COOKIE_DUTY) && top->gen != attach_gen;
+		if (!stale && (top->sp > sp || (top->sp == sp && is_tail_call(sp))))
 			break;
 		depth--;
 	}
@@ -553,6 +565,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct inflight_call *c = &t->calls[slot(depth)];
 	c->sp = sp;
 	c->op = cookie;
+	c->gen = attach_gen;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->run_delay = run_delay();
 	c->args[0] = PT_REGS_PARM1(ctx);

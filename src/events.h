@@ -89,6 +89,11 @@ struct eacgm_offcpu_event {
 #define EACGM_COOKIE_GPU_BATCH (1ULL << 31)    /* eacgm_gputime_batch(buf, bytes): copy the
 						  library's batch buffer into a GPU_BATCH record */
 
+#define EACGM_COOKIE_DUTY (1ULL << 48)        /* a duty-cycled probe (the agent's --call-duty):
+						  detached and attached again while the process
+						  runs, so an entry older than the last attach
+						  (calls_gen) may have lost its return */
+
 #define EACGM_STACK_WORDS 3
 #define EACGM_DEREF_WORDS 5
 

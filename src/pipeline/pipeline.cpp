@@ -45,7 +45,7 @@ std::string hostname() {
 }
 
 ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
-                   std::function<void(const std::string&)> use_torch_layout) {
+                   std::function<void(const std::string&)> use_torch_layout, bool duty_cycled) {
   ProbeSet set;
   if (choice.armed("cuda")) add_cuda_probes(set);
   if (choice.armed("comm")) {
@@ -54,6 +54,7 @@ ProbeSet probe_set(const LayerChoice& choice, std::shared_ptr<TorchOps> torch,
   }
   if (choice.armed("torch")) add_torch_probes(set, std::move(torch));
   if (choice.armed("gputime")) add_gputime_probes(set);
+  set.duty_cycled = duty_cycled;
   return set;
 }
 
@@ -84,7 +85,9 @@ Pipeline::Pipeline(const TraceOptions& o, Sink& out)
   torch_ops_ = std::make_shared<TorchOps>(TorchOpFilter(o.torch_ops));
   planner_ = std::make_unique<ProbePlanner>(
       *tracer_,
-      probe_set(choice_, torch_ops_, [this](const std::string& path) { use_torch_layout(path); }));
+      probe_set(
+          choice_, torch_ops_, [this](const std::string& path) { use_torch_layout(path); },
+          o.duty_cycled_calls));
   decoder_->set_torch_ops(torch_ops_);
   if (choice_.armed("host")) start_host();
   if (python) start_python();

@@ -45,6 +45,8 @@ struct TraceOptions {
   // The python layers only in processes that map a CUDA, NCCL or PyTorch library (the agent's
   // default: on a GPU node the jobs are those; system Python tools are not)
   bool python_with_ml_only = false;
+  // The hot calls' probes can be taken off and put back (pause_calls): the agent's --call-duty
+  bool duty_cycled_calls = false;
 };
 
 class Pipeline {
@@ -84,6 +86,13 @@ class Pipeline {
   // decodes them into the sinks, hands over the samples, probes what processes newly mapped, and
   // flushes the sinks about every 90 ms.
   void step(int timeout_ms);
+  // With duty_cycled_calls: the torch layer's and the cuda layer's hot probes off (the traced
+  // threads stop paying for them) and on again; see CallTracer::pause_calls. resume_calls
+  // returns "" or what could not be attached again.
+  void pause_calls() { tracer_->pause_calls(); }
+  std::string resume_calls() { return tracer_->resume_calls(); }
+  size_t duty_points() const { return tracer_->duty_points(); }
+
   // At the end: drains the ring, takes the last samples, stops sampling.
   void stop();
   // Writes the end-of-run meta (counters, layers, warnings) and prints the warnings.

@@ -7,6 +7,7 @@
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -245,7 +246,7 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
   for (auto& tp : tracepoints) {
     bpf_link* link = bpf_program__attach(tp.prog);
     if (!link) fail("cannot attach to the {} tracepoint: {}", tp.what, load_error_hint(errno));
-    links_.emplace_back(link);
+    base_.links.emplace_back(link);
   }
 
   auto on_record = [](void* ctx, void* data, size_t size) -> int {
@@ -260,9 +261,11 @@ CallTracer::CallTracer(const CallTracerOptions& options) {
 CallTracer::~CallTracer() {
   // Links first: no probe may fire into a ring that is going away.
   std::vector<std::function<void()>> releases;
-  for (int fd : multi_link_fds_) releases.emplace_back([fd] { close(fd); });
-  for (auto& link : links_) releases.emplace_back([l = link.release()] { bpf_link__destroy(l); });
-  links_.clear();
+  base_.take(releases);
+  for (DutyFile& f : duty_files_) {
+    f.links.take(releases);
+    close(f.fd);
+  }
   release_together(std::move(releases));
   ring_.reset();
   skel_.reset();
@@ -288,10 +291,92 @@ void CallTracer::trace_pid(uint32_t pid) {
     fail("cannot add pid {} to the traced set: {}", pid, errno_text(errno));
 }
 
+void CallTracer::LinkSet::take(std::vector<std::function<void()>>& releases) {
+  for (int fd : fds) releases.emplace_back([fd] { close(fd); });
+  for (auto& link : links) releases.emplace_back([l = link.release()] { bpf_link__destroy(l); });
+  fds.clear();
+  links.clear();
+}
+
 std::vector<std::string> CallTracer::attach(const std::string& path,
                                             const std::vector<ProbePoint>& points) {
+  std::vector<ProbePoint> kept, duty;
+  std::vector<size_t> kept_at, duty_at;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (points[i].duty) {
+      duty.push_back(points[i]);
+      duty.back().cookie |= EACGM_COOKIE_DUTY;
+      duty_at.push_back(i);
+    } else {
+      kept.push_back(points[i]);
+      kept_at.push_back(i);
+    }
+  }
+  std::vector<std::string> errors(points.size());
+  std::vector<std::string> e = attach_points(path, kept, base_, false);
+  for (size_t i = 0; i < e.size(); ++i) errors[kept_at[i]] = std::move(e[i]);
+  if (duty.empty()) return errors;
+  DutyFile f;
+  f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    for (size_t i : duty_at) errors[i] = errno_text(errno);
+    return errors;
+  }
+  e = attach_points(path, duty, f.links, false);
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (e[i].empty()) f.points.push_back(duty[i]);
+    errors[duty_at[i]] = std::move(e[i]);
+  }
+  if (f.points.empty()) {
+    close(f.fd);
+    return errors;
+  }
+  if (paused_) {  // (a file found while the calls are paused: attached to learn its errors)
+    std::vector<std::function<void()>> releases;
+    f.links.take(releases);
+    release_together(std::move(releases));
+  }
+  duty_files_.push_back(std::move(f));
+  return errors;
+}
+
+void CallTracer::pause_calls() {
+  if (paused_) return;
+  paused_ = true;
+  std::vector<std::function<void()>> releases;
+  for (DutyFile& f : duty_files_) f.links.take(releases);
+  release_together(std::move(releases));
+}
+
+std::string CallTracer::resume_calls() {
+  if (!paused_) return {};
+  paused_ = false;
+  // before any entry probe is back: entries from before the pause are stale from now on
+  __atomic_fetch_add(&skel_->bss->calls_gen, 1, __ATOMIC_SEQ_CST);
+  size_t failed = 0;
+  std::string first;
+  for (DutyFile& f : duty_files_) {
+    std::vector<std::string> errors =
+        attach_points(fmt::format("/proc/self/fd/{}", f.fd), f.points, f.links, true);
+    for (const std::string& e : errors)
+      if (!e.empty() && !failed++) first = e;
+  }
+  if (!failed) return {};
+  return fmt::format("{} probe point{} could not be attached again ({})", failed,
+                     failed == 1 ? "" : "s", first);
+}
+
+size_t CallTracer::duty_points() const {
+  size_t n = 0;
+  for (const DutyFile& f : duty_files_) n += f.points.size();
+  return n;
+}
+
+std::vector<std::string> CallTracer::attach_points(const std::string& path,
+                                                   const std::vector<ProbePoint>& points,
+                                                   LinkSet& into, bool exits_first) {
   if (points.empty()) return {};
-  if (multi_supported_ && attach_multi(path, points))
+  if (multi_supported_ && attach_multi(path, points, into, exits_first))
     return std::vector<std::string>(points.size());
   // One point at a time, to learn which point failed (or a perf-event uprobe pair per point,
   // on older kernels).
@@ -299,10 +384,10 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
   std::string refused;  // the kernel made no multi link: the rest would fail the same way
   for (const auto& p : points) {
     if (per_event_loaded_) {
-      errors.push_back(attach_one(path, p));
+      errors.push_back(attach_one(path, p, into));
     } else if (!refused.empty()) {
       errors.push_back(refused);
-    } else if (attach_multi(path, {p})) {
+    } else if (attach_multi(path, {p}, into, exits_first)) {
       errors.emplace_back();
     } else {
       int err = errno;
@@ -315,7 +400,8 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
   return errors;
 }
 
-bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePoint>& points) {
+bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePoint>& points,
+                              LinkSet& into, bool exits_first) {
   // entry probes; uretprobes for the points without exit instructions; exit-instruction probes
   std::vector<uint64_t> offsets[3], cookies[3];
   for (const auto& p : points) {
@@ -333,7 +419,9 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
   bpf_program* progs[3] = {skel_->progs.call_entry_multi, skel_->progs.call_return_multi,
                            skel_->progs.call_exit_multi};
   std::vector<int> fds;
-  for (int kind = 0; kind < 3; ++kind) {
+  // (exits first when attaching again: a call whose entry is seen then has its return seen too)
+  static constexpr int kOrder[2][3] = {{0, 1, 2}, {2, 1, 0}};
+  for (int kind : kOrder[exits_first]) {
     if (offsets[kind].empty()) continue;
     int fd = create_multi_link(progs[kind], kTraceUprobeMulti, path, offsets[kind],
                                cookies[kind], kind == 1 ? kUprobeMultiReturn : 0);
@@ -348,16 +436,17 @@ bool CallTracer::attach_multi(const std::string& path, const std::vector<ProbePo
     }
     fds.push_back(fd);
   }
-  multi_link_fds_.insert(multi_link_fds_.end(), fds.begin(), fds.end());
+  into.fds.insert(into.fds.end(), fds.begin(), fds.end());
   return true;
 }
 
-std::string CallTracer::attach_one(const std::string& path, const ProbePoint& point) {
+std::string CallTracer::attach_one(const std::string& path, const ProbePoint& point,
+                                   LinkSet& into) {
   auto attach = [&](bpf_program* prog, uint64_t offset, uint64_t cookie, bool retprobe) {
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = retprobe);
     bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offset, &opts);
     if (!link) return errno_text(errno);
-    links_.emplace_back(link);
+    into.links.emplace_back(link);
     return std::string();
   };
   std::string err = attach(skel_->progs.call_entry, point.file_offset, point.cookie, false);
@@ -386,7 +475,7 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
     int fd = create_multi_link(skel_->progs.loader_update_multi, kTraceUprobeMulti, path,
                                {file_offset}, {0}, 0);
     if (fd >= 0) {
-      multi_link_fds_.push_back(fd);
+      base_.fds.push_back(fd);
       return {};
     }
     if (errno != EINVAL && !refuses_multi_links(errno)) return errno_text(errno);
@@ -398,7 +487,7 @@ std::string CallTracer::attach_loader_hook(const std::string& path, uint64_t fil
   bpf_link* link = bpf_program__attach_uprobe_opts(skel_->progs.loader_update, -1, path.c_str(),
                                                    file_offset, &opts);
   if (!link) return errno_text(errno);
-  links_.emplace_back(link);
+  base_.links.emplace_back(link);
   return {};
 }
 
@@ -409,7 +498,7 @@ std::string CallTracer::attach_python_eval(const std::string& path, uint64_t fil
     int fd = create_multi_link(skel_->progs.py_eval_session, kTraceUprobeSession, path,
                                {file_offset}, {layout}, 0);
     if (fd >= 0) {
-      multi_link_fds_.push_back(fd);
+      base_.fds.push_back(fd);
       return {};
     }
     if (errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS) return errno_text(errno);
@@ -420,7 +509,7 @@ std::string CallTracer::attach_python_eval(const std::string& path, uint64_t fil
     bpf_program* prog = retprobe ? skel_->progs.py_eval_return : skel_->progs.py_eval_entry;
     bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), file_offset, &opts);
     if (!link) return errno_text(errno);
-    links_.emplace_back(link);
+    base_.links.emplace_back(link);
   }
   return {};
 }
@@ -448,7 +537,7 @@ std::string CallTracer::start_sampling() {
       close(fd);
       continue;
     }
-    links_.emplace_back(link);  // the link owns the perf event's fd
+    base_.links.emplace_back(link);  // the link owns the perf event's fd
     ++attached;
   }
   if (attached) return "";
@@ -466,7 +555,7 @@ std::string CallTracer::start_off_cpu() {
                        errno == EACCES || errno == EPERM
                            ? "permission denied (needs CAP_BPF and CAP_PERFMON, or root)"
                            : errno_text(errno));
-  links_.emplace_back(link);
+  base_.links.emplace_back(link);
   return "";
 }
 

@@ -77,10 +77,22 @@ class CallTracer {
     };
     std::vector<Exit> exits;
     bool entry_only = false;  // no return or exit probe: the record goes out at entry
+    bool duty = false;        // detached while the calls are paused (pause_calls)
   };
   // Attaches the entry and return (or exit) programs at each point of the ELF file `path`, for
   // every process that maps it. Returns one error message per point ("" where it worked).
   std::vector<std::string> attach(const std::string& path, const std::vector<ProbePoint>& points);
+
+  // The duty-cycled points (ProbePoint::duty) off and on again. Detached, they cost the traced
+  // threads nothing (no trap); attached again, each file's points come back through a
+  // descriptor held since their first attach (the process that named the file may be gone).
+  // Closing the links waits for RCU grace periods (~30-76 ms here, together). resume_calls
+  // returns "" or what could not be attached again, in one line.
+  void pause_calls();
+  std::string resume_calls();
+  bool calls_paused() const { return paused_; }
+  // The duty-cycled points attached (while paused, those that come back at resume_calls).
+  size_t duty_points() const;
 
   // Tells the BPF side where a PyTorch build keeps tensor sizes and process-group ranks and
   // sequence numbers (c10d).
@@ -130,11 +142,29 @@ class CallTracer {
   };
   std::unique_ptr<calls_bpf, SkeletonDeleter> skel_;
   std::unique_ptr<ring_buffer, RingDeleter> ring_;
-  std::string attach_one(const std::string& path, const ProbePoint& point);
-  bool attach_multi(const std::string& path, const std::vector<ProbePoint>& points);
+  // Links owned together: uprobe_multi links by fd, the rest (perf-event uprobes,
+  // tracepoints) as libbpf's.
+  struct LinkSet {
+    std::vector<int> fds;
+    std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
+    // moves every link into `releases` (see link_release.h)
+    void take(std::vector<std::function<void()>>& releases);
+  };
+  std::vector<std::string> attach_points(const std::string& path,
+                                         const std::vector<ProbePoint>& points, LinkSet& into,
+                                         bool exits_first);
+  std::string attach_one(const std::string& path, const ProbePoint& point, LinkSet& into);
+  bool attach_multi(const std::string& path, const std::vector<ProbePoint>& points, LinkSet& into,
+                    bool exits_first);
 
-  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
-  std::vector<int> multi_link_fds_;
+  LinkSet base_;  // every link but the duty-cycled ones
+  struct DutyFile {
+    int fd = -1;  // the file, open since its first attach
+    std::vector<ProbePoint> points;  // those that attached
+    LinkSet links;
+  };
+  std::vector<DutyFile> duty_files_;
+  bool paused_ = false;
   bool session_supported_ = false;  // session uprobes for the Python eval function
   bool multi_supported_ = true;     // until the kernel says otherwise
   bool per_event_loaded_ = true;    // call_entry, call_return and call_exit (the fallback)

@@ -244,7 +244,8 @@ bool ProbePlanner::plan_file(const std::string& path) {
         continue;
       }
     }
-    points.push_back({*offset, spec.cookie, std::move(exits), spec.end == ProbeSpec::End::None});
+    points.push_back({*offset, spec.cookie, std::move(exits), spec.end == ProbeSpec::End::None,
+                      probes_.duty_cycled && duty_cycled_op(spec.cookie & EACGM_COOKIE_OP_MASK)});
     names.push_back(spec.symbol);
   }
   std::vector<std::string> errors = tracer_.attach(path, points);
@@ -284,6 +285,23 @@ const char* layer_of_op(uint64_t op_id) {
   if (op_id == kGpuTimeOp) return "gputime";
   if (op_id < kCommOpBase) return "cuda";
   return op_id < kTorchOpBase ? "comm" : "torch";
+}
+
+bool duty_cycled_op(uint64_t op_id) {
+  std::string_view layer = layer_of_op(op_id);
+  if (layer == "torch") return true;
+  if (layer != "cuda" || op_id >= cuda_ops().size()) return false;
+  // Allocations and frees pair by address, and kernel lookups name later launches: rare, and
+  // what they teach the decoder must not be missed
+  switch (cuda_ops()[op_id].kind) {
+    case CallKind::Alloc:
+    case CallKind::Free:
+    case CallKind::KernelLookup:
+    case CallKind::KernelToFunction:
+      return false;
+    default:
+      return true;
+  }
 }
 
 bool ProbePlanner::plan_process(uint32_t pid, std::vector<const ProbedFile*>* mapped) {

@@ -69,7 +69,14 @@ struct ProbeSet {
   // Layers whose probe points depend on the file (the torch layer's operators): called for
   // each examined file; the symbols of the specs they return must outlive the planner.
   std::vector<std::function<std::vector<ProbeSpec>(const ElfSymbols&)>> providers;
+  // The torch layer's points and the cuda layer's launches, copies, sets and synchronisations
+  // are duty-cycled (CallTracer::pause_calls): the agent's --call-duty. The comm layer's never
+  // are (a straggler is found in every collective), nor CUDA's allocations and kernel lookups.
+  bool duty_cycled = false;
 };
+
+// Whether an operation's probes are duty-cycled when the set is (see ProbeSet::duty_cycled).
+bool duty_cycled_op(uint64_t op_id);
 
 // The cuda layer's and the comm layer's probe points.
 void add_cuda_probes(ProbeSet& set);
