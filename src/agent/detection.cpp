@@ -330,6 +330,7 @@ DetectionSink::JobWindows* DetectionSink::windows_of(uint32_t pid, bool create, 
         places_[pid] = {ppid, read_job_identity(pid).job};
     auto [job, created] = job_windows_.try_emplace(job_key(pid), options_);
     if (created) {
+      job->second.windows.use_duty(&duty_);
       auto p = places_.find(pid);
       uint64_t start = p != places_.end() && p->second.start_ns ? p->second.start_ns : ts_ns;
       job_starts_.seen(job->first, std::min(start, ts_ns ? ts_ns : start));

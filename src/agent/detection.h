@@ -105,6 +105,10 @@ class DetectionSink final : public Sink {
   // (OnlineWindows::quiet), since on a small node the write itself disturbs the jobs.
   void use_flight(const FlightRecorder& f) { flight_ = &f; }
 
+  // The duty-cycled calls' probes (the agent's --call-duty) went on or off at `ts_ns`: the
+  // windows count their calls by the time the probes were on (OnlineWindows::use_duty).
+  void calls_traced(bool on, uint64_t ts_ns) { duty_.set(on, ts_ns); }
+
   // What /metrics shows of the models: per group with a model, its last score and threshold.
   std::vector<ModelState> states() const;
   size_t models() const { return detector_.fitted(); }
@@ -180,6 +184,7 @@ class DetectionSink final : public Sink {
   // (create: with the time of the row that asks, the job's start where its process's is not
   // known)
   JobWindows* windows_of(uint32_t pid, bool create, uint64_t ts_ns = 0);
+  CallDutyTimeline duty_;  // (before the windows that point to it)
   using Jobs = std::map<std::string, JobWindows>;
   Jobs job_windows_;
   // traced live pid -> its job (every traced call looks it up: no string key on that path; a

@@ -34,6 +34,9 @@ enum Feature : size_t {
 };
 constexpr size_t kGpuFirst = kGpuUtil, kGpuEnd = kGpuIdle;  // NVML's levels
 const char* const kLayers[] = {"cuda", "comm", "torch", "python"};
+constexpr bool kDutyLayer[] = {true, false, true, false};  // (ProbeSet::duty_cycled)
+constexpr double kCovered = 0.5;  // a window's share with the probes on that stands for it all
+constexpr uint64_t kDutyMemoryNs = 300'000'000'000;  // spans kept (windows are taken sooner)
 
 size_t layer_index(const char* layer) {
   for (size_t i = 0; i < 4; ++i)
@@ -42,6 +45,32 @@ size_t layer_index(const char* layer) {
 }
 
 }  // namespace
+
+void CallDutyTimeline::set(bool on, uint64_t ts_ns) {
+  if (on == on_) return;
+  on_ = on;
+  if (on) {
+    on_since_ = ts_ns;
+    return;
+  }
+  cycled_ = true;
+  spans_.emplace_back(on_since_, std::max(ts_ns, on_since_));
+  size_t old = 0;
+  while (old < spans_.size() && spans_[old].second + kDutyMemoryNs < ts_ns) ++old;
+  spans_.erase(spans_.begin(), spans_.begin() + std::ptrdiff_t(old));
+}
+
+double CallDutyTimeline::on_share(uint64_t from_ns, uint64_t to_ns) const {
+  if (to_ns <= from_ns) return on_ && from_ns >= on_since_ ? 1.0 : 0.0;
+  uint64_t covered = 0;
+  auto add = [&](uint64_t a, uint64_t b) {
+    a = std::max(a, from_ns), b = std::min(b, to_ns);
+    if (b > a) covered += b - a;
+  };
+  for (auto [a, b] : spans_) add(a, b);
+  if (on_) add(on_since_, to_ns);
+  return double(covered) / double(to_ns - from_ns);
+}
 
 OnlineWindows::OnlineWindows(uint64_t window_ns, uint64_t lag_ns)
     : window_ns_(std::max<uint64_t>(window_ns, 1)), lag_ns_(lag_ns), gpu_idle_(0, window_ns_) {}
@@ -232,17 +261,47 @@ detect::FeatureTable OnlineWindows::take_complete(uint64_t now_ns) {
     }
     if (auto share = gpu_idle_.mean_idle_share(int64_t(index))) gpu_idle_last_ = 100 * *share;
     x[kGpuIdle] = gpu_idle_last_;
+    double calls = 0;
+    for (size_t l = 0; l < 4; ++l) calls += w.n[kLayerCalls + 2 * l];
+    bool active = w.n[kCpuCores] > 0 || calls > 0;
+    bool unknown = false;  // duty-cycled calls not seen yet: nothing stands for them
+    if (duty_ && duty_->cycled()) {
+      double share = duty_->on_share(index * window_ns_, (index + 1) * window_ns_);
+      bool covered = share >= kCovered;
+      std::array<DutyLast, 4> now{};
+      for (size_t l = 0; l < 4; ++l) {
+        if (!kDutyLayer[l]) continue;
+        size_t rate = kLayerCalls + 2 * l, duration = rate + 1;
+        double n = w.n[rate];
+        if (covered) {
+          x[rate] /= share;
+          calls += n / share - n;
+          now[l] = {x[rate], x[duration], n / share};
+        } else {
+          x[rate] = duty_last_[l].rate;
+          x[duration] = duty_last_[l].log_duration;
+          calls += duty_last_[l].calls - n;
+        }
+      }
+      // What stands for the off phase: the last covered window in which the job ran. A lull
+      // seen while the probes were on lasts, as far as is known, while they were: carried
+      // on, a checkpoint's second would read as the whole off phase's stall.
+      if (covered && active && !(calls_mean_ > 0 && calls < 0.1 * calls_mean_)) {
+        for (size_t l = 0; l < 4; ++l)
+          if (kDutyLayer[l]) duty_last_[l] = now[l];
+        duty_known_ = true;
+      }
+      unknown = !duty_known_;
+    }
     for (auto [f, floor] : floors) x[f] = std::max(0.0, x[f] - floor);
     // On a log scale, except the durations (already logs): a model fitted on a minute of a
     // steady job sees rates that hardly vary (3,824 calls a second, give or take 16), and on a
     // linear scale any change in them would outweigh a run-queue wait growing a thousandfold.
     for (size_t f = 0; f < kFeatures; ++f)
       if (f < kLayerCalls || (f - kLayerCalls) % 2 == 0) x[f] = std::log1p(std::max(0.0, x[f]));
-    double calls = 0;
-    for (size_t l = 0; l < 4; ++l) calls += w.n[kLayerCalls + 2 * l];
-    bool active = w.n[kCpuCores] > 0 || calls > 0;
     if (!changes_.empty()) held_.clear();  // a job started or ended: its lull was no fault
-    if (!active || !changes_.empty()) continue;  // a change in this window or the two before
+    // (a change in this window or the two before)
+    if (!active || !changes_.empty() || unknown) continue;
     if (calls_mean_ > 0 && calls < 0.1 * calls_mean_) {
       held_.push_back({index, x});
       continue;

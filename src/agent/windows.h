@@ -19,6 +19,23 @@
 
 namespace eacgm {
 
+// When the duty-cycled calls were traced (the agent's --call-duty: the torch layer's and the cuda
+// layer's hot probes on for ON of every PERIOD): how much of a window their probes covered.
+// Until the first pause, always: a window is all covered.
+class CallDutyTimeline {
+ public:
+  // The probes went on (`on`) or off at `ts_ns` (CLOCK_MONOTONIC), in time order.
+  void set(bool on, uint64_t ts_ns);
+  bool cycled() const { return cycled_; }
+  // The share of [from_ns, to_ns) the probes were on, 0 to 1.
+  double on_share(uint64_t from_ns, uint64_t to_ns) const;
+
+ private:
+  bool cycled_ = false, on_ = true;
+  uint64_t on_since_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> spans_;  // the recent closed spans on, in order
+};
+
 class OnlineWindows {
  public:
   // `lag_ns`: how long after a window's end its last samples may still arrive (the sampling
@@ -45,6 +62,12 @@ class OnlineWindows {
   // node that takes CPUs from the jobs): the windows it overlaps count as changes, neither
   // judged nor learnt, so that the agent never reports its own interference as the jobs'.
   void quiet(uint64_t from_ns, uint64_t to_ns);
+  // The duty-cycled calls' timeline (it outlives the windows). A window the cuda and torch
+  // probes covered half or more of counts their calls as made at that rate all along; one
+  // covered less keeps the last such window's rates and durations (as NVML's levels are kept
+  // between readings), so that an off phase is neither a lull nor a change. Until a job had
+  // one covered window, its windows are neither judged nor learnt.
+  void use_duty(const CallDutyTimeline* duty) { duty_ = duty; }
 
   // The windows complete at `now_ns` that can be judged: at least one traced process, and no
   // traced process started or ended in them or in the two before (a job starting or ending is a
@@ -101,6 +124,12 @@ class OnlineWindows {
   std::array<double, kFeatures> gpu_last_{};  // GPU levels persist between readings
   detect::GpuIdle gpu_idle_;
   double gpu_idle_last_ = 0;  // percent: the last window's known share
+  const CallDutyTimeline* duty_ = nullptr;
+  struct DutyLast {
+    double rate = 0, log_duration = 0, calls = 0;
+  };
+  std::array<DutyLast, 4> duty_last_{};  // per layer, of the last covered window
+  bool duty_known_ = false;              // (a covered window was seen)
 };
 
 }  // namespace eacgm

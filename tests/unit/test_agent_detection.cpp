@@ -18,6 +18,7 @@
 
 #include "agent/agent.h"
 #include "agent/anomaly_reporter.h"
+#include "agent/call_duty.h"
 #include "store/agent_anomalies.h"
 #include "agent/detection.h"
 #include "agent/flight.h"
@@ -218,6 +219,153 @@ TEST(OnlineWindows, ALullIsHeldUntilTheJobEndsResumesOrStaysStalled) {
     if (window >= 12) EXPECT_EQ(at, window + 10u) << "window " << window;
   // half the calls in window 12: judged at once, as every window before it
   for (auto [window, at] : run(99, 99, 99, 12)) EXPECT_EQ(at, window + 1) << "window " << window;
+}
+
+// The duty-cycled probes' timeline: every window covered until the first pause; then the
+// share of a window the probes were on, spans closed and the one still open.
+TEST(CallDutyTimeline, TheShareOfAWindowTheProbesWereOn) {
+  CallDutyTimeline d;
+  EXPECT_FALSE(d.cycled());
+  EXPECT_EQ(d.on_share(5 * kSecond, 6 * kSecond), 1.0);
+  d.set(false, 10 * kSecond);
+  d.set(false, 11 * kSecond);  // (no change)
+  d.set(true, 20 * kSecond + kSecond / 4);
+  EXPECT_TRUE(d.cycled());
+  EXPECT_EQ(d.on_share(9 * kSecond, 10 * kSecond), 1.0);
+  EXPECT_DOUBLE_EQ(d.on_share(9 * kSecond + kSecond / 2, 10 * kSecond + kSecond / 2), 0.5);
+  EXPECT_EQ(d.on_share(15 * kSecond, 16 * kSecond), 0.0);
+  EXPECT_DOUBLE_EQ(d.on_share(20 * kSecond, 21 * kSecond), 0.75);
+  EXPECT_EQ(d.on_share(30 * kSecond, 31 * kSecond), 1.0);  // on since 20.25 s
+  d.set(false, 40 * kSecond);
+  EXPECT_EQ(d.on_share(40 * kSecond, 41 * kSecond), 0.0);
+  EXPECT_DOUBLE_EQ(d.on_share(5 * kSecond, 45 * kSecond), (5 + 19.75) / 40);
+}
+
+// The heat of the duty-cycled calls: the most one thread made in one second (by the calls' own
+// times), since the last take; a row late for a second already passed is not counted.
+TEST(CallHeat, TheMostCallsOneThreadMadeInASecond) {
+  CallHeat heat;
+  auto torch = [&](uint32_t tid, uint64_t ts) {
+    TorchCallRow r;
+    r.tid = tid, r.ts_ns = ts;
+    heat.add(r);
+  };
+  for (int i = 0; i < 300; ++i) torch(1, 10 * kSecond + uint64_t(i) * 3'000'000);  // 0.9 s
+  for (int i = 0; i < 200; ++i) torch(2, 10 * kSecond + uint64_t(i) * 4'000'000);
+  CudaCallRow c;
+  c.tid = 2, c.ts_ns = 10 * kSecond + kSecond / 2;
+  heat.add(c);
+  EXPECT_EQ(heat.take(), 300u);
+  EXPECT_EQ(heat.take(), 0u);
+  for (int i = 0; i < 50; ++i) torch(1, 11 * kSecond + uint64_t(i));
+  torch(1, 10 * kSecond + kSecond * 9 / 10);  // (late)
+  EXPECT_EQ(heat.take(), 50u) << "a new second counts from zero";
+}
+
+// The duty cycle's decisions. ON/PERIOD cycles from the start, phases aligned on the clock;
+// "full" never; "auto" keeps the probes on until a thread made kHotCallsPerSecond in a second,
+// then cycles (2s/20s), and goes back to every call after a whole on phase whose hottest thread
+// made under half that.
+TEST(CallDutyCycle, FixedAutoAndFull) {
+  using A = CallDutyCycle::Action;
+  auto setting = [](const std::string& text) {
+    CallDutySetting s;
+    std::string why;
+    EXPECT_TRUE(parse_call_duty(text, s, why)) << text << ": " << why;
+    return s;
+  };
+  CallHeat heat;
+  CallDutyCycle fixed(setting("1s/4s"), heat);
+  EXPECT_EQ(fixed.step(100 * kSecond + kSecond / 2), A::None);
+  EXPECT_EQ(fixed.step(101 * kSecond + kSecond / 5), A::Pause);
+  EXPECT_EQ(fixed.step(103 * kSecond), A::None);
+  EXPECT_EQ(fixed.step(104 * kSecond + 1), A::Resume);
+  EXPECT_EQ(fixed.ratio(), 0.25);
+  CallDutyCycle full(setting("full"), heat);
+  EXPECT_EQ(full.step(101 * kSecond + kSecond / 5), A::None);
+  EXPECT_EQ(full.ratio(), 1.0);
+
+  auto hot = [&](uint64_t second, uint32_t calls) {
+    for (uint32_t i = 0; i < calls; ++i) {
+      TorchCallRow r;
+      r.tid = 7, r.ts_ns = second * kSecond + i * (kSecond / calls);
+      heat.add(r);
+    }
+  };
+  CallDutyCycle automatic(setting("auto"), heat);
+  hot(104, kHotCallsPerSecond - 1);
+  EXPECT_EQ(automatic.step(105 * kSecond), A::None) << "not hot yet";
+  EXPECT_EQ(automatic.ratio(), 1.0);
+  hot(105, kHotCallsPerSecond);
+  EXPECT_EQ(automatic.step(105 * kSecond + kSecond / 2), A::None) << "a second since the last look";
+  EXPECT_EQ(automatic.step(106 * kSecond + 1), A::Pause) << "hot: cycled, and 106 s is off";
+  EXPECT_TRUE(automatic.cycling());
+  EXPECT_NEAR(automatic.ratio(), 0.1, 1e-12);
+  EXPECT_EQ(automatic.step(119 * kSecond), A::None);
+  EXPECT_EQ(automatic.step(120 * kSecond + 1), A::Resume);
+  hot(120, kHotCallsPerSecond / 2);
+  EXPECT_EQ(automatic.step(122 * kSecond), A::Pause) << "still hot enough to stay cycled";
+  EXPECT_EQ(automatic.step(140 * kSecond), A::Resume);
+  hot(140, kHotCallsPerSecond / 2 - 1);
+  EXPECT_EQ(automatic.step(142 * kSecond), A::None) << "light again: every call";
+  EXPECT_FALSE(automatic.cycling());
+  EXPECT_EQ(automatic.ratio(), 1.0);
+
+  CallDutySetting bad;
+  std::string why;
+  for (const char* text : {"2s/1s", "100ms/1s", "auto2", "", "nan/1s"})
+    EXPECT_FALSE(parse_call_duty(text, bad, why)) << text;
+}
+
+// With --call-duty the torch operators are traced 2 s of every 10 s. A window the probes
+// covered half or more of counts its calls at their rate over the covered share (window 1020
+// is half covered: 50 calls read 100 a second); the windows between keep the last covered
+// window's rates and durations, so that no off phase reads as a lull; the windows before the
+// job's first covered one are neither judged nor learnt. A lull seen while the probes are on
+// (windows 1030-1031) lasts only as long as they are: the off phase after it keeps the rates of
+// the last window in which the job ran.
+TEST(OnlineWindows, AnOffPhaseOfTheDutyCycledCallsKeepsTheirLastRates) {
+  CallDutyTimeline duty;
+  OnlineWindows w(kSecond, kSecond / 4);
+  w.use_duty(&duty);
+  uint64_t t0 = 1000 * kSecond;
+  auto ms_at = [&](double s) { return t0 + uint64_t(s * 1000) * 1'000'000; };
+  const std::vector<std::pair<double, double>> on = {
+      {0, 2}, {10, 12}, {20.5, 22.5}, {30, 32}, {40, 42}};
+  for (auto [from, to] : on) {
+    if (from > 0) duty.set(true, ms_at(from));
+    duty.set(false, ms_at(to));
+  }
+  for (uint64_t ms = 0; ms < 40'000; ms += 10) {  // rows in time order, as they come
+    bool traced = false;
+    for (auto [from, to] : on) traced |= ms >= from * 1000 && ms < to * 1000 && from != 30;
+    if (traced) w.add_call("torch", 7, t0 + ms * 1'000'000, 20'000);  // (30-32: a stall)
+    if (ms % 100 == 0 && ms > 0) w.add(process_sample(7, t0 + ms * 1'000'000, 0, 50'000'000));
+  }
+  detect::FeatureTable t = w.take_complete(t0 + 41 * kSecond);
+  std::map<uint64_t, Eigen::Index> row;
+  for (size_t r = 0; r < t.ts_ns.size(); ++r) row[t.ts_ns[r] / kSecond - 1000] = Eigen::Index(r);
+  std::vector<uint64_t> judged;
+  for (auto [window, r] : row) judged.push_back(window);
+  std::vector<uint64_t> expected;
+  for (uint64_t i = 10; i < 40; ++i) expected.push_back(i);
+  EXPECT_EQ(judged, expected) << "1003-1005 follow the process's start; 1006-1009 come before "
+                                 "its first covered window";
+  auto rate = [&](uint64_t window) {
+    return t.values(row.at(window), Eigen::Index(feature("torch_calls_per_s")));
+  };
+  auto duration = [&](uint64_t window) {
+    return t.values(row.at(window), Eigen::Index(feature("torch_call_log_duration_us")));
+  };
+  for (uint64_t window : {10, 11, 12, 15, 19, 20, 21, 22, 23, 29, 32, 35, 39}) {
+    EXPECT_NEAR(rate(window), std::log1p(100.0), 1e-9) << "window " << window;
+    EXPECT_NEAR(duration(window), std::log(20.0), 1e-9) << "window " << window;
+  }
+  EXPECT_EQ(rate(30), 0.0);
+  EXPECT_EQ(rate(31), 0.0);
+  for (uint64_t window : {15, 35})
+    EXPECT_NEAR(t.values(row.at(window), Eigen::Index(feature("cpu_cores"))), std::log1p(0.5),
+                1e-9);
 }
 
 // Deferred refits: due groups are handed out once, scoring goes on meanwhile, and the model
