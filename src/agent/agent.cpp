@@ -22,6 +22,7 @@
 
 #include "agent/agent_sinks.h"
 #include "agent/anomaly_reporter.h"
+#include "agent/call_duty.h"
 #include "store/agent_anomalies.h"
 #include "agent/http_server.h"
 #include "agent/instance_lock.h"
@@ -189,6 +190,9 @@ namespace {
 // Bad options are usage errors before anything is created.
 ListenAddress check_options(const AgentOptions& o) {
   ListenAddress where = parse_listen(o.listen);
+  CallDutySetting duty;
+  if (std::string why; !parse_call_duty(o.call_duty, duty, why))
+    throw UsageError(fmt::format("--call-duty {}: {}", o.call_duty, why));
   LayerChoice::parse(o.layers);
   if (!o.python_calls.empty()) PythonFilter check(o.python_calls);
   if (!o.match.empty()) {
@@ -301,8 +305,37 @@ struct LoopChores {
   }
 };
 
+// Applies the duty cycle's decisions (--call-duty): the probes off and on, the windows told
+// when, the share on /metrics.
+struct CallDutyDriver {
+  CallDutyCycle& cycle;
+  double ratio = -1;
+  std::string last_error;
+
+  void operator()(uint64_t now, Pipeline& pipeline, AgentSinks& sinks) {
+    switch (cycle.step(now)) {
+      case CallDutyCycle::Action::Pause:
+        sinks.detection().calls_traced(false, monotonic_now_ns());
+        pipeline.pause_calls();
+        break;
+      case CallDutyCycle::Action::Resume: {
+        std::string error = pipeline.resume_calls();
+        sinks.detection().calls_traced(true, monotonic_now_ns());
+        if (!error.empty() && error != last_error)
+          fprintf(stderr, "eacgm: agent: --call-duty: %s\n", error.c_str());
+        last_error = error;
+        break;
+      }
+      case CallDutyCycle::Action::None:
+        break;
+    }
+    if (cycle.ratio() != ratio) sinks.metrics().set_call_duty(ratio = cycle.ratio());
+  }
+};
+
 // Until a stop signal or --duration. Returns the exit status.
-int agent_loop(const AgentOptions& o, Pipeline& pipeline, LoopChores& chores) {
+int agent_loop(const AgentOptions& o, Pipeline& pipeline, LoopChores& chores,
+               CallDutyDriver& duty) {
   uint64_t start = pipeline.start_monotonic_ns();
   int failing = 0;
   std::string last_failure;
@@ -311,6 +344,7 @@ int agent_loop(const AgentOptions& o, Pipeline& pipeline, LoopChores& chores) {
       pipeline.step(100);
       uint64_t now = monotonic_now_ns();
       chores(now);
+      duty(now, pipeline, chores.sinks);
       if (o.duration_s > 0 && double(now - start) / 1e9 >= o.duration_s) break;
       failing = 0;
     } catch (const std::exception& e) {
@@ -366,19 +400,37 @@ int run_agent(const AgentOptions& given) {
   if (!http.bind(where.host, where.port))
     fail("cannot listen on {}: {} (is another agent running? choose another --listen)", o.listen,
          errno_text(errno));
+  CallDutySetting duty_setting;
+  std::string why;
+  parse_call_duty(o.call_duty, duty_setting, why);  // (checked)
+  // the heat is read before --match: every probed thread pays for the probes
+  CallHeat heat;
+  SinkFanout traced;
+  traced.attach(heat);
+  traced.attach(sinks.sink());
+  CallDutyCycle cycle(duty_setting, heat);
+  CallDutyDriver duty{cycle};
   TraceOptions trace = o;
   trace.python_with_ml_only = !o.all_python;
-  Pipeline pipeline(trace, sinks.sink());
+  trace.duty_cycled_calls = !duty_setting.duty.full();
+  Pipeline pipeline(trace, traced);
   http.start();
 
   pipeline.expect_all();
   pipeline.start("agent");
   pipeline.start_sampling();
   if (!o.quiet)
-    fprintf(stderr, "eacgm: agent tracing this node; metrics at http://%s/metrics\n",
-            o.listen.c_str());
+    fprintf(stderr, "eacgm: agent tracing this node; metrics at http://%s/metrics%s\n",
+            o.listen.c_str(),
+            duty_setting.duty.full() || duty_setting.automatic
+                ? ""
+                : fmt::format("; torch operators and CUDA launches traced {:g} s of every {:g} s "
+                              "(--call-duty)",
+                              double(duty_setting.duty.on_ns) / 1e9,
+                              double(duty_setting.duty.period_ns) / 1e9)
+                      .c_str());
   LoopChores chores{pipeline, sinks, http, dumps};
-  int status = agent_loop(o, pipeline, chores);
+  int status = agent_loop(o, pipeline, chores, duty);
   pipeline.stop();
   pipeline.finish();  // gives traced processes back what the python layer changed in them
   sinks.detection().finish();  // anomalies held for a job's start go out

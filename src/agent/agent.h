@@ -25,6 +25,9 @@ struct AgentOptions : TraceOptions {
   bool allow_second_agent = false;  // start beside another agent on this node
   bool all_python = false;          // Python stacks of every CPython process, not only ML jobs'
   size_t gpu_kernel_names = 0;      // kernels with a `kernel` label of their own; 0: none
+  // --call-duty: the hot call probes (torch operators, CUDA launches, copies, syncs) on for ON
+  // of every PERIOD ("2s/20s"), "full", or "auto" (agent/call_duty.h)
+  std::string call_duty = "auto";
 };
 
 // Where to listen, from HOST:PORT ([V6]:PORT too). Throws UsageError naming the fix.

@@ -4,6 +4,7 @@
 
 #include "agent/agent.h"
 #include "cli/commands.h"
+#include "agent/call_duty.h"
 #include "util/error.h"
 
 namespace eacgm::cli {
@@ -121,6 +122,22 @@ std::function<int()> add_agent(CLI::App& app) {
                   "series per device only")
       ->capture_default_str()
       ->check(number_in(0, 100, "a count", true));
+  cmd->add_option("--call-duty", opts->call_duty,
+                  "the hot call probes (torch operators; CUDA launches, copies, sets and syncs; "
+                  "each traced call costs the calling thread ~1-3 us): 'auto' keeps them on "
+                  "while every traced thread makes fewer than 5,000 such calls a second and, "
+                  "while one makes more, attaches them 2 s of every 20 s (2s/20s); ON/PERIOD "
+                  "cycles them always; 'full' never. While cycled, their metrics count the "
+                  "calls of the on phases (eacgm_call_duty_ratio says the share), their models "
+                  "learn and judge those calls, the window model carries their rates over the "
+                  "off phases, and a flight recording holds none of them from those. "
+                  "Collectives, allocations, kernel lookups, host and GPU layers stay on")
+      ->capture_default_str()
+      ->check([](const std::string& s) {
+        CallDutySetting d;
+        std::string why;
+        return parse_call_duty(s, d, why) ? std::string() : "'" + s + "': " + why;
+      });
   add_detection_options(cmd, *opts);
   add_flight_options(cmd, *opts);
   cmd->add_option("--match", opts->match,

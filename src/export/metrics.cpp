@@ -39,7 +39,9 @@ MetricsSink::MetricsSink(std::string hostname)
       registry_(std::make_shared<prometheus::Registry>()),
       calls_(BuildCounter()
                  .Name("eacgm_calls_total")
-                 .Help("Traced calls completed, by layer, operation and process name")
+                 .Help("Traced calls completed, by layer, operation and process name (with "
+                       "--call-duty, those made while their probes were on: see "
+                       "eacgm_call_duty_ratio)")
                  .Register(*registry_)),
       errors_(BuildCounter()
                   .Name("eacgm_call_errors_total")
@@ -170,6 +172,12 @@ MetricsSink::MetricsSink(std::string hostname)
       agent_rss_(BuildGauge()
                      .Name("eacgm_agent_resident_memory_bytes")
                      .Help("Resident memory of the agent")
+                     .Register(*registry_)),
+      call_duty_(BuildGauge()
+                     .Name("eacgm_call_duty_ratio")
+                     .Help("Share of the time the layer's hot probes are on (the agent's "
+                           "--call-duty; 1: always): its calls counted, timed and modelled are "
+                           "those made meanwhile, a sample of all")
                      .Register(*registry_)),
       peer_wait_(BuildCounter()
                      .Name("eacgm_collective_peer_wait_seconds_total")
@@ -538,6 +546,10 @@ void MetricsSink::set_agent_stats(const AgentStats& s) {
   agent_processes_.Add({}).Set(double(s.processes));
   agent_rss_.Add({}).Set(double(s.rss_bytes));
   last_stats_ = s;
+}
+
+void MetricsSink::set_call_duty(double ratio) {
+  for (const char* layer : {"cuda", "torch"}) call_duty_.Add({{"layer", layer}}).Set(ratio);
 }
 
 void MetricsSink::count_anomaly(const std::string& layer, const std::string& cause_kind) {

@@ -79,6 +79,8 @@ class MetricsSink final : public Sink {
   }
 
   void set_agent_stats(const AgentStats& s);
+  // The share of the time the duty-cycled probes are on (--call-duty; 1: always).
+  void set_call_duty(double ratio);
   // The online detector: an anomaly of a layer with a cause kind (detect::cause_kind), and the
   // models' last scores and thresholds (not those of Python functions: unbounded names).
   void count_anomaly(const std::string& layer, const std::string& cause_kind);
@@ -188,6 +190,7 @@ class MetricsSink final : public Sink {
   prometheus::Family<prometheus::Gauge>& agent_processes_;
   prometheus::Family<prometheus::Counter>& agent_cpu_;
   prometheus::Family<prometheus::Gauge>& agent_rss_;
+  prometheus::Family<prometheus::Gauge>& call_duty_;
   prometheus::Family<prometheus::Counter>& peer_wait_;
   prometheus::Family<prometheus::Counter>& last_joined_;
   prometheus::Family<prometheus::Counter>& straggling_;

@@ -507,6 +507,111 @@ TEST_F(Agent, ChurnLeavesNoTraceOfExitedProcesses) {
       for (const auto& pid : pids) EXPECT_EQ(l.find("pid=\"" + pid + "\""), std::string::npos) << l;
 }
 
+// --call-duty 1s/3s: the torch layer's probes are on the first second of every three. A PyTorch
+// loop that calls operators all along is counted in bursts: its count stands still for most of
+// each off phase (2 s), and grows again after it (the probes came back, through the file the
+// agent holds open); the share is on /metrics; nothing went wrong attaching them again.
+TEST_F(Agent, CallDutyTakesTheHotProbesOffBetweenItsOnPhases) {
+  stop_agent();
+  start_agent({"--call-duty", "1s/3s"});
+  Process loop({"/usr/bin/python3", "-c",
+                "import time, torch\n"
+                "t = torch.ones(8, 8)\n"
+                "end = time.time() + 11\n"
+                "while time.time() < end: t.matmul(t)\n"});
+  httplib::Client c("127.0.0.1", port_);
+  auto torch_calls = [&] {
+    auto r = c.Get("/metrics");
+    return r ? metric_sum(r->body, "eacgm_calls_total", "layer=\"torch\"") : -1.0;
+  };
+  // from the first operator counted, 8 s of counts every 50 ms
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (torch_calls() <= 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GT(torch_calls(), 0) << agent_->err();
+  std::vector<std::pair<double, double>> counts;  // (seconds since the first, count)
+  auto start = std::chrono::steady_clock::now();
+  for (double s = 0; s < 8; s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) {
+    counts.push_back({s, torch_calls()});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  double longest_still = 0, still_since = 0;
+  int bursts = 0;  // growths after a second or more without
+  for (size_t i = 1; i < counts.size(); ++i) {
+    if (counts[i].second == counts[i - 1].second) continue;
+    double still = counts[i - 1].first - still_since;
+    longest_still = std::max(longest_still, still);
+    bursts += still >= 1.0;
+    still_since = counts[i].first;
+  }
+  longest_still = std::max(longest_still, counts.back().first - still_since);
+  EXPECT_GE(longest_still, 1.5) << "the count never stood still through an off phase";
+  EXPECT_GE(bursts, 2) << "the probes did not come back after the off phases";
+  EXPECT_EQ(loop.wait(30), 0) << loop.err();
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NEAR(metric_sum(m->body, "eacgm_call_duty_ratio", "layer=\"torch\""), 1.0 / 3, 1e-6);
+  std::string log = stop_agent_and_read_log();
+  EXPECT_NE(log.find("traced 1 s of every 3 s (--call-duty)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("--call-duty:"), std::string::npos) << log;
+  auto bad = run({kEacgm, "agent", "--call-duty", "3s/2s", "--state-dir", dir_ + "/none"}, {}, 20);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--call-duty"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/none"));
+}
+
+// Plain agent (--call-duty auto): a light PyTorch loop (~700 operators a second) keeps every
+// call (its 2,000 matmuls are all counted, the share stays 1); a hot one (tens of thousands a
+// second) has the probes cycled, 2 s of every 20 s: its count stands still through an off
+// phase, and the share on /metrics is 0.1.
+TEST_F(Agent, AutoCallDutyCyclesOnlyWhileAThreadIsHot) {
+  httplib::Client c("127.0.0.1", port_);
+  auto metric = [&](const std::string& name, const std::string& labels) {
+    auto r = c.Get("/metrics");
+    return r ? metric_sum(r->body, name, labels) : -1.0;
+  };
+  auto light = run({"/usr/bin/python3", "-c",
+                    "import time, torch\n"
+                    "t = torch.ones(8, 8)\n"
+                    "for _ in range(2000): t.matmul(t); time.sleep(0.001)\n"},
+                   {}, 60);
+  ASSERT_EQ(light.exit_code, 0) << light.err;
+  double matmuls = 0;
+  for (int i = 0; i < 40 && matmuls < 2000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    matmuls = metric("eacgm_calls_total", "op=\"aten::matmul\"");
+  }
+  EXPECT_EQ(matmuls, 2000) << "a light job loses no call";
+  EXPECT_EQ(metric("eacgm_call_duty_ratio", "layer=\"torch\""), 1.0);
+
+  Process loop({"/usr/bin/python3", "-c",
+                "import time, torch\n"
+                "t = torch.ones(8, 8)\n"
+                "end = time.time() + 40\n"
+                "while time.time() < end: t.matmul(t)\n"});
+  double ratio = 1;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ratio != 0.1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ratio = metric("eacgm_call_duty_ratio", "layer=\"torch\"");
+  }
+  EXPECT_NEAR(ratio, 0.1, 1e-9) << "the hot loop did not have the probes cycled";
+  // an off phase is 18 s: 4 s without a new count in the next 10 s
+  double still = 0, last = metric("eacgm_calls_total", "layer=\"torch\"");
+  auto since = std::chrono::steady_clock::now();
+  for (auto end = since + std::chrono::seconds(10); std::chrono::steady_clock::now() < end;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    double now = metric("eacgm_calls_total", "layer=\"torch\"");
+    if (now != last) last = now, since = std::chrono::steady_clock::now();
+    still = std::max(still, std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+  }
+  EXPECT_GE(still, 4.0);
+  kill(loop.pid(), SIGTERM);
+  loop.wait(10);
+  std::string log = stop_agent_and_read_log();
+  EXPECT_EQ(log.find("--call-duty"), std::string::npos) << "nothing to say when all is well: " << log;
+}
+
 // A flight recording asked for over HTTP (root, from loopback) and by SIGUSR1 is an ordinary
 // recording of the calls the workload made before: `eacgm report` reads it.
 TEST_F(Agent, FlightRecordingOnDemandIsAnOrdinaryRecording) {
