@@ -40,8 +40,9 @@ struct inflight_call {
  * Bumped by userspace each time the duty-cycled probes (EACGM_COOKIE_DUTY) are attached again
  * (CallTracer::resume_calls). Their entries from before may have lost their returns while the
  * probes were off: such an entry would otherwise stay under the thread's later calls as their
- * outer call, and hand them its Python stack. A call that really spanned the pause loses its
- * record instead (a duty-cycled layer is a sample of the calls anyway).
+ * outer call, and hand them its Python stack; its return, seen once they are back, may be that
+ * of another call of the same function at the same depth. A call that really spanned the pause
+ * loses its record instead (a duty-cycled layer is a sample of the calls anyway).
  */
 volatile __u32 calls_gen = 0;
 
@@ -656,6 +657,11 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		return 0;
 	}
 	t->depth = depth - 1;
+	/* An entry from before the duty-cycled probes came back: this return may be another call
+	 * of the same function at the same depth, entered while they were off (the loop that calls
+	 * it each step), which would make one call of the whole off phase. Dropped. */
+	if ((c->op & EACGM_COOKIE_DUTY) && c->gen != calls_gen)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__s64 ret = PT_REGS_RC(ctx);
 	if ((cookie & EACGM_COOKIE_NAME_ARG2) && (__s32)ret == 0)

@@ -551,6 +551,13 @@ TEST_F(Agent, CallDutyTakesTheHotProbesOffBetweenItsOnPhases) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NEAR(metric_sum(m->body, "eacgm_call_duty_ratio", "layer=\"torch\""), 1.0 / 3, 1e-6);
+  // no call of the loop took a second: an entry from before a pause is never paired with a
+  // return after the probes came back (a call of the same operator at the same stack depth
+  // returning while the entries were not back yet once made an 18 s aten::linear)
+  double calls = metric_sum(m->body, "eacgm_call_duration_seconds_count", "layer=\"torch\"");
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(metric_sum(m->body, "eacgm_call_duration_seconds_bucket", "le=\"1.048576\""), calls)
+      << m->body;
   std::string log = stop_agent_and_read_log();
   EXPECT_NE(log.find("traced 1 s of every 3 s (--call-duty)"), std::string::npos) << log;
   EXPECT_EQ(log.find("--call-duty:"), std::string::npos) << log;
