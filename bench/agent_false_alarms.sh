@@ -9,6 +9,7 @@
 # every anomaly is a false alarm. Targets: <= 1 an hour after warm-up, <= 2 in the 15 s job.
 #   bench/agent_false_alarms.sh              an hour (JOB_S=3600)
 #   JOB_S=600 bench/agent_false_alarms.sh    ten minutes
+#   AGENT_ARGS="--call-duty 2s/20s" ...      the agent with these options
 #   KEEP=DIR ...                             keep its files (the agent's state and flight
 #                                            recordings, procs.txt: who else ran) in DIR
 # Run as root after scripts/build.sh, with nothing else on the machine: on 2 cores a build or a
@@ -21,6 +22,7 @@ JOB_S=${JOB_S:-3600}
 WARMUP_S=${WARMUP_S:-60}
 PORT=${PORT:-19467}
 PY=/usr/bin/python3
+AGENT_ARGS=${AGENT_ARGS:-}
 SECOND_NICE=${SECOND_NICE:-19}
 case "$SECOND_NICE" in
   ''|*[!0-9]*) echo "agent_false_alarms: SECOND_NICE must be a niceness from 0 to 19, not '$SECOND_NICE'" >&2; exit 2 ;;
@@ -42,7 +44,8 @@ cleanup() {
 trap cleanup EXIT
 mono() { $PY -c 'import time; print(time.monotonic_ns())'; }
 start_agent() {
-  $EACGM agent -q --listen 127.0.0.1:$PORT --state-dir "$out/state" 2>>"$out/agent.log" &
+  # shellcheck disable=SC2086
+  $EACGM agent -q --listen 127.0.0.1:$PORT --state-dir "$out/state" $AGENT_ARGS 2>>"$out/agent.log" &
   agent=$!
   until curl -sf 127.0.0.1:$PORT/metrics >/dev/null; do sleep 0.2; done
 }

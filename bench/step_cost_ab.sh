@@ -6,6 +6,7 @@
 #   CYCLES=10 ON_S=5 OFF_S=5 bench/step_cost_ab.sh
 #   BASELINE=/tmp/eacgm-old CYCLES=10 bench/step_cost_ab.sh   # also an earlier build's record and agent
 #   EXTRA="--sample-hz 0;--layers torch --sample-hz 0" TRAPS=1 bench/step_cost_ab.sh
+#   AGENTS="--call-duty 1s/10s" ON_S=10 CPROFILE=0 bench/step_cost_ab.sh   # the agent duty-cycled too
 #
 # Why: bench/step_cost.sh compares separate runs, and here the same untraced training moves
 # 10-15% from one run to the next and over a minute within one run, which buries a 2-3% effect
@@ -22,8 +23,9 @@
 # PyTorch and sleeps: eacgm's uprobes sit on libtorch for every process, so the training's
 # operators still trap, but their programs stop at their first lookup (the thread is not
 # traced): what the traps alone cost, against the record phase's traps and programs.
-# AGENT=0 and CPROFILE=0 leave those phases out (more cycles of the record configurations in
-# the same time).
+# AGENTS adds agent configurations the same way (with --call-duty, give ON_S a whole number of
+# its periods: the phase starts in an on phase). AGENT=0 and CPROFILE=0 leave those phases out
+# (more cycles of the record configurations in the same time).
 # The training runs with glibc's malloc thresholds fixed (MALLOC_TUNABLES, '' for glibc's
 # defaults): with its dynamic ones, PyTorch's freed tensors go back to the kernel and come back
 # as page faults, 11,000-21,000 a second in this VM, a share of the step that moves by several
@@ -40,6 +42,7 @@ ON_S=${ON_S:-5}
 OFF_S=${OFF_S:-5}
 BASELINE=${BASELINE:-}
 EXTRA=${EXTRA:-}
+AGENTS=${AGENTS:-}
 TRAPS=${TRAPS:-0}
 AGENT=${AGENT:-1}
 CPROFILE=${CPROFILE:-1}
@@ -109,8 +112,10 @@ phase_record() {  # NAME BINARY N [PID [RECORD ARGUMENTS...]]
   echo "$name $s $e" >>"$out/phases"
   rm -f "$db"
 }
-phase_agent() {  # NAME BINARY
-  "$2" agent -q --listen 127.0.0.1:$PORT --state-dir "$out/state" >>"$out/tracer.log" 2>&1 &
+phase_agent() {  # NAME BINARY [ARG...]
+  local name=$1 binary=$2
+  shift 2
+  "$binary" agent -q --listen 127.0.0.1:$PORT --state-dir "$out/state" "$@" >>"$out/tracer.log" 2>&1 &
   tracer=$!
   local ok=""
   for _ in $(seq 150); do
@@ -123,7 +128,7 @@ phase_agent() {  # NAME BINARY
     kill -0 "$tracer" 2>/dev/null || break
     sleep 0.2
   done
-  [ -n "$ok" ] || { echo "$1 counted no operator of the training in 30 s:"; tail -5 "$out/tracer.log"; exit 1; }
+  [ -n "$ok" ] || { echo "$name counted no operator of the training in 30 s:"; tail -5 "$out/tracer.log"; exit 1; }
   local s e
   s=$(($(mono) + 1000000000))
   sleep $((ON_S + 1))
@@ -131,7 +136,7 @@ phase_agent() {  # NAME BINARY
   kill -INT "$tracer"
   wait "$tracer" 2>/dev/null || true
   tracer=""
-  echo "$1 $s $e" >>"$out/phases"
+  echo "$name $s $e" >>"$out/phases"
 }
 phase_cprofile() {
   kill -USR1 "$train"
@@ -150,6 +155,7 @@ if [ "$TRAPS" = 1 ]; then
   grep -qx ready "$out/idle.out" || { echo "the idle PyTorch process did not start:"; cat "$out/idle.out"; exit 1; }
 fi
 IFS=';' read -r -a extra <<<"$EXTRA"
+IFS=';' read -r -a agents <<<"$AGENTS"
 
 off
 for c in $(seq "$CYCLES"); do
@@ -168,6 +174,11 @@ for c in $(seq "$CYCLES"); do
     phase_agent agent "$EACGM"
     off
   fi
+  for i in "${!agents[@]}"; do
+    # shellcheck disable=SC2086
+    phase_agent "agent ${agents[$i]}" "$EACGM" ${agents[$i]}
+    off
+  done
   if [ "$CPROFILE" = 1 ]; then
     phase_cprofile
     off

@@ -550,6 +550,8 @@ void MetricsSink::set_agent_stats(const AgentStats& s) {
 
 void MetricsSink::set_call_duty(double ratio) {
   for (const char* layer : {"cuda", "torch"}) call_duty_.Add({{"layer", layer}}).Set(ratio);
+  // (never cycled: a series each, so that every layer's call rates can be divided by it)
+  for (const char* layer : {"comm", "python"}) call_duty_.Add({{"layer", layer}}).Set(1.0);
 }
 
 void MetricsSink::count_anomaly(const std::string& layer, const std::string& cause_kind) {
