@@ -550,10 +550,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 * this one belong to calls that already left (longjmp); at the same one, to a call that
 	 * left, unless this call is its tail call. */
 	__u32 depth = t->depth;
-	__u32 attach_gen = calls_gen;
+	/* (calls_gen read where it is compared, not kept: a local live across the loop cost this
+	 * program's frame the 8 bytes that put the Python walk's chain over 512) */
 	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
 		const struct inflight_call *top = &t->calls[slot(depth - 1)];
-		bool stale = (top->op & EACGM_COOKIE_DUTY) && top->gen != attach_gen;
+		bool stale = (top->op & EACGM_COOKIE_DUTY) && top->gen != calls_gen;
 		if (!stale && (top->sp > sp || (top->sp == sp && is_tail_call(sp))))
 			break;
 		depth--;
@@ -566,7 +567,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct inflight_call *c = &t->calls[slot(depth)];
 	c->sp = sp;
 	c->op = cookie;
-	c->gen = attach_gen;
+	c->gen = calls_gen;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->run_delay = run_delay();
 	c->args[0] = PT_REGS_PARM1(ctx);
