@@ -9,7 +9,8 @@ bool parse_call_duty(const std::string& text, CallDutySetting& out, std::string&
   CallDutySetting s;
   s.automatic = text == "auto";
   if (!gputime::parse_duty(s.automatic ? kAutoDuty : text.c_str(), s.duty)) {
-    why = "not auto, full or ON/PERIOD with units, ON shorter than PERIOD (e.g. 2s/20s)";
+    why = "not auto, full or ON/PERIOD (durations with a unit, ms, s or m, of at most a day; "
+          "ON shorter than PERIOD; e.g. 2s/20s)";
     return false;
   }
   if (!s.duty.full() && s.duty.on_ns < 500'000'000) {

@@ -91,7 +91,6 @@ class Pipeline {
   // returns "" or what could not be attached again.
   void pause_calls() { tracer_->pause_calls(); }
   std::string resume_calls() { return tracer_->resume_calls(); }
-  size_t duty_points() const { return tracer_->duty_points(); }
 
   // At the end: drains the ring, takes the last samples, stops sampling.
   void stop();

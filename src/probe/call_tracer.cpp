@@ -319,7 +319,8 @@ std::vector<std::string> CallTracer::attach(const std::string& path,
   DutyFile f;
   f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) {
-    for (size_t i : duty_at) errors[i] = errno_text(errno);
+    std::string why = errno_text(errno);
+    for (size_t i : duty_at) errors[i] = why;
     return errors;
   }
   e = attach_points(path, duty, f.links, false);
@@ -364,12 +365,6 @@ std::string CallTracer::resume_calls() {
   if (!failed) return {};
   return fmt::format("{} probe point{} could not be attached again ({})", failed,
                      failed == 1 ? "" : "s", first);
-}
-
-size_t CallTracer::duty_points() const {
-  size_t n = 0;
-  for (const DutyFile& f : duty_files_) n += f.points.size();
-  return n;
 }
 
 std::vector<std::string> CallTracer::attach_points(const std::string& path,

@@ -90,9 +90,6 @@ class CallTracer {
   // returns "" or what could not be attached again, in one line.
   void pause_calls();
   std::string resume_calls();
-  bool calls_paused() const { return paused_; }
-  // The duty-cycled points attached (while paused, those that come back at resume_calls).
-  size_t duty_points() const;
 
   // Tells the BPF side where a PyTorch build keeps tensor sizes and process-group ranks and
   // sequence numbers (c10d).
